@@ -1,0 +1,1 @@
+"""Command-line commands of the migfit core (one module per command)."""

@@ -1,0 +1,329 @@
+"""The MIG catalog: which profiles each GPU model offers, where they may start, and how to name a node's GPU.
+
+The data lives in ``migfit/data/catalog.yaml`` (facts cited there and in shared/reference/MIG.md);
+this module validates it strictly, lets an operator add or override models with a file of the
+same schema, and resolves a node's ``nvidia.com/gpu.product`` label to a model.
+
+A profile name means nothing without its model: ``1g.10gb`` is a 1-memory-slice profile on an
+A100-80GB and a 2-memory-slice one on an A100-40GB, so every lookup goes through a model.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import re
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any, NewType
+
+import pydantic
+import yaml
+
+from migfit import errors
+
+ModelId = NewType("ModelId", str)
+ProfileName = NewType("ProfileName", str)
+
+RESOURCE_PREFIX = "nvidia.com/mig-"
+GPU_RESOURCE = "nvidia.com/gpu"
+_BUILTIN = Path(__file__).with_name("data") / "catalog.yaml"
+
+# `<G>g.<GB>gb` with optional attribute suffixes (go-nvlib mig_profile.go; reference/MIG.md 3.1).
+_PROFILE_RE = re.compile(r"^(?:(\d+)c\.)?(\d+)g\.(\d+)gb((?:\+me|\+me\.all|\+gfx|-me)*)$")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Profile:
+    """One MIG profile of one GPU model."""
+
+    name: ProfileName
+    gi_profile_id: int | None
+    compute_slices: int
+    memory_slices: int
+    memory_mib: int
+    max_instances: int
+    starts: tuple[int, ...]
+    media: bool
+    provisional: bool
+
+    @property
+    def resource(self) -> str:
+        """The extended resource the device plugin advertises under the mixed strategy."""
+        return RESOURCE_PREFIX + self.name
+
+    @property
+    def size(self) -> int:
+        """Memory slices occupied by one instance (the placement size)."""
+        return self.memory_slices
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class GpuModel:
+    """A MIG-capable GPU model and its profiles, ordered smallest first."""
+
+    id: ModelId
+    memory_slices: int
+    compute_slices: int
+    memory_mib: int
+    products: tuple[str, ...]
+    device_ids: tuple[str, ...]
+    provisional: bool
+    source: str
+    profiles: tuple[Profile, ...]
+    _by_name: Mapping[str, Profile] = dataclasses.field(repr=False, compare=False, hash=False)
+
+    def profile(self, name: str) -> Profile:
+        """The profile called ``name`` on this model, or a UsageError naming the valid ones."""
+        try:
+            return self._by_name[name]
+        except KeyError:
+            valid = ", ".join(p.name for p in self.profiles)
+            raise errors.UsageError(
+                f"{self.id} has no MIG profile {name!r}; its profiles are: {valid}"
+            ) from None
+
+    def has_profile(self, name: str) -> bool:
+        return name in self._by_name
+
+    @property
+    def largest(self) -> Profile:
+        return max(self.profiles, key=lambda p: (p.memory_mib, p.compute_slices))
+
+
+# ---------------------------------------------------------------- the file schema (strict)
+
+
+class _ProfileSpec(pydantic.BaseModel):
+    model_config = pydantic.ConfigDict(extra="forbid", strict=True, frozen=True)
+
+    name: str
+    id: int | None = None
+    compute_slices: int = pydantic.Field(ge=1)
+    memory_slices: int = pydantic.Field(ge=1)
+    memory_mib: int = pydantic.Field(ge=1)
+    max_instances: int = pydantic.Field(ge=1)
+    starts: list[int] = pydantic.Field(min_length=1)
+    provisional: bool = False
+
+
+class _ModelSpec(pydantic.BaseModel):
+    model_config = pydantic.ConfigDict(extra="forbid", strict=True, frozen=True)
+
+    id: str = pydantic.Field(min_length=1)
+    memory_slices: int = pydantic.Field(ge=1, le=16)
+    compute_slices: int = pydantic.Field(ge=1, le=16)
+    memory_mib: int = pydantic.Field(ge=1)
+    products: list[str] = pydantic.Field(default_factory=list)
+    device_ids: list[str] = pydantic.Field(default_factory=list)
+    provisional: bool = False
+    source: str = ""
+    profiles: list[_ProfileSpec] = pydantic.Field(min_length=1)
+
+
+class _CatalogSpec(pydantic.BaseModel):
+    model_config = pydantic.ConfigDict(extra="forbid", strict=True, frozen=True)
+
+    version: str
+    models: list[_ModelSpec]
+
+
+def _build_model(spec: _ModelSpec, where: str) -> GpuModel:
+    def fail(msg: str) -> errors.ConfigError:
+        return errors.ConfigError(f"{where}: model {spec.id!r}: {msg}")
+
+    for pattern in spec.products:
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise fail(f"products pattern {pattern!r} is not a valid regular expression: {exc}")
+    profiles: list[Profile] = []
+    seen: set[str] = set()
+    for p in spec.profiles:
+        m = _PROFILE_RE.match(p.name)
+        if m is None:
+            raise fail(f"profile name {p.name!r} is not of the form <G>g.<GB>gb[+me]")
+        if int(m.group(2)) != p.compute_slices:
+            raise fail(f"profile {p.name!r} says {m.group(2)}g but compute_slices is "
+                       f"{p.compute_slices}")
+        if p.name in seen:
+            raise fail(f"profile {p.name!r} is listed twice")
+        seen.add(p.name)
+        if p.compute_slices > spec.compute_slices:
+            raise fail(f"profile {p.name!r} needs {p.compute_slices} compute slices; the GPU "
+                       f"has {spec.compute_slices}")
+        for start in p.starts:
+            if start < 0 or start + p.memory_slices > spec.memory_slices:
+                raise fail(f"profile {p.name!r} start {start} with size {p.memory_slices} "
+                           f"does not fit in {spec.memory_slices} memory slices")
+        if len(set(p.starts)) != len(p.starts):
+            raise fail(f"profile {p.name!r} lists a start twice")
+        profiles.append(
+            Profile(
+                name=ProfileName(p.name),
+                gi_profile_id=p.id,
+                compute_slices=p.compute_slices,
+                memory_slices=p.memory_slices,
+                memory_mib=p.memory_mib,
+                max_instances=p.max_instances,
+                starts=tuple(sorted(p.starts)),
+                media="+me" in m.group(4),
+                provisional=p.provisional or spec.provisional,
+            )
+        )
+    profiles.sort(key=profile_order)
+    return GpuModel(
+        id=ModelId(spec.id),
+        memory_slices=spec.memory_slices,
+        compute_slices=spec.compute_slices,
+        memory_mib=spec.memory_mib,
+        products=tuple(spec.products),
+        device_ids=tuple(spec.device_ids),
+        provisional=spec.provisional,
+        source=spec.source,
+        profiles=tuple(profiles),
+        _by_name={p.name: p for p in profiles},
+    )
+
+
+def profile_order(p: Profile) -> tuple[int, int, bool, str]:
+    """Smallest first: least memory, then fewest compute slices, then without ``+me``."""
+    return (p.memory_mib, p.compute_slices, p.media, p.name)
+
+
+def _parse_file(text: str, where: str) -> list[GpuModel]:
+    try:
+        raw: Any = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise errors.ConfigError(f"{where}: not valid YAML: {exc}") from None
+    try:
+        spec = _CatalogSpec.model_validate(raw)
+    except pydantic.ValidationError as exc:
+        first = exc.errors()[0]
+        loc = ".".join(str(x) for x in first["loc"])
+        raise errors.ConfigError(f"{where}: {loc}: {first['msg']}") from None
+    if spec.version != "v1":
+        raise errors.ConfigError(f"{where}: version {spec.version!r} is not supported; use v1")
+    ids = [m.id for m in spec.models]
+    if len(ids) != len(set(ids)):
+        raise errors.ConfigError(f"{where}: a model id is listed twice")
+    return [_build_model(m, where) for m in spec.models]
+
+
+# ---------------------------------------------------------------- the catalog
+
+
+def normalize_product(product: str) -> str:
+    """Canonical form of a ``nvidia.com/gpu.product`` label for matching.
+
+    Upper case, without the ``NVIDIA-`` prefix and without the ``-MIG-<profile>`` suffix that
+    the single strategy appends (reference/MIG.md 4).
+    """
+    text = product.strip().upper().replace(" ", "-")
+    text = re.sub(r"-MIG-.*$", "", text)
+    if text.startswith("NVIDIA-"):
+        text = text[len("NVIDIA-"):]
+    return text
+
+
+def single_strategy_profile(product: str) -> str | None:
+    """The profile named in a single-strategy product label (``A100-SXM4-40GB-MIG-1g.5gb``)."""
+    m = re.search(r"-MIG-(.+)$", product.strip(), flags=re.IGNORECASE)
+    return m.group(1).lower() if m else None
+
+
+class Catalog:
+    """The known GPU models, by id; resolves node labels to models."""
+
+    def __init__(self, models: Iterable[GpuModel]) -> None:
+        self._models: dict[str, GpuModel] = {m.id: m for m in models}
+        self._patterns: list[tuple[re.Pattern[str], GpuModel]] = [
+            (re.compile(p, re.IGNORECASE), m) for m in self._models.values() for p in m.products
+        ]
+
+    @property
+    def models(self) -> tuple[GpuModel, ...]:
+        return tuple(self._models.values())
+
+    def with_overrides(self, path: str | Path) -> Catalog:
+        """A new catalog with the models of ``path`` added or replacing those of the same id."""
+        p = Path(path)
+        try:
+            text = p.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise errors.ConfigError(f"cannot read catalog file {p}: {exc.strerror}") from None
+        merged = dict(self._models)
+        for model in _parse_file(text, str(p)):
+            merged[model.id] = model
+        return Catalog(merged.values())
+
+    def get(self, name: str) -> GpuModel:
+        """A model by canonical id (case-insensitive) or by a product label alias."""
+        for mid, model in self._models.items():
+            if mid.lower() == name.strip().lower():
+                return model
+        try:
+            return self.resolve(name)
+        except errors.UnknownModelError:
+            known = ", ".join(self._models)
+            raise errors.UnknownModelError(
+                f"unknown GPU model {name!r}; known models: {known} "
+                f"(product labels such as NVIDIA-A100-SXM4-80GB are accepted too)"
+            ) from None
+
+    def resolve(self, product: str, memory_mib: int | None = None) -> GpuModel:
+        """The model of a node from ``nvidia.com/gpu.product`` (and ``nvidia.com/gpu.memory``).
+
+        Several models may match a label without a size (``NVIDIA-A100-SXM4``); the memory label
+        then decides (the model within 8 % of it). An unknown or undecidable product is a
+        clear error, never a guess. Under the single strategy the memory label is the size of
+        one MIG device, so it is ignored when the product names a MIG profile.
+        """
+        norm = normalize_product(product)
+        if single_strategy_profile(product) is not None:
+            memory_mib = None
+        candidates: list[GpuModel] = []
+        for pattern, model in self._patterns:
+            if pattern.fullmatch(norm) and model not in candidates:
+                candidates.append(model)
+        if not candidates:
+            raise errors.UnknownModelError(
+                f"GPU product {product!r} is not a known MIG-capable model; known models: "
+                f"{', '.join(self._models)}. Add it to a catalog file (--catalog) with a "
+                f"'products' pattern"
+            )
+        if len(candidates) == 1:
+            return candidates[0]
+        if memory_mib is not None:
+            close = [m for m in candidates if abs(m.memory_mib - memory_mib) <= 0.08 * m.memory_mib]
+            if len(close) == 1:
+                return close[0]
+        names = ", ".join(m.id for m in candidates)
+        hint = ("" if memory_mib is None else f" and gpu.memory {memory_mib} MiB")
+        raise errors.UnknownModelError(
+            f"GPU product {product!r}{hint} could be any of {names}; label the node with "
+            f"nvidia.com/gpu.memory or add a more specific 'products' pattern (--catalog)"
+        )
+
+    def resource_names(self) -> list[str]:
+        """Every ``nvidia.com/mig-*`` resource of every model, sorted (for managedResources)."""
+        return sorted({p.resource for m in self._models.values() for p in m.profiles})
+
+
+@functools.cache
+def builtin() -> Catalog:
+    """The catalog shipped with migfit."""
+    return Catalog(_parse_file(_BUILTIN.read_text(encoding="utf-8"), str(_BUILTIN)))
+
+
+def load(path: str | Path | None = None) -> Catalog:
+    """The built-in catalog, with the models of ``path`` added or overridden when given."""
+    catalog = builtin()
+    return catalog if path is None else catalog.with_overrides(path)
+
+
+def parse_resource(resource: str) -> str | None:
+    """``nvidia.com/mig-1g.10gb`` -> ``1g.10gb``; None for any other resource name."""
+    if resource.startswith(RESOURCE_PREFIX):
+        return resource[len(RESOURCE_PREFIX):]
+    return None

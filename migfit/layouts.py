@@ -103,7 +103,7 @@ def _enumerate(model: profiles.GpuModel) -> dict[LayoutKey, Layout]:
 def _for_model(model: profiles.GpuModel) -> ModelLayouts:
     by_key = _enumerate(model)
     maximal = []
-    for key, layout in by_key.items():
+    for layout in by_key.values():
         names = layout.profile_names()
         if not any(key_of(model, [*names, p.name]) in by_key for p in model.profiles):
             maximal.append(layout)

@@ -1,4 +1,4 @@
-"""The MIG catalog: which profiles each GPU model offers, where they may start, and how to name a node's GPU.
+"""The MIG catalog: each GPU model's profiles, where they may start, and how to name a node's GPU.
 
 The data lives in ``migfit/data/catalog.yaml`` (facts cited there and in shared/reference/MIG.md);
 this module validates it strictly, lets an operator add or override models with a file of the
@@ -136,7 +136,7 @@ def _build_model(spec: _ModelSpec, where: str) -> GpuModel:
         try:
             re.compile(pattern)
         except re.error as exc:
-            raise fail(f"products pattern {pattern!r} is not a valid regular expression: {exc}")
+            raise fail(f"products pattern {pattern!r} is not a valid regex: {exc}") from None
     profiles: list[Profile] = []
     seen: set[str] = set()
     for p in spec.profiles:

@@ -50,7 +50,8 @@ def _load(name: str) -> Command | None:
         if exc.name and COMMANDS[name].startswith(exc.name):
             return None
         raise
-    return module  # type: ignore[return-value]
+    command: Command = module
+    return command
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:

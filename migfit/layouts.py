@@ -42,7 +42,7 @@ class Layout:
 def key_of(model: profiles.GpuModel, names: Iterable[str]) -> LayoutKey:
     """The canonical key of a multiset: profiles in catalog order (smallest first), with counts."""
     counts = Counter(names)
-    order = {p.name: i for i, p in enumerate(model.profiles)}
+    order: dict[str, int] = {p.name: i for i, p in enumerate(model.profiles)}
     return tuple(
         (profiles.ProfileName(name), counts[name])
         for name in sorted(counts, key=lambda n: (order.get(n, len(order)), n))

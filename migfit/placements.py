@@ -219,8 +219,8 @@ def fit(
         return False
 
     if place(0, base, 0):
-        inst = tuple(sorted([*fixed, *chosen]))
-        return Fit(Placement(model=model.id, instances=inst), None)
+        placed = tuple(sorted([*fixed, *chosen]))
+        return Fit(Placement(model=model.id, instances=placed), None)
     stuck = order[max(deepest[0], 0)]
     total = sum(model.profile(n).memory_slices * k for n, k in counts.items())
     starts = ", ".join(map(str, stuck.starts))

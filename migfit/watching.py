@@ -1,0 +1,458 @@
+"""Keeps a sink current with the cluster's Nodes and Pods: list, then watch, re-list on 410 Gone."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import logging
+import os
+import random
+import time
+from collections.abc import Mapping
+from typing import Any, Final, Literal, Protocol
+
+import kubernetes_asyncio.client
+import kubernetes_asyncio.config
+import kubernetes_asyncio.config.kube_config
+
+from migfit import errors
+
+logger = logging.getLogger(__name__)
+
+Kind = Literal["Node", "Pod"]
+EventType = Literal["ADDED", "MODIFIED", "DELETED"]
+
+KINDS: Final[tuple[Kind, ...]] = ("Node", "Pod")
+
+# Cluster-wide collection paths of the core/v1 API group.
+_PATHS: Final[Mapping[Kind, str]] = {"Node": "/api/v1/nodes", "Pod": "/api/v1/pods"}
+_EVENT_TYPES: Final[frozenset[str]] = frozenset({"ADDED", "MODIFIED", "DELETED"})
+
+
+class Sink(Protocol):
+    """What the source feeds: the cluster model implements it; objects are raw API JSON."""
+
+    def replace(self, kind: Kind, objects: list[dict[str, Any]]) -> None:
+        """A complete list of ``kind``: objects the sink holds that are missing are removed."""
+
+    def apply(self, kind: Kind, event_type: EventType, obj: dict[str, Any]) -> None:
+        """One change, already filtered: never a duplicate or an older version of an object."""
+
+    def mark_synced(self) -> None:
+        """Called once, after the first complete list of both Nodes and Pods."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class WatchSettings:
+    """How the source talks to the API server; the defaults suit a production cluster."""
+
+    page_size: int = 500
+    """``limit`` of each list page; the list follows ``continue`` until the end."""
+    watch_timeout_s: int = 300
+    """``timeoutSeconds`` asked of the server; it ends the stream and the source re-watches."""
+    connect_timeout_s: float = 10.0
+    read_timeout_s: float = 60.0
+    """Longest silence on a list response before the request is abandoned."""
+    watch_read_margin_s: float = 30.0
+    """Silence beyond ``watch_timeout_s`` after which a watch stream counts as dropped."""
+    backoff_base_s: float = 0.5
+    backoff_cap_s: float = 30.0
+
+    def backoff(self, attempt: int) -> float:
+        """Jittered exponential delay before retry number ``attempt`` (0-based)."""
+        ceiling = min(self.backoff_cap_s, self.backoff_base_s * (1 << min(attempt, 32)))
+        # "Equal jitter": half the delay is fixed, half random, so many replicas do not
+        # reconnect in lockstep after an API server restart but still back off.
+        return ceiling / 2 + random.uniform(0, ceiling / 2)
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class WatchStatus:
+    """A snapshot of the source's health, for ``/readyz`` and ``migfit status``."""
+
+    synced: bool
+    relists: int
+    """Full lists after the first one of each kind (410 Gone, expired continue token)."""
+    retries: int
+    """Lists or watches retried after an error or a dropped stream."""
+    skipped_events: int
+    """Duplicate or stale events the source did not pass on."""
+    consecutive_failures: int
+    last_error: str | None
+    last_error_at: float | None
+    """Wall-clock time (``time.time()``) of ``last_error``."""
+    resource_versions: Mapping[Kind, str | None]
+
+
+class _Expired(Exception):
+    """The server no longer has the resourceVersion asked for (HTTP 410 Gone): re-list."""
+
+
+class _ApiError(Exception):
+    """A non-success HTTP answer other than 410."""
+
+
+@dataclasses.dataclass(slots=True)
+class _Version:
+    resource_version: str | None
+    deleted: bool
+
+
+def _rv_of(obj: Mapping[str, Any]) -> str | None:
+    metadata = obj.get("metadata")
+    if not isinstance(metadata, dict):
+        return None
+    rv = metadata.get("resourceVersion")
+    return rv if isinstance(rv, str) and rv else None
+
+
+def _key_of(obj: Mapping[str, Any]) -> str:
+    metadata = obj.get("metadata")
+    if not isinstance(metadata, dict):
+        return ""
+    uid = metadata.get("uid")
+    if isinstance(uid, str) and uid:
+        return uid
+    return f"{metadata.get('namespace') or ''}/{metadata.get('name') or ''}"
+
+
+def _newer(candidate: str, known: str) -> bool:
+    """Whether ``candidate`` is a later version than ``known``.
+
+    Kubernetes declares resourceVersions opaque; only etcd-backed servers make them
+    increasing integers, so the order is used only when both parse as integers. Otherwise
+    only equality is known: an equal version is a duplicate, any other counts as newer.
+    """
+    if candidate.isdecimal() and known.isdecimal():
+        return int(candidate) > int(known)
+    return candidate != known
+
+
+def _not_older(candidate: str, known: str) -> bool:
+    if candidate.isdecimal() and known.isdecimal():
+        return int(candidate) >= int(known)
+    return True
+
+
+def _is_expired_status(status: Mapping[str, Any]) -> bool:
+    # A watch from a compacted resourceVersion fails with a Status of code 410, reason
+    # "Expired" (or "Gone"), message "too old resource version: X (Y)".
+    message = str(status.get("message") or "").lower()
+    return (
+        status.get("code") == 410
+        or status.get("reason") in ("Expired", "Gone")
+        or "too old resource version" in message
+    )
+
+
+def _describe_status(http_status: int, body: bytes) -> str:
+    try:
+        status = json.loads(body)
+    except ValueError:
+        status = None
+    if isinstance(status, dict) and status.get("message"):
+        return f"HTTP {http_status} {status.get('reason') or ''}: {status['message']}".strip()
+    return f"HTTP {http_status}: {body[:200].decode('utf-8', 'replace')}"
+
+
+class KubernetesSource:
+    """Lists then watches Nodes and Pods cluster-wide and feeds every change to a sink.
+
+    Duplicate and stale events are dropped here, before the sink: per object the last
+    resourceVersion seen (and a tombstone for deleted ones, until the next full list) is
+    kept, so any sink sees each version of an object at most once and never goes back.
+    """
+
+    def __init__(
+        self,
+        sink: Sink,
+        *,
+        kubeconfig: str | os.PathLike[str] | None = None,
+        context: str | None = None,
+        settings: WatchSettings | None = None,
+    ) -> None:
+        """``kubeconfig`` None means in-cluster config (the pod's service account)."""
+        self._sink = sink
+        self._kubeconfig = kubeconfig
+        self._context = context
+        self._settings = settings or WatchSettings()
+        self.synced = asyncio.Event()
+        self._listed: set[Kind] = set()
+        self._versions: dict[Kind, dict[str, _Version]] = {kind: {} for kind in KINDS}
+        self._resource_versions: dict[Kind, str | None] = {kind: None for kind in KINDS}
+        self._relists = 0
+        self._retries = 0
+        self._skipped = 0
+        self._failures: dict[Kind, int] = {kind: 0 for kind in KINDS}
+        self._last_error: str | None = None
+        self._last_error_at: float | None = None
+
+    def status(self) -> WatchStatus:
+        return WatchStatus(
+            synced=self.synced.is_set(),
+            relists=self._relists,
+            retries=self._retries,
+            skipped_events=self._skipped,
+            consecutive_failures=max(self._failures.values()),
+            last_error=self._last_error,
+            last_error_at=self._last_error_at,
+            resource_versions=dict(self._resource_versions),
+        )
+
+    async def run(self) -> None:
+        """Keep the sink current until cancelled; raises ConfigError for a bad config."""
+        configuration, loader = await self._load_configuration()
+        async with (
+            kubernetes_asyncio.client.ApiClient(configuration) as api,
+            asyncio.TaskGroup() as group,
+        ):
+            if loader is not None:
+                # Re-runs exec/gcp credential plugins before their tokens expire;
+                # returns at once for static credentials.
+                group.create_task(
+                    kubernetes_asyncio.config.kube_config.refresh_token(
+                        loader, client_configuration=configuration
+                    )
+                )
+            for kind in KINDS:
+                group.create_task(self._follow(api, kind))
+
+    async def _load_configuration(
+        self,
+    ) -> tuple[kubernetes_asyncio.client.Configuration, Any]:
+        configuration = kubernetes_asyncio.client.Configuration()
+        try:
+            if self._kubeconfig is None:
+                kubernetes_asyncio.config.load_incluster_config(  # type: ignore[no-untyped-call]
+                    client_configuration=configuration
+                )
+                return configuration, None
+            loader = await kubernetes_asyncio.config.load_kube_config(
+                config_file=os.fspath(self._kubeconfig),
+                context=self._context,
+                client_configuration=configuration,
+                persist_config=False,
+            )
+            return configuration, loader
+        except (kubernetes_asyncio.config.ConfigException, OSError, ValueError) as exc:
+            where = (
+                "in-cluster config (no service account mounted?)"
+                if self._kubeconfig is None
+                else f"kubeconfig {os.fspath(self._kubeconfig)!r}"
+            )
+            raise errors.ConfigError(
+                f"cannot load {where}: {exc}; pass --kubeconfig PATH to a readable kubeconfig"
+                " or run inside a pod with a service account"
+            ) from exc
+
+    async def _follow(self, api: kubernetes_asyncio.client.ApiClient, kind: Kind) -> None:
+        resource_version: str | None = None  # None: a full list is needed first
+        while True:
+            try:
+                if resource_version is None:
+                    resource_version = await self._list(api, kind)
+                resource_version, progressed = await self._watch(api, kind, resource_version)
+                if progressed:
+                    self._failures[kind] = 0
+                    continue
+                # A stream that ends with nothing in it: reconnect, but never in a hot loop.
+                await asyncio.sleep(self._settings.backoff(self._failures[kind]))
+                self._failures[kind] += 1
+            except _Expired:
+                logger.info("%s: resourceVersion %s expired, re-listing", kind, resource_version)
+                resource_version = None
+                self._relists += 1
+                if self._failures[kind]:
+                    await asyncio.sleep(self._settings.backoff(self._failures[kind]))
+                self._failures[kind] += 1
+            except Exception as exc:  # any transport or server failure: back off, retry
+                self._record_error(kind, exc)
+                await asyncio.sleep(self._settings.backoff(self._failures[kind]))
+                self._failures[kind] += 1
+                self._retries += 1
+
+    def _record_error(self, kind: Kind, exc: BaseException) -> None:
+        text = str(exc) or type(exc).__name__
+        self._last_error = f"{kind}: {text}"
+        self._last_error_at = time.time()
+        logger.warning("%s watch failed: %s", kind, text)
+
+    async def _get(
+        self,
+        api: kubernetes_asyncio.client.ApiClient,
+        *,
+        kind: Kind,
+        query: list[tuple[str, str]],
+        read_timeout_s: float,
+    ) -> Any:
+        # _preload_content=False: the raw aiohttp response, never the generated model
+        # classes, which cost too much time and memory for 150,000 pods.
+        return await api.call_api(
+            _PATHS[kind],
+            "GET",
+            query_params=query,
+            header_params={"Accept": "application/json"},
+            auth_settings=["BearerToken"],
+            _preload_content=False,
+            # rest.py takes a (connect, read) pair; its stub says a 1-tuple.
+            _request_timeout=(  # type: ignore[arg-type]
+                self._settings.connect_timeout_s,
+                read_timeout_s,
+            ),
+        )
+
+    async def _list(self, api: kubernetes_asyncio.client.ApiClient, kind: Kind) -> str:
+        """One complete, paginated list; hands it to the sink and returns its resourceVersion."""
+        objects: list[dict[str, Any]] = []
+        resource_version = ""
+        token: str | None = None
+        while True:
+            query = [("limit", str(self._settings.page_size))]
+            if token:
+                query.append(("continue", token))
+            response = await self._get(
+                api, kind=kind, query=query, read_timeout_s=self._settings.read_timeout_s
+            )
+            try:
+                body: bytes = await response.read()
+                if response.status == 410:
+                    # The continue token outlived etcd compaction: start the list again.
+                    raise _Expired(_describe_status(response.status, body))
+                if response.status != 200:
+                    raise _ApiError(f"list {kind}s: {_describe_status(response.status, body)}")
+            finally:
+                response.release()
+            page = json.loads(body)
+            items = page.get("items") or []
+            objects.extend(item for item in items if isinstance(item, dict))
+            metadata = page.get("metadata") or {}
+            if token is None:
+                # Every page of a paginated list is served from the first page's snapshot.
+                resource_version = str(metadata.get("resourceVersion") or "")
+            token = metadata.get("continue") or None
+            if token is None:
+                break
+
+        versions: dict[str, _Version] = {}
+        for obj in objects:
+            versions[_key_of(obj)] = _Version(_rv_of(obj), deleted=False)
+        self._versions[kind] = versions  # the list is authoritative: tombstones end here
+        self._resource_versions[kind] = resource_version
+        self._sink.replace(kind, objects)
+        first = kind not in self._listed
+        self._listed.add(kind)
+        if not first:
+            logger.info("%s: re-listed %d objects", kind, len(objects))
+        if first and self._listed.issuperset(KINDS):
+            self._sink.mark_synced()
+            self.synced.set()
+        return resource_version
+
+    async def _watch(
+        self, api: kubernetes_asyncio.client.ApiClient, kind: Kind, resource_version: str
+    ) -> tuple[str, bool]:
+        """One watch stream; returns the resourceVersion to resume from and whether any
+        event arrived. Raises _Expired when the server needs a re-list."""
+        query = [
+            ("watch", "true"),
+            ("allowWatchBookmarks", "true"),
+            ("timeoutSeconds", str(self._settings.watch_timeout_s)),
+        ]
+        if resource_version:
+            query.append(("resourceVersion", resource_version))
+        response = await self._get(
+            api,
+            kind=kind,
+            query=query,
+            read_timeout_s=self._settings.watch_timeout_s + self._settings.watch_read_margin_s,
+        )
+        progressed = False
+        failed = False
+        try:
+            if response.status != 200:
+                body: bytes = await response.read()
+                if response.status == 410:
+                    raise _Expired(_describe_status(response.status, body))
+                raise _ApiError(f"watch {kind}s: {_describe_status(response.status, body)}")
+            while True:
+                line: bytes = await response.content.readline()
+                if not line:
+                    break
+                if not line.strip():
+                    continue
+                try:
+                    event = json.loads(line)
+                except ValueError:
+                    # A stream cut in the middle of an event ends with a partial line.
+                    self._record_error(kind, ValueError(f"undecodable watch line {line[:80]!r}"))
+                    failed = True
+                    continue
+                outcome = self._handle_event(kind, event)
+                if outcome is None:
+                    failed = True
+                    continue
+                progressed = True
+                if outcome:
+                    resource_version = self._advance(kind, resource_version, outcome)
+        finally:
+            response.close()
+        return resource_version, progressed and not failed
+
+    def _advance(self, kind: Kind, current: str, candidate: str) -> str:
+        # Never move the watch position backwards where versions are ordered.
+        if current and not _not_older(candidate, current):
+            return current
+        self._resource_versions[kind] = candidate
+        return candidate
+
+    def _handle_event(self, kind: Kind, event: Any) -> str | None:
+        """Apply one watch event; returns its resourceVersion ("" if none), None if not usable."""
+        if not isinstance(event, dict):
+            logger.warning("%s: skipping a watch line that is not an event", kind)
+            return None
+        event_type = event.get("type")
+        obj = event.get("object")
+        if not isinstance(obj, dict):
+            obj = {}
+        if event_type == "ERROR":
+            if _is_expired_status(obj):
+                raise _Expired(str(obj.get("message") or "410 Gone"))
+            self._record_error(
+                kind,
+                _ApiError(
+                    f"watch ERROR event: code {obj.get('code')} {obj.get('reason') or ''}: "
+                    f"{obj.get('message') or ''}"
+                ),
+            )
+            return None
+        rv = _rv_of(obj) or ""
+        if event_type == "BOOKMARK":
+            # A bookmark carries only metadata.resourceVersion: the position to resume from.
+            return rv
+        if event_type not in _EVENT_TYPES:
+            logger.warning("%s: skipping watch event of unknown type %r", kind, event_type)
+            return None
+        self._apply(kind, event_type, obj)
+        return rv
+
+    def _apply(self, kind: Kind, event_type: EventType, obj: dict[str, Any]) -> None:
+        versions = self._versions[kind]
+        key = _key_of(obj)
+        rv = _rv_of(obj)
+        known = versions.get(key)
+        if known is not None and rv is not None and known.resource_version is not None:
+            if event_type == "DELETED":
+                # A DELETED event carries the deletion's version, or (some servers) the last
+                # one: either way not older than what is held. A repeated delete is a duplicate.
+                stale = known.deleted or not _not_older(rv, known.resource_version)
+            else:
+                stale = not _newer(rv, known.resource_version)
+            if stale:
+                self._skipped += 1
+                return
+        elif known is not None and known.deleted and event_type == "DELETED":
+            self._skipped += 1
+            return
+        self._sink.apply(kind, event_type, obj)
+        versions[key] = _Version(rv, deleted=event_type == "DELETED")

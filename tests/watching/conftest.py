@@ -1,0 +1,81 @@
+"""Fixtures for the watch source: kmock's Kubernetes emulator, a kubeconfig, a recording sink."""
+
+from __future__ import annotations
+
+import asyncio
+import pathlib
+from collections.abc import AsyncIterator, Callable
+
+import kmock
+import pytest
+
+from migfit import watching
+
+from .scenery import FAST, RecordingSink
+
+
+@pytest.fixture()
+def server(kmock: kmock.KubernetesEmulator) -> kmock.KubernetesEmulator:
+    kmock.resources["v1/pods"] = {}
+    kmock.resources["v1/nodes"] = {}
+    return kmock
+
+
+@pytest.fixture()
+def kubeconfig(server: kmock.KubernetesEmulator, tmp_path: pathlib.Path) -> pathlib.Path:
+    path = tmp_path / "kubeconfig"
+    path.write_text(
+        f"""
+apiVersion: v1
+kind: Config
+clusters:
+- name: kmock
+  cluster:
+    server: {str(server.url).rstrip('/')}
+users:
+- name: tester
+  user:
+    token: t0k3n
+contexts:
+- name: kmock
+  context:
+    cluster: kmock
+    user: tester
+current-context: kmock
+"""
+    )
+    return path
+
+
+@pytest.fixture()
+def sink() -> RecordingSink:
+    return RecordingSink()
+
+
+@pytest.fixture()
+def settings() -> watching.WatchSettings:
+    return FAST
+
+
+@pytest.fixture()
+def source(
+    sink: RecordingSink, kubeconfig: pathlib.Path, settings: watching.WatchSettings
+) -> watching.KubernetesSource:
+    return watching.KubernetesSource(sink, kubeconfig=kubeconfig, settings=settings)
+
+
+@pytest.fixture()
+async def start(
+    source: watching.KubernetesSource,
+) -> AsyncIterator[Callable[[], asyncio.Task[None]]]:
+    """Start the source once the test has scripted the server; stop it after the test."""
+    tasks: list[asyncio.Task[None]] = []
+
+    def starter() -> asyncio.Task[None]:
+        tasks.append(asyncio.create_task(source.run()))
+        return tasks[-1]
+
+    yield starter
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)

@@ -1,0 +1,131 @@
+"""Scenery for the watch-source tests: a recording sink, API objects, emulator helpers."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+import kmock
+
+from migfit import watching
+
+PODS = kmock.resource("v1", "pods")
+NODES = kmock.resource("v1", "nodes")
+RESOURCES = {"Pod": PODS, "Node": NODES}
+PATHS = {"Pod": "/api/v1/pods", "Node": "/api/v1/nodes"}
+
+# Small enough that every retry in a test costs milliseconds.
+FAST = watching.WatchSettings(backoff_base_s=0.01, backoff_cap_s=0.05, read_timeout_s=5.0)
+
+
+class RecordingSink:
+    """A sink that holds objects by kind and uid, and records every call."""
+
+    def __init__(self) -> None:
+        self.objects: dict[str, dict[str, dict[str, Any]]] = {"Node": {}, "Pod": {}}
+        self.calls: list[tuple[str, ...]] = []
+        self.applied: list[tuple[str, str, str, str | None]] = []
+
+    def replace(self, kind: watching.Kind, objects: list[dict[str, Any]]) -> None:
+        self.calls.append(("replace", kind))
+        self.objects[kind] = {obj["metadata"]["uid"]: obj for obj in objects}
+
+    def apply(
+        self, kind: watching.Kind, event_type: watching.EventType, obj: dict[str, Any]
+    ) -> None:
+        self.calls.append(("apply", kind, event_type))
+        meta = obj["metadata"]
+        self.applied.append((kind, event_type, meta["name"], meta.get("resourceVersion")))
+        if event_type == "DELETED":
+            self.objects[kind].pop(meta["uid"], None)
+        else:
+            self.objects[kind][meta["uid"]] = obj
+
+    def mark_synced(self) -> None:
+        self.calls.append(("mark_synced",))
+
+    def replaces(self, kind: str) -> int:
+        return self.calls.count(("replace", kind))
+
+
+def pod(name: str, rv: str, *, namespace: str = "default", **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "uid": f"uid-{namespace}-{name}",
+            "resourceVersion": rv,
+        },
+        "spec": spec,
+    }
+
+
+def node(name: str, rv: str, **status: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "uid": f"uid-node-{name}", "resourceVersion": rv},
+        "status": status,
+    }
+
+
+def store(server: kmock.KubernetesEmulator, obj: dict[str, Any]) -> None:
+    """Put an object into the emulator silently: no watch event is sent for it."""
+    meta = obj["metadata"]
+    server.objects[RESOURCES[obj["kind"]], meta.get("namespace"), meta["name"]] = obj
+
+
+def forget(server: kmock.KubernetesEmulator, obj: dict[str, Any]) -> None:
+    """Delete an object from the emulator silently: no watch event is sent for it."""
+    meta = obj["metadata"]
+    server.objects[RESOURCES[obj["kind"]], meta.get("namespace"), meta["name"]].delete()
+
+
+def event(event_type: str, obj: dict[str, Any]) -> dict[str, Any]:
+    return {"type": event_type, "object": obj}
+
+
+def bookmark(rv: str, kind: str = "Pod") -> dict[str, Any]:
+    return {
+        "type": "BOOKMARK",
+        "object": {"kind": kind, "apiVersion": "v1", "metadata": {"resourceVersion": rv}},
+    }
+
+
+def status(code: int, reason: str, message: str) -> dict[str, Any]:
+    return {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "code": code,
+        "reason": reason,
+        "message": message,
+    }
+
+
+async def fresh(server: kmock.KubernetesEmulator, kind: str) -> dict[str, dict[str, Any]]:
+    """What a fresh list from the API server returns, by uid."""
+    response = await server.get(PATHS[kind])
+    assert response.status == 200
+    body = await response.json()
+    return {obj["metadata"]["uid"]: obj for obj in body["items"]}
+
+
+async def assert_matches_fresh_lists(
+    server: kmock.KubernetesEmulator, sink: RecordingSink
+) -> None:
+    assert sink.objects["Node"] == await fresh(server, "Node")
+    assert sink.objects["Pod"] == await fresh(server, "Pod")
+
+
+async def until(predicate: Callable[[], object], *, limit_s: float = 5.0) -> None:
+    """Wait for a condition the source reaches on its own; the limit only guards a hang."""
+    async with asyncio.timeout(limit_s):
+        while not predicate():
+            await asyncio.sleep(0.002)
+
+

@@ -54,8 +54,8 @@ class WatchSettings:
     connect_timeout_s: float = 10.0
     read_timeout_s: float = 60.0
     """Longest silence on a list response before the request is abandoned."""
-    watch_read_margin_s: float = 30.0
-    """Silence beyond ``watch_timeout_s`` after which a watch stream counts as dropped."""
+    watch_read_timeout_s: float | None = None
+    """Silence after which a watch stream counts as dropped; None: ``watch_timeout_s`` + 30."""
     backoff_base_s: float = 0.5
     backoff_cap_s: float = 30.0
 
@@ -365,7 +365,11 @@ class KubernetesSource:
             api,
             kind=kind,
             query=query,
-            read_timeout_s=self._settings.watch_timeout_s + self._settings.watch_read_margin_s,
+            read_timeout_s=(
+                self._settings.watch_read_timeout_s
+                if self._settings.watch_read_timeout_s is not None
+                else self._settings.watch_timeout_s + 30.0
+            ),
         )
         progressed = False
         failed = False

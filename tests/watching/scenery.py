@@ -129,3 +129,11 @@ async def until(predicate: Callable[[], object], *, limit_s: float = 5.0) -> Non
             await asyncio.sleep(0.002)
 
 
+
+Start = Callable[[], asyncio.Task[None]]
+
+
+async def watching_live(source: watching.KubernetesSource, *, replayed: int) -> None:
+    """Wait until both live watches are open: the emulator replays every stored object as
+    ADDED when a watch starts, and the source drops each replay as a duplicate."""
+    await until(lambda: source.status().skipped_events >= replayed)

@@ -1,0 +1,228 @@
+"""The MIG catalog: built-in models, product-label resolution, and strict override files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from migfit import errors, profiles
+
+MODEL_IDS = ["A100-40GB", "A100-80GB", "A30-24GB", "H100-80GB", "H100-94GB", "H100-96GB",
+             "H200-141GB", "GH200-144GB", "B200-180GB"]
+
+
+def test_builtin_has_every_model_of_the_issue() -> None:
+    assert sorted(m.id for m in profiles.builtin().models) == sorted(MODEL_IDS)
+
+
+def test_profiles_are_ordered_smallest_first() -> None:
+    for model in profiles.builtin().models:
+        keys = [profiles.profile_order(p) for p in model.profiles]
+        assert keys == sorted(keys), model.id
+
+
+@pytest.mark.parametrize(("product", "memory", "expected"), [
+    ("NVIDIA-A100-SXM4-80GB", 81920, "A100-80GB"),
+    ("NVIDIA-A100-SXM4-80GB", None, "A100-80GB"),
+    ("NVIDIA-A100-80GB-PCIe", 81920, "A100-80GB"),
+    ("A100-SXM4-40GB", 40960, "A100-40GB"),
+    ("NVIDIA-A100-PCIE-40GB", None, "A100-40GB"),
+    ("NVIDIA-H100-80GB-HBM3", 81559, "H100-80GB"),
+    ("NVIDIA-H100-NVL", 95830, "H100-94GB"),
+    ("NVIDIA-H200", 143771, "H200-141GB"),
+    ("NVIDIA-A30", 24576, "A30-24GB"),
+    # Single strategy: the profile is appended and gpu.memory is the size of one MIG device.
+    ("A100-SXM4-40GB-MIG-1g.5gb", 4864, "A100-40GB"),
+    ("NVIDIA-A100-SXM4-80GB-MIG-1g.10gb", 9728, "A100-80GB"),
+    # A label without a size: gpu.memory decides.
+    ("NVIDIA-A100-SXM4", 81920, "A100-80GB"),
+    ("NVIDIA-A100-SXM4", 40960, "A100-40GB"),
+    ("NVIDIA-GH200", 146432, "GH200-144GB"),
+])
+def test_resolve_product_labels(product: str, memory: int | None, expected: str) -> None:
+    assert profiles.builtin().resolve(product, memory).id == expected
+
+
+def test_ambiguous_product_without_memory_is_an_error_naming_the_candidates() -> None:
+    with pytest.raises(errors.UnknownModelError) as info:
+        profiles.builtin().resolve("NVIDIA-A100-SXM4")
+    assert "A100-40GB" in str(info.value) and "A100-80GB" in str(info.value)
+    assert "gpu.memory" in str(info.value)
+
+
+def test_ambiguous_product_with_a_memory_matching_neither_is_an_error() -> None:
+    with pytest.raises(errors.UnknownModelError):
+        profiles.builtin().resolve("NVIDIA-A100-SXM4", 60000)
+
+
+@pytest.mark.parametrize("product", ["Tesla-T4", "NVIDIA-GeForce-RTX-4090", "NVIDIA-L40S", ""])
+def test_unknown_product_is_an_error_not_a_guess(product: str) -> None:
+    with pytest.raises(errors.UnknownModelError) as info:
+        profiles.builtin().resolve(product, 81920)
+    assert "--catalog" in str(info.value)
+
+
+@pytest.mark.parametrize(("name", "expected"), [
+    ("A100-80GB", "A100-80GB"), ("a100-80gb", "A100-80GB"), ("NVIDIA-H100-NVL", "H100-94GB"),
+    ("NVIDIA-A100-80GB-PCIe", "A100-80GB"), ("A30-24GB", "A30-24GB"),
+])
+def test_get_accepts_ids_and_product_aliases(name: str, expected: str) -> None:
+    assert profiles.builtin().get(name).id == expected
+
+
+def test_get_unknown_lists_known_models() -> None:
+    with pytest.raises(errors.UnknownModelError) as info:
+        profiles.builtin().get("T4")
+    assert all(mid in str(info.value) for mid in MODEL_IDS)
+
+
+def test_same_name_is_a_different_profile_on_a100_40gb() -> None:
+    small = profiles.builtin().get("A100-40GB").profile("1g.10gb")
+    large = profiles.builtin().get("A100-80GB").profile("1g.10gb")
+    assert (small.memory_slices, small.starts, small.max_instances) == (2, (0, 2, 4, 6), 4)
+    assert small.gi_profile_id == 15
+    assert (large.memory_slices, large.max_instances, large.gi_profile_id) == (1, 7, 19)
+    assert large.memory_mib == 9728  # nominal 10gb, usable 9728 MiB (GFD label)
+
+
+def test_profile_fields_and_resource_name() -> None:
+    p = profiles.builtin().get("A100-80GB").profile("3g.40gb")
+    assert p.resource == "nvidia.com/mig-3g.40gb"
+    assert (p.compute_slices, p.memory_slices, p.size, p.starts) == (3, 4, 4, (0, 4))
+    assert not p.media and not p.provisional
+    assert profiles.builtin().get("A100-80GB").profile("1g.10gb+me").media
+
+
+def test_unknown_profile_names_the_valid_ones() -> None:
+    with pytest.raises(errors.UsageError) as info:
+        profiles.builtin().get("A100-80GB").profile("1g.5gb")
+    assert "1g.10gb" in str(info.value)
+
+
+def test_provisional_flags_follow_the_reference() -> None:
+    cat = profiles.builtin()
+    assert cat.get("A100-80GB").profile("1g.20gb").provisional
+    assert not cat.get("A100-80GB").profile("1g.10gb").provisional
+    assert not any(p.provisional for p in cat.get("A100-40GB").profiles)
+    assert cat.get("A30-24GB").profile("2g.12gb+me").provisional
+    assert cat.get("A30-24GB").profile("2g.12gb+me").gi_profile_id is None
+    for mid in ("B200-180GB", "H100-96GB", "GH200-144GB"):
+        assert cat.get(mid).provisional
+        assert all(p.provisional for p in cat.get(mid).profiles)
+    h200 = cat.get("H200-141GB")
+    assert not h200.profile("1g.18gb").provisional and h200.profile("1g.18gb").memory_mib == 16384
+    assert h200.profile("3g.71gb").provisional
+
+
+def test_resource_names_cover_every_profile() -> None:
+    names = profiles.builtin().resource_names()
+    assert "nvidia.com/mig-1g.10gb" in names and "nvidia.com/mig-7g.180gb" in names
+    assert names == sorted(set(names))
+
+
+@pytest.mark.parametrize(("resource", "expected"), [
+    ("nvidia.com/mig-1g.10gb", "1g.10gb"), ("nvidia.com/gpu", None), ("cpu", None),
+])
+def test_parse_resource(resource: str, expected: str | None) -> None:
+    assert profiles.parse_resource(resource) == expected
+
+
+# ---------------------------------------------------------------- override files
+
+A800 = """\
+version: v1
+models:
+- id: A800-80GB
+  memory_slices: 8
+  compute_slices: 7
+  memory_mib: 81920
+  products: ['A800(-SXM4|-PCIE)?-80GB']
+  profiles:
+  - name: 1g.10gb
+    compute_slices: 1
+    memory_slices: 1
+    memory_mib: 9728
+    max_instances: 7
+    starts: [0, 1, 2, 3, 4, 5, 6]
+  - name: 7g.80gb
+    id: 0
+    compute_slices: 7
+    memory_slices: 8
+    memory_mib: 80896
+    max_instances: 1
+    starts: [0]
+"""
+
+A100_OVERRIDE = """\
+version: v1
+models:
+- id: A100-80GB
+  memory_slices: 8
+  compute_slices: 7
+  memory_mib: 81920
+  products: ['A100(-SXM4|-PCIE)?-80GB(-PCIE)?']
+  profiles:
+  - name: 1g.10gb
+    id: 19
+    compute_slices: 1
+    memory_slices: 1
+    memory_mib: 9856
+    max_instances: 7
+    starts: [0, 1, 2, 3, 4, 5, 6]
+"""
+
+
+def _write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "catalog.yaml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_override_file_adds_a_model(tmp_path: Path) -> None:
+    cat = profiles.load(_write(tmp_path, A800))
+    model = cat.get("NVIDIA-A800-SXM4-80GB")
+    assert model.id == "A800-80GB"
+    assert [p.name for p in model.profiles] == ["1g.10gb", "7g.80gb"]
+    assert model.profile("1g.10gb").gi_profile_id is None
+    assert cat.get("A100-80GB") is profiles.builtin().get("A100-80GB")  # the others stay
+    assert len(cat.models) == len(MODEL_IDS) + 1
+
+
+def test_override_file_replaces_a_model_and_leaves_builtin_alone(tmp_path: Path) -> None:
+    cat = profiles.load(_write(tmp_path, A100_OVERRIDE))
+    model = cat.get("A100-80GB")
+    assert model.profile("1g.10gb").memory_mib == 9856
+    assert not model.has_profile("3g.40gb")
+    assert profiles.builtin().get("A100-80GB").profile("1g.10gb").memory_mib == 9728
+    assert len(cat.models) == len(MODEL_IDS)
+
+
+def test_load_without_a_path_is_the_builtin() -> None:
+    assert profiles.load() is profiles.builtin()
+
+
+@pytest.mark.parametrize(("text", "needle"), [
+    (A800.replace("  memory_mib: 81920\n", "  memory_mib: 81920\n  colour: green\n"), "colour"),
+    (A800.replace("    max_instances: 1\n", "    max_instances: 1\n    weight: 3\n"), "weight"),
+    (A800.replace("starts: [0]", "starts: [1]"), "start 1"),
+    (A800.replace("starts: [0, 1, 2, 3, 4, 5, 6]", "starts: [0, 8]"), "start 8"),
+    (A800.replace("starts: [0, 1, 2, 3, 4, 5, 6]", "starts: [-1]"), "start -1"),
+    (A800.replace("version: v1", "version: v2"), "v2"),
+    (A800.replace("name: 7g.80gb", "name: 7g.80GB"), "7g.80GB"),
+    (A800.replace("name: 7g.80gb", "name: 6g.80gb"), "6g"),
+    (A800.replace("max_instances: 7", "max_instances: '7'"), "max_instances"),
+    ("models: [", "YAML"),
+])
+def test_override_file_is_validated_strictly(tmp_path: Path, text: str, needle: str) -> None:
+    path = _write(tmp_path, text)
+    with pytest.raises(errors.ConfigError) as info:
+        profiles.load(path)
+    message = str(info.value)
+    assert needle in message
+    assert str(path) in message
+
+
+def test_override_file_missing_is_a_config_error(tmp_path: Path) -> None:
+    with pytest.raises(errors.ConfigError, match="cannot read"):
+        profiles.load(tmp_path / "nope.yaml")

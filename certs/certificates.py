@@ -183,25 +183,71 @@ def issue_serving(
     past the CA's own ``not_valid_after``: it is cut there, since no client would accept it
     beyond that point anyway.
     """
-    _check_days(days)
     if not sans:
         raise errors.UsageError("a serving certificate needs at least one SAN")
+    names = list(dict.fromkeys(normalize_san(s) for s in sans))
+    general: list[x509.GeneralName] = []
+    for n in names:
+        if _is_ip(n):
+            general.append(x509.IPAddress(ipaddress.ip_address(n)))
+        else:
+            general.append(x509.DNSName(n))
+    dns = [n for n in names if not _is_ip(n)]
+    return _issue_leaf(
+        ca=ca,
+        common_name=(dns or names)[0],
+        sans=general,
+        usage=ExtendedKeyUsageOID.SERVER_AUTH,
+        days=days,
+        key_type=key_type,
+        rsa_bits=rsa_bits,
+        now=now,
+    )
+
+
+def issue_client(
+    *,
+    ca: Issued,
+    common_name: str,
+    days: int = DEFAULT_SERVING_DAYS,
+    key_type: KeyType = "ecdsa",
+    rsa_bits: int = 2048,
+    now: datetime.datetime | None = None,
+) -> Issued:
+    """A client certificate (clientAuth) for ``common_name``, signed by ``ca``: what a server
+    started with a client CA (``reloading.server_context(client_ca=...)``) accepts."""
+    if not common_name:
+        raise errors.UsageError("a client certificate needs a common name")
+    return _issue_leaf(
+        ca=ca,
+        common_name=common_name,
+        sans=[],
+        usage=ExtendedKeyUsageOID.CLIENT_AUTH,
+        days=days,
+        key_type=key_type,
+        rsa_bits=rsa_bits,
+        now=now,
+    )
+
+
+def _issue_leaf(
+    *,
+    ca: Issued,
+    common_name: str,
+    sans: list[x509.GeneralName],
+    usage: x509.ObjectIdentifier,
+    days: int,
+    key_type: KeyType,
+    rsa_bits: int,
+    now: datetime.datetime | None,
+) -> Issued:
+    _check_days(days)
     ca_cert = load_certificate(ca.cert_pem)
     ca_key = load_private_key(ca.key_pem)
     if not _is_ca(ca_cert):
         raise errors.UsageError("the issuing certificate is not a CA (basicConstraints CA:false)")
     if ca_cert.public_key() != ca_key.public_key():
         raise errors.UsageError("the CA key does not belong to the CA certificate")
-    names = [normalize_san(s) for s in sans]
-    general: list[x509.GeneralName] = []
-    for n in dict.fromkeys(names):
-        try:
-            general.append(x509.IPAddress(ipaddress.ip_address(n)))
-        except ValueError:
-            general.append(x509.DNSName(n))
-    dns = [n for n in names if not _is_ip(n)]
-    common_name = (dns or names)[0]
-
     key = generate_key(key_type=key_type, rsa_bits=rsa_bits)
     start = (now or _utcnow()) - _BACKDATE
     end = min(start + datetime.timedelta(days=days), ca_cert.not_valid_after_utc)
@@ -209,7 +255,7 @@ def issue_serving(
         raise errors.UsageError("the CA has expired: create a new CA (rotate --new-ca)")
     is_rsa = isinstance(key, rsa.RSAPrivateKey)
     ca_ski = ca_cert.extensions.get_extension_for_class(x509.SubjectKeyIdentifier).value
-    cert = (
+    builder = (
         x509.CertificateBuilder()
         .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name[:64])]))
         .issuer_name(ca_cert.subject)
@@ -233,14 +279,15 @@ def issue_serving(
             ),
             critical=True,
         )
-        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-        .add_extension(x509.SubjectAlternativeName(general), critical=False)
+        .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
         .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
         .add_extension(
             x509.AuthorityKeyIdentifier.from_issuer_subject_key_identifier(ca_ski), critical=False
         )
-        .sign(ca_key, hashes.SHA256())
     )
+    if sans:
+        builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
+    cert = builder.sign(ca_key, hashes.SHA256())
     return Issued(cert_pem=_cert_pem(cert), key_pem=_key_pem(key))
 
 

@@ -1,0 +1,252 @@
+"""certs.reloading.CertificateReloader under a running asyncio TLS server."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import shutil
+import ssl
+from pathlib import Path
+
+import pytest
+from certs_tls import client_context, connect, serial_of, served_serial, tls_server
+from prometheus_client import CollectorRegistry, generate_latest
+
+from certs import certificates, metrics, reloading, store
+from migfit import errors
+
+HOST = "migfit-webhook.migfit-system.svc"
+
+
+def reloader_for(cert_dir: Path, **kwargs: object) -> reloading.CertificateReloader:
+    paths = store.CertificateDir(cert_dir)
+    return reloading.CertificateReloader(
+        cert_file=paths.tls_cert,
+        key_file=paths.tls_key,
+        **kwargs,  # type: ignore[arg-type]
+    )
+
+
+def assert_no_secrets_logged(text: str, *pems: bytes) -> None:
+    assert "PRIVATE KEY" not in text
+    assert "BEGIN CERTIFICATE" not in text
+    for pem in pems:
+        for line in pem.decode().splitlines()[1:-1]:
+            assert line not in text
+
+
+async def test_new_connections_get_the_new_certificate_open_ones_keep_working(
+    cert_dir: Path,
+) -> None:
+    paths = store.CertificateDir(cert_dir)
+    reloader = reloader_for(cert_dir)
+    context = reloader.context
+    client = client_context(cafile=paths.ca_bundle)
+    old_serial = serial_of(paths.tls_cert)
+    async with tls_server(context) as port:
+        assert await served_serial(port, client, HOST) == old_serial
+        still_open = await connect(port, client, HOST)
+        assert reloader.check_once() is False  # nothing changed yet
+
+        store.rotate(cert_dir)
+        new_serial = serial_of(paths.tls_cert)
+        assert new_serial != old_serial
+        assert reloader.check_once() is True
+        assert reloader.context is context
+        assert reloader.reloads == 1
+
+        assert await served_serial(port, client, HOST) == new_serial
+        assert await still_open.echo(b"still here\n") == b"still here\n"
+        assert still_open.serial == old_serial
+        await still_open.close()
+        assert reloader.check_once() is False
+
+
+def write_secret_volume(root: Path, files: dict[str, bytes], generation: int) -> None:
+    """What kubelet does for a Secret volume: files in a timestamped directory, ``..data``
+    pointing at it (swapped by an atomic rename), and each key a symlink through ``..data``."""
+    root.mkdir(exist_ok=True)
+    target = root / f"..2024_01_01_00_00_0{generation}.000000000"
+    target.mkdir()
+    for name, data in files.items():
+        (target / name).write_bytes(data)
+    tmp = root / "..data_tmp"
+    tmp.symlink_to(target.name)
+    os.replace(tmp, root / "..data")
+    for name in files:
+        link = root / name
+        if not link.is_symlink():
+            link.symlink_to(f"..data/{name}")
+    for old in root.glob("..2024_*"):
+        if old != target:
+            shutil.rmtree(old)
+
+
+async def test_a_secret_volume_symlink_swap_is_picked_up(cert_dir: Path, tmp_path: Path) -> None:
+    paths = store.CertificateDir(cert_dir)
+    volume = tmp_path / "volume"
+
+    def publish(generation: int) -> None:
+        write_secret_volume(
+            volume,
+            {
+                "tls.crt": paths.tls_cert.read_bytes(),
+                "tls.key": paths.tls_key.read_bytes(),
+                "ca.crt": paths.ca_cert.read_bytes(),
+            },
+            generation,
+        )
+
+    publish(1)
+    reloader = reloading.CertificateReloader(
+        cert_file=volume / "tls.crt", key_file=volume / "tls.key"
+    )
+    client = client_context(cafile=paths.ca_bundle)
+    async with tls_server(reloader.context) as port:
+        first = await served_serial(port, client, HOST)
+        store.rotate(cert_dir, new_ca=True)
+        client = client_context(cafile=paths.ca_bundle)  # trusts both CAs
+        publish(2)
+        assert reloader.check_once() is True
+        second = await served_serial(port, client, HOST)
+        assert second == serial_of(paths.tls_cert) != first
+
+
+async def test_a_broken_or_half_written_file_keeps_the_old_certificate(
+    cert_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    paths = store.CertificateDir(cert_dir)
+    reloader = reloader_for(cert_dir)
+    client = client_context(cafile=paths.ca_bundle)
+    old_serial = serial_of(paths.tls_cert)
+    old_key = paths.tls_key.read_bytes()
+    store.rotate(cert_dir)
+    new_cert, new_key = paths.tls_cert.read_bytes(), paths.tls_key.read_bytes()
+    caplog.set_level(logging.INFO, logger="certs.reloading")
+    async with tls_server(reloader.context) as port:
+        # Half a certificate (a writer that does not rename).
+        paths.tls_cert.write_bytes(new_cert[: len(new_cert) // 2])
+        assert reloader.check_once() is False
+        assert await served_serial(port, client, HOST) == old_serial
+        # Not PEM at all.
+        paths.tls_cert.write_bytes(b"garbage\n")
+        assert reloader.check_once() is False
+        assert await served_serial(port, client, HOST) == old_serial
+        # The new certificate with the old key: they do not belong together.
+        paths.tls_cert.write_bytes(new_cert)
+        paths.tls_key.write_bytes(old_key)
+        assert reloader.check_once() is False
+        assert await served_serial(port, client, HOST) == old_serial
+        # The same broken content warns only once.
+        warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+        assert len(warnings) == 3
+        assert reloader.check_once() is False
+        assert len([r for r in caplog.records if r.levelno == logging.WARNING]) == 3
+        assert "does not belong" in warnings[-1].getMessage()
+        assert str(paths.tls_cert) in warnings[-1].getMessage()
+
+        # The complete pair arrives: it is loaded.
+        paths.tls_key.write_bytes(new_key)
+        assert reloader.check_once() is True
+        assert await served_serial(port, client, HOST) == serial_of(paths.tls_cert)
+    assert_no_secrets_logged(caplog.text, new_cert, new_key, old_key)
+
+
+async def test_missing_files_keep_serving_and_their_return_is_no_reload(
+    cert_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    paths = store.CertificateDir(cert_dir)
+    reloader = reloader_for(cert_dir)
+    key = paths.tls_key.read_bytes()
+    paths.tls_key.unlink()
+    with caplog.at_level(logging.WARNING, logger="certs.reloading"):
+        assert reloader.check_once() is False
+    assert "cannot be read" in caplog.text
+    client = client_context(cafile=paths.ca_bundle)
+    async with tls_server(reloader.context) as port:
+        await served_serial(port, client, HOST)
+    paths.tls_key.write_bytes(key)
+    assert reloader.check_once() is False
+    assert reloader.reloads == 0
+
+
+async def test_run_polls_in_the_background_until_cancelled(cert_dir: Path) -> None:
+    paths = store.CertificateDir(cert_dir)
+    reloaded = asyncio.Event()
+    reloader = reloader_for(cert_dir, on_reload=reloaded.set)
+    task = asyncio.create_task(reloader.run(interval=0.02))
+    try:
+        client = client_context(cafile=paths.ca_bundle)
+        async with tls_server(reloader.context) as port:
+            store.rotate(cert_dir)
+            await asyncio.wait_for(reloaded.wait(), timeout=30)
+            assert await served_serial(port, client, HOST) == serial_of(paths.tls_cert)
+    finally:
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+
+async def test_run_refuses_a_non_positive_interval(cert_dir: Path) -> None:
+    with pytest.raises(errors.UsageError, match="positive"):
+        await reloader_for(cert_dir).run(interval=0)
+
+
+def test_expiry_follows_the_served_certificate(cert_dir: Path) -> None:
+    paths = store.CertificateDir(cert_dir)
+    reloader = reloader_for(cert_dir)
+    expected = certificates.not_valid_after(paths.tls_cert.read_bytes())
+    assert reloader.not_valid_after == expected
+    assert reloader.expiry_timestamp() == expected.timestamp()
+    store.rotate(cert_dir, days=7)
+    assert reloader.check_once()
+    assert (
+        reloader.expiry_timestamp()
+        == certificates.not_valid_after(paths.tls_cert.read_bytes()).timestamp()
+    )
+
+
+def test_the_expiry_gauge_reads_the_reloader_at_scrape_time(cert_dir: Path) -> None:
+    reloader = reloader_for(cert_dir)
+    registry = CollectorRegistry()
+    metrics.register(registry, server="webhook", source=reloader)
+    value = registry.get_sample_value(metrics.METRIC, {"server": "webhook"})
+    assert value == reloader.expiry_timestamp()
+    store.rotate(cert_dir, days=3)
+    reloader.check_once()
+    assert registry.get_sample_value(metrics.METRIC, {"server": "webhook"}) == (
+        reloader.expiry_timestamp()
+    )
+    assert b"# TYPE migfit_certificate_expiry_timestamp_seconds gauge" in generate_latest(registry)
+
+
+def test_a_pair_that_does_not_load_at_start_is_a_config_error(cert_dir: Path) -> None:
+    (cert_dir / store.TLS_CERT).write_bytes(b"not a certificate")
+    with pytest.raises(errors.ConfigError, match="cannot load TLS certificate") as info:
+        reloader_for(cert_dir)
+    assert str(cert_dir / store.TLS_CERT) in str(info.value)
+
+
+async def test_client_verification_survives_a_reload(cert_dir: Path, tmp_path: Path) -> None:
+    client_ca = certificates.create_ca(common_name="client CA")
+    (tmp_path / "client-ca.crt").write_bytes(client_ca.cert_pem)
+    pair = certificates.issue_client(ca=client_ca, common_name="kube-scheduler")
+    (tmp_path / "c.crt").write_bytes(pair.cert_pem)
+    (tmp_path / "c.key").write_bytes(pair.key_pem)
+    reloader = reloader_for(cert_dir, client_ca=tmp_path / "client-ca.crt")
+    assert reloader.context.verify_mode == ssl.CERT_REQUIRED
+    store.rotate(cert_dir)
+    assert reloader.check_once() is True
+    assert reloader.context.verify_mode == ssl.CERT_REQUIRED
+    client = client_context(cafile=cert_dir / store.CA_BUNDLE)
+    client.load_cert_chain(tmp_path / "c.crt", tmp_path / "c.key")
+    async with tls_server(reloader.context) as port:
+        assert await served_serial(port, client, HOST) == serial_of(cert_dir / store.TLS_CERT)
+
+
+def test_a_given_context_is_the_one_loaded(cert_dir: Path) -> None:
+    context = reloading.new_server_context()
+    reloader = reloader_for(cert_dir, context=context)
+    assert reloader.context is context
+    assert context.minimum_version == ssl.TLSVersion.TLSv1_2

@@ -58,10 +58,20 @@ def settings() -> watching.WatchSettings:
 
 
 @pytest.fixture()
+def context() -> str | None:
+    return None
+
+
+@pytest.fixture()
 def source(
-    sink: RecordingSink, kubeconfig: pathlib.Path, settings: watching.WatchSettings
+    sink: RecordingSink,
+    kubeconfig: pathlib.Path,
+    context: str | None,
+    settings: watching.WatchSettings,
 ) -> watching.KubernetesSource:
-    return watching.KubernetesSource(sink, kubeconfig=kubeconfig, settings=settings)
+    return watching.KubernetesSource(
+        sink, kubeconfig=kubeconfig, context=context, settings=settings
+    )
 
 
 @pytest.fixture()

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import kmock
+import pytest
 
 from .scenery import (
     NODES,
@@ -75,3 +78,13 @@ async def test_watch_starts_from_the_list_resource_version(server, sink, source,
     assert watch.params["allowWatchBookmarks"] == "true"
     assert watch.params["timeoutSeconds"] == "300"
     assert source.status().resource_versions["Pod"] == "77"
+
+
+async def test_cancelling_run_stops_it(server, sink, source, start) -> None:
+    store(server, pod("a", "5"))
+    task = start()
+    await source.synced.wait()
+
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task

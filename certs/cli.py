@@ -169,8 +169,7 @@ def _rotate(args: argparse.Namespace) -> int:
 
 def _manifests(args: argparse.Namespace) -> int:
     paths = store.CertificateDir(args.out)
-    summary = store.summary(args.out)  # checks the directory is complete
-    del summary
+    store.summary(args.out)  # checks that the directory is complete and consistent
     tls_crt = paths.tls_cert.read_bytes()
     bundle = manifests.ca_bundle(store.read_bundle(args.out))
     if args.only == "ca-bundle":
@@ -191,8 +190,8 @@ def _manifests(args: argparse.Namespace) -> int:
     if args.only == "secret":
         return 0
     out.write(
-        "# caBundle: set MutatingWebhookConfiguration webhooks[].clientConfig.caBundle and\n"
-        "# KubeSchedulerConfiguration extenders[].tlsConfig.caData to this value\n"
+        "# Set MutatingWebhookConfiguration webhooks[].clientConfig.caBundle and\n"
+        "# KubeSchedulerConfiguration extenders[].tlsConfig.caData to this caBundle\n"
         "# (or print it alone with --only ca-bundle):\n"
         f"# caBundle: {bundle}\n"
     )

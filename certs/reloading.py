@@ -105,6 +105,9 @@ class CertificateReloader:
     Create it before the server, pass ``reloader.context`` to the server, then run
     ``await reloader.run(interval)`` as a background task (it never returns; cancel it on
     shutdown). ``check_once()`` does one poll synchronously.
+
+    A changed ``client_ca`` file is re-read too, but OpenSSL can only add CAs to a live
+    context: a CA removed from that file stays trusted until the process restarts.
     """
 
     def __init__(

@@ -77,10 +77,10 @@ def test_rotate_issues_a_new_serving_certificate_from_the_same_ca(cert_dir: Path
 
 
 def test_rotate_keeps_the_key_type_unless_told(tmp_path: Path) -> None:
-    store.init(tmp_path, service="svc", namespace="ns", key_type="rsa", rsa_bits=3072)
+    store.init(tmp_path, service="svc", namespace="ns", key_type="rsa")
     store.rotate(tmp_path)
     key = certificates.load_private_key((tmp_path / store.TLS_KEY).read_bytes())
-    assert certificates.key_type_of(key) == ("rsa", 3072)
+    assert certificates.key_type_of(key) == ("rsa", 2048)
 
 
 def test_rotate_with_new_sans(cert_dir: Path) -> None:

@@ -1,0 +1,204 @@
+"""``migfit certs`` run as a user runs it: the installed command in a subprocess."""
+
+from __future__ import annotations
+
+import base64
+import os
+import shutil
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from certs import certificates, store
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def migfit(*args: str | Path) -> subprocess.CompletedProcess[str]:
+    exe = shutil.which("migfit")
+    command = [exe] if exe else [sys.executable, "-m", "migfit.cli"]
+    env = dict(os.environ)
+    # The editable install may predate the certs package; make the checkout importable.
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    return subprocess.run(
+        [*command, "certs", *map(str, args)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
+    )
+
+
+def one_line_error(done: subprocess.CompletedProcess[str]) -> str:
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    return lines[0]
+
+
+@pytest.fixture
+def out(tmp_path: Path) -> Path:
+    target = tmp_path / "certs"
+    done = migfit(
+        "init",
+        "--service",
+        "migfit-extender",
+        "--namespace",
+        "gpu-system",
+        "--extra-san",
+        "127.0.0.1",
+        "--extra-san",
+        "localhost",
+        "--days",
+        "90",
+        "--out",
+        target,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "migfit-extender.gpu-system.svc.cluster.local" in done.stdout
+    return target
+
+
+def test_init_then_openssl_verifies(out: Path) -> None:
+    paths = store.CertificateDir(out)
+    done = subprocess.run(
+        ["openssl", "verify", "-CAfile", str(paths.ca_cert), str(paths.tls_cert)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert stat.S_IMODE(paths.tls_key.stat().st_mode) == 0o600
+    assert stat.S_IMODE(paths.ca_key.stat().st_mode) == 0o600
+    cert = paths.tls_cert.read_bytes()
+    assert certificates.sans_of(cert)[-2:] == ("127.0.0.1", "localhost")
+    assert (certificates.not_valid_after(cert) - certificates.not_valid_before(cert)).days == 90
+
+
+def test_init_refuses_to_overwrite_and_force_replaces(out: Path) -> None:
+    before = (out / store.CA_CERT).read_bytes()
+    line = one_line_error(migfit("init", "--service", "s", "--namespace", "n", "--out", out))
+    assert "already holds" in line and "--force" in line
+    assert (out / store.CA_CERT).read_bytes() == before
+    done = migfit("init", "--service", "s", "--namespace", "n", "--out", out, "--force")
+    assert done.returncode == 0, done.stderr
+    assert (out / store.CA_CERT).read_bytes() != before
+
+
+def test_init_rsa(tmp_path: Path) -> None:
+    target = tmp_path / "rsa"
+    done = migfit(
+        "init", "--service", "s", "--namespace", "n", "--key-type", "rsa", "--out", target
+    )
+    assert done.returncode == 0, done.stderr
+    key = certificates.load_private_key((target / store.TLS_KEY).read_bytes())
+    assert certificates.key_type_of(key) == ("rsa", 2048)
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (("--service", "Bad_Name", "--namespace", "n"), "not a valid Service name"),
+        (("--service", "s", "--namespace", "n", "--extra-san", "a b"), "neither an IP"),
+        (("--service", "s", "--namespace", "n", "--days", "0"), "positive number of days"),
+    ],
+)
+def test_init_bad_arguments_are_one_line_errors(
+    tmp_path: Path, args: tuple[str, ...], expected: str
+) -> None:
+    line = one_line_error(migfit("init", *args, "--out", tmp_path / "x"))
+    assert expected in line
+    assert not (tmp_path / "x").exists()
+
+
+def test_rotate_without_a_ca_is_a_usage_error(tmp_path: Path) -> None:
+    line = one_line_error(migfit("rotate", "--out", tmp_path / "empty"))
+    assert "no CA certificate" in line and "certs init" in line
+
+
+def test_rotate_and_the_ca_roll(out: Path) -> None:
+    paths = store.CertificateDir(out)
+    serial = paths.tls_cert.read_bytes()
+    done = migfit("rotate", "--out", out)
+    assert done.returncode == 0, done.stderr
+    assert paths.tls_cert.read_bytes() != serial
+    assert certificates.sans_of(paths.tls_cert.read_bytes())[2] == "migfit-extender.gpu-system.svc"
+
+    done = migfit("rotate", "--out", out, "--new-ca")
+    assert done.returncode == 0, done.stderr
+    assert "2 CAs" in done.stdout
+    assert len(certificates.load_certificates(paths.ca_bundle.read_bytes())) == 2
+
+    line = one_line_error(migfit("rotate", "--out", out, "--retire-old-ca", "--extra-san", "x"))
+    assert "--retire-old-ca" in line
+    done = migfit("rotate", "--out", out, "--retire-old-ca")
+    assert done.returncode == 0, done.stderr
+    assert "retired 1 old CA" in done.stdout
+    assert paths.ca_bundle.read_bytes() == paths.ca_cert.read_bytes()
+
+
+def test_new_ca_and_retire_together_are_refused(out: Path) -> None:
+    done = migfit("rotate", "--out", out, "--new-ca", "--retire-old-ca")
+    assert done.returncode == 2
+    assert "not allowed with" in done.stderr
+
+
+def test_rotate_extra_san_adds_to_the_current_ones(out: Path) -> None:
+    done = migfit("rotate", "--out", out, "--extra-san", "10.0.0.7")
+    assert done.returncode == 0, done.stderr
+    sans = certificates.sans_of((out / store.TLS_CERT).read_bytes())
+    assert sans[0] == "migfit-extender" and sans[-1] == "10.0.0.7"
+
+
+def test_manifests_prints_the_tls_secret_and_the_ca_bundle(out: Path) -> None:
+    paths = store.CertificateDir(out)
+    done = migfit("manifests", "--out", out)
+    assert done.returncode == 0, done.stderr
+    secret = yaml.safe_load(done.stdout)
+    assert secret["kind"] == "Secret" and secret["type"] == "kubernetes.io/tls"
+    assert secret["metadata"]["name"] == "migfit-extender-tls"
+    assert secret["metadata"]["namespace"] == "gpu-system"
+    data = {k: base64.b64decode(v) for k, v in secret["data"].items()}
+    assert data == {
+        "tls.crt": paths.tls_cert.read_bytes(),
+        "tls.key": paths.tls_key.read_bytes(),
+        "ca.crt": paths.ca_cert.read_bytes(),
+    }
+    bundle_lines = [ln for ln in done.stdout.splitlines() if ln.startswith("# caBundle: ")]
+    assert len(bundle_lines) == 1
+    assert base64.b64decode(bundle_lines[0].split()[-1]) == paths.ca_bundle.read_bytes()
+
+
+def test_manifests_options(out: Path) -> None:
+    migfit("rotate", "--out", out, "--new-ca")
+    done = migfit("manifests", "--out", out, "--only", "ca-bundle")
+    assert done.returncode == 0, done.stderr
+    bundle = base64.b64decode(done.stdout.strip(), validate=True)
+    assert bundle == (out / store.CA_BUNDLE).read_bytes()
+    assert len(certificates.load_certificates(bundle)) == 2
+
+    done = migfit(
+        "manifests", "--out", out, "--only", "secret", "--secret-name", "x", "--namespace", "y"
+    )
+    assert done.returncode == 0, done.stderr
+    assert "caBundle" not in done.stdout
+    secret = yaml.safe_load(done.stdout)
+    assert secret["metadata"]["name"] == "x" and secret["metadata"]["namespace"] == "y"
+
+
+def test_manifests_of_a_missing_directory_is_a_usage_error(tmp_path: Path) -> None:
+    line = one_line_error(migfit("manifests", "--out", tmp_path / "none"))
+    assert "certs init" in line
+
+
+def test_help_lists_the_actions() -> None:
+    done = migfit("--help")
+    assert done.returncode == 0
+    for action in ("init", "rotate", "manifests"):
+        assert action in done.stdout

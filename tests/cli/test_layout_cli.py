@@ -1,0 +1,163 @@
+"""``migfit layout check`` and ``migfit layout list``, run as the installed command."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from migfit import layouts, profiles
+
+MIGFIT = shutil.which("migfit")
+pytestmark = pytest.mark.skipif(MIGFIT is None, reason="the migfit command is not installed")
+
+
+def migfit(*args: str) -> subprocess.CompletedProcess[str]:
+    assert MIGFIT is not None
+    return subprocess.run([MIGFIT, *args], capture_output=True, text=True, timeout=60,
+                          check=False)
+
+
+@pytest.mark.parametrize(("gpu", "names", "placement"), [
+    ("A100-80GB", ["4g.40gb", "3g.40gb"], "4g.40gb@0 3g.40gb@4"),
+    ("NVIDIA-A100-SXM4-80GB", ["3g.40gb", "2g.20gb", "2g.20gb"],
+     "2g.20gb@0 2g.20gb@2 3g.40gb@4"),
+    ("NVIDIA-A100-80GB-PCIe", ["1g.10gb"] * 7,
+     " ".join(f"1g.10gb@{i}" for i in range(7))),
+    ("A30-24GB", ["2g.12gb", "1g.6gb", "1g.6gb"], "2g.12gb@0 1g.6gb@2 1g.6gb@3"),
+])
+def test_check_valid_exits_0_and_prints_the_placement(
+        gpu: str, names: list[str], placement: str) -> None:
+    out = migfit("layout", "check", "--gpu", gpu, *names)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == placement
+
+
+def test_check_seed_layout() -> None:
+    out = migfit("layout", "check", "--gpu", "A100-80GB",
+                 "3g.40gb", "2g.20gb", "1g.10gb", "1g.10gb")
+    assert out.returncode == 0
+    # 7/7 compute and 8/8 memory slices; the 2g and the 1g share the half the 3g leaves.
+    assert out.stdout.strip() == "2g.20gb@0 1g.10gb@2 1g.10gb@3 3g.40gb@4"
+
+
+@pytest.mark.parametrize(("gpu", "names", "needle"), [
+    ("A100-80GB", ["3g.40gb", "3g.40gb", "1g.10gb"], "9 of 8"),
+    ("A30-24GB", ["2g.12gb", "2g.12gb", "1g.6gb"], "5 of 4"),
+    ("A100-80GB", ["1g.10gb+me", "1g.10gb+me"], "limit of 1"),
+    ("A100-80GB", ["3g.40gb@0", "2g.20gb", "2g.20gb"], "2g.20gb"),
+])
+def test_check_invalid_exits_1_with_the_reason(gpu: str, names: list[str], needle: str) -> None:
+    out = migfit("layout", "check", "--gpu", gpu, *names)
+    assert out.returncode == 1
+    assert needle in out.stdout
+    assert "Traceback" not in out.stdout + out.stderr
+
+
+def test_check_with_a_fixed_instance() -> None:
+    out = migfit("layout", "check", "--gpu", "A100-80GB", "3g.40gb@0", "2g.20gb")
+    assert out.returncode == 0
+    assert out.stdout.strip() == "3g.40gb@0 2g.20gb@4"
+
+
+def test_check_json_valid() -> None:
+    out = migfit("layout", "check", "--gpu", "A100-80GB", "--json", "3g.40gb", "4g.40gb")
+    assert out.returncode == 0
+    assert json.loads(out.stdout) == {
+        "valid": True,
+        "placement": [{"profile": "4g.40gb", "start": 0, "size": 4},
+                      {"profile": "3g.40gb", "start": 4, "size": 4}],
+        "reason": None,
+    }
+
+
+def test_check_json_invalid() -> None:
+    out = migfit("layout", "check", "--gpu", "A100-80GB", "3g.40gb", "3g.40gb", "1g.10gb",
+                 "--json")
+    assert out.returncode == 1
+    doc = json.loads(out.stdout)
+    assert set(doc) == {"valid", "placement", "reason"}
+    assert doc["valid"] is False and doc["placement"] == []
+    assert isinstance(doc["reason"], str) and "9 of 8" in doc["reason"]
+
+
+@pytest.mark.parametrize("args", [
+    ["check", "--gpu", "T4", "1g.10gb"],
+    ["check", "--gpu", "A100-80GB", "1g.5gb"],
+    ["check", "--gpu", "A100-80GB", "--json", "1g.5gb"],
+    ["check", "--gpu", "A100-80GB", "3g.40gb@1"],
+    ["list", "--gpu", "NVIDIA-A100-SXM4"],  # ambiguous without gpu.memory
+    ["list", "--gpu", "A100-80GB", "--catalog", "/nonexistent.yaml"],
+])
+def test_bad_arguments_exit_2_with_one_line(args: list[str]) -> None:
+    out = migfit("layout", *args)
+    assert out.returncode == 2
+    assert out.stdout == ""
+    assert out.stderr.startswith("migfit: error:")
+    assert len(out.stderr.strip().splitlines()) == 1
+    assert "Traceback" not in out.stderr
+
+
+@pytest.mark.parametrize("args", [["layout"], ["layout", "check", "--gpu", "A100-80GB"],
+                                  ["layout", "list"]])
+def test_missing_arguments_exit_2(args: list[str]) -> None:
+    out = migfit(*args)
+    assert out.returncode == 2
+    assert "Traceback" not in out.stderr
+
+
+def test_help() -> None:
+    out = migfit("layout", "--help")
+    assert out.returncode == 0
+    assert "check" in out.stdout and "list" in out.stdout
+
+
+def test_list_json_is_every_layout_as_sorted_names() -> None:
+    out = migfit("layout", "list", "--gpu", "A100-80GB", "--json")
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    assert all(isinstance(lay, list) and lay == sorted(lay) for lay in doc)
+    model = profiles.builtin().get("A100-80GB")
+    expected = {tuple(lay.profile_names()) for lay in layouts.of(model).all}
+    assert {tuple(lay) for lay in doc} == expected and len(doc) == len(expected)
+    assert ["3g.40gb", "4g.40gb"] in doc and ["1g.10gb", "3g.40gb", "3g.40gb"] not in doc
+
+
+def test_list_maximal_json() -> None:
+    out = migfit("layout", "list", "--gpu", "NVIDIA-A30", "--maximal", "--json")
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    model = profiles.builtin().get("A30-24GB")
+    assert sorted(doc) == sorted(lay.profile_names() for lay in layouts.of(model).maximal)
+    assert ["1g.6gb", "1g.6gb", "1g.6gb", "1g.6gb"] in doc
+    assert ["1g.6gb", "1g.6gb"] not in doc
+
+
+def test_list_text_one_layout_per_line_with_a_placement() -> None:
+    out = migfit("layout", "list", "--gpu", "A100-80GB", "--maximal")
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    model = profiles.builtin().get("A100-80GB")
+    assert len(lines) == len(layouts.of(model).maximal)
+    assert any(line.split() == ["3g.40gb", "4g.40gb", "4g.40gb@0", "3g.40gb@4"]
+               for line in lines)
+    assert "maximal layouts" in out.stderr
+
+
+def test_list_with_catalog_override(tmp_path: Path) -> None:
+    path = tmp_path / "extra.yaml"
+    path.write_text(
+        "version: v1\nmodels:\n- id: TOY-2\n  memory_slices: 2\n  compute_slices: 2\n"
+        "  memory_mib: 2048\n  profiles:\n"
+        "  - {name: 1g.1gb, compute_slices: 1, memory_slices: 1, memory_mib: 1000,"
+        " max_instances: 2, starts: [0, 1]}\n"
+        "  - {name: 2g.2gb, compute_slices: 2, memory_slices: 2, memory_mib: 2000,"
+        " max_instances: 1, starts: [0]}\n", encoding="utf-8")
+    out = migfit("layout", "list", "--gpu", "toy-2", "--catalog", str(path), "--json")
+    assert out.returncode == 0, out.stderr
+    assert sorted(json.loads(out.stdout)) == [["1g.1gb"], ["1g.1gb", "1g.1gb"], ["2g.2gb"]]
+    out = migfit("layout", "check", "--gpu", "TOY-2", "--catalog", str(path), "1g.1gb", "2g.2gb")
+    assert out.returncode == 1 and "3 of 2" in out.stdout

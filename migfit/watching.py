@@ -37,7 +37,8 @@ class Sink(Protocol):
         """A complete list of ``kind``: objects the sink holds that are missing are removed."""
 
     def apply(self, kind: Kind, event_type: EventType, obj: dict[str, Any]) -> None:
-        """One change, already filtered: never a duplicate or an older version of an object."""
+        """One change, already filtered: never a repeat of the version the sink holds, and
+        never an older one where versions are integers (etcd)."""
 
     def mark_synced(self) -> None:
         """Called once, after the first complete list of both Nodes and Pods."""
@@ -273,7 +274,7 @@ class KubernetesSource:
                 self._retries += 1
 
     def _record_error(self, kind: Kind, exc: BaseException) -> None:
-        text = str(exc) or type(exc).__name__
+        text = str(exc) if isinstance(exc, _ApiError) else f"{type(exc).__name__}: {exc}"
         self._last_error = f"{kind}: {text}"
         self._last_error_at = time.time()
         logger.warning("%s watch failed: %s", kind, text)

@@ -12,10 +12,13 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import datetime
+import functools
 import logging
 import math
+import sys
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from types import MappingProxyType
 from typing import Any, Literal
 
 from migfit import errors, profiles, quantity
@@ -41,6 +44,8 @@ _KEPT_LABEL_PREFIXES = ("nvidia.com/gpu.", "nvidia.com/mig.", "migfit.io/",
                         "kubernetes.io/hostname")
 REPARTITIONING_STATES = frozenset({"pending", "rebooting"})
 TERMINATED_PHASES = frozenset({"Succeeded", "Failed"})
+# Shared read-only empty mapping: most pods carry no migfit annotation.
+_EMPTY: Mapping[str, str] = MappingProxyType({})
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -79,7 +84,7 @@ class NodeRecord:
         """The extended resource a pod requests for ``profile`` on this node."""
         if self.strategy == "single":
             return profiles.GPU_RESOURCE
-        return profiles.RESOURCE_PREFIX + profile
+        return profiles.resource_name(profile)
 
     @property
     def advertised(self) -> dict[profiles.ProfileName, int]:
@@ -136,6 +141,11 @@ class PodRecord:
     def pending(self) -> bool:
         return self.node is None and self.phase == "Pending" and not self.deleting
 
+    @property
+    def unschedulable(self) -> bool:
+        """The scheduler said so: PodScheduled=False with reason Unschedulable."""
+        return self.unschedulable_since is not None
+
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class NodeState:
@@ -172,12 +182,59 @@ class ProfileStats:
 # ---------------------------------------------------------------- decoding API objects
 
 
-def _count(value: Any) -> int:
-    """An extended-resource count; quantities like "1" or "2k" allowed, rounded up."""
+@functools.lru_cache(maxsize=4096)
+def _count_text(value: str) -> int:
     try:
         return max(0, math.ceil(quantity.parse(value)))
     except errors.QuantityError:
         return 0
+
+
+def _count(value: Any) -> int:
+    """An extended-resource count; quantities like "1" or "2k" allowed, rounded up."""
+    if isinstance(value, str):
+        return _count_text(value)
+    try:
+        return max(0, math.ceil(quantity.parse(value)))
+    except errors.QuantityError:
+        return 0
+
+
+@functools.lru_cache(maxsize=4096)
+def _milli_text(value: str) -> int:
+    return math.ceil(quantity.parse(value) * 1000)
+
+
+@functools.lru_cache(maxsize=4096)
+def _bytes_text(value: str) -> int:
+    return quantity.parse_bytes(value)
+
+
+def _milli(value: Any) -> int:
+    """CPU in millicores; raises QuantityError."""
+    if isinstance(value, str):
+        return _milli_text(value)
+    return math.ceil(quantity.parse(value) * 1000)
+
+
+def _bytes(value: Any) -> int:
+    """Memory in bytes; raises QuantityError."""
+    if isinstance(value, str):
+        return _bytes_text(value)
+    return quantity.parse_bytes(value)
+
+
+def _int_label(value: str | None) -> int | None:
+    """A label holding a non-negative integer (ASCII digits only), else None."""
+    if value and value.isascii() and value.isdigit():
+        return int(value)
+    return None
+
+
+def _intern_map(value: Mapping[str, str]) -> Mapping[str, str]:
+    if not value:
+        return _EMPTY
+    return {sys.intern(k): v for k, v in value.items()}
 
 
 def _timestamp(value: Any) -> float | None:
@@ -217,8 +274,7 @@ def node_from_api(obj: Mapping[str, Any], catalog: profiles.Catalog) -> NodeReco
 
     model: profiles.GpuModel | None = None
     model_error: str | None = None
-    gpu_mem_label = labels.get(LABEL_GPU_MEMORY)
-    gpu_mem = int(gpu_mem_label) if gpu_mem_label and gpu_mem_label.isdigit() else None
+    gpu_mem = _int_label(labels.get(LABEL_GPU_MEMORY))
     if product:
         try:
             model = catalog.resolve(product, gpu_mem)
@@ -248,14 +304,14 @@ def node_from_api(obj: Mapping[str, Any], catalog: profiles.Catalog) -> NodeReco
                 allocatable[profiles.ProfileName(p)] = _count(val)
         whole = _count(alloc_raw.get(profiles.GPU_RESOURCE, 0))
         for key, val in labels.items():
-            if key.startswith("nvidia.com/mig-") and key.endswith(".memory") and val.isdigit():
-                memory[profiles.ProfileName(key[len("nvidia.com/mig-"):-len(".memory")])] = (
-                    int(val))
+            mib = _int_label(val)
+            if key.startswith("nvidia.com/mig-") and key.endswith(".memory") and mib is not None:
+                spelled = key[len("nvidia.com/mig-"):-len(".memory")]
+                memory[profiles.ProfileName(profiles.canonical_profile(spelled))] = mib
     for p in capacity:
         allocatable.setdefault(p, 0)
 
-    count_label = labels.get(LABEL_GPU_COUNT, "")
-    gpu_count = int(count_label) if count_label.isdigit() else 0
+    gpu_count = _int_label(labels.get(LABEL_GPU_COUNT)) or 0
     if strategy == "single" and model is not None and allocatable:
         # Under single, gpu.count is the number of MIG devices (reference/MIG.md 4).
         (pname, devices), = capacity.items() or allocatable.items()
@@ -273,11 +329,9 @@ def node_from_api(obj: Mapping[str, Any], catalog: profiles.Catalog) -> NodeReco
         isinstance(c, dict) and c.get("type") == "Ready" and c.get("status") == "True"
         for c in _list(status.get("conditions"))
     ) or not status.get("conditions")
-    cpu = _dict(status.get("allocatable")).get("cpu", 0)
-    mem = _dict(status.get("allocatable")).get("memory", 0)
     try:
-        cpu_milli = math.ceil(quantity.parse(cpu) * 1000)
-        memory_bytes = quantity.parse_bytes(mem)
+        cpu_milli = _milli(alloc_raw.get("cpu", 0))
+        memory_bytes = _bytes(alloc_raw.get("memory", 0))
     except errors.QuantityError:
         cpu_milli, memory_bytes = 0, 0
     return NodeRecord(
@@ -296,8 +350,8 @@ def node_from_api(obj: Mapping[str, Any], catalog: profiles.Catalog) -> NodeReco
         unschedulable=bool(spec.get("unschedulable", False)),
         taints=taints,
         labels={k: v for k, v in labels.items() if k.startswith(_KEPT_LABEL_PREFIXES)},
-        annotations={k: v for k, v in _str_map(meta.get("annotations")).items()
-                     if k.startswith(ANNOTATION_PREFIX)},
+        annotations=_intern_map({k: v for k, v in _str_map(meta.get("annotations")).items()
+                                 if k.startswith(ANNOTATION_PREFIX)}),
         cpu_milli=cpu_milli,
         memory_bytes=memory_bytes,
         ready=ready,
@@ -334,13 +388,13 @@ def effective_requests(spec: Mapping[str, Any]) -> tuple[
                 n = _count(val)
                 out[res] = n
                 if n:
-                    per_container.append((cname, res, n))
+                    per_container.append((cname, sys.intern(res), n))
             elif res == "cpu":
                 with contextlib.suppress(errors.QuantityError):
-                    out[res] = math.ceil(quantity.parse(val) * 1000)
+                    out[res] = _milli(val)
             elif res == "memory":
                 with contextlib.suppress(errors.QuantityError):
-                    out[res] = quantity.parse_bytes(val)
+                    out[res] = _bytes(val)
         return out
 
     regular: Counter[str] = Counter()
@@ -367,15 +421,31 @@ def effective_requests(spec: Mapping[str, Any]) -> tuple[
         total[res] = max(regular[res] + sidecars[res], init_max[res])
     cpu = total.pop("cpu", 0)
     mem = total.pop("memory", 0)
-    gpu = {r: n for r, n in total.items() if n > 0}
+    gpu = {sys.intern(r): n for r, n in total.items() if n > 0}
     return gpu, tuple(per_container), cpu, mem
+
+
+# Identical request maps are shared between pods (most ask for one instance of a few
+# profiles): 150,000 pods then cost one small dict per distinct request, not per pod.
+_REQUEST_MAPS: dict[tuple[tuple[str, int], ...], Mapping[str, int]] = {}
+
+
+def _shared_requests(requests: dict[str, int]) -> Mapping[str, int]:
+    key = tuple(sorted(requests.items()))
+    shared = _REQUEST_MAPS.get(key)
+    if shared is None:
+        shared = MappingProxyType(requests) if len(_REQUEST_MAPS) < 10_000 else None
+        if shared is None:
+            return requests
+        _REQUEST_MAPS[key] = shared
+    return shared
 
 
 def pod_from_api(obj: Mapping[str, Any]) -> PodRecord | None:
     """Decode a Pod; None for pods migfit has no interest in (no GPU request, no annotation)."""
     meta = _dict(obj.get("metadata"))
-    annotations = {k: v for k, v in _str_map(meta.get("annotations")).items()
-                   if k.startswith(ANNOTATION_PREFIX)}
+    annotations = _intern_map({k: v for k, v in _str_map(meta.get("annotations")).items()
+                               if k.startswith(ANNOTATION_PREFIX)})
     spec = _dict(obj.get("spec"))
     requests, per_container, cpu, mem = effective_requests(spec)
     if not requests and not annotations:
@@ -386,17 +456,17 @@ def pod_from_api(obj: Mapping[str, Any]) -> PodRecord | None:
         if (isinstance(cond, dict) and cond.get("type") == "PodScheduled"
                 and cond.get("status") == "False" and cond.get("reason") == "Unschedulable"):
             since = _timestamp(cond.get("lastTransitionTime")) or 0.0
-    uid = str(meta.get("uid") or f"{meta.get('namespace', '')}/{meta.get('name', '')}")
+    uid = _uid_of(obj)
     node = spec.get("nodeName")
     return PodRecord(
         uid=uid,
-        namespace=str(meta.get("namespace", "default")),
-        name=str(meta.get("name", meta.get("generateName", ""))),
+        namespace=sys.intern(str(meta.get("namespace") or "default")),
+        name=str(meta.get("name") or meta.get("generateName") or ""),
         resource_version=str(meta.get("resourceVersion", "")),
-        node=node if isinstance(node, str) and node else None,
-        phase=str(status.get("phase") or "Pending"),
-        scheduler_name=str(spec.get("schedulerName") or "default-scheduler"),
-        requests=requests,
+        node=sys.intern(node) if isinstance(node, str) and node else None,
+        phase=sys.intern(str(status.get("phase") or "Pending")),
+        scheduler_name=sys.intern(str(spec.get("schedulerName") or "default-scheduler")),
+        requests=_shared_requests(requests),
         container_requests=per_container,
         annotations=annotations,
         unschedulable_since=since,
@@ -426,11 +496,17 @@ class Cluster:
         self._nodes: dict[str, NodeRecord] = {}
         self._states: dict[str, NodeState] = {}
         self._pods: dict[str, PodRecord] = {}
+        self._by_name: dict[tuple[str, str], str] = {}  # (namespace, name) -> uid
         self._pods_on: dict[str, set[str]] = {}  # node -> uids of pods holding instances
         self._used: dict[str, Counter[str]] = {}  # node -> resource -> instances held
         # profile -> node -> free instances (only nodes with >= 1 free, schedulable)
         self._free_index: dict[profiles.ProfileName, dict[str, int]] = {}
         self._stats: dict[tuple[profiles.ModelId, profiles.ProfileName], ProfileStats] = {}
+        # (model, profile) -> usable-memory label value -> nodes reporting it, so that
+        # ProfileStats.memory_mib stays the least value of the nodes present now.
+        self._stat_memory: dict[tuple[profiles.ModelId, profiles.ProfileName],
+                                Counter[int]] = {}
+        self._overcommitted: set[str] = set()  # nodes with used > allocatable somewhere
         self._models: Counter[profiles.ModelId] = Counter()
         self._pending: set[str] = set()  # uids of pending pods with GPU requests
         self.synced = False
@@ -455,10 +531,8 @@ class Cluster:
         return iter(self._pods.values())
 
     def find_pod(self, namespace: str, name: str) -> PodRecord | None:
-        for pod in self._pods.values():
-            if pod.namespace == namespace and pod.name == name:
-                return pod
-        return None
+        uid = self._by_name.get((namespace, name))
+        return None if uid is None else self._pods.get(uid)
 
     def pods_on(self, node: str) -> list[PodRecord]:
         """Pods bound to ``node`` that hold GPU instances there."""
@@ -474,6 +548,10 @@ class Cluster:
     def profile_stats(self) -> Mapping[tuple[profiles.ModelId, profiles.ProfileName],
                                        ProfileStats]:
         return self._stats
+
+    def overcommitted(self) -> list[NodeState]:
+        """Nodes where bound pods hold more instances than the node advertises."""
+        return [self._states[n] for n in sorted(self._overcommitted) if n in self._states]
 
     def models_present(self) -> list[profiles.GpuModel]:
         """GPU models of the nodes, most common first."""
@@ -557,12 +635,19 @@ class Cluster:
         old = self._pods.get(pod.uid)
         if old is not None:
             self._unaccount(old)
+            if (old.namespace, old.name) != (pod.namespace, pod.name):
+                self._by_name.pop((old.namespace, old.name), None)
         self._pods[pod.uid] = pod
+        self._by_name[(pod.namespace, pod.name)] = pod.uid
         self._account(pod)
 
     def _remove_pod(self, uid: str) -> None:
         old = self._pods.pop(uid, None)
         if old is not None:
+            key = (old.namespace, old.name)
+            # A pod re-created under the same name (StatefulSet) has a new uid: keep its entry.
+            if self._by_name.get(key) == uid:
+                del self._by_name[key]
             self._unaccount(old)
 
     def _account(self, pod: PodRecord) -> None:
@@ -603,6 +688,7 @@ class Cluster:
             self._index(old, -1)
         record = self._nodes.get(name)
         if record is None:
+            self._overcommitted.discard(name)
             self._notify(name)
             return
         used_by_res = self._used.get(name, Counter())
@@ -634,6 +720,10 @@ class Cluster:
             repartitioning=repartitioning,
         )
         self._states[name] = state
+        if over:
+            self._overcommitted.add(name)
+        else:
+            self._overcommitted.discard(name)
         self._index(state, +1)
         self._notify(name)
 
@@ -659,10 +749,17 @@ class Cluster:
             stats.allocatable += sign * alloc
             stats.free += sign * f
             mem = record.memory_mib.get(p)
-            if sign > 0 and mem is not None:
-                stats.memory_mib = mem if stats.memory_mib is None else min(stats.memory_mib, mem)
+            if mem is not None:
+                seen = self._stat_memory.setdefault(key, Counter())
+                seen[mem] += sign
+                if seen[mem] <= 0:
+                    del seen[mem]
+                stats.memory_mib = min(seen) if seen else None
+                if not seen:
+                    del self._stat_memory[key]
             if stats.nodes <= 0:
                 del self._stats[key]
+                self._stat_memory.pop(key, None)
 
     def _notify(self, name: str) -> None:
         for listener in self._listeners:

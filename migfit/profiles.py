@@ -50,7 +50,7 @@ class Profile:
     @property
     def resource(self) -> str:
         """The extended resource the device plugin advertises under the mixed strategy."""
-        return RESOURCE_PREFIX + self.name
+        return resource_name(self.name)
 
     @property
     def size(self) -> int:
@@ -322,8 +322,27 @@ def load(path: str | Path | None = None) -> Catalog:
     return catalog if path is None else catalog.with_overrides(path)
 
 
+# Extended-resource names may not contain "+", so the device plugin advertises the media
+# profile 1g.10gb+me as nvidia.com/mig-1g.10gb.me (k8s-device-plugin; its node labels use the
+# same spelling). Profile names stay canonical inside migfit and are converted at the edge.
+_ATTRIBUTE_SPELLINGS = ((".me.all", "+me.all"), (".gfx", "+gfx"), (".me", "+me"))
+
+
+def canonical_profile(text: str) -> str:
+    """A profile as the device plugin spells it (``1g.10gb.me``) -> canonical (``1g.10gb+me``)."""
+    for dotted, plus in _ATTRIBUTE_SPELLINGS:
+        if text.endswith(dotted):
+            return text[: -len(dotted)] + plus
+    return text
+
+
+def resource_name(profile: str) -> str:
+    """``1g.10gb+me`` -> ``nvidia.com/mig-1g.10gb.me`` (the name kubelet advertises)."""
+    return RESOURCE_PREFIX + profile.replace("+", ".")
+
+
 def parse_resource(resource: str) -> str | None:
-    """``nvidia.com/mig-1g.10gb`` -> ``1g.10gb``; None for any other resource name."""
+    """``nvidia.com/mig-1g.10gb.me`` -> ``1g.10gb+me``; None for any other resource name."""
     if resource.startswith(RESOURCE_PREFIX):
-        return resource[len(RESOURCE_PREFIX):]
+        return canonical_profile(resource[len(RESOURCE_PREFIX):])
     return None

@@ -7,8 +7,12 @@ import asyncio
 import kmock
 import pytest
 
+from migfit import watching
+
 from .scenery import (
     NODES,
+    RecordingSink,
+    Start,
     assert_matches_fresh_lists,
     node,
     pod,
@@ -18,7 +22,12 @@ from .scenery import (
 )
 
 
-async def test_lists_both_kinds_then_marks_synced(server, sink, source, start) -> None:
+async def test_lists_both_kinds_then_marks_synced(
+    server: kmock.KubernetesEmulator,
+    sink: RecordingSink,
+    source: watching.KubernetesSource,
+    start: Start,
+) -> None:
     for obj in [node("n1", "3"), node("n2", "4"), pod("a", "5"), pod("b", "6", namespace="ml")]:
         store(server, obj)
 
@@ -34,7 +43,10 @@ async def test_lists_both_kinds_then_marks_synced(server, sink, source, start) -
 
 
 async def test_lists_cluster_wide_and_paginated_with_bearer_token(
-    server, sink, source, start
+    server: kmock.KubernetesEmulator,
+    sink: RecordingSink,
+    source: watching.KubernetesSource,
+    start: Start,
 ) -> None:
     store(server, pod("a", "5", namespace="ns1"))
     start()
@@ -47,7 +59,12 @@ async def test_lists_cluster_wide_and_paginated_with_bearer_token(
     assert pod_list.headers["Accept"] == "application/json"
 
 
-async def test_synced_waits_for_the_slower_kind(server, sink, source, start) -> None:
+async def test_synced_waits_for_the_slower_kind(
+    server: kmock.KubernetesEmulator,
+    sink: RecordingSink,
+    source: watching.KubernetesSource,
+    start: Start,
+) -> None:
     store(server, node("n1", "3"))
     store(server, pod("a", "5"))
     server[kmock.action.LIST, NODES][:2] << 500 << status(500, "InternalError", "etcd is sad")
@@ -63,7 +80,12 @@ async def test_synced_waits_for_the_slower_kind(server, sink, source, start) -> 
     await assert_matches_fresh_lists(server, sink)
 
 
-async def test_watch_starts_from_the_list_resource_version(server, sink, source, start) -> None:
+async def test_watch_starts_from_the_list_resource_version(
+    server: kmock.KubernetesEmulator,
+    sink: RecordingSink,
+    source: watching.KubernetesSource,
+    start: Start,
+) -> None:
     store(server, pod("a", "5"))
     server[kmock.action.LIST, kmock.resource("v1", "pods")][:1] << {
         "kind": "PodList",
@@ -80,7 +102,12 @@ async def test_watch_starts_from_the_list_resource_version(server, sink, source,
     assert source.status().resource_versions["Pod"] == "77"
 
 
-async def test_cancelling_run_stops_it(server, sink, source, start) -> None:
+async def test_cancelling_run_stops_it(
+    server: kmock.KubernetesEmulator,
+    sink: RecordingSink,
+    source: watching.KubernetesSource,
+    start: Start,
+) -> None:
     store(server, pod("a", "5"))
     task = start()
     await source.synced.wait()

@@ -285,18 +285,18 @@ def test_completions_match_the_reference(mid: str, fixed_text: list[str]) -> Non
     for inst in fixed:
         fixed_mask |= inst.mask
     fixed_counts = Counter(i.profile for i in fixed)
-    expected = set()
-    for lay in ref_layouts(mid):
-        extra = Counter(dict(lay))
+    expected: set[Multiset] = set()
+    for ref_lay in ref_layouts(mid):
+        extra = Counter(dict(ref_lay))
         extra.subtract(fixed_counts)
         if min(extra.values(), default=0) < 0:
             continue
-        counts = Counter(dict(lay))
+        counts = Counter(dict(ref_lay))
         # Limits on the whole layout; the extra instances placed around the fixed mask.
         if ref_valid(mid, counts) and next(_assignments(
                 REFERENCE[mid][2], [(n, k) for n, k in extra.items() if k > 0], fixed_mask),
                 None) is not None:
-            expected.add(lay)
+            expected.add(ref_lay)
     got = layouts.completions(m, fixed)
     assert {as_multiset(lay) for lay in got} == expected
     for lay in got:

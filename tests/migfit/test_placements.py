@@ -168,9 +168,13 @@ def test_with_3g_fixed_at_0_one_2g_fits_and_a_second_does_not() -> None:
     assert placements.fit(m, ["3g.40gb", "2g.20gb", "2g.20gb"]).valid
 
 
+def addable(m: profiles.GpuModel, fixed: list[placements.Instance]) -> dict[str, tuple[int, ...]]:
+    return dict(placements.addable(m, fixed).items())
+
+
 def test_addable_next_to_a_fixed_3g() -> None:
     m = model("A100-80GB")
-    add = placements.addable(m, [placements.parse_instance(m, "3g.40gb@0")])
+    add = addable(m, [placements.parse_instance(m, "3g.40gb@0")])
     assert add["2g.20gb"] == (4,)
     assert add["3g.40gb"] == (4,)
     assert add["1g.10gb"] == (4, 5, 6)
@@ -181,7 +185,7 @@ def test_addable_next_to_a_fixed_3g() -> None:
 def test_addable_respects_limits() -> None:
     m = model("A100-80GB")
     fixed = [placements.parse_instance(m, "1g.10gb+me@0")]
-    add = placements.addable(m, fixed)
+    add = addable(m, fixed)
     assert add["1g.10gb+me"] == ()
     assert add["1g.10gb"] == (1, 2, 3, 4, 5, 6)
     assert add["4g.40gb"] == ()  # slice 0 is taken

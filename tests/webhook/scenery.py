@@ -1,0 +1,110 @@
+"""Builders for the webhook tests: MIG nodes, pods and AdmissionReviews as the API sends them."""
+
+from __future__ import annotations
+
+import copy
+import uuid
+from typing import Any
+
+from migfit import cluster, profiles
+from webhook import decision, view
+
+A100_PRODUCT = "NVIDIA-A100-SXM4-80GB"
+H100_PRODUCT = "NVIDIA-H100-80GB-HBM3"
+MEMORY = {"1g.10gb": 9728, "2g.20gb": 19968, "3g.40gb": 40192}
+
+
+def mig_node(
+    name: str,
+    *,
+    product: str = A100_PRODUCT,
+    allocatable: dict[str, int] | None = None,
+    memory: dict[str, int] | None = None,
+    strategy: str = "mixed",
+    unschedulable: bool = False,
+) -> dict[str, Any]:
+    """A GPU node as GFD and the device plugin label it."""
+    alloc = {"1g.10gb": 2, "2g.20gb": 1, "3g.40gb": 1} if allocatable is None else allocatable
+    mem = MEMORY if memory is None else memory
+    labels = {
+        "nvidia.com/gpu.product": product,
+        "nvidia.com/gpu.count": "1",
+        "nvidia.com/mig.strategy": strategy,
+        "kubernetes.io/hostname": name,
+    }
+    status_alloc: dict[str, str] = {"cpu": "32", "memory": "256Gi"}
+    if strategy == "single":
+        (prof, count), = alloc.items()
+        labels["nvidia.com/gpu.product"] = f"{product}-MIG-{prof}"
+        labels["nvidia.com/gpu.memory"] = str(mem.get(prof, 0))
+        status_alloc["nvidia.com/gpu"] = str(count)
+    else:
+        for p, n in alloc.items():
+            status_alloc[f"nvidia.com/mig-{p}"] = str(n)
+            if p in mem:
+                labels[f"nvidia.com/mig-{p}.memory"] = str(mem[p])
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "labels": labels, "resourceVersion": "1"},
+        "spec": {"unschedulable": unschedulable},
+        "status": {"capacity": dict(status_alloc), "allocatable": status_alloc,
+                   "conditions": [{"type": "Ready", "status": "True"}]},
+    }
+
+
+def make_cluster(*nodes: dict[str, Any]) -> cluster.Cluster:
+    c = cluster.Cluster(profiles.builtin())
+    cluster.load_objects(c, list(nodes) or [mig_node("gpu-a"), mig_node("gpu-b")])
+    return c
+
+
+def supply_of(c: cluster.Cluster) -> view.Supply:
+    return view.SupplyTracker(c).supply()
+
+
+def pod(
+    annotations: dict[str, str] | None = None,
+    *,
+    containers: list[dict[str, Any]] | None = None,
+    affinity: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "containers": containers if containers is not None
+        else [{"name": "main", "image": "registry.example/train:1"}],
+    }
+    if affinity is not None:
+        spec["affinity"] = affinity
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "trainer", "namespace": "ml",
+                     "annotations": dict(annotations or {})},
+        "spec": spec,
+    }
+
+
+def review(obj: dict[str, Any], *, operation: str = "CREATE",
+           dry_run: bool = False) -> dict[str, Any]:
+    return {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": str(uuid.uuid4()),
+            "kind": {"group": "", "version": "v1", "kind": "Pod"},
+            "resource": {"group": "", "version": "v1", "resource": "pods"},
+            "requestKind": {"group": "", "version": "v1", "kind": "Pod"},
+            "requestResource": {"group": "", "version": "v1", "resource": "pods"},
+            "name": obj.get("metadata", {}).get("name", ""),
+            "namespace": "ml",
+            "operation": operation,
+            "userInfo": {"username": "alice", "groups": ["system:authenticated"]},
+            "object": copy.deepcopy(obj),
+            "oldObject": copy.deepcopy(obj) if operation in ("UPDATE", "DELETE") else None,
+            "dryRun": dry_run,
+            "options": {"apiVersion": "meta.k8s.io/v1", "kind": "CreateOptions"},
+        },
+    }
+
+
+POLICY = decision.Policy(fallback_models=(profiles.builtin().get("A100-80GB"),))

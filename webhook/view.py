@@ -1,0 +1,163 @@
+"""The MIG supply the webhook decides against: a snapshot of the cluster view, kept cheap to read.
+
+The decision needs, per (GPU model, profile), whether schedulable nodes advertise it, how many
+instances are free, the usable memory the node labels report, the device-plugin strategy of
+those nodes and their ``nvidia.com/gpu.product`` values (for node affinity). Counts come from
+the cluster's own incremental ``profile_stats``; strategies and product labels only change
+when a node changes, so they are re-aggregated only when some node's entry really changed,
+never on a pod bind. Pure: no I/O, no HTTP.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections import Counter
+from collections.abc import Mapping
+from typing import Literal
+
+from migfit import cluster, profiles, requests
+
+_MIG_SUFFIX = re.compile(r"-MIG-.*$", re.IGNORECASE)
+Key = tuple[profiles.ModelId, profiles.ProfileName]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Offer:
+    """One (model, profile) that some schedulable node advertises now."""
+
+    nodes: int
+    allocatable: int
+    free: int
+    label_mib: int | None  # least nvidia.com/mig-<p>.memory seen, when labelled
+    strategies: frozenset[str]  # device-plugin strategies of the advertising nodes
+    mig_products: tuple[str, ...]  # single-strategy product labels (…-MIG-<profile>)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Supply:
+    """What the decision reads. ``available`` is False without a (synced) cluster view."""
+
+    available: bool
+    models: tuple[profiles.GpuModel, ...]  # present in the cluster (or configured)
+    offers: Mapping[Key, Offer]
+    products: Mapping[profiles.ModelId, tuple[str, ...]]  # base product labels per model
+    # (nvidia.com/gpu.product without a single-strategy -MIG-<profile> suffix)
+    strategy: Mapping[profiles.ModelId, requests.Strategy]  # most common strategy per model
+
+    @classmethod
+    def from_catalog(cls, models: tuple[profiles.GpuModel, ...]) -> Supply:
+        """No cluster view: the configured models, nothing advertised, no product labels."""
+        return cls(available=False, models=models, offers={}, products={}, strategy={})
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _NodeEntry:
+    model: profiles.ModelId
+    strategy: str
+    product: str
+    advertised: frozenset[profiles.ProfileName]
+
+
+def _entry(state: cluster.NodeState | None) -> _NodeEntry | None:
+    if state is None or state.node.model is None:
+        return None
+    node = state.node
+    model: profiles.ModelId = state.node.model
+    return _NodeEntry(
+        model=model,
+        strategy=node.strategy or "none",
+        product=node.labels.get(cluster.LABEL_PRODUCT, ""),
+        advertised=frozenset(p for p, n in node.allocatable.items()
+                             if n > 0 and not node.unschedulable),
+    )
+
+
+class SupplyTracker:
+    """Builds ``Supply`` snapshots from a live ``Cluster``, cached per cluster generation."""
+
+    def __init__(self, view: cluster.Cluster) -> None:
+        self._cluster = view
+        self._entries: dict[str, _NodeEntry] = {}
+        self._pending: set[str] = set(view.node_names())
+        view.add_listener(self._changed)
+        self._generation = -1
+        self._snapshot: Supply | None = None
+        self._stale = True
+        self._products: dict[profiles.ModelId, tuple[str, ...]] = {}
+        self._strategy: dict[profiles.ModelId, requests.Strategy] = {}
+        self._strategies: dict[Key, frozenset[str]] = {}
+        self._mig_products: dict[Key, tuple[str, ...]] = {}
+
+    def _changed(self, name: str) -> None:
+        self._pending.add(name)
+
+    def supply(self) -> Supply:
+        """The current snapshot; a few dict operations when nothing changed."""
+        view = self._cluster
+        if self._snapshot is not None and view.generation == self._generation:
+            return self._snapshot
+        self._absorb()
+        offers: dict[Key, Offer] = {}
+        for key, stats in view.profile_stats().items():
+            if stats.nodes <= 0 or stats.allocatable <= 0:
+                continue
+            offers[key] = Offer(
+                nodes=stats.nodes,
+                allocatable=stats.allocatable,
+                free=stats.free,
+                label_mib=stats.memory_mib,
+                strategies=self._strategies.get(key, frozenset({"mixed"})),
+                mig_products=self._mig_products.get(key, ()),
+            )
+        self._snapshot = Supply(
+            available=bool(view.synced),
+            models=tuple(view.models_present()),
+            offers=offers,
+            products=dict(self._products),
+            strategy=dict(self._strategy),
+        )
+        self._generation = view.generation
+        return self._snapshot
+
+    def _absorb(self) -> None:
+        pending, self._pending = self._pending, set()
+        for name in pending:
+            entry = _entry(self._cluster.node(name))
+            old = self._entries.get(name)
+            if entry == old:
+                continue
+            self._stale = True
+            if entry is None:
+                self._entries.pop(name, None)
+            else:
+                self._entries[name] = entry
+        if self._stale:
+            self._aggregate()
+            self._stale = False
+
+    def _aggregate(self) -> None:
+        products: dict[profiles.ModelId, set[str]] = {}
+        counts: dict[profiles.ModelId, Counter[str]] = {}
+        strategies: dict[Key, set[str]] = {}
+        mig_products: dict[Key, set[str]] = {}
+        for entry in self._entries.values():
+            counts.setdefault(entry.model, Counter())[entry.strategy] += 1
+            if entry.product:
+                # Base names (without a single-strategy -MIG-<profile> suffix) of every node.
+                products.setdefault(entry.model, set()).add(_MIG_SUFFIX.sub("", entry.product))
+            for p in entry.advertised:
+                key = (entry.model, p)
+                strategies.setdefault(key, set()).add(
+                    "single" if entry.strategy == "single" else "mixed")
+                if entry.strategy == "single" and entry.product:
+                    mig_products.setdefault(key, set()).add(entry.product)
+        self._products = {m: tuple(sorted(v)) for m, v in products.items()}
+        self._strategy = {m: _majority(c) for m, c in counts.items()}
+        self._strategies = {k: frozenset(v) for k, v in strategies.items()}
+        self._mig_products = {k: tuple(sorted(v)) for k, v in mig_products.items()}
+
+
+def _majority(counts: Counter[str]) -> Literal["mixed", "single"]:
+    single = counts.get("single", 0)
+    return "single" if single > sum(counts.values()) - single else "mixed"

@@ -1,0 +1,1 @@
+"""The scheduler extender: filter and score nodes by free MIG instances and fragmentation."""

@@ -1,0 +1,340 @@
+"""Per-node and cluster-wide figures that filter and score read, precomputed when the cache changes.
+
+The cluster model calls a listener with a node's name whenever that node's state changes; the
+index only marks it dirty. The next filter or prioritize call rebuilds the dirty nodes (and
+adjusts the cluster-wide free supply per model and profile incrementally), so the hot path is
+a few dict lookups per node. Demand (what pending pods ask for) depends on every pod, so it is
+recomputed at most once per cluster ``generation``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import weakref
+import zlib
+from collections import Counter
+from collections.abc import Mapping
+
+from migfit import cluster, layouts, profiles, requests
+
+# The key under which supply and demand are counted: (lower-cased model id, profile). The same
+# profile name means a different instance on another model (reference/MIG.md 3.1).
+ModelProfile = tuple[str, profiles.ProfileName]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class NodeFigures:
+    """What the extender needs of one node, derived from its ``NodeState``."""
+
+    state: cluster.NodeState
+    model: profiles.GpuModel | None
+    model_key: str  # lower-cased model id, "" when unknown
+    single: bool  # mig.strategy=single: every MIG device is nvidia.com/gpu
+    schedulable: bool  # not cordoned, ready, not being re-partitioned
+    memory: Mapping[profiles.ProfileName, int]  # usable MiB per advertised profile
+    slices: Mapping[profiles.ProfileName, int]  # memory slices of one instance
+    total_slices: int  # memory slices of every advertised instance
+    used_slices: int
+    free_slices: int
+    largest_free_slices: int  # the biggest single free instance, in memory slices
+    idle_gpus: int  # GPUs that certainly hold no pod (a lower bound: placement is unknown)
+    advertised: tuple[tuple[profiles.ProfileName, int, int], ...]  # (profile, alloc, free)
+    tie: float  # a stable per-name number in [0, 1) for deterministic tie-breaks
+    repartitioning: str | None  # why the node is being re-partitioned, when it is
+
+    @property
+    def fragmentation(self) -> float:
+        """External fragmentation: 1 - largest free instance / all free memory slices."""
+        if self.free_slices <= 0:
+            return 0.0
+        return 1.0 - self.largest_free_slices / self.free_slices
+
+
+def _figures(state: cluster.NodeState, models: Mapping[str, profiles.GpuModel]) -> NodeFigures:
+    record = state.node
+    model = models.get(record.model) if record.model else None
+    memory: dict[profiles.ProfileName, int] = {}
+    slices: dict[profiles.ProfileName, int] = {}
+    total = used = largest = 0
+    order: dict[str, int] = {}
+    if model is not None:
+        order = {p.name: i for i, p in enumerate(model.profiles)}
+    advertised: list[tuple[profiles.ProfileName, int, int]] = []
+    for p, alloc in record.allocatable.items():
+        prof = model.profile(p) if model is not None and model.has_profile(p) else None
+        mem = record.memory_mib.get(p)
+        if mem is None and prof is not None:
+            mem = prof.memory_mib
+        if mem is not None:
+            memory[p] = mem
+        size = prof.memory_slices if prof is not None else 1
+        slices[p] = size
+        if alloc <= 0:
+            continue
+        free = state.free.get(p, 0)
+        advertised.append((p, alloc, free))
+        total += alloc * size
+        used += min(alloc, state.used.get(p, 0)) * size
+        if free > 0:
+            largest = max(largest, size)
+    advertised.sort(key=lambda t: (order.get(t[0], len(order)), t[0]))
+    # Each bound instance sits on at most one GPU, so at least gpu_count - used GPUs are idle.
+    idle_gpus = max(0, record.gpu_count - state.used_total)
+    why = _repartitioning(state)
+    return NodeFigures(
+        state=state,
+        model=model,
+        model_key=model.id.lower() if model is not None else "",
+        single=record.strategy == "single",
+        schedulable=not record.unschedulable and record.ready and why is None,
+        memory=memory,
+        slices=slices,
+        total_slices=total,
+        used_slices=used,
+        free_slices=total - used,
+        largest_free_slices=largest,
+        idle_gpus=idle_gpus,
+        advertised=tuple(advertised),
+        tie=(zlib.crc32(record.name.encode()) & 0xFFFFFFFF) / 2**32,
+        repartitioning=why,
+    )
+
+
+# Values of the ``state`` field of the ``migfit.io/relayout`` annotation that mean the
+# advisor's apply mode is changing the node's layout right now (DESIGN.md 6).
+RELAYOUT_ACTIVE_STATES = frozenset({"applying", "pending", "in-progress", "rebooting"})
+
+
+def _repartitioning(state: cluster.NodeState) -> str | None:
+    """Why the node cannot take new MIG pods until its layout settles, or None.
+
+    The MIG Manager sets ``nvidia.com/mig.config.state`` to pending/rebooting while it works
+    (reference/MIG.md 5); migfit's apply mode taints the node ``migfit.io/relayout`` and
+    records its progress in the ``migfit.io/relayout`` annotation.
+    """
+    record = state.node
+    if record.config_state in cluster.REPARTITIONING_STATES:
+        target = f" (to {record.config})" if record.config else ""
+        return f"{cluster.LABEL_CONFIG_STATE}={record.config_state}{target}"
+    if record.relayout_tainted:
+        return f"taint {cluster.TAINT_RELAYOUT} (a migfit re-layout is in progress)"
+    text = record.annotations.get(cluster.ANNOTATION_RELAYOUT)
+    if text:
+        try:
+            data = json.loads(text)
+        except ValueError:
+            return None
+        phase = data.get("state") if isinstance(data, dict) else None
+        if isinstance(phase, str) and phase.lower() in RELAYOUT_ACTIVE_STATES:
+            return f"annotation {cluster.ANNOTATION_RELAYOUT} state={phase}"
+    return None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Want:
+    """One profile a pod needs on a single node."""
+
+    profile: profiles.ProfileName
+    resource: str  # the extended resource the pod requests
+    count: int
+    request_mib: int | None  # the largest request recorded by the webhook for this profile
+    models: frozenset[str] | None  # lower-cased model ids it may use; None: any
+
+    @property
+    def single(self) -> bool:
+        return self.resource == profiles.GPU_RESOURCE
+
+    def allows(self, model_key: str) -> bool:
+        return self.models is None or model_key in self.models
+
+
+def wants_of(
+    gpu_requests: Mapping[str, int], annotations: Mapping[str, str]
+) -> tuple[Want, ...]:
+    """A pod's MIG needs from its effective GPU requests and the webhook's decision record.
+
+    Mixed strategy: each ``nvidia.com/mig-<profile>`` is one need. Single strategy: the pod asks
+    for ``nvidia.com/gpu`` and only the decision (``strategy: single``) says which profile.
+    The decision also gives the memory the request needs and the models it fits on.
+    """
+    decision = requests.decision_of(annotations)
+    recorded: dict[str, list[requests.DecisionContainer]] = {}
+    if decision is not None:
+        for c in decision["containers"]:
+            recorded.setdefault(profiles.canonical_profile(c["profile"]), []).append(c)
+
+    def make(profile: str, resource: str, count: int) -> Want:
+        mib: int | None = None
+        models: set[str] | None = None
+        for c in recorded.get(profile, ()):
+            mib = c["request_mib"] if mib is None else max(mib, c["request_mib"])
+            if c["models"]:
+                these = {m.lower() for m in c["models"]}
+                models = these if models is None else models & these
+        return Want(profile=profiles.ProfileName(profile), resource=resource, count=count,
+                    request_mib=mib, models=None if models is None else frozenset(models))
+
+    out: list[Want] = []
+    for res, n in sorted(gpu_requests.items()):
+        p = profiles.parse_resource(res)
+        if p is not None and n > 0:
+            out.append(make(p, res, n))
+    gpus = gpu_requests.get(profiles.GPU_RESOURCE, 0)
+    if not out and gpus > 0 and decision is not None and decision["strategy"] == "single":
+        names = list(dict.fromkeys(profiles.canonical_profile(c["profile"])
+                                   for c in decision["containers"]))
+        if len(names) == 1:
+            out.append(make(names[0], profiles.GPU_RESOURCE, gpus))
+        else:
+            # Several profiles under single can never share one node (it has one profile);
+            # keep them all so that every node reports what it lacks.
+            for name in names:
+                out.append(make(name, profiles.GPU_RESOURCE, len(recorded[name])))
+    return tuple(out)
+
+
+class Index:
+    """The extender's view of one ``cluster.Cluster``, kept current through its listener."""
+
+    def __init__(self, model: cluster.Cluster) -> None:
+        self.cluster = model
+        self._models: dict[str, profiles.GpuModel] = {m.id: m for m in model.catalog.models}
+        self._figures: dict[str, NodeFigures] = {}
+        self._dirty: set[str] = set(model.node_names())
+        self._supply: Counter[ModelProfile] = Counter()
+        self._demand: Counter[ModelProfile] = Counter()
+        self._demand_any: Counter[profiles.ProfileName] = Counter()
+        self._demand_generation = -1
+        self._pending_wants: dict[str, tuple[cluster.PodRecord, tuple[Want, ...]]] = {}
+        model.add_listener(self._dirty.add)
+
+    # ------------------------------------------------------------ nodes
+
+    def refresh(self) -> None:
+        """Rebuild the figures of nodes that changed since the last call: O(changed nodes)."""
+        if not self._dirty:
+            return
+        dirty, self._dirty = self._dirty, set()
+        for name in dirty:
+            old = self._figures.pop(name, None)
+            if old is not None:
+                self._account(old, -1)
+            state = self.cluster.node(name)
+            if state is None:
+                continue
+            fig = _figures(state, self._models)
+            self._figures[name] = fig
+            self._account(fig, +1)
+
+    def _account(self, fig: NodeFigures, sign: int) -> None:
+        if not fig.schedulable or not fig.model_key:
+            return
+        for p, _alloc, free in fig.advertised:
+            if free:
+                key = (fig.model_key, p)
+                self._supply[key] += sign * free
+                if self._supply[key] <= 0:
+                    del self._supply[key]
+
+    @property
+    def figures(self) -> Mapping[str, NodeFigures]:
+        """Figures by node name; call ``refresh()`` first."""
+        return self._figures
+
+    def supply(self, model_key: str, profile: str) -> int:
+        """Free instances of ``profile`` on schedulable nodes of that model."""
+        return self._supply.get((model_key, profiles.ProfileName(profile)), 0)
+
+    # ------------------------------------------------------------ demand
+
+    def _refresh_demand(self) -> None:
+        if self._demand_generation == self.cluster.generation:
+            return
+        demand: Counter[ModelProfile] = Counter()
+        demand_any: Counter[profiles.ProfileName] = Counter()
+        known: dict[str, tuple[cluster.PodRecord, tuple[Want, ...]]] = {}
+        for pod in self.cluster.pending_pods():
+            cached = self._pending_wants.get(pod.uid)
+            if cached is not None and cached[0] is pod:
+                wants = cached[1]
+            else:
+                wants = wants_of(pod.requests, pod.annotations)
+            known[pod.uid] = (pod, wants)
+            for w in wants:
+                if w.models is None:
+                    demand_any[w.profile] += w.count
+                else:
+                    for m in w.models:
+                        demand[(m, w.profile)] += w.count
+        self._pending_wants = known
+        self._demand, self._demand_any = demand, demand_any
+        self._demand_generation = self.cluster.generation
+
+    def demand(self, model_key: str, profile: str, *, exclude: str | None = None) -> int:
+        """Instances of ``profile`` that pending pods (but ``exclude``, a uid) could use on
+        ``model_key``."""
+        self._refresh_demand()
+        p = profiles.ProfileName(profile)
+        total = self._demand.get((model_key, p), 0) + self._demand_any.get(p, 0)
+        if exclude is not None:
+            own = self._pending_wants.get(exclude)
+            if own is not None:
+                for w in own[1]:
+                    if w.profile == p and w.allows(model_key):
+                        total -= w.count
+        return max(0, total)
+
+    def demand_profiles(self) -> dict[profiles.ProfileName, int]:
+        """Instances per profile that pending pods ask for, any model (for the advisor and
+        metrics)."""
+        self._refresh_demand()
+        out: Counter[profiles.ProfileName] = Counter(self._demand_any)
+        for (_m, p), n in self._demand.items():
+            out[p] += n
+        return dict(out)
+
+
+_INDEXES: weakref.WeakKeyDictionary[cluster.Cluster, Index] = weakref.WeakKeyDictionary()
+
+
+def index_of(model: cluster.Cluster) -> Index:
+    """The (single, shared) index of ``model``, created and subscribed on first use."""
+    index = _INDEXES.get(model)
+    if index is None:
+        index = _INDEXES[model] = Index(model)
+    index.refresh()
+    return index
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RelayoutChance:
+    """Whether some valid layout of a model holds a profile that serves a request."""
+
+    possible: bool
+    why_not: str
+
+
+_CHANCES: dict[tuple[str, str, int | None], RelayoutChance] = {}
+
+
+def relayout_chance(
+    model: profiles.GpuModel, profile: str, request_mib: int | None
+) -> RelayoutChance:
+    """Cached per (model, profile, request): valid layouts are computed, not listed."""
+    key = (model.id, profile, request_mib)
+    hit = _CHANCES.get(key)
+    if hit is not None:
+        return hit
+    if not model.has_profile(profile):
+        out = RelayoutChance(False, f"its GPU model {model.id} has no {profile} profile")
+    elif request_mib is not None and model.profile(profile).memory_mib < request_mib:
+        out = RelayoutChance(False, f"{profile} on {model.id} has "
+                                    f"{model.profile(profile).memory_mib} MiB, "
+                                    f"below the {request_mib} MiB requested")
+    elif any(lay.count(profile) for lay in layouts.of(model).all):
+        out = RelayoutChance(True, "")
+    else:
+        out = RelayoutChance(False, f"no valid layout of {model.id} holds {profile}")
+    _CHANCES[key] = out
+    return out

@@ -1,0 +1,298 @@
+"""The extender's Filter step: which nodes can take a pod's MIG instances, and why not, as data.
+
+The pod's request is decoded once (``decode_pod``), then each node gets a verdict from a few
+dict lookups on precomputed figures (``figures.Index``). Reasons are frozen values with a
+code and structured fields; they become the extender's strings only at the HTTP edge
+(``message``). Outcomes follow kube-scheduler's two failure kinds (WIRE.md 1.2):
+
+- ``UNRESOLVABLE`` (``FailedAndUnresolvableNodes``): preemption cannot help — the node does
+  not advertise the profile at all (the scheduler never splits an idle 3g.40gb into 1g.10gb,
+  DESIGN.md 1.4), advertises fewer instances than the pod needs, uses the other MIG strategy,
+  is being re-partitioned, is unknown to the cache, or its instance (or model) is too small
+  for the request the webhook recorded.
+- ``FAILED`` (``FailedNodes``): the profile is advertised but not enough instances are free;
+  evicting pods could free them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import functools
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from extender import figures
+from migfit import cluster
+
+
+class Outcome(enum.StrEnum):
+    PASSED = "passed"
+    FAILED = "failed"
+    UNRESOLVABLE = "unresolvable"
+
+
+class Code(enum.StrEnum):
+    UNKNOWN_NODE = "unknown-node"
+    REPARTITIONING = "repartitioning"
+    NOT_ADVERTISED = "not-advertised"
+    TOO_FEW_ADVERTISED = "too-few-advertised"
+    STRATEGY_MISMATCH = "strategy-mismatch"
+    MEMORY_TOO_SMALL = "memory-too-small"
+    MODEL_NOT_ALLOWED = "model-not-allowed"
+    INSUFFICIENT_FREE = "insufficient-free"
+
+
+class Relayout(enum.StrEnum):
+    """Whether a different layout of the node's GPUs could provide a missing profile."""
+
+    IDLE = "idle"  # yes, on GPUs that hold no pod
+    DISRUPTIVE = "disruptive"  # yes, but only by stopping pods on the node's GPUs
+    IMPOSSIBLE = "impossible"  # no layout of the node's model serves the request
+    UNKNOWN_MODEL = "unknown-model"  # the node's GPU model is not known
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Reason:
+    """Why one node cannot take the pod: a code and the figures that explain it."""
+
+    code: Code
+    profile: str = ""
+    need: int = 0
+    free: int = 0
+    allocatable: int = 0
+    advertised: tuple[tuple[str, int, int], ...] = ()  # (profile, allocatable, free)
+    relayout: Relayout | None = None
+    idle_gpus: int = 0
+    gpus: int = 0
+    memory_mib: int | None = None
+    request_mib: int | None = None
+    model: str = ""
+    models: tuple[str, ...] = ()
+    detail: str = ""
+
+    @property
+    def unresolvable(self) -> bool:
+        return self.code is not Code.INSUFFICIENT_FREE
+
+
+# Reasons are values: nodes in the same situation share one object (and its message).
+_reason = functools.lru_cache(maxsize=65536)(Reason)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class PodRequest:
+    """A pod's MIG request, decoded once per call."""
+
+    uid: str
+    namespace: str
+    name: str
+    wants: tuple[figures.Want, ...]
+
+    @property
+    def mig(self) -> bool:
+        """False for a pod without any MIG request: it passes every node untouched."""
+        return bool(self.wants)
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    def describe(self) -> str:
+        """``1g.10gb`` or ``1g.10gb×2+3g.40gb``; ``-`` without a MIG request."""
+        parts = [w.profile if w.count == 1 else f"{w.profile}×{w.count}" for w in self.wants]
+        return "+".join(parts) or "-"
+
+
+def _dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def decode_pod(pod: Mapping[str, Any]) -> PodRequest:
+    """The MIG request of a v1.Pod as kube-scheduler sends it (``ExtenderArgs.Pod``).
+
+    Container requests follow Kubernetes' effective-request rules (``cluster.
+    effective_requests``: sum of containers and sidecars, max with init containers; an
+    extended resource's request defaults to its limit).
+    """
+    meta = _dict(pod.get("metadata"))
+    annotations = {str(k): str(v) for k, v in _dict(meta.get("annotations")).items()}
+    gpu, _per_container, _cpu, _mem = cluster.effective_requests(_dict(pod.get("spec")))
+    namespace = str(meta.get("namespace") or "default")
+    name = str(meta.get("name") or meta.get("generateName") or "")
+    return PodRequest(
+        uid=str(meta.get("uid") or f"{namespace}/{name}"),
+        namespace=namespace,
+        name=name,
+        wants=figures.wants_of(gpu, annotations),
+    )
+
+
+def request_of(pod: cluster.PodRecord) -> PodRequest:
+    """The MIG request of a pod held in the cache (the simulator and the advisor use it)."""
+    return PodRequest(uid=pod.uid, namespace=pod.namespace, name=pod.name,
+                      wants=figures.wants_of(pod.requests, pod.annotations))
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class FilterResult:
+    """Every input node in exactly one of ``passed``, ``failed`` or ``unresolvable``."""
+
+    passed: list[str]
+    failed: dict[str, tuple[Reason, ...]]
+    unresolvable: dict[str, tuple[Reason, ...]]
+
+    def outcome(self, name: str) -> Outcome | None:
+        if name in self.unresolvable:
+            return Outcome.UNRESOLVABLE
+        if name in self.failed:
+            return Outcome.FAILED
+        return Outcome.PASSED if name in self.passed else None
+
+
+_UNKNOWN = (_reason(code=Code.UNKNOWN_NODE),)
+_NO_REASONS: tuple[Reason, ...] = ()
+
+
+def _relayout(fig: figures.NodeFigures, want: figures.Want) -> tuple[Relayout, str]:
+    if fig.model is None:
+        return Relayout.UNKNOWN_MODEL, fig.state.node.model_error or (
+            f"no {cluster.LABEL_PRODUCT} label")
+    chance = figures.relayout_chance(fig.model, want.profile, want.request_mib)
+    if not chance.possible:
+        return Relayout.IMPOSSIBLE, chance.why_not
+    if fig.state.used_total == 0 or fig.idle_gpus > 0:
+        return Relayout.IDLE, ""
+    return Relayout.DISRUPTIVE, ""
+
+
+def check(fig: figures.NodeFigures | None, request: PodRequest) -> tuple[Reason, ...]:
+    """The reasons ``fig``'s node cannot take ``request``; empty when it can."""
+    if fig is None:
+        return _UNKNOWN
+    if fig.repartitioning is not None:
+        return (_reason(code=Code.REPARTITIONING, detail=fig.repartitioning),)
+    state = fig.state
+    out: list[Reason] | None = None
+    for w in request.wants:
+        p = w.profile
+        reason: Reason | None = None
+        alloc = state.node.allocatable.get(p, 0)
+        if w.models is not None and fig.model_key not in w.models:
+            reason = _reason(code=Code.MODEL_NOT_ALLOWED, profile=p,
+                             model=fig.model.id if fig.model else "",
+                             models=tuple(sorted(w.models)), request_mib=w.request_mib)
+        elif w.single != fig.single:
+            reason = _reason(code=Code.STRATEGY_MISMATCH, profile=p, detail=w.resource,
+                             model="single" if fig.single else "mixed")
+        elif alloc <= 0:
+            relayout, detail = _relayout(fig, w)
+            reason = _reason(code=Code.NOT_ADVERTISED, profile=p, need=w.count,
+                             advertised=fig.advertised, relayout=relayout, detail=detail,
+                             idle_gpus=fig.idle_gpus, gpus=state.node.gpu_count,
+                             request_mib=w.request_mib)
+        elif alloc < w.count:
+            reason = _reason(code=Code.TOO_FEW_ADVERTISED, profile=p, need=w.count,
+                             allocatable=alloc)
+        else:
+            mem = fig.memory.get(p)
+            if w.request_mib is not None and mem is not None and mem < w.request_mib:
+                reason = _reason(code=Code.MEMORY_TOO_SMALL, profile=p, memory_mib=mem,
+                                 request_mib=w.request_mib,
+                                 model=fig.model.id if fig.model else "")
+            else:
+                free = state.free.get(p, 0)
+                if free < w.count:
+                    reason = _reason(code=Code.INSUFFICIENT_FREE, profile=p, need=w.count,
+                                     free=free, allocatable=alloc)
+        if reason is not None:
+            if out is None:
+                out = []
+            out.append(reason)
+    if out is None:
+        return _NO_REASONS
+    # Unresolvable reasons first: they decide the outcome and lead the message.
+    out.sort(key=lambda r: not r.unresolvable)
+    return tuple(out)
+
+
+def filter_nodes(
+    model: cluster.Cluster, request: PodRequest, names: Iterable[str]
+) -> FilterResult:
+    """A verdict for every distinct name in ``names``, in input order."""
+    unique = list(dict.fromkeys(names))
+    if not request.mig:
+        return FilterResult(passed=unique, failed={}, unresolvable={})
+    index = figures.index_of(model)
+    figs = index.figures
+    passed: list[str] = []
+    failed: dict[str, tuple[Reason, ...]] = {}
+    unresolvable: dict[str, tuple[Reason, ...]] = {}
+    for name in unique:
+        reasons = check(figs.get(name), request)
+        if not reasons:
+            passed.append(name)
+        elif reasons[0].unresolvable:
+            unresolvable[name] = reasons
+        else:
+            failed[name] = reasons
+    return FilterResult(passed=passed, failed=failed, unresolvable=unresolvable)
+
+
+# ---------------------------------------------------------------- the edge: reasons as text
+
+
+def _advertised(items: Sequence[tuple[str, int, int]]) -> str:
+    if not items:
+        return "node advertises no MIG instances"
+    parts = [f"{p}×{alloc} ({free} free)" if alloc > 1 else f"{p} ({free} free)"
+             for p, alloc, free in items]
+    return "node advertises " + ", ".join(parts)
+
+
+@functools.lru_cache(maxsize=65536)
+def message(reason: Reason) -> str:
+    """One short, helpful sentence for an operator (what ``kubectl describe pod`` shows)."""
+    c = reason.code
+    if c is Code.UNKNOWN_NODE:
+        return "node is unknown to migfit's cache (not yet seen, or deleted)"
+    if c is Code.REPARTITIONING:
+        return f"node's MIG layout is being changed ({reason.detail}); wait for it to finish"
+    if c is Code.MODEL_NOT_ALLOWED:
+        have = reason.model or "an unknown GPU model"
+        return (f"node has {have}; the request ({reason.request_mib} MiB) fits "
+                f"{reason.profile} only on {', '.join(reason.models) or 'no model'}")
+    if c is Code.STRATEGY_MISMATCH:
+        return (f"node uses the {reason.model} MIG strategy; the pod asks for "
+                f"{reason.detail} ({reason.profile})")
+    if c is Code.NOT_ADVERTISED:
+        head = f"{_advertised(reason.advertised)} but no {reason.profile}"
+        r = reason.relayout
+        if r is Relayout.IDLE:
+            if reason.idle_gpus >= reason.gpus and reason.gpus > 1:
+                which = "its idle GPUs"
+            elif reason.gpus > 1:
+                which = "one of its idle GPUs"
+            else:
+                which = "its idle GPU"
+            return f"{head}; a re-layout of {which} could provide it (see migfit advise)"
+        if r is Relayout.DISRUPTIVE:
+            return (f"{head}; a re-layout could provide it, but only after the pods on its "
+                    f"GPUs stop (see migfit advise)")
+        if r is Relayout.IMPOSSIBLE:
+            return f"{head}; no re-layout can provide it: {reason.detail}"
+        return f"{head}; its GPU model is unknown ({reason.detail})"
+    if c is Code.TOO_FEW_ADVERTISED:
+        return (f"node advertises {reason.allocatable} {reason.profile} in all; the pod "
+                f"needs {reason.need}")
+    if c is Code.MEMORY_TOO_SMALL:
+        on = f" on {reason.model}" if reason.model else ""
+        return (f"{reason.profile}{on} has {reason.memory_mib} MiB usable, below the "
+                f"{reason.request_mib} MiB requested")
+    return (f"all {reason.allocatable} {reason.profile} in use" if reason.free == 0
+            else f"{reason.free} of {reason.allocatable} {reason.profile} free; the pod "
+                 f"needs {reason.need}")
+
+
+def node_message(reasons: Sequence[Reason]) -> str:
+    return "; ".join(message(r) for r in reasons)

@@ -1,0 +1,132 @@
+"""The extender's Score step: rank the nodes that can take a pod so the cluster fragments least.
+
+MIG instances are fixed resources: taking a ``1g.10gb`` never changes how many ``3g.40gb`` a
+node has. What a placement *can* spoil is (a) an idle GPU or node that a large request or a
+re-layout needs whole (the MIG Manager can only re-partition GPUs with no pods, DESIGN.md 1.5),
+(b) an instance that another pending pod needs and cannot find elsewhere, (c) a bigger or
+roomier instance that a tighter request elsewhere would have used. So the score is a weighted
+sum of five terms in [0, 1], all computed from figures kept current by ``figures.Index``::
+
+    raw   = 0.35·pack + 0.20·(1 − fresh) + 0.20·(1 − scarce) + 0.15·tight + 0.10·(1 − slack)
+    score = clamp(⌊10·raw + 0.5 + 0.1·(tie − 0.5)⌋, 0, 10)        (MaxExtenderPriority = 10)
+
+- ``pack`` = (used + requested memory slices) / advertised memory slices of the node, after
+  the placement. Best-fit bin packing at node level: fill nodes that are already busy, so that
+  lightly used ones drain, become idle, and stay available to big requests and re-layouts.
+  Memory slices weigh a 3g.40gb (4 slices) above a 1g.10gb (1), as the GPU does. Largest
+  weight: it is what separates packing from kube-scheduler's spreading.
+- ``fresh`` = 1 when the node holds no MIG pod at all. Breaking an idle node costs more than
+  its utilisation change shows: it is the only kind of node a re-layout can use without
+  disruption, and the only one that can take a whole-GPU (7g) or multi-instance request.
+- ``scarce`` = clamp((D − (F − k)) / k, 0, 1) for the pod's profile on the node's GPU model,
+  where F is the free instances of that (model, profile) on schedulable nodes cluster-wide, k
+  the instances this pod takes, and D the instances other pending pods could use there (their
+  decision's models allow it). It is 1 when this placement spends the last free instances that
+  another pending pod needs; 0 when enough remain. It only differs between nodes of different
+  models (the same profile name is a different instance per model, MIG.md 3.1), and so steers a
+  pod that fits anywhere away from the model that a pickier pod can only use.
+- ``tight`` = k / free instances of the profile on the node: best fit on the profile itself.
+  Taking the last free 1g.10gb of one node keeps another node's several free ones together
+  for a pod that needs two (multi-container pods must land on one node).
+- ``slack`` = (usable MiB of the instance − requested MiB) / usable MiB, from the webhook's
+  decision record (0 without one). Prefer the instance the request fits tightest, e.g. a 9.5
+  GiB request on an A100's 9728 MiB 1g.10gb rather than an H100's 9984 MiB one, keeping the
+  bigger instance for a request that needs it.
+- ``tie`` ∈ [0, 1) is a hash of the node name: nodes whose raw score sits at a rounding
+  boundary are split the same way on every call and every replica, so equal nodes are filled
+  one after another instead of at random. It moves a score by at most one step.
+
+A pod with several profiles averages ``tight`` and ``slack`` and takes the worst ``scarce``.
+Nodes that cannot take the pod score 0; a pod without a MIG request scores 0 everywhere (no
+opinion). Scores are deterministic functions of the cache, so replicas agree.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from typing import NamedTuple
+
+from extender import figures, filtering
+from migfit import cluster
+
+W_PACK = 0.35
+W_FRESH = 0.20
+W_SCARCE = 0.20
+W_TIGHT = 0.15
+W_SLACK = 0.10
+TIE = 0.1
+MAX_SCORE = 10  # k8s.io/kube-scheduler/extender/v1 MaxExtenderPriority
+MIN_SCORE = 0
+
+
+class NodeScore(NamedTuple):
+    """One node's score and the figures behind it (what the scoring log writes).
+
+    A NamedTuple rather than a dataclass: one is built per node per call on the hot path.
+    """
+
+    node: str
+    score: int
+    fits: bool
+    pack: float = 0.0
+    fresh: bool = False
+    scarce: float = 0.0
+    tight: float = 0.0
+    slack: float = 0.0
+    raw: float = 0.0
+
+
+def _scarcity(index: figures.Index, model_key: str, request: filtering.PodRequest) -> float:
+    worst = 0.0
+    for w in request.wants:
+        supply = index.supply(model_key, w.profile)
+        demand = index.demand(model_key, w.profile, exclude=request.uid)
+        short = demand - (supply - w.count)
+        if short > 0:
+            worst = max(worst, min(1.0, short / w.count))
+    return worst
+
+
+def score_nodes(
+    model: cluster.Cluster, request: filtering.PodRequest, names: Iterable[str]
+) -> list[NodeScore]:
+    """A score for every distinct name in ``names``, in input order."""
+    unique = list(dict.fromkeys(names))
+    if not request.mig:
+        return [NodeScore(n, MIN_SCORE, True) for n in unique]
+    index = figures.index_of(model)
+    figs = index.figures
+    scarcity: dict[str, float] = {}  # per model: the same for every node of it
+    wants = request.wants
+    nwants = len(wants)
+    out: list[NodeScore] = []
+    append = out.append
+    check = filtering.check
+    for name in unique:
+        fig = figs.get(name)
+        if fig is None or check(fig, request):
+            append(NodeScore(name, MIN_SCORE, False))
+            continue
+        free = fig.state.free
+        taken = tight = slack = 0.0
+        for w in wants:
+            taken += w.count * fig.slices.get(w.profile, 1)
+            tight += w.count / free[w.profile]
+            if w.request_mib is not None:
+                mem = fig.memory.get(w.profile)
+                if mem:
+                    slack += (mem - w.request_mib) / mem
+        tight /= nwants
+        slack /= nwants
+        pack = min(1.0, (fig.used_slices + taken) / fig.total_slices) if fig.total_slices else 0.0
+        fresh = fig.state.used_total == 0
+        scarce = scarcity.get(fig.model_key)
+        if scarce is None:
+            scarce = scarcity[fig.model_key] = _scarcity(index, fig.model_key, request)
+        raw = (W_PACK * pack + (0.0 if fresh else W_FRESH) + W_SCARCE * (1.0 - scarce)
+               + W_TIGHT * tight + W_SLACK * (1.0 - slack))
+        score = math.floor(MAX_SCORE * raw + 0.5 + TIE * (fig.tie - 0.5))
+        score = MIN_SCORE if score < MIN_SCORE else min(score, MAX_SCORE)
+        append(NodeScore(name, score, True, pack, fresh, scarce, tight, slack, raw))
+    return out

@@ -1,0 +1,340 @@
+"""The webhook's HTTPS adapter: AdmissionReview v1 in and out around the pure decision.
+
+Handlers parse, call ``decision.decide_review`` and serialise; nothing else. Bad input never
+produces a traceback or a 5xx: a body that is not an AdmissionReview gets a 400 JSON error, a
+too large one a 413, and a review that names a uid always gets a well-formed AdmissionReview
+back (WIRE.md §2.1: the uid echoed, ``patch`` base64 with ``patchType: JSONPatch``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import dataclasses
+import json
+import logging
+import signal
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from pathlib import Path
+from typing import Any, Final
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.exposition import generate_latest
+
+from certs import metrics as cert_metrics
+from certs import reloading
+from migfit import cluster as cluster_mod
+from migfit import errors
+from webhook import decision, view
+
+log = logging.getLogger(__name__)
+
+MUTATE_PATH: Final = "/mutate"
+API_VERSION: Final = "admission.k8s.io/v1"
+DEFAULT_PORT: Final = 8443
+DEFAULT_MAX_BODY: Final = 1024 * 1024
+# kube-apiserver truncates warnings over 256 characters (WIRE.md §2.1).
+_WARNING_LIMIT: Final = 256
+_MAX_WARNINGS: Final = 16
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Settings:
+    """Everything the webhook server needs; ``migfit webhook`` flags map onto it."""
+
+    policy: decision.Policy = dataclasses.field(default_factory=decision.Policy)
+    host: str = "0.0.0.0"  # a webhook must be reachable by kube-apiserver (its Service)
+    port: int = DEFAULT_PORT
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    max_body_bytes: int = DEFAULT_MAX_BODY
+    reload_interval: float = reloading.DEFAULT_INTERVAL  # seconds between TLS file polls
+    shutdown_timeout: float = 10.0  # seconds in-flight requests get to finish on shutdown
+    access_log: bool = False
+
+
+class Metrics:
+    """The webhook's Prometheus metrics, in a registry of their own (or a shared one)."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.registry = registry
+        self.admissions = Counter(
+            "migfit_webhook_admissions", "Admission reviews answered, by outcome and profile.",
+            ["outcome", "profile", "dry_run"], registry=registry)
+        self.latency = Histogram(
+            "migfit_webhook_admission_duration_seconds",
+            "Time to decide and answer one admission review.",
+            buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0),
+            registry=registry)
+        self.bad_requests = Counter(
+            "migfit_webhook_bad_requests", "Requests that were not an AdmissionReview, by status.",
+            ["status"], registry=registry)
+        self.cluster_view = Gauge(
+            "migfit_webhook_cluster_view", "1 when decisions use a synced cluster view, 0 when "
+            "they fall back on --gpu-models.", registry=registry)
+
+
+@dataclasses.dataclass(slots=True)
+class State:
+    """The app's state: settings, the cluster view and metrics."""
+
+    settings: Settings
+    cluster: cluster_mod.Cluster | None
+    tracker: view.SupplyTracker | None
+    metrics: Metrics
+
+    def supply(self) -> view.Supply:
+        if self.tracker is None or self.cluster is None or not self.cluster.synced:
+            return view.Supply.from_catalog(self.settings.policy.fallback_models)
+        return self.tracker.supply()
+
+
+STATE: Final = web.AppKey("migfit_webhook_state", State)
+
+
+# ---------------------------------------------------------------- responses
+
+
+def _json(body: Any, *, status: int = 200) -> web.Response:
+    return web.Response(body=json.dumps(body, separators=(",", ":")).encode(),
+                        status=status, content_type="application/json")
+
+
+def _error(status: int, message: str) -> web.Response:
+    return _json({"error": message, "status": status}, status=status)
+
+
+def review_response(uid: str, verdict: decision.Verdict) -> dict[str, Any]:
+    """The AdmissionReview v1 answering ``uid`` with ``verdict``."""
+    response: dict[str, Any] = {"uid": uid, "allowed": verdict.allowed}
+    if verdict.allowed and verdict.patch:
+        patch = json.dumps(list(verdict.patch), separators=(",", ":")).encode()
+        response["patchType"] = "JSONPatch"
+        response["patch"] = base64.b64encode(patch).decode("ascii")
+    if not verdict.allowed:
+        response["status"] = {"code": verdict.code, "message": verdict.message,
+                              "reason": "BadRequest" if verdict.code == 400 else "Forbidden"}
+    if verdict.warnings:
+        response["warnings"] = [w if len(w) <= _WARNING_LIMIT else w[:_WARNING_LIMIT - 1] + "…"
+                                for w in verdict.warnings[:_MAX_WARNINGS]]
+    return {"apiVersion": API_VERSION, "kind": "AdmissionReview", "response": response}
+
+
+class _BadReview(Exception):
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+def _parse_review(body: bytes) -> tuple[str, dict[str, Any]]:
+    try:
+        review = json.loads(body)
+    except (ValueError, RecursionError):
+        raise _BadReview(400, "the body is not JSON; send an admission.k8s.io/v1 "
+                              "AdmissionReview") from None
+    if not isinstance(review, dict):
+        raise _BadReview(400, "the body is not a JSON object; send an AdmissionReview")
+    if review.get("kind") != "AdmissionReview" or review.get("apiVersion") != API_VERSION:
+        raise _BadReview(400, f"expected kind AdmissionReview, apiVersion {API_VERSION}; list "
+                              f"{API_VERSION.rsplit('/', 1)[1]} first in admissionReviewVersions")
+    request = review.get("request")
+    if not isinstance(request, dict):
+        raise _BadReview(400, "the AdmissionReview has no request")
+    uid = request.get("uid")
+    if not isinstance(uid, str) or not uid:
+        raise _BadReview(400, "the AdmissionReview request has no uid")
+    return uid, request
+
+
+# ---------------------------------------------------------------- handlers
+
+
+async def mutate(request: web.Request) -> web.Response:
+    """POST /mutate: the query string (``?timeout=10s``) is ignored (WIRE.md §2.1)."""
+    state = request.app[STATE]
+    started = time.perf_counter()
+    limit = state.settings.max_body_bytes
+    if request.content_length is not None and request.content_length > limit:
+        return _too_large(state, limit)
+    try:
+        body = await request.read()
+    except web.HTTPRequestEntityTooLarge:
+        return _too_large(state, limit)
+    try:
+        uid, admission = _parse_review(body)
+    except _BadReview as exc:
+        state.metrics.bad_requests.labels(str(exc.status)).inc()
+        return _error(exc.status, exc.message)
+    supply = state.supply()
+    try:
+        verdict = decision.decide_review(admission, supply=supply, policy=state.settings.policy)
+    except Exception:  # a bug must not turn into a 500 that blocks every pod
+        log.exception("deciding admission %s failed", uid)
+        verdict = decision.Verdict(
+            outcome="invalid", allowed=False, code=500,
+            message="the migfit webhook failed to decide; see its log")
+    body_out = review_response(uid, verdict)
+    dry_run = "true" if admission.get("dryRun") is True else "false"
+    state.metrics.admissions.labels(verdict.outcome, ",".join(verdict.profiles), dry_run).inc()
+    state.metrics.latency.observe(time.perf_counter() - started)
+    if verdict.outcome in ("patched", "denied", "invalid") and log.isEnabledFor(logging.INFO):
+        log.info("%s %s/%s: %s%s", verdict.outcome, admission.get("namespace", ""),
+                 admission.get("name", "") or "(generated)", ",".join(verdict.profiles),
+                 verdict.message)
+    return _json(body_out)
+
+
+def _too_large(state: State, limit: int) -> web.Response:
+    state.metrics.bad_requests.labels("413").inc()
+    return _error(413, f"the request body is larger than {limit} bytes")
+
+
+async def healthz(request: web.Request) -> web.Response:
+    return _json({"status": "ok"})
+
+
+async def readyz(request: web.Request) -> web.Response:
+    """Ready whenever serving: without a cluster view it decides from --gpu-models."""
+    state = request.app[STATE]
+    synced = state.cluster is not None and state.cluster.synced
+    return _json({"ready": True, "clusterView": "synced" if synced else "unavailable",
+                  "fallbackModels": [m.id for m in state.settings.policy.fallback_models]})
+
+
+async def metrics(request: web.Request) -> web.Response:
+    state = request.app[STATE]
+    synced = state.cluster is not None and state.cluster.synced
+    state.metrics.cluster_view.set(1 if synced else 0)
+    return web.Response(body=generate_latest(state.metrics.registry),
+                        headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+
+@web.middleware
+async def _json_errors(
+    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+) -> web.StreamResponse:
+    """HTTP errors as JSON bodies; an unexpected error is logged, never sent as a traceback."""
+    try:
+        return await handler(request)
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        return _error(exc.status, exc.reason)
+    except Exception:
+        log.exception("handling %s %s failed", request.method, request.path)
+        return _error(500, "internal error; see the migfit log")
+
+
+# ---------------------------------------------------------------- the app
+
+
+def make_app(
+    settings: Settings,
+    cluster: cluster_mod.Cluster | None,
+    *,
+    registry: CollectorRegistry | None = None,
+    certificate: cert_metrics.HasExpiry | None = None,
+) -> web.Application:
+    """The webhook's aiohttp application: ``POST /mutate``, ``GET /healthz|/readyz|/metrics``.
+
+    ``cluster`` is the live view a source keeps current (None: decide from
+    ``settings.policy.fallback_models``). ``registry`` defaults to a fresh CollectorRegistry;
+    pass a shared one to expose several servers' metrics together. ``certificate`` (a
+    ``CertificateReloader``) adds the certificate-expiry gauge.
+    """
+    if registry is None:
+        registry = CollectorRegistry(auto_describe=True)
+    app = web.Application(client_max_size=settings.max_body_bytes, middlewares=[_json_errors])
+    app[STATE] = State(
+        settings=settings,
+        cluster=cluster,
+        tracker=None if cluster is None else view.SupplyTracker(cluster),
+        metrics=Metrics(registry),
+    )
+    if certificate is not None:
+        cert_metrics.register(registry, server="webhook", source=certificate)
+    app.router.add_post(MUTATE_PATH, mutate)
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
+    app.router.add_get("/metrics", metrics)
+    return app
+
+
+def _background(name: str, make: Callable[[], Coroutine[Any, Any, None]]
+                ) -> Callable[[web.Application], AsyncIterator[None]]:
+    """A cleanup_ctx that runs ``make()`` as a task for the app's life and cancels it after."""
+    async def ctx(app: web.Application) -> AsyncIterator[None]:
+        task: asyncio.Task[None] = asyncio.create_task(make(), name=name)
+        yield
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await task
+    return ctx
+
+
+async def serve(
+    settings: Settings,
+    cluster: cluster_mod.Cluster | None,
+    *,
+    source_run: Callable[[], Awaitable[None]] | None = None,
+    stop: asyncio.Event | None = None,
+    on_started: Callable[[int], None] | None = None,
+) -> None:
+    """Serve the webhook over HTTPS until ``stop`` is set (or SIGTERM/SIGINT).
+
+    The TLS files are polled every ``reload_interval`` s and reloaded into the live context
+    (new connections get the new certificate; open ones keep theirs). ``source_run`` (a
+    cluster source's ``run``) is run alongside; if it fails the webhook keeps serving from
+    the fallback models. On shutdown the listener closes first and in-flight requests get
+    ``shutdown_timeout`` seconds to finish. ``on_started`` receives the bound port.
+    """
+    if settings.tls_cert is None or settings.tls_key is None:
+        raise errors.UsageError("the webhook serves HTTPS only: give --tls-cert and "
+                                         "--tls-key")
+    reloader = reloading.CertificateReloader(cert_file=settings.tls_cert,
+                                             key_file=settings.tls_key)
+    app = make_app(settings, cluster, certificate=reloader)
+    app.cleanup_ctx.append(_background(
+        "webhook-tls-reload", lambda: reloader.run(settings.reload_interval)))
+    if source_run is not None:
+        app.cleanup_ctx.append(_background("webhook-cluster-source", _logged(source_run)))
+    runner = web.AppRunner(app, shutdown_timeout=settings.shutdown_timeout,
+                           access_log=logging.getLogger("aiohttp.access")
+                           if settings.access_log else None)
+    await runner.setup()
+    site = web.TCPSite(runner, settings.host, settings.port, ssl_context=reloader.context,
+                       shutdown_timeout=settings.shutdown_timeout)
+    stop = stop or asyncio.Event()
+    loop = asyncio.get_running_loop()
+    installed: list[signal.Signals] = []
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+            loop.add_signal_handler(sig, stop.set)
+            installed.append(sig)
+    try:
+        await site.start()
+        port = runner.addresses[0][1] if runner.addresses else settings.port
+        log.info("webhook serving https://%s:%s%s", settings.host, port, MUTATE_PATH)
+        if on_started is not None:
+            on_started(int(port))
+        await stop.wait()
+    finally:
+        for sig in installed:
+            loop.remove_signal_handler(sig)
+        await runner.cleanup()
+
+
+def _logged(run: Callable[[], Awaitable[None]]) -> Callable[[], Coroutine[Any, Any, None]]:
+    async def wrapper() -> None:
+        try:
+            await run()
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.error("the cluster source stopped (%s); deciding from --gpu-models from now on",
+                      exc)
+    return wrapper

@@ -26,7 +26,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from migfit import errors, layouts, placements, profiles
 
@@ -391,9 +391,17 @@ class NodeSupply:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class NodeChange:
+    """One node to change; ``named`` is the name of an existing config the plan came from."""
+
     name: str
     plan: NodePlan
     disruption: int
+    named: str | None = None
+
+
+# Given a node, the planner's plan for it and the demand it was planned against, a plan from
+# an existing layout (a named config) to use instead and its name, or None.
+Prefer = Callable[[NodeSupply, NodePlan, Demand], "tuple[NodePlan, str] | None"]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -410,12 +418,14 @@ def plan_cluster(
     *,
     demand: Demand,
     max_nodes: int | None = None,
+    prefer: Prefer | None = None,
 ) -> ClusterPlan:
     """Serve ``demand`` changing few nodes: safe nodes first, then least disruptive (greedy).
 
     Within a class of disruption, nodes are tried in decreasing order of what each alone
     would serve of the whole demand (identical nodes are planned once), so big contributors
-    come first and fewer nodes change.
+    come first and fewer nodes change. ``prefer`` may swap a node's plan for one from an
+    existing layout (a named config) that serves at least as much.
     """
     remaining = demand
     changes: list[NodeChange] = []
@@ -437,11 +447,56 @@ def plan_cluster(
         plan = plan_node(node.model, gpus=node.gpus, demand=remaining)
         if plan.value <= 1e-9 or not plan.changed:
             continue
+        named: str | None = None
+        if prefer is not None:
+            alternative = prefer(node, plan, remaining)
+            if alternative is not None:
+                plan, named = alternative
         _, remaining = remaining.take(plan.served)
         served.update(plan.served)
-        changes.append(NodeChange(name=node.name, plan=plan, disruption=node.disruption))
+        changes.append(NodeChange(name=node.name, plan=plan, disruption=node.disruption,
+                                  named=named))
     return ClusterPlan(changes=tuple(changes), served=dict(served), unserved=remaining)
 
 
 def model_has(model: profiles.GpuModel, profile: str) -> bool:
     return model.has_profile(profile)
+
+
+def plan_from_layouts(
+    model: profiles.GpuModel,
+    *,
+    gpus: Sequence[GpuState],
+    after: Sequence[Sequence[str]],
+    demand: Demand,
+) -> NodePlan:
+    """The plan that gives GPU ``i`` the layout ``after[i]`` (e.g. a named config), scored on
+    ``demand`` like ``plan_node``. A UsageError when a layout is invalid or drops an
+    instance in use (counted per profile: the MIG Manager re-creates a changed GPU).
+    """
+    if len(after) != len(gpus):
+        raise errors.UsageError(f"{len(after)} layouts for {len(gpus)} GPUs")
+    remaining = demand
+    base = 0.0
+    plans: list[GpuPlan] = []
+    served_total: Counter[ProfileName] = Counter()
+    for g, names in zip(gpus, after, strict=True):
+        key = layouts.key_of(model, names)
+        lay = layouts.of(model).by_key.get(key) if key else empty_layout(model)
+        if lay is None:
+            raise errors.UsageError(f"GPU {g.index}: {' '.join(sorted(names))} is not a "
+                                    f"valid layout of {model.id}")
+        lost = Counter(str(i.profile) for i in g.fixed) - Counter(names)
+        if lost:
+            raise errors.UsageError(f"GPU {g.index}: the layout drops instances in use: "
+                                    f"{' '.join(sorted(lost.elements()))}")
+        base += demand.value(serves(model, g.current, g.fixed, demand))
+        served = serves(model, names, g.fixed, remaining)
+        taken, remaining = remaining.take(served)
+        served_total.update(served)
+        removed, added = _diff(Counter(g.current), {p: n for p, n in key})
+        plans.append(GpuPlan(model=model.id, index=g.index, before=tuple(sorted(g.current)),
+                             after=lay, fixed=_sorted_fixed(g.fixed), served=served,
+                             value=taken.weight, removed=removed, added=added))
+    value = sum(p.value for p in plans) - base
+    return NodePlan(model=model.id, gpus=tuple(plans), served=dict(served_total), value=value)

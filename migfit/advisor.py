@@ -1,0 +1,559 @@
+"""Which nodes to re-partition so that waiting MIG pods can run, and why one pod is pending.
+
+kube-scheduler never splits an idle ``3g.40gb`` into ``1g.10gb``s and preemption cannot create
+a resource a node does not advertise (DESIGN.md 1.4), so a pod waits next to idle slices until
+someone changes the node's mig-parted config. This module (pure: no I/O) computes that
+advice from the cluster model:
+
+- demand: pending, unbound pods with MIG requests, unschedulable for longer than a grace
+  period, for a profile no schedulable node has a free instance of right now;
+- supply: schedulable, ready MIG nodes of a known model that are not being re-partitioned,
+  with their layout per GPU (from the mig-parted config when the ConfigMap is readable and
+  agrees with the allocatable, else inferred from the allocatable, and said so);
+- a node is safe when no bound, non-terminated pod uses a MIG instance on it; otherwise a
+  change lists every such pod as disrupted (the API does not say which GPU a pod uses, and
+  the MIG Manager pauses the node's GPU operands) and is marked disruptive. Instances in use
+  are kept in every proposed layout. Safe nodes are always used first.
+
+The planner (``migfit.planner``) picks the layouts; a named config from the ConfigMap is
+preferred when one serves at least as much and keeps what is in use, else a custom config in
+mig-parted format is proposed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from typing import Any, TypedDict
+
+from migfit import cluster, errors, layouts, migparted, placements, planner, profiles
+
+ProfileName = profiles.ProfileName
+
+LABEL_CONFIG = cluster.LABEL_CONFIG
+ANNOTATION_RELAYOUT = cluster.ANNOTATION_RELAYOUT
+LABEL_RELAYOUT_RECOMMENDED = cluster.LABEL_RELAYOUT_RECOMMENDED
+# Written by the apply mode when a re-layout failed; the node is left alone until an operator
+# removes it (and the taint).
+ANNOTATION_RELAYOUT_FAILED = "migfit.io/relayout-failed"
+FAILED_STATE = "failed"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Settings:
+    """How the advisor decides (``--grace`` and friends)."""
+
+    grace_s: float = 60.0  # a pod must have been unschedulable this long to count
+    weight_per_hour: float = 1.0  # weight of a waiting instance: 1 + hours waited × this
+    allow_disruptive: bool = True  # also recommend changes that disrupt running pods
+    max_recommendations: int | None = None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Waiting:
+    """A pod in the demand."""
+
+    key: str
+    requests: Mapping[ProfileName, int]
+    waited_s: float
+    weight: float
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class GpuChange:
+    index: int
+    before: tuple[str, ...]
+    after: tuple[str, ...]
+
+    @property
+    def changed(self) -> bool:
+        return self.before != self.after
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Recommendation:
+    """Re-lay out one node: to a named config or a custom one, with whom it helps and hurts."""
+
+    node: str
+    model: profiles.ModelId
+    config: str | None  # a named config from the ConfigMap
+    mig_parted: Mapping[str, Any] | None  # a custom config document (mig-parted v1)
+    gpus: tuple[GpuChange, ...]
+    unblocks: tuple[str, ...]
+    disrupts: tuple[str, ...]
+    before_config: str | None  # the node's nvidia.com/mig.config label now
+    before_source: migparted.Source
+    note: str
+    served: Mapping[ProfileName, int]
+
+    @property
+    def disruptive(self) -> bool:
+        return bool(self.disrupts)
+
+    @property
+    def target(self) -> str:
+        """The value ``nvidia.com/mig.config`` must take."""
+        if self.config is not None:
+            return self.config
+        assert self.mig_parted is not None
+        return str(next(iter(self.mig_parted["mig-configs"])))
+
+    @property
+    def command(self) -> str:
+        label = f"kubectl label node {self.node} {LABEL_CONFIG}={self.target} --overwrite"
+        if self.config is not None:
+            return label
+        return (f"add config {self.target} (mig_parted) to the mig-parted ConfigMap "
+                f"(kubectl -n {migparted.DEFAULT_NAMESPACE} edit configmap "
+                f"{migparted.DEFAULT_CONFIGMAP}), then: {label}")
+
+    def to_json(self) -> RecommendationJson:
+        return RecommendationJson(
+            node=self.node,
+            config=self.config,
+            mig_parted=None if self.mig_parted is None else dict(self.mig_parted),
+            gpus=[GpuJson(index=g.index, before=list(g.before), after=list(g.after))
+                  for g in self.gpus],
+            unblocks=list(self.unblocks),
+            disrupts=list(self.disrupts),
+            model=self.model,
+            target=self.target,
+            disruptive=self.disruptive,
+            command=self.command,
+            before_config=self.before_config,
+            before_source=self.before_source,
+            note=self.note,
+        )
+
+
+class GpuJson(TypedDict):
+    index: int
+    before: list[str]
+    after: list[str]
+
+
+class RecommendationJson(TypedDict):
+    node: str
+    config: str | None
+    mig_parted: dict[str, Any] | None
+    gpus: list[GpuJson]
+    unblocks: list[str]
+    disrupts: list[str]
+    model: str
+    target: str
+    disruptive: bool
+    command: str
+    before_config: str | None
+    before_source: str
+    note: str
+
+
+class AdviceJson(TypedDict):
+    recommendations: list[RecommendationJson]
+    waiting: list[str]
+    unserved: list[str]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Advice:
+    """The recommendations, the demand they were computed for, and what stays unserved."""
+
+    recommendations: tuple[Recommendation, ...]
+    waiting: tuple[Waiting, ...]
+    unserved: tuple[str, ...]  # pod keys in the demand that no recommendation unblocks
+    generation: int = 0
+
+    def for_node(self, name: str) -> Recommendation | None:
+        for r in self.recommendations:
+            if r.node == name:
+                return r
+        return None
+
+    def for_pod(self, key: str) -> Recommendation | None:
+        for r in self.recommendations:
+            if key in r.unblocks:
+                return r
+        return None
+
+    def to_json(self) -> AdviceJson:
+        return AdviceJson(recommendations=[r.to_json() for r in self.recommendations],
+                          waiting=[w.key for w in self.waiting],
+                          unserved=list(self.unserved))
+
+
+# ---------------------------------------------------------------- demand
+
+
+def unservable_profiles(state: cluster.Cluster, wanted: Sequence[str]) -> set[ProfileName]:
+    """Profiles of ``wanted`` that no schedulable node has a free instance of."""
+    return {ProfileName(p) for p in wanted if not state.free_nodes(p)}
+
+
+def demand(state: cluster.Cluster, *, now: float, settings: Settings) -> list[Waiting]:
+    """Pending unbound MIG pods, unschedulable for longer than the grace period, that want a
+    profile nothing can serve now (heaviest, i.e. longest waiting, first)."""
+    out: list[Waiting] = []
+    free_cache: dict[str, bool] = {}
+    for pod in state.pending_pods():
+        if not pod.pending or pod.unschedulable_since is None:
+            continue
+        reqs = pod.mig_requests
+        if not reqs:
+            continue
+        waited = now - pod.unschedulable_since
+        if waited < settings.grace_s:
+            continue
+        stuck = False
+        for p in reqs:
+            if p not in free_cache:
+                free_cache[p] = bool(state.free_nodes(p))
+            stuck = stuck or not free_cache[p]
+        if not stuck:
+            continue
+        weight = 1.0 + max(waited, 0.0) / 3600.0 * settings.weight_per_hour
+        out.append(Waiting(key=pod.key, requests=reqs, waited_s=waited, weight=weight))
+    out.sort(key=lambda w: (-w.weight, w.key))
+    return out
+
+
+# ---------------------------------------------------------------- supply
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class NodeView:
+    """A node's MIG layout as the advisor sees it."""
+
+    name: str
+    model: profiles.GpuModel
+    layout: migparted.NodeLayout
+    used: Mapping[ProfileName, int]
+    pods: tuple[str, ...]  # bound pods holding MIG instances here
+    gpus: tuple[planner.GpuState, ...]
+    label: str | None = None  # nvidia.com/mig.config now
+
+    @property
+    def safe(self) -> bool:
+        return not self.pods
+
+
+def excluded(state: cluster.NodeState) -> str | None:
+    """Why a node cannot be re-laid out now, or None."""
+    rec = state.node
+    if rec.model is None:
+        return rec.model_error or "no known MIG-capable GPU model"
+    if rec.strategy == "single":
+        return "single strategy (re-layouts are planned for the mixed strategy)"
+    if state.repartitioning:
+        return "being re-partitioned"
+    if rec.config_state == FAILED_STATE:
+        return "the MIG Manager reported mig.config.state=failed"
+    if ANNOTATION_RELAYOUT_FAILED in rec.annotations:
+        return "a migfit re-layout failed here; an operator must clear it"
+    if rec.unschedulable:
+        return "cordoned"
+    if not rec.ready:
+        return "not Ready"
+    if rec.gpu_count <= 0 and not rec.advertised:
+        return "no GPUs"
+    return None
+
+
+@functools.lru_cache(maxsize=8192)
+def _inferred(model: profiles.GpuModel, alloc: tuple[tuple[ProfileName, int], ...],
+              gpu_count: int) -> migparted.NodeLayout:
+    return migparted.infer(model, dict(alloc), gpu_count)
+
+
+@functools.lru_cache(maxsize=8192)
+def _placed(model: profiles.GpuModel, names: tuple[ProfileName, ...]
+            ) -> tuple[placements.Instance, ...]:
+    if not names:
+        return ()
+    fit = layouts.check(model, names)
+    assert fit.placement is not None
+    return fit.placement.instances
+
+
+def current_layout(
+    state: cluster.NodeState, model: profiles.GpuModel, config: migparted.Config | None
+) -> migparted.NodeLayout:
+    """The node's layout per GPU: its named config when readable and matching the allocatable
+    (the device plugin advertises what the MIG Manager applied), else inferred."""
+    rec = state.node
+    alloc = tuple(sorted((p, n) for p, n in rec.allocatable.items() if n > 0))
+    note = ""
+    if config is not None and rec.config:
+        try:
+            resolved = migparted.resolve(config, rec.config, model=model,
+                                         gpu_count=rec.gpu_count)
+        except errors.ConfigError as exc:
+            note = f"{exc.message}; "
+        else:
+            if dict(resolved.totals()) == dict(alloc):
+                return resolved
+            note = f"config {rec.config} does not match the allocatable; "
+    layout = _inferred(model, alloc, rec.gpu_count)
+    if note:
+        layout = dataclasses.replace(layout, note=note + layout.note)
+    return layout
+
+
+def _pin_used(model: profiles.GpuModel, gpus: Sequence[tuple[ProfileName, ...]],
+              used: Mapping[ProfileName, int]) -> tuple[planner.GpuState, ...]:
+    """Assign the instances in use to GPUs holding their profile (packed onto few GPUs)."""
+    left = Counter({p: n for p, n in used.items() if n > 0})
+    out = []
+    for i, names in enumerate(gpus):
+        fixed: list[placements.Instance] = []
+        for inst in _placed(model, names):
+            if left[inst.profile] > 0:
+                left[inst.profile] -= 1
+                fixed.append(inst)
+        out.append(planner.GpuState(index=i, current=names, fixed=tuple(fixed)))
+    return tuple(out)
+
+
+def view(
+    state: cluster.Cluster, node: cluster.NodeState, config: migparted.Config | None
+) -> NodeView | None:
+    """The advisor's view of one node, or None when it is excluded (see ``excluded``)."""
+    if excluded(node) is not None:
+        return None
+    rec = node.node
+    assert rec.model is not None
+    model = state.catalog.get(rec.model)
+    try:
+        layout = current_layout(node, model, config)
+    except errors.ConfigError:
+        return None
+    pods = tuple(sorted(p.key for p in state.pods_on(rec.name)
+                        if p.holds_instances and p.mig_requests))
+    used = {p: n for p, n in node.used.items() if n > 0}
+    return NodeView(name=rec.name, model=model, layout=layout, used=used, pods=pods,
+                    gpus=_pin_used(model, layout.gpus, used), label=rec.config)
+
+
+# ---------------------------------------------------------------- named configs
+
+
+def _prefer_named(
+    config: migparted.Config | None,
+) -> planner.Prefer | None:
+    if config is None or not config.configs:
+        return None
+    cache: dict[tuple[profiles.ModelId, int, str], migparted.NodeLayout | None] = {}
+
+    def resolved(model: profiles.GpuModel, count: int, name: str) -> migparted.NodeLayout | None:
+        key = (model.id, count, name)
+        if key not in cache:
+            try:
+                cache[key] = migparted.resolve(config, name, model=model, gpu_count=count)
+            except errors.ConfigError:
+                cache[key] = None
+        return cache[key]
+
+    def prefer(node: planner.NodeSupply, plan: planner.NodePlan, remaining: planner.Demand
+               ) -> tuple[planner.NodePlan, str] | None:
+        best: tuple[tuple[float, int, int, str], planner.NodePlan, str] | None = None
+        for name in config.configs:
+            lay = resolved(node.model, len(node.gpus), name)
+            if lay is None:
+                continue
+            try:
+                alt = planner.plan_from_layouts(node.model, gpus=node.gpus, after=lay.gpus,
+                                                demand=remaining)
+            except errors.UsageError:
+                continue  # drops an instance in use
+            if not alt.changed or alt.value < plan.value - 1e-9:
+                continue
+            rank = (-round(alt.value, 9), len(alt.changed),
+                    sum(len(g.removed) for g in alt.gpus), name)
+            if best is None or rank < best[0]:
+                best = (rank, alt, name)
+        return None if best is None else (best[1], best[2])
+
+    return prefer
+
+
+# ---------------------------------------------------------------- advice
+
+
+def advise(
+    state: cluster.Cluster,
+    *,
+    now: float,
+    settings: Settings | None = None,
+    config: migparted.Config | None = None,
+) -> Advice:
+    """Recommendations for the cluster as it is at ``now`` (seconds since the epoch)."""
+    settings = settings or Settings()
+    waiting = demand(state, now=now, settings=settings)
+    if not waiting:
+        return Advice(recommendations=(), waiting=(), unserved=(),
+                      generation=state.generation)
+    wanted = {p for w in waiting for p in w.requests}
+    views: dict[str, NodeView] = {}
+    supply: list[planner.NodeSupply] = []
+    for node in state.nodes():
+        rec = node.node
+        if rec.model is None:
+            continue
+        model = state.catalog.get(rec.model)
+        if not any(model.has_profile(p) for p in wanted):
+            continue
+        v = view(state, node, config)
+        if v is None or (not v.safe and not settings.allow_disruptive):
+            continue
+        views[v.name] = v
+        supply.append(planner.NodeSupply(name=v.name, model=v.model, gpus=v.gpus,
+                                         disruption=len(v.pods)))
+    units = planner.Demand.of_items(
+        (p, w.weight) for w in waiting for p, n in w.requests.items() for _ in range(n))
+    plan = planner.plan_cluster(supply, demand=units, max_nodes=settings.max_recommendations,
+                                prefer=_prefer_named(config))
+
+    # Hand served instances to pods heaviest first, as Demand.take does.
+    queues: dict[ProfileName, list[Waiting]] = {}
+    for w in waiting:
+        for p, n in w.requests.items():
+            queues.setdefault(p, []).extend([w] * n)
+    cursor: Counter[ProfileName] = Counter()
+    got: Counter[str] = Counter()
+    where: dict[str, list[str]] = {}
+    for change in plan.changes:
+        for p, n in change.plan.served.items():
+            q = queues.get(p, [])
+            for w in q[cursor[p]:cursor[p] + n]:
+                got[w.key] += 1
+                where.setdefault(change.name, []).append(w.key)
+            cursor[p] += n
+    need = {w.key: sum(w.requests.values()) for w in waiting}
+    done = {k for k, n in got.items() if n >= need[k]}
+
+    recs: list[Recommendation] = []
+    for change in plan.changes:
+        v = views[change.name]
+        gpus = tuple(GpuChange(index=g.index, before=tuple(g.before), after=g.after_names)
+                     for g in change.plan.gpus)
+        unblocks = tuple(sorted({k for k in where.get(change.name, []) if k in done}))
+        if change.named is not None:
+            cfg: str | None = change.named
+            doc: Mapping[str, Any] | None = None
+        else:
+            after = [g.after for g in gpus]
+            cfg, doc = None, migparted.render(migparted.custom_name(after), after,
+                                              model=v.model)
+        recs.append(Recommendation(
+            node=change.name, model=v.model.id, config=cfg, mig_parted=doc, gpus=gpus,
+            unblocks=unblocks, disrupts=v.pods, before_config=v.label,
+            before_source=v.layout.source, note=v.layout.note,
+            served=dict(change.plan.served)))
+    unserved = tuple(sorted(w.key for w in waiting if w.key not in done))
+    return Advice(recommendations=tuple(recs), waiting=tuple(waiting), unserved=unserved,
+                  generation=state.generation)
+
+
+def dumps(advice: Advice) -> str:
+    """The ``migfit advise --json`` document."""
+    return json.dumps(advice.to_json(), sort_keys=False)
+
+
+# ---------------------------------------------------------------- explain
+
+
+def _names(nodes: Sequence[str], limit: int = 5) -> str:
+    shown = ", ".join(nodes[:limit])
+    return shown + (f" and {len(nodes) - limit} more" if len(nodes) > limit else "")
+
+
+def explain(
+    state: cluster.Cluster,
+    namespace: str,
+    name: str,
+    *,
+    now: float,
+    settings: Settings | None = None,
+    config: migparted.Config | None = None,
+    advice: Advice | None = None,
+) -> str:
+    """Why pod ``namespace/name`` is pending, in plain words, and what would fix it."""
+    settings = settings or Settings()
+    pod = state.find_pod(namespace, name)
+    key = f"{namespace}/{name}"
+    if pod is None:
+        return (f"{key}: not in migfit's view of the cluster. migfit tracks pods that request "
+                f"GPUs or carry migfit.io/ annotations; check the name with "
+                f"kubectl get pod -n {namespace} {name}.")
+    if pod.node is not None:
+        return f"{key} is not pending: it is bound to node {pod.node} (phase {pod.phase})."
+    if pod.phase != "Pending" or pod.deleting:
+        gone = ", being deleted" if pod.deleting else ""
+        return f"{key} is not pending (phase {pod.phase}{gone})."
+    reqs = pod.mig_requests
+    if not reqs:
+        gpu = pod.requests.get(profiles.GPU_RESOURCE)
+        if gpu:
+            return (f"{key} requests {gpu} × {profiles.GPU_RESOURCE}, not a MIG profile; "
+                    f"migfit advises on mixed-strategy MIG resources (nvidia.com/mig-*). "
+                    f"To ask for memory instead, annotate it with migfit.io/gpu-memory.")
+        return f"{key} requests no MIG profile; migfit has nothing to say about it."
+    lines: list[str] = []
+    want = ", ".join(f"{n} × {p}" for p, n in sorted(reqs.items()))
+    lines.append(f"{key} is pending and needs {want}.")
+    blocked: list[str] = []
+    for p in sorted(reqs):
+        free = sorted(state.free_nodes(p))
+        if free:
+            lines.append(f"- {p}: {len(free)} schedulable node(s) have a free instance "
+                         f"({_names(free)}). MIG capacity is not what holds it; check its "
+                         f"other constraints (cpu, memory, affinity, taints) with "
+                         f"kubectl describe pod -n {namespace} {name}.")
+            continue
+        blocked.append(p)
+        advertising = [s for s in state.nodes() if s.node.allocatable.get(p, 0) > 0]
+        busy = sorted(s.name for s in advertising
+                      if not s.repartitioning and not s.node.unschedulable)
+        moving = sorted(s.name for s in advertising if s.repartitioning)
+        if busy:
+            lines.append(f"- {p}: every instance is in use on the node(s) that advertise it "
+                         f"({_names(busy)}); it runs when one is freed.")
+        elif moving:
+            lines.append(f"- {p}: only node(s) being re-partitioned advertise it "
+                         f"({_names(moving)}); it can run once they finish.")
+        else:
+            lines.append(f"- {p}: no node advertises it. The scheduler will not split a larger "
+                         f"idle instance and preemption cannot create it: a node must be "
+                         f"re-partitioned (its nvidia.com/mig.config changed).")
+    if not blocked:
+        return "\n".join(lines)
+    waited = None if pod.unschedulable_since is None else now - pod.unschedulable_since
+    if waited is None:
+        lines.append("The scheduler has not reported it unschedulable yet; advice starts once "
+                     "it has.")
+        return "\n".join(lines)
+    if waited < settings.grace_s:
+        lines.append(f"It has been unschedulable for {waited:.0f}s, less than the grace period "
+                     f"of {settings.grace_s:.0f}s; advice starts after that.")
+        return "\n".join(lines)
+    advice = advice or advise(state, now=now, settings=settings, config=config)
+    rec = advice.for_pod(key)
+    if rec is None:
+        models = sorted({m.id for m in state.models_present()
+                         if all(m.has_profile(p) for p in blocked)})
+        where = (f"GPU models present that have {', '.join(blocked)}: {', '.join(models)}"
+                 if models else f"no GPU model in the cluster has {', '.join(blocked)}")
+        lines.append(f"Fix: no idle GPU can be re-laid out to provide it now ({where}). Free "
+                     f"instances on such a node, add capacity, or ask for another profile.")
+        return "\n".join(lines)
+    changed = [g for g in rec.gpus if g.changed]
+    gpu_text = "; ".join(f"GPU {g.index}: {' '.join(g.before) or '(none)'} -> "
+                         f"{' '.join(g.after) or '(none)'}" for g in changed)
+    lines.append(f"Fix: re-partition node {rec.node} ({gpu_text}). {rec.command}")
+    if rec.disrupts:
+        lines.append(f"This disrupts running pods: {', '.join(rec.disrupts)}.")
+    else:
+        lines.append("Nothing runs on its MIG instances, so the change disrupts no pod.")
+    return "\n".join(lines)

@@ -608,6 +608,21 @@ class Cluster:
     def mark_synced(self) -> None:
         self.synced = True
 
+    def load_records(self, nodes: Iterable[NodeRecord], pods: Iterable[PodRecord]) -> None:
+        """Like ``replace`` for both kinds, from records already decoded (the file source)."""
+        node_list = list(nodes)
+        names = {n.name for n in node_list}
+        for name in [n for n in self._nodes if n not in names]:
+            self._remove_node(name)
+        for record in node_list:
+            self._set_node(record)
+        pod_list = list(pods)
+        uids = {p.uid for p in pod_list}
+        for uid in [u for u in self._pods if u not in uids]:
+            self._remove_pod(uid)
+        for pod in pod_list:
+            self._set_pod(pod)
+
     # ------------------------------------------------------------ mutation
 
     def _set_node(self, record: NodeRecord) -> None:

@@ -1,0 +1,365 @@
+"""The file source: a snapshot file (``kubectl get nodes,pods -A -o yaml``) kept in the model.
+
+Accepted shapes: a ``List`` (YAML or JSON, as kubectl prints it, also ``NodeList``/``PodList``),
+a JSON array of objects, single objects, or multi-document YAML of any of these. Every item is
+decoded and checked before anything is replaced, so a broken file (a half-written copy, a typo)
+keeps the last good state; the error names the file and the object it failed on. Changes are
+found by polling: Secret and ConfigMap mounts give no inotify, and an atomic symlink swap must
+be seen too, so the file's stat is compared first and its sha256 digest decides.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import hashlib
+import json
+import logging
+import os
+import time
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any, Literal, Protocol
+
+import yaml
+
+from migfit import cluster, errors, profiles, quantity
+
+log = logging.getLogger(__name__)
+
+EXAMPLE_CLUSTER: Path = Path(__file__).with_name("data") / "example-cluster.yaml"
+"""The bundled example cluster (a copy of examples/cluster.yaml shipped as package data)."""
+
+DEFAULT_POLL_INTERVAL_S = 2.0
+_KINDS = ("Node", "Pod")
+# libyaml's C loader parses a 100 MB snapshot several times faster than the pure-Python one.
+_LOADER: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+class Sink(Protocol):
+    """What the file source feeds; the same shape as the watch source's sink (cluster.Cluster)."""
+
+    def replace(self, kind: Literal["Node", "Pod"], objects: list[dict[str, Any]]) -> None: ...
+
+    def mark_synced(self) -> None: ...
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Snapshot:
+    """A decoded, validated file: the raw objects by kind and their compact records."""
+
+    nodes: list[dict[str, Any]]
+    pods: list[dict[str, Any]]
+    node_records: list[cluster.NodeRecord]
+    pod_records: list[cluster.PodRecord]
+    digest: str
+
+
+# ---------------------------------------------------------------- parsing
+
+
+def _documents(text: str, where: str) -> Iterator[Any]:
+    stripped = text.lstrip()
+    if stripped.startswith(("{", "[")):
+        try:
+            yield json.loads(text)
+            return
+        except ValueError:
+            pass  # YAML flow style also starts with { or [: let the YAML parser decide
+    try:
+        yield from yaml.load_all(text, Loader=_LOADER)  # a SafeLoader
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark
+        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        raise errors.ConfigError(
+            f"{where}: not valid YAML or JSON{at}: {exc.problem or exc}; fix the file or "
+            f"export it again with `kubectl get nodes,pods -A -o yaml`"
+        ) from None
+    except yaml.YAMLError as exc:
+        raise errors.ConfigError(f"{where}: not valid YAML or JSON: {exc}") from None
+
+
+def _items(doc: Any, where: str, number: int) -> Iterator[Any]:
+    """The objects of one document: a List's items, an array's elements, or the object itself."""
+    if doc is None:
+        return
+    if isinstance(doc, list):
+        yield from doc
+        return
+    if not isinstance(doc, dict):
+        raise errors.ConfigError(
+            f"{where}: document {number} is a {type(doc).__name__}, not a Kubernetes object or "
+            f"List; expected the output of `kubectl get nodes,pods -A -o yaml`"
+        )
+    kind = doc.get("kind")
+    if isinstance(kind, str) and kind.endswith("List") and "items" in doc:
+        items = doc.get("items")
+        if items is None:
+            return
+        if not isinstance(items, list):
+            raise errors.ConfigError(f"{where}: document {number}: 'items' is not a list")
+        yield from items
+        return
+    yield doc
+
+
+def _describe(obj: Any) -> str:
+    if not isinstance(obj, dict):
+        return type(obj).__name__
+    kind = obj.get("kind") or "object"
+    meta = obj.get("metadata")
+    if not isinstance(meta, dict):
+        return str(kind)
+    name = meta.get("name") or meta.get("generateName") or "?"
+    ns = meta.get("namespace")
+    return f"{kind} {ns}/{name}" if ns else f"{kind} {name}"
+
+
+def _check_quantities(obj: Mapping[str, Any], kind: str) -> None:
+    """GPU resource quantities must parse: the model would read a typo as 0 instances."""
+    def check(where: str, values: Any) -> None:
+        if not isinstance(values, dict):
+            if values is not None:
+                raise errors.ConfigError(f"{where} is not a mapping")
+            return
+        for res, value in values.items():
+            if not cluster.is_gpu_resource(str(res)):
+                continue
+            try:
+                amount = quantity.parse(value)
+            except errors.QuantityError as exc:
+                raise errors.ConfigError(f"{where}[{res!r}]: {exc}") from None
+            if amount < 0 or amount.denominator != 1:
+                raise errors.ConfigError(
+                    f"{where}[{res!r}] is {value!r}; extended resources are whole numbers >= 0")
+
+    if kind == "Node":
+        status = obj.get("status")
+        if isinstance(status, dict):
+            check("status.capacity", status.get("capacity"))
+            check("status.allocatable", status.get("allocatable"))
+        return
+    spec = obj.get("spec")
+    if not isinstance(spec, dict):
+        return
+    for group in ("containers", "initContainers"):
+        containers = spec.get(group)
+        if containers is None:
+            continue
+        if not isinstance(containers, list):
+            raise errors.ConfigError(f"spec.{group} is not a list")
+        for i, c in enumerate(containers):
+            if not isinstance(c, dict):
+                raise errors.ConfigError(f"spec.{group}[{i}] is not a mapping")
+            res = c.get("resources")
+            if isinstance(res, dict):
+                check(f"spec.{group}[{i}].resources.requests", res.get("requests"))
+                check(f"spec.{group}[{i}].resources.limits", res.get("limits"))
+
+
+def decode(data: bytes | str, *, where: str,
+           catalog: profiles.Catalog | None = None) -> Snapshot:
+    """Parse and validate a whole snapshot; raises ConfigError naming the failing object.
+
+    Objects are numbered from 1 in file order ("item 12 (Pod gpu/train-3): ..."). Kinds other
+    than Node and Pod are ignored, so a broader ``kubectl get`` export still loads.
+    """
+    catalog = catalog or profiles.builtin()
+    raw = data if isinstance(data, bytes) else data.encode("utf-8")
+    digest = hashlib.sha256(raw).hexdigest()
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise errors.ConfigError(f"{where}: not UTF-8 text (byte {exc.start})") from None
+    if not text.strip():
+        raise errors.ConfigError(
+            f"{where}: the file is empty; expected `kubectl get nodes,pods -A -o yaml` output "
+            f"(an empty cluster is a List with 'items: []')")
+    nodes: list[dict[str, Any]] = []
+    pods: list[dict[str, Any]] = []
+    node_records: list[cluster.NodeRecord] = []
+    pod_records: list[cluster.PodRecord] = []
+    seen: dict[tuple[str, str], int] = {}
+    number = 0
+    for doc_number, doc in enumerate(_documents(text, where), start=1):
+        for obj in _items(doc, where, doc_number):
+            number += 1
+            try:
+                if not isinstance(obj, dict):
+                    raise errors.ConfigError(f"a {type(obj).__name__}, not a Kubernetes object")
+                kind = obj.get("kind")
+                if kind not in _KINDS:
+                    if not isinstance(kind, str) or not kind:
+                        raise errors.ConfigError(
+                            "no 'kind'; every object needs kind: Node or kind: Pod")
+                    continue
+                meta = obj.get("metadata")
+                if not isinstance(meta, dict) or not isinstance(meta.get("name"), str) \
+                        or not meta["name"]:
+                    raise errors.ConfigError("no metadata.name")
+                _check_quantities(obj, kind)
+                if kind == "Node":
+                    key = ("Node", meta["name"])
+                    node_records.append(cluster.node_from_api(obj, catalog))
+                    nodes.append(obj)
+                else:
+                    ns = meta.get("namespace") or ""
+                    key = ("Pod", str(meta.get("uid") or f"{ns}/{meta['name']}"))
+                    record = cluster.pod_from_api(obj)
+                    if record is not None:
+                        pod_records.append(record)
+                    pods.append(obj)
+                if key in seen:
+                    raise errors.ConfigError(f"a second copy of item {seen[key]}")
+                seen[key] = number
+            except errors.MigfitError as exc:
+                raise errors.ConfigError(
+                    f"{where}: item {number} ({_describe(obj)}): {exc.message}") from None
+            except Exception as exc:  # a shape the decoder did not expect: still name the item
+                raise errors.ConfigError(
+                    f"{where}: item {number} ({_describe(obj)}): cannot decode: "
+                    f"{type(exc).__name__}: {exc}") from None
+    return Snapshot(nodes=nodes, pods=pods, node_records=node_records,
+                    pod_records=pod_records, digest=digest)
+
+
+def read(path: str | os.PathLike[str], *, catalog: profiles.Catalog | None = None) -> Snapshot:
+    """Read and validate a snapshot file; raises ConfigError."""
+    p = Path(path)
+    try:
+        data = p.read_bytes()
+    except OSError as exc:
+        raise errors.ConfigError(
+            f"cannot read cluster file {p}: {exc.strerror or exc}; pass --cluster FILE with a "
+            f"file made by `kubectl get nodes,pods -A -o yaml`") from None
+    return decode(data, where=str(p), catalog=catalog)
+
+
+def install(sink: Sink, snapshot: Snapshot) -> None:
+    """Replace the sink's contents with the snapshot (a Cluster takes the decoded records)."""
+    if isinstance(sink, cluster.Cluster):
+        sink.load_records(snapshot.node_records, snapshot.pod_records)
+    else:
+        sink.replace("Node", snapshot.nodes)
+        sink.replace("Pod", snapshot.pods)
+
+
+def load(path: str | os.PathLike[str], *,
+         catalog: profiles.Catalog | None = None) -> cluster.Cluster:
+    """A synced Cluster with the contents of a snapshot file; raises ConfigError."""
+    model = cluster.Cluster(catalog)
+    install(model, read(path, catalog=model.catalog))
+    model.mark_synced()
+    return model
+
+
+# ---------------------------------------------------------------- the source
+
+
+class FileSource:
+    """Keeps a sink equal to a snapshot file, re-reading it when its content changes.
+
+    Shaped like the watch source (``run()``, ``synced``, ``last_error``) so servers treat
+    both alike. ``synced`` is set after the first good load; a later broken file leaves the
+    sink as it was and only sets ``last_error``.
+    """
+
+    def __init__(
+        self,
+        sink: Sink,
+        path: str | os.PathLike[str],
+        *,
+        poll_interval_s: float = DEFAULT_POLL_INTERVAL_S,
+        catalog: profiles.Catalog | None = None,
+    ) -> None:
+        if poll_interval_s <= 0:
+            raise errors.UsageError(
+                f"poll interval must be positive, not {poll_interval_s}")
+        self.path = Path(path)
+        self.poll_interval_s = poll_interval_s
+        self.synced = asyncio.Event()
+        self.last_error: str | None = None
+        self.loads = 0  # successful loads
+        self.digest: str | None = None  # of the content now in the sink
+        self._sink = sink
+        self._catalog = catalog or (sink.catalog if isinstance(sink, cluster.Cluster)
+                                    else profiles.builtin())
+        self._tried: str | None = None  # digest of the last content tried, good or bad
+        self._stat: tuple[int, int, int, int] | None = None
+        self._stat_at = 0.0
+
+    def _changed_stat(self) -> bool:
+        """False only when the file surely did not change since it was last read."""
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            return True  # let the read report it
+        sig = (st.st_mtime_ns, st.st_size, st.st_ino, st.st_dev)
+        # A rewrite within the mtime's granularity keeps the same stat: trust an unchanged
+        # stat only when the file was already old when it was read.
+        settled = self._stat_at - st.st_mtime_ns / 1e9 > 1.0
+        if sig == self._stat and settled:
+            return False
+        self._stat, self._stat_at = sig, time.time()
+        return True
+
+    def _read(self) -> bytes | None:
+        try:
+            return self.path.read_bytes()
+        except OSError as exc:
+            self._fail(f"cannot read cluster file {self.path}: {exc.strerror or exc}")
+            self._tried = None
+            return None
+
+    def _fail(self, message: str) -> None:
+        if message != self.last_error:
+            log.error("%s (keeping the last good state)", message)
+        self.last_error = message
+
+    def _check(self, data: bytes) -> Snapshot | None:
+        """Decode ``data`` unless it is what was last tried; None when nothing to install."""
+        digest = hashlib.sha256(data).hexdigest()
+        if digest == self._tried:
+            return None
+        self._tried = digest
+        if digest == self.digest:  # back to what the sink holds: nothing to do
+            self.last_error = None
+            return None
+        try:
+            return decode(data, where=str(self.path), catalog=self._catalog)
+        except errors.MigfitError as exc:
+            self._fail(exc.message)
+            return None
+
+    def _install(self, snapshot: Snapshot) -> None:
+        install(self._sink, snapshot)
+        self.digest = snapshot.digest
+        self.loads += 1
+        if self.last_error is not None:
+            log.info("%s: loaded again after an error", self.path)
+        self.last_error = None
+        log.info("%s: %d nodes, %d pods", self.path, len(snapshot.nodes), len(snapshot.pods))
+        if not self.synced.is_set():
+            self._sink.mark_synced()
+            self.synced.set()
+
+    def load_once(self) -> bool:
+        """Read the file now; True when the sink got new contents."""
+        if not self._changed_stat():
+            return False
+        data = self._read()
+        snapshot = None if data is None else self._check(data)
+        if snapshot is None:
+            return False
+        self._install(snapshot)
+        return True
+
+    async def run(self) -> None:
+        """Poll the file until cancelled; reading and decoding run off the event loop."""
+        while True:
+            if self._changed_stat():
+                data = await asyncio.to_thread(self._read)
+                snapshot = None if data is None else await asyncio.to_thread(self._check, data)
+                if snapshot is not None:
+                    self._install(snapshot)  # on the loop: the sink is not thread-safe
+            await asyncio.sleep(self.poll_interval_s)

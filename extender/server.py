@@ -1,0 +1,395 @@
+"""The extender's HTTP adapter: kube-scheduler's extender/v1 wire format around filter and score.
+
+Handlers parse, call the pure steps (``filtering``, ``scoring``), serialise — nothing more.
+Wire facts (WIRE.md 1.1, 1.2): the JSON keys are the Go field names, written in PascalCase
+and read case-insensitively (an exact match first, as Go's encoding/json does); no field has
+``omitempty``, so ``Nodes``, ``NodeNames``, ``FailedNodes``, ``FailedAndUnresolvableNodes``
+and ``Error`` are always present, the unused one of ``Nodes``/``NodeNames`` as null. The
+answer uses the mode the scheduler used: ``NodeNames`` in, names out (``nodeCacheCapable``);
+a ``Nodes`` list in, the passing Node objects out, exactly as sent. Every returned name was
+in the input; every input node gets exactly one outcome.
+
+``make_app`` builds the application (typed ``web.AppKey`` state; the cluster source, when
+given, runs for the app's lifetime through ``cleanup_ctx``), so ``migfit extender`` and
+``migfit serve`` share it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import importlib
+import json
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
+from typing import Any, Protocol
+
+import prometheus_client
+from aiohttp import web
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from extender import figures, filtering, scoring, scoring_log
+from migfit import cluster
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MAX_BODY = 32 * 2**20  # a full NodeList of 5,000 nodes (non-cache mode) fits
+
+
+class Source(Protocol):
+    """What keeps the cluster model current (the Kubernetes watch or the file source)."""
+
+    async def run(self) -> None: ...
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class ExtenderSettings:
+    """How the extender server behaves; the defaults suit a production scheduler."""
+
+    max_body_bytes: int = DEFAULT_MAX_BODY
+    """Larger request bodies get 413 (kube-scheduler's non-cache mode sends whole Nodes)."""
+    log_format: scoring_log.LogFormat = "both"
+    """The scoring log's lines: ``json``, ``text`` or ``both``."""
+    log_nodes: int = 50
+    """Nodes written in full per scoring-log JSON line (the best ones); 0 writes all."""
+
+
+# ---------------------------------------------------------------- the wire: ExtenderArgs
+
+
+class WireError(Exception):
+    """A request body that is not an ExtenderArgs; the message says what is wrong."""
+
+
+def field(obj: Mapping[str, Any], name: str) -> Any:
+    """``obj[name]`` the way Go's encoding/json matches keys: exact, else case-insensitive."""
+    if name in obj:
+        return obj[name]
+    lower = name.lower()
+    for key, value in obj.items():
+        if key.lower() == lower:
+            return value
+    return None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Args:
+    """A decoded ``ExtenderArgs``."""
+
+    pod: Mapping[str, Any]
+    names: list[str]
+    node_list: Mapping[str, Any] | None  # the NodeList when the scheduler sent Nodes
+    nodes: Mapping[str, Mapping[str, Any]]  # name -> Node object as sent (Nodes mode)
+
+    @property
+    def cache_mode(self) -> bool:
+        return self.node_list is None
+
+
+def decode_args(body: bytes) -> Args:
+    """Parse an ``ExtenderArgs`` body; WireError with a precise message when it is not one."""
+    try:
+        raw = json.loads(body)
+    except (ValueError, RecursionError) as exc:
+        raise WireError(f"request body is not JSON: {exc}") from None
+    if not isinstance(raw, dict):
+        raise WireError("request body must be a JSON object (ExtenderArgs)")
+    pod = field(raw, "Pod")
+    if not isinstance(pod, dict):
+        raise WireError("ExtenderArgs.Pod must be a Pod object")
+    names_raw = field(raw, "NodeNames")
+    nodes_raw = field(raw, "Nodes")
+    if names_raw is not None:
+        if not isinstance(names_raw, list) or not all(isinstance(n, str) for n in names_raw):
+            raise WireError("ExtenderArgs.NodeNames must be a list of strings or null")
+        return Args(pod=pod, names=names_raw, node_list=None, nodes={})
+    if nodes_raw is None:
+        return Args(pod=pod, names=[], node_list=None, nodes={})
+    if not isinstance(nodes_raw, dict):
+        raise WireError("ExtenderArgs.Nodes must be a NodeList object or null")
+    items = field(nodes_raw, "items")
+    if items is None:
+        items = []
+    if not isinstance(items, list):
+        raise WireError("ExtenderArgs.Nodes.items must be a list of Node objects")
+    names: list[str] = []
+    by_name: dict[str, Mapping[str, Any]] = {}
+    for i, item in enumerate(items):
+        meta = field(item, "metadata") if isinstance(item, dict) else None
+        name = field(meta, "name") if isinstance(meta, dict) else None
+        if not isinstance(name, str) or not name:
+            raise WireError(f"ExtenderArgs.Nodes.items[{i}] has no metadata.name")
+        names.append(name)
+        by_name.setdefault(name, item)
+    return Args(pod=pod, names=names, node_list=nodes_raw, nodes=by_name)
+
+
+def filter_result(args: Args, result: filtering.FilterResult, error: str = "") -> dict[str, Any]:
+    """An ``ExtenderFilterResult`` in the mode of ``args``; reasons flattened to text here."""
+    failed = {n: filtering.node_message(r) for n, r in result.failed.items()}
+    unresolvable = {n: filtering.node_message(r) for n, r in result.unresolvable.items()}
+    if args.cache_mode:
+        nodes: Any = None
+        names: Any = result.passed
+    else:
+        meta = {k: v for k, v in (args.node_list or {}).items() if k.lower() != "items"}
+        nodes = {**meta, "items": [args.nodes[n] for n in result.passed]}
+        names = None
+    return {"Nodes": nodes, "NodeNames": names, "FailedNodes": failed,
+            "FailedAndUnresolvableNodes": unresolvable, "Error": error}
+
+
+def _error_filter_result(message: str) -> dict[str, Any]:
+    return {"Nodes": None, "NodeNames": None, "FailedNodes": {},
+            "FailedAndUnresolvableNodes": {}, "Error": message}
+
+
+# ---------------------------------------------------------------- metrics
+
+
+class _ClusterCollector(Collector):
+    """Gauges computed at scrape time from the cache, never on the request path."""
+
+    def __init__(self, model: cluster.Cluster) -> None:
+        self._cluster = model
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        index = figures.index_of(self._cluster)
+        free = GaugeMetricFamily("migfit_extender_free_instances",
+                                 "Free MIG instances per node and profile",
+                                 labels=["node", "profile"])
+        alloc = GaugeMetricFamily("migfit_extender_allocatable_instances",
+                                  "Advertised MIG instances per node and profile",
+                                  labels=["node", "profile"])
+        frag = GaugeMetricFamily(
+            "migfit_extender_node_fragmentation",
+            "1 - largest free instance / free memory slices, per node (0: unfragmented)",
+            labels=["node"])
+        for name, fig in sorted(index.figures.items()):
+            for p, a, f in fig.advertised:
+                free.add_metric([name, p], f)
+                alloc.add_metric([name, p], a)
+            frag.add_metric([name], fig.fragmentation)
+        demand = GaugeMetricFamily("migfit_extender_pending_instances",
+                                   "MIG instances requested by pending pods, per profile",
+                                   labels=["profile"])
+        for p, n in sorted(index.demand_profiles().items()):
+            demand.add_metric([p], n)
+        synced = GaugeMetricFamily("migfit_extender_cache_synced",
+                                   "1 once the cluster cache has synced")
+        synced.add_metric([], 1.0 if self._cluster.synced else 0.0)
+        yield from (free, alloc, frag, demand, synced)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Metrics:
+    registry: prometheus_client.CollectorRegistry
+    calls: prometheus_client.Counter
+    latency: prometheus_client.Histogram
+    filtered: prometheus_client.Counter
+
+
+def _metrics(model: cluster.Cluster) -> Metrics:
+    registry = prometheus_client.CollectorRegistry(auto_describe=True)
+    calls = prometheus_client.Counter("migfit_extender_requests", "Extender calls per verb",
+                                      ["verb", "code"], registry=registry)
+    latency = prometheus_client.Histogram(
+        "migfit_extender_request_seconds", "Extender call latency per verb", ["verb"],
+        buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0),
+        registry=registry)
+    filtered = prometheus_client.Counter(
+        "migfit_extender_filtered_nodes", "Nodes filtered out, by outcome and reason code",
+        ["outcome", "reason"], registry=registry)
+    registry.register(_ClusterCollector(model))
+    return Metrics(registry=registry, calls=calls, latency=latency, filtered=filtered)
+
+
+# ---------------------------------------------------------------- the application
+
+SETTINGS = web.AppKey("settings", ExtenderSettings)
+CLUSTER = web.AppKey("cluster", cluster.Cluster)
+METRICS = web.AppKey("metrics", Metrics)
+SCORING_LOG = web.AppKey("scoring_log", scoring_log.ScoringLog)
+
+
+def _json(data: Any, status: int = 200) -> web.Response:
+    return web.Response(text=json.dumps(data, separators=(",", ":")), status=status,
+                        content_type="application/json")
+
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+@web.middleware
+async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """No traceback ever reaches a client: unexpected errors become a JSON 500."""
+    try:
+        return await handler(request)
+    except web.HTTPException as exc:
+        if exc.status >= 400 and exc.content_type != "application/json":
+            return _json({"Error": exc.reason}, status=exc.status)
+        raise
+    except Exception as exc:
+        log.exception("extender: %s %s failed", request.method, request.path)
+        return _json({"Error": f"internal error ({type(exc).__name__}); see the extender log"},
+                     status=500)
+
+
+async def _body(request: web.Request) -> bytes:
+    settings = request.app[SETTINGS]
+    if request.content_length is not None and request.content_length > settings.max_body_bytes:
+        raise web.HTTPRequestEntityTooLarge(max_size=settings.max_body_bytes,
+                                            actual_size=request.content_length)
+    return await request.read()
+
+
+def _not_ready(model: cluster.Cluster) -> str | None:
+    return None if model.synced else "the extender's cluster cache has not synced yet; retry"
+
+
+async def _filter(request: web.Request) -> web.Response:
+    app = request.app
+    model, metrics = app[CLUSTER], app[METRICS]
+    start = time.perf_counter()
+    code = 200
+    try:
+        not_ready = _not_ready(model)
+        if not_ready is not None:
+            code = 503
+            return _json(_error_filter_result(not_ready), status=code)
+        try:
+            args = decode_args(await _body(request))
+            pod = filtering.decode_pod(args.pod)
+        except WireError as exc:
+            code = 400
+            return _json(_error_filter_result(str(exc)), status=code)
+        result = filtering.filter_nodes(model, pod, args.names)
+        for outcome, group in (("failed", result.failed),
+                               ("unresolvable", result.unresolvable)):
+            for reasons in group.values():
+                metrics.filtered.labels(outcome, reasons[0].code.value).inc()
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("filter %s %s: %d passed, %d failed, %d unresolvable", pod.key,
+                      pod.describe(), len(result.passed), len(result.failed),
+                      len(result.unresolvable))
+            for group in (result.unresolvable, result.failed):
+                for name, reasons in group.items():
+                    log.debug("filter %s: %s: %s", pod.key, name,
+                              filtering.node_message(reasons))
+        return _json(filter_result(args, result))
+    except web.HTTPRequestEntityTooLarge as exc:
+        code = 413
+        return _json(_error_filter_result(exc.text or "request body too large"), status=code)
+    finally:
+        metrics.calls.labels("filter", str(code)).inc()
+        metrics.latency.labels("filter").observe(time.perf_counter() - start)
+
+
+async def _prioritize(request: web.Request) -> web.Response:
+    app = request.app
+    model, metrics = app[CLUSTER], app[METRICS]
+    start = time.perf_counter()
+    code = 200
+    try:
+        not_ready = _not_ready(model)
+        if not_ready is not None:
+            code = 503
+            return _json({"Error": not_ready}, status=code)
+        try:
+            args = decode_args(await _body(request))
+            pod = filtering.decode_pod(args.pod)
+        except WireError as exc:
+            code = 400
+            return _json({"Error": str(exc)}, status=code)
+        scores = scoring.score_nodes(model, pod, args.names)
+        response = _json([{"Host": s.node, "Score": s.score} for s in scores])
+        if pod.mig:
+            app[SCORING_LOG].record(pod, scores, time.perf_counter() - start)
+        return response
+    except web.HTTPRequestEntityTooLarge as exc:
+        code = 413
+        return _json({"Error": exc.text or "request body too large"}, status=code)
+    finally:
+        metrics.calls.labels("prioritize", str(code)).inc()
+        metrics.latency.labels("prioritize").observe(time.perf_counter() - start)
+
+
+async def _healthz(request: web.Request) -> web.Response:
+    return _json({"ok": True})
+
+
+async def _readyz(request: web.Request) -> web.Response:
+    model = request.app[CLUSTER]
+    ready = bool(model.synced)
+    return _json({"ready": ready, "nodes": len(model)}, status=200 if ready else 503)
+
+
+async def _metrics_handler(request: web.Request) -> web.Response:
+    body = prometheus_client.generate_latest(request.app[METRICS].registry)
+    return web.Response(body=body, headers={"Content-Type": prometheus_client.CONTENT_TYPE_LATEST})
+
+
+ADVICE_MODULE = "extender.advice"
+
+
+async def _advice(request: web.Request) -> web.Response:
+    """Re-layout advice, from ``extender.advice.advice_json(cluster)`` when that module exists."""
+    try:
+        module = importlib.import_module(ADVICE_MODULE)
+    except ModuleNotFoundError as exc:
+        if exc.name != ADVICE_MODULE:
+            raise
+        return _json({"Error": "re-layout advice is not part of this build"}, status=404)
+    produce = getattr(module, "advice_json", None)
+    if produce is None:
+        return _json({"Error": "re-layout advice is not part of this build"}, status=404)
+    return _json(produce(request.app[CLUSTER]))
+
+
+def _run_source(source: Source) -> Callable[[web.Application], AsyncIterator[None]]:
+    async def lifetime(app: web.Application) -> AsyncIterator[None]:
+        task = asyncio.create_task(source.run(), name="migfit-extender-source")
+
+        def done(t: asyncio.Task[None]) -> None:
+            if not t.cancelled() and t.exception() is not None:
+                log.error("extender: the cluster source stopped: %s", t.exception())
+
+        task.add_done_callback(done)
+        yield
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await task
+
+    return lifetime
+
+
+def make_app(
+    *,
+    settings: ExtenderSettings,
+    cluster: cluster.Cluster,
+    source: Source | None = None,
+) -> web.Application:
+    """The extender application over ``cluster``; ``source`` (when given) runs for its lifetime.
+
+    Routes: ``POST /filter``, ``POST /prioritize``, ``GET /healthz``, ``/readyz``, ``/metrics``,
+    ``/advice``. It can be mounted under a prefix with ``add_subapp`` (``migfit serve``).
+    """
+    app = web.Application(client_max_size=settings.max_body_bytes, middlewares=[_errors])
+    app[SETTINGS] = settings
+    app[CLUSTER] = cluster
+    app[METRICS] = _metrics(cluster)
+    app[SCORING_LOG] = scoring_log.ScoringLog(log_format=settings.log_format,
+                                              max_nodes=settings.log_nodes)
+    figures.index_of(cluster)  # subscribe to the cache before the first call
+    app.router.add_post("/filter", _filter)
+    app.router.add_post("/prioritize", _prioritize)
+    app.router.add_get("/healthz", _healthz)
+    app.router.add_get("/readyz", _readyz)
+    app.router.add_get("/metrics", _metrics_handler)
+    app.router.add_get("/advice", _advice)
+    if source is not None:
+        app.cleanup_ctx.append(_run_source(source))
+    return app

@@ -1,0 +1,145 @@
+"""``migfit status``: per node and MIG profile, what is allocatable, used and free right now.
+
+The table an operator wants instead of reading ``kubectl describe node`` for every GPU node:
+free = allocatable - instances held by bound, non-terminated pods (never the ``.count`` label).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import TypedDict
+
+from migfit import cluster, profiles, sources
+
+HELP = "show MIG instances per node and profile: allocatable, used, free, config state"
+
+
+class ProfileJson(TypedDict):
+    allocatable: int
+    used: int
+    free: int
+
+
+class NodeJson(TypedDict):
+    name: str
+    model: str | None
+    strategy: str | None
+    config: str | None
+    config_state: str | None
+    profiles: dict[str, ProfileJson]
+
+
+class StatusJson(TypedDict):
+    nodes: list[NodeJson]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    sources.add_source_arguments(parser)
+    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    parser.add_argument("--timeout", type=float, default=60.0, metavar="SECONDS",
+                        help="with --kubeconfig: how long to wait for the first full list "
+                             "(default 60)")
+
+
+def _profile_names(state: cluster.NodeState, catalog: profiles.Catalog) -> list[str]:
+    names = set(state.node.allocatable) | set(state.used)
+    model = catalog.get(state.node.model) if state.node.model else None
+
+    def order(name: str) -> tuple[int, tuple[int, int, bool, str] | tuple[()], str]:
+        if model is not None and model.has_profile(name):
+            return (0, profiles.profile_order(model.profile(name)), name)
+        return (1, (), name)
+
+    return sorted(names, key=order)
+
+
+def status_json(model: cluster.Cluster) -> StatusJson:
+    """The ``--json`` document: every node, sorted by name."""
+    out: list[NodeJson] = []
+    for state in sorted(model.nodes(), key=lambda s: s.name):
+        node = state.node
+        out.append(NodeJson(
+            name=node.name,
+            model=node.model,
+            strategy=node.strategy,
+            config=node.config,
+            config_state=node.config_state,
+            profiles={
+                p: ProfileJson(allocatable=node.allocatable.get(profiles.ProfileName(p), 0),
+                               used=state.used.get(profiles.ProfileName(p), 0),
+                               free=state.free.get(profiles.ProfileName(p), 0))
+                for p in _profile_names(state, model.catalog)
+            },
+        ))
+    return StatusJson(nodes=out)
+
+
+def _notes(state: cluster.NodeState) -> str:
+    node = state.node
+    notes: list[str] = []
+    if node.unschedulable:
+        notes.append("cordoned")
+    if node.config_state in cluster.REPARTITIONING_STATES:
+        notes.append(f"re-partitioning ({node.config_state})")
+    elif node.relayout_tainted:
+        notes.append("migfit re-layout in progress")
+    if node.config_state == "failed":
+        notes.append("MIG config failed")
+    if not node.ready:
+        notes.append("NotReady")
+    for p, n in sorted(state.overcommit.items()):
+        notes.append(f"overcommitted {p} by {n}")
+    if node.model_error:
+        notes.append(f"unknown GPU: {node.model_error.split(';')[0]}")
+    return ", ".join(notes)
+
+
+def render_table(model: cluster.Cluster) -> str:
+    header = ("NODE", "MODEL", "STRATEGY", "CONFIG", "STATE", "PROFILE", "ALLOC", "USED",
+              "FREE", "NOTES")
+    rows: list[tuple[str, ...]] = []
+    for state in sorted(model.nodes(), key=lambda s: s.name):
+        node = state.node
+        first = (node.name, node.model or "-", node.strategy or "-", node.config or "-",
+                 node.config_state or "-")
+        names = _profile_names(state, model.catalog)
+        notes = _notes(state)
+        if not names:
+            rows.append((*first, "-", "", "", "", notes))
+            continue
+        for i, p in enumerate(names):
+            pn = profiles.ProfileName(p)
+            rows.append((*(first if i == 0 else ("",) * 5), p,
+                         str(node.allocatable.get(pn, 0)), str(state.used.get(pn, 0)),
+                         str(state.free.get(pn, 0)), notes if i == 0 else ""))
+    widths = [max(len(r[i]) for r in (header, *rows)) for i in range(len(header))]
+    numeric = {6, 7, 8}
+
+    def line(r: tuple[str, ...]) -> str:
+        cells = [c.rjust(widths[i]) if i in numeric else c.ljust(widths[i])
+                 for i, c in enumerate(r)]
+        return "  ".join(cells).rstrip()
+
+    lines = [line(header), *(line(r) for r in rows)]
+    mig_nodes = sum(1 for s in model.nodes() if s.node.allocatable)
+    free = sum(s.free_total for s in model.nodes()
+               if not s.node.unschedulable and not s.repartitioning)
+    pending = model.pending_pods()
+    waiting = sum(1 for p in pending if p.unschedulable)
+    lines.append("")
+    lines.append(
+        f"{len(model)} nodes ({mig_nodes} with MIG), {free} MIG instances free on schedulable "
+        f"nodes; {len(pending)} GPU pods pending ({waiting} marked Unschedulable)")
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    model = sources.load_from_args(args, timeout_s=args.timeout)
+    if args.json:
+        json.dump(status_json(model), sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        print(render_table(model))
+    return 0

@@ -1,0 +1,133 @@
+"""mig-parted v1 configs: strict parsing, resolution per GPU, inference, rendering round trip."""
+
+from __future__ import annotations
+
+import pytest
+
+from migfit import errors, layouts, migparted, profiles
+
+A100 = profiles.builtin().get("A100-80GB")
+H200 = profiles.builtin().get("H200-141GB")
+
+DEFAULT = """
+version: v1
+mig-configs:
+  all-disabled:
+    - devices: all
+      mig-enabled: false
+  all-enabled:
+    - devices: all
+      mig-enabled: true
+      mig-devices: {}
+  all-1g.10gb:
+    - devices: all
+      mig-enabled: true
+      mig-devices: {"1g.10gb": 7}
+  all-balanced:
+    - device-filter: ["0x233510DE", "0x233B10DE"]
+      devices: all
+      mig-enabled: true
+      mig-devices: {"1g.18gb": 2, "2g.35gb": 1, "3g.71gb": 1}
+    - device-filter: ["0x20B510DE", "0x233010DE"]
+      devices: all
+      mig-enabled: true
+      mig-devices: {"1g.10gb": 2, "2g.20gb": 1, "3g.40gb": 1}
+  custom-config:
+    - devices: [0,1,2,3]
+      mig-enabled: false
+    - devices: [4]
+      mig-enabled: true
+      mig-devices: {"1g.10gb": 7}
+"""
+
+
+def test_parses_the_default_configmap_and_resolves_per_model() -> None:
+    cfg = migparted.parse(DEFAULT)
+    assert cfg.names() == ["all-disabled", "all-enabled", "all-1g.10gb", "all-balanced",
+                           "custom-config"]
+    a100 = migparted.resolve(cfg, "all-balanced", model=A100, gpu_count=2)
+    assert a100.gpus == (("1g.10gb", "1g.10gb", "2g.20gb", "3g.40gb"),) * 2
+    h200 = migparted.resolve(cfg, "all-balanced", model=H200, gpu_count=1)
+    assert h200.gpus == (("1g.18gb", "1g.18gb", "2g.35gb", "3g.71gb"),)
+    custom = migparted.resolve(cfg, "custom-config", model=A100, gpu_count=5)
+    assert custom.gpus[:4] == ((),) * 4 and len(custom.gpus[4]) == 7
+    assert migparted.resolve(cfg, "all-enabled", model=A100, gpu_count=1).gpus == ((),)
+
+
+@pytest.mark.parametrize("text, words", [
+    ("mig-configs: {}", "version"),
+    ("version: v2\nmig-configs: {}", "v1"),
+    ("version: v1\nmig-configs: {a: []}", "empty list"),
+    ("version: v1\nmig-configs: {a: [{devices: [], mig-enabled: true}]}", "empty list"),
+    ("version: v1\nmig-configs: {a: [{device-filter: [], devices: all, mig-enabled: true}]}",
+     "empty list"),
+    ("version: v1\nmig-configs: {a: [{devices: all, mig-enabled: false, "
+     "mig-devices: {1g.10gb: 1}}]}", "mig-enabled is false"),
+    ("version: v1\nmig-configs: {a: [{devices: all, mig-enabled: true, colour: red}]}",
+     "colour"),
+    ("version: v1\nmig-configs: {a: [{devices: all}]}", "mig-enabled"),
+    ("version: v1\nmig-configs: {a: [{mig-enabled: true}]}", "devices"),
+    ("version: v1\nmig-configs: {a: [{devices: some, mig-enabled: true}]}", "devices"),
+    ("version: v1\nmig-configs: {a: [{devices: all, mig-enabled: 'yes'}]}", "mig-enabled"),
+    ("version: v1\nextra: 1\nmig-configs: {}", "extra"),
+    ("version: v1\nmig-configs: {a: [{devices: all, mig-enabled: true, "
+     "mig-devices: {1g.10gb: -1}}]}", "mig-devices"),
+    ("[unclosed", "YAML"),
+])
+def test_rejects_what_mig_parted_rejects(text: str, words: str) -> None:
+    with pytest.raises(errors.ConfigError, match=words):
+        migparted.parse(text)
+
+
+def test_device_filter_as_a_string() -> None:
+    cfg = migparted.parse("version: v1\nmig-configs:\n  x:\n  - device-filter: '0x20b510de'\n"
+                          "    devices: all\n    mig-enabled: true\n"
+                          "    mig-devices: {3g.40gb: 2}\n")
+    assert migparted.resolve(cfg, "x", model=A100, gpu_count=1).gpus == (("3g.40gb",) * 2,)
+    with pytest.raises(errors.ConfigError, match="no entry for GPU 0"):
+        migparted.resolve(cfg, "x", model=H200, gpu_count=1)
+
+
+def test_invalid_layout_and_unknown_profile_are_reported() -> None:
+    bad = migparted.parse("version: v1\nmig-configs:\n  x:\n  - devices: all\n"
+                          "    mig-enabled: true\n"
+                          "    mig-devices: {3g.40gb: 2, 1g.10gb: 1}\n"
+                          "  y:\n  - devices: all\n    mig-enabled: true\n"
+                          "    mig-devices: {1g.18gb: 1}\n")
+    with pytest.raises(errors.ConfigError, match="not a valid layout"):
+        migparted.resolve(bad, "x", model=A100, gpu_count=1)
+    with pytest.raises(errors.ConfigError, match="no MIG profile"):
+        migparted.resolve(bad, "y", model=A100, gpu_count=1)
+    with pytest.raises(errors.ConfigError, match="not in the ConfigMap"):
+        migparted.resolve(bad, "z", model=A100, gpu_count=1)
+
+
+def test_configmap_key() -> None:
+    cm = {"metadata": {"name": "default-mig-parted-config", "namespace": "gpu-operator"},
+          "data": {"config.yaml": DEFAULT}}
+    assert "all-balanced" in migparted.parse_configmap(cm).configs
+    with pytest.raises(errors.ConfigError, match="config.yaml"):
+        migparted.parse_configmap({"data": {"a": "x", "b": "y"}})
+
+
+def test_inference_from_allocatable_is_valid_and_says_so() -> None:
+    lay = migparted.infer(A100, {profiles.ProfileName("3g.40gb"): 2,
+                                 profiles.ProfileName("1g.10gb"): 8}, 2)
+    assert lay.inferred and "inferred" in lay.note
+    assert sum(len(g) for g in lay.gpus) == 10 and len(lay.gpus) == 2
+    for g in lay.gpus:
+        assert layouts.check(A100, g).valid
+    stale = migparted.infer(A100, {profiles.ProfileName("7g.80gb"): 2}, 1)
+    assert len(stale.gpus) == 2 and "need 2" in stale.note
+
+
+def test_render_round_trips() -> None:
+    gpus = [["1g.10gb"] * 7, ["3g.40gb", "3g.40gb"]]
+    doc = migparted.render(migparted.custom_name(gpus), gpus, model=A100)
+    cfg = migparted.parse(migparted.dump(doc))
+    (name,) = cfg.names()
+    back = migparted.resolve(cfg, name, model=A100, gpu_count=2)
+    assert [list(g) for g in back.gpus] == gpus
+    uniform = [["1g.10gb", "3g.40gb"]] * 3
+    assert migparted.custom_name(uniform) == "migfit-1g.10gb-3g.40gb"
+    assert migparted.render("u", uniform)["mig-configs"]["u"][0]["devices"] == "all"

@@ -1,0 +1,157 @@
+"""The planner against an independent brute force: every multiset of profiles, for every model."""
+
+from __future__ import annotations
+
+import itertools
+from collections import Counter
+
+import hypothesis
+import hypothesis.strategies as st
+import pytest
+
+from migfit import placements, planner, profiles
+
+MODELS = profiles.builtin().models
+
+
+def _multisets(model: profiles.GpuModel) -> list[tuple[str, ...]]:
+    """Every multiset of profiles whose slice totals fit one GPU (fit decides the rest)."""
+    names = [p.name for p in model.profiles]
+    out: list[tuple[str, ...]] = [()]
+
+    def grow(start: int, chosen: list[str], mem: int, comp: int) -> None:
+        for i in range(start, len(names)):
+            p = model.profile(names[i])
+            if mem + p.memory_slices > model.memory_slices:
+                continue
+            if comp + p.compute_slices > model.compute_slices:
+                continue
+            chosen.append(p.name)
+            out.append(tuple(chosen))
+            grow(i, chosen, mem + p.memory_slices, comp + p.compute_slices)
+            chosen.pop()
+
+    grow(0, [], 0, 0)
+    return out
+
+
+def brute_force(
+    model: profiles.GpuModel,
+    demand: dict[str, list[float]],
+    fixed: list[placements.Instance],
+    current: list[str],
+) -> tuple[float, bool, int, int, int]:
+    """The best rank by the documented order, computed without the planner's enumeration."""
+    fixed_counts = Counter(i.profile for i in fixed)
+    best: tuple[float, bool, int, int, int] | None = None
+    for ms in _multisets(model):
+        counts = Counter(ms)
+        extra = counts - fixed_counts
+        if any(counts[p] < n for p, n in fixed_counts.items()):
+            continue
+        if not placements.fit(model, list(extra.elements()), fixed=fixed).valid:
+            continue
+        value = 0.0
+        for p, n in extra.items():
+            ws = sorted(demand.get(p, []), reverse=True)
+            value += sum(ws[:n])
+        same = counts == Counter(current)
+        removed = sum(max(0, n - counts[p]) for p, n in Counter(current).items())
+        memory = sum(model.profile(p).memory_slices for p in ms)
+        rank = (-round(value, 9), not same, removed, -memory, 0)
+        if best is None or rank < best:
+            best = rank
+    assert best is not None
+    return best
+
+
+def _rank_of(model: profiles.GpuModel, plan: planner.GpuPlan, current: list[str]
+             ) -> tuple[float, bool, int, int, int]:
+    names = plan.after.profile_names()
+    memory = sum(model.profile(p).memory_slices for p in names)
+    return (-round(plan.value, 9), Counter(names) != Counter(current), len(plan.removed),
+            -memory, 0)
+
+
+def _demands(model: profiles.GpuModel) -> list[dict[str, list[float]]]:
+    small, *_, large = model.profiles
+    mid = model.profiles[len(model.profiles) // 2]
+    return [
+        {},
+        {small.name: [1.0]},
+        {small.name: [1.0] * 9},
+        {large.name: [5.0], small.name: [1.0, 1.0]},
+        {mid.name: [2.0, 1.5], small.name: [3.0, 0.5, 0.5]},
+        {p.name: [float(i + 1)] for i, p in enumerate(model.profiles)},
+    ]
+
+
+@pytest.mark.parametrize("model", MODELS, ids=lambda m: m.id)
+def test_optimal_on_one_gpu_for_every_model(model: profiles.GpuModel) -> None:
+    maximal = [lay.profile_names() for lay in planner.layouts.of(model).maximal]
+    currents: list[list[str]] = [[], maximal[0], maximal[-1]]
+    for demand, current in itertools.product(_demands(model), currents):
+        d = planner.Demand.of_items((p, w) for p, ws in demand.items() for w in ws)
+        plan = planner.plan_gpu(model, demand=d, current=current)
+        assert placements.fit(model, plan.after.profile_names()).valid
+        assert _rank_of(model, plan, current) == brute_force(model, demand, [], current)
+
+
+@pytest.mark.parametrize("model", MODELS, ids=lambda m: m.id)
+def test_optimal_with_pinned_instances(model: profiles.GpuModel) -> None:
+    for lay in planner.layouts.of(model).maximal[:6]:
+        inst = lay.placement.instances
+        fixed = list(inst[:1])
+        current = lay.profile_names()
+        for demand in _demands(model):
+            d = planner.Demand.of_items((p, w) for p, ws in demand.items() for w in ws)
+            plan = planner.plan_gpu(model, demand=d, fixed=fixed, current=current)
+            assert set(fixed) <= set(plan.after.placement.instances)
+            assert _rank_of(model, plan, current) == brute_force(model, demand, fixed, current)
+
+
+@st.composite
+def _cases(draw: st.DrawFn) -> tuple[profiles.GpuModel, list[placements.Instance],
+                                      dict[str, int]]:
+    model = draw(st.sampled_from(MODELS))
+    fixed: list[placements.Instance] = []
+    for _ in range(draw(st.integers(0, 3))):
+        free = placements.addable(model, fixed)
+        options = [(p, s) for p, starts in free.items() for s in starts]
+        if not options:
+            break
+        p, s = draw(st.sampled_from(options))
+        fixed.append(placements.Instance(start=s, size=model.profile(p).size, profile=p))
+    names = [p.name for p in model.profiles]
+    need = draw(st.dictionaries(st.sampled_from(names), st.integers(1, 8), max_size=4))
+    return model, fixed, need
+
+
+@hypothesis.given(_cases())
+@hypothesis.settings(max_examples=150, deadline=None)
+def test_never_invalid_and_keeps_pinned(
+    case: tuple[profiles.GpuModel, list[placements.Instance], dict[str, int]],
+) -> None:
+    model, fixed, need = case
+    plan = planner.plan_gpu(model, demand=planner.Demand.of_counts(need), fixed=fixed)
+    extra = Counter(plan.after.profile_names()) - Counter(i.profile for i in fixed)
+    assert placements.fit(model, list(extra.elements()), fixed=fixed).valid
+    assert set(fixed) <= set(plan.after.placement.instances)
+    for p, n in plan.served.items():
+        assert n <= need[p]
+
+
+def test_no_change_when_nothing_is_gained() -> None:
+    model = profiles.builtin().get("A100-80GB")
+    plan = planner.plan_gpu(model, demand=planner.Demand.of_counts({"7g.80gb": 1}),
+                            current=["3g.40gb", "3g.40gb"],
+                            fixed=[placements.parse_instance(model, "3g.40gb@4")])
+    assert not plan.changed and plan.value == 0
+
+
+def test_node_plan_changes_fewest_gpus() -> None:
+    model = profiles.builtin().get("A100-80GB")
+    gpus = [planner.GpuState(i, (profiles.ProfileName("3g.40gb"),) * 2) for i in range(4)]
+    plan = planner.plan_node(model, gpus=gpus, demand=planner.Demand.of_counts({"1g.10gb": 7}))
+    assert len(plan.changed) == 1
+    assert plan.served == {"1g.10gb": 7}

@@ -106,7 +106,7 @@ def test_configmap_key() -> None:
     cm = {"metadata": {"name": "default-mig-parted-config", "namespace": "gpu-operator"},
           "data": {"config.yaml": DEFAULT}}
     assert "all-balanced" in migparted.parse_configmap(cm).configs
-    with pytest.raises(errors.ConfigError, match="config.yaml"):
+    with pytest.raises(errors.ConfigError, match=r"config\.yaml"):
         migparted.parse_configmap({"data": {"a": "x", "b": "y"}})
 
 

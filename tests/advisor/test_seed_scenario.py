@@ -1,0 +1,157 @@
+"""The seed's scenario: idle 3g.40gb next to a pod waiting for 1g.10gb; busy nodes are not safe."""
+
+from __future__ import annotations
+
+import pathlib
+from collections import Counter
+
+import yaml
+from advisor_scene import T0, build, node, pod
+
+from migfit import advisor, cluster, layouts, migparted, profiles
+
+NOW = T0 + 600
+A100 = profiles.builtin().get("A100-80GB")
+EXAMPLE = pathlib.Path(__file__).resolve().parents[2] / "examples" / "cluster.yaml"
+
+
+def _valid(rec: advisor.Recommendation) -> None:
+    model = profiles.builtin().get(rec.model)
+    for g in rec.gpus:
+        assert not g.after or layouts.check(model, g.after).valid, g
+
+
+def test_idle_node_is_flagged_with_a_layout_providing_the_profile() -> None:
+    c = build(node("a", alloc={"3g.40gb": 2}, config="all-3g.40gb"),
+              pod("wants-small", "1g.10gb", namespace="ml"))
+    advice = advisor.advise(c, now=NOW)
+    (rec,) = advice.recommendations
+    assert rec.node == "a" and not rec.disruptive and rec.disrupts == ()
+    assert rec.unblocks == ("ml/wants-small",)
+    assert any("1g.10gb" in g.after for g in rec.gpus)
+    assert rec.gpus[0].before == ("3g.40gb", "3g.40gb")
+    assert rec.before_source == "inferred" and rec.before_config == "all-3g.40gb"
+    _valid(rec)
+    # No ConfigMap: a custom config in mig-parted format that parses strictly and matches.
+    assert rec.config is None and rec.mig_parted is not None
+    cfg = migparted.parse_data(rec.mig_parted)
+    back = migparted.resolve(cfg, rec.target, model=A100, gpu_count=1)
+    assert back.gpus[0] == rec.gpus[0].after
+    assert rec.command.endswith(
+        f"kubectl label node a nvidia.com/mig.config={rec.target} --overwrite")
+    js = advice.to_json()["recommendations"][0]
+    assert set(js) >= {"node", "config", "mig_parted", "gpus", "unblocks", "disrupts"}
+
+
+def test_busy_node_is_never_safe_and_lists_exactly_its_pods() -> None:
+    c = build(node("busy", alloc={"3g.40gb": 2}),
+              pod("runner", "3g.40gb", namespace="t", node="busy"),
+              pod("done", "3g.40gb", namespace="t", node="busy", phase="Succeeded"),
+              pod("wants-small", "1g.10gb"))
+    (rec,) = advisor.advise(c, now=NOW).recommendations
+    assert rec.disruptive and rec.disrupts == ("t/runner",)
+    # The instance in use stays in the proposed layout.
+    assert Counter(rec.gpus[0].after)["3g.40gb"] >= 1
+    _valid(rec)
+    none = advisor.advise(c, now=NOW, settings=advisor.Settings(allow_disruptive=False))
+    assert none.recommendations == () and none.unserved == ("default/wants-small",)
+
+
+def test_safe_node_preferred_over_busy_one() -> None:
+    c = build(node("busy", alloc={"3g.40gb": 2}),
+              node("idle", alloc={"3g.40gb": 2}),
+              pod("runner", "3g.40gb", node="busy"),
+              pod("wants-small", "1g.10gb"))
+    (rec,) = advisor.advise(c, now=NOW).recommendations
+    assert rec.node == "idle" and not rec.disruptive
+
+
+def test_no_advice_when_servable_within_grace_or_not_yet_unschedulable() -> None:
+    free = build(node("a", alloc={"3g.40gb": 2}), node("b", alloc={"1g.10gb": 7}),
+                 pod("p", "1g.10gb"))
+    assert advisor.advise(free, now=NOW).recommendations == ()
+    young = build(node("a", alloc={"3g.40gb": 2}), pod("p", "1g.10gb"))
+    assert advisor.advise(young, now=T0 + 5).recommendations == ()
+    untried = build(node("a", alloc={"3g.40gb": 2}), pod("p", "1g.10gb", since=None))
+    assert advisor.advise(untried, now=NOW).recommendations == ()
+
+
+def test_nodes_under_relayout_or_failed_are_left_alone() -> None:
+    c = build(node("moving", alloc={"3g.40gb": 2}, state="pending"),
+              node("tainted", alloc={"3g.40gb": 2},
+                   taints=[{"key": "migfit.io/relayout", "value": "pending",
+                            "effect": "NoSchedule"}]),
+              node("failed", alloc={"3g.40gb": 2}, state="failed"),
+              node("operator-must-clear", alloc={"3g.40gb": 2},
+                   annotations={advisor.ANNOTATION_RELAYOUT_FAILED: "{}"}),
+              node("cordoned", alloc={"3g.40gb": 2}, unschedulable=True),
+              pod("p", "1g.10gb"))
+    assert advisor.advise(c, now=NOW).recommendations == ()
+
+
+def test_named_config_preferred_when_it_serves_the_demand() -> None:
+    cfg = migparted.parse("""
+version: v1
+mig-configs:
+  all-3g.40gb:
+    - devices: all
+      mig-enabled: true
+      mig-devices: {"3g.40gb": 2}
+  all-1g.10gb:
+    - devices: all
+      mig-enabled: true
+      mig-devices: {"1g.10gb": 7}
+  all-balanced:
+    - devices: all
+      mig-enabled: true
+      mig-devices: {"1g.10gb": 2, "2g.20gb": 1, "3g.40gb": 1}
+""")
+    c = build(node("a", alloc={"3g.40gb": 4}, gpus=2, config="all-3g.40gb"),
+              pod("p1", "1g.10gb"), pod("p2", "1g.10gb"))
+    (rec,) = advisor.advise(c, now=NOW, config=cfg).recommendations
+    assert rec.config == "all-balanced" and rec.mig_parted is None
+    assert rec.before_source == "config"
+    assert rec.unblocks == ("default/p1", "default/p2")
+    assert rec.command == "kubectl label node a nvidia.com/mig.config=all-balanced --overwrite"
+    _valid(rec)
+
+
+def test_many_pods_spread_over_few_nodes() -> None:
+    nodes = [node(f"n{i}", alloc={"7g.80gb": 8}, gpus=8) for i in range(5)]
+    pods = [pod(f"p{i}", "1g.10gb") for i in range(20)]
+    advice = advisor.advise(build(*nodes, *pods), now=NOW)
+    (rec,) = advice.recommendations  # one node's GPUs hold 20 × 1g.10gb
+    assert len(rec.unblocks) == 20 and advice.unserved == ()
+    assert sum(g.changed for g in rec.gpus) == 3
+    _valid(rec)
+
+
+def test_example_cluster() -> None:
+    c = cluster.Cluster()
+    raw = yaml.safe_load(EXAMPLE.read_text())
+    cluster.load_objects(c, raw["items"] if isinstance(raw, dict) else raw)
+    advice = advisor.advise(c, now=2_000_000_000.0)
+    flagged = {r.node: r for r in advice.recommendations}
+    assert flagged, "the seed node must be flagged"
+    for rec in advice.recommendations:
+        _valid(rec)
+        state = c.node(rec.node)
+        assert state is not None
+        # Nothing in use is touched: every instance in use still exists after the change.
+        after = Counter(p for g in rec.gpus for p in g.after)
+        for p, n in state.used.items():
+            assert after[p] >= n
+        assert any("1g.10gb" in g.after for g in rec.gpus) or rec.unblocks
+        if state.used_total:
+            assert rec.disruptive
+
+
+def test_explain_says_why_and_how_to_fix() -> None:
+    c = build(node("a", alloc={"3g.40gb": 2}), pod("p", "1g.10gb", namespace="ml"),
+              pod("r", "3g.40gb", namespace="ml", node="a", phase="Running"))
+    text = advisor.explain(c, "ml", "p", now=NOW)
+    assert "no node advertises it" in text and "kubectl label node a" in text
+    assert "ml/r" in text  # the change disrupts the running pod
+    assert "bound to node a" in advisor.explain(c, "ml", "r", now=NOW)
+    assert "not in migfit's view" in advisor.explain(c, "ml", "nope", now=NOW)
+    assert "grace period" in advisor.explain(c, "ml", "p", now=T0 + 1)

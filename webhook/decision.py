@@ -420,7 +420,7 @@ def _plan(
         choice = _choose(r, key=key, value=value, pool=pool, supply=supply, policy=policy)
         choices.append(choice)
         who = f"{r.container}: " if many else ""
-        _warn(choice, r, who=who, supply=supply, policy=policy, warnings=warnings)
+        _warn(choice, r, asked=value, who=who, supply=supply, policy=policy, warnings=warnings)
         plans.append(_Plan(
             container=by_name[r.container],
             request_mib=r.memory_mib,
@@ -435,13 +435,13 @@ def _warn(
     choice: _Choice,
     req: requests.GpuRequest,
     *,
+    asked: str,
     who: str,
     supply: view.Supply,
     policy: Policy,
     warnings: list[str],
 ) -> None:
     name = choice.profile.name
-    asked = quantity.format_mib(req.memory_mib)
     if supply.available and not choice.advertised:
         warnings.append(f"{who}no node advertises {name} now; the pod stays Pending until a "
                         f"GPU is re-partitioned (see migfit advise)")
@@ -451,7 +451,7 @@ def _warn(
     unused = 1 - req.memory_mib / choice.usable
     if unused > policy.waste_warning:
         warnings.append(f"{who}{asked} was rounded up to {name} "
-                        f"({quantity.format_mib(choice.usable)}): {round(unused * 100)}% of its "
+                        f"({quantity.format_mib(choice.usable)}): {int(unused * 100)}% of its "
                         f"memory unused")
 
 

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import base64
 import copy
+import json
 import uuid
+from collections.abc import Awaitable, Callable
 from typing import Any
+
+from aiohttp.test_utils import TestClient
 
 from migfit import cluster, profiles
 from webhook import decision, view
@@ -108,3 +113,18 @@ def review(obj: dict[str, Any], *, operation: str = "CREATE",
 
 
 POLICY = decision.Policy(fallback_models=(profiles.builtin().get("A100-80GB"),))
+
+
+Client = TestClient[Any, Any]
+MakeClient = Callable[..., Awaitable[Client]]
+
+
+def patch_of(response: dict[str, Any]) -> list[dict[str, Any]]:
+    """The decoded JSON Patch of an AdmissionReview response ([] when there is none)."""
+    body = response["response"]
+    if "patch" not in body:
+        assert "patchType" not in body
+        return []
+    assert body["patchType"] == "JSONPatch"
+    ops: list[dict[str, Any]] = json.loads(base64.b64decode(body["patch"]))
+    return ops

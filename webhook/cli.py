@@ -1,0 +1,99 @@
+"""``migfit webhook``: run the mutating admission webhook (what deploy/ runs in the cluster)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+from pathlib import Path
+
+from migfit import cluster, errors, profiles, sources
+from webhook import decision, server
+
+HELP = "run the mutating admission webhook: gpu-memory annotations in, MIG resources out"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--tls-cert", type=Path, required=True, metavar="FILE",
+                        help="serving certificate (PEM); re-read when it changes")
+    parser.add_argument("--tls-key", type=Path, required=True, metavar="FILE",
+                        help="its private key (PEM)")
+    parser.add_argument("--host", default="0.0.0.0",
+                        help="address to listen on (default: all)")
+    parser.add_argument("--port", type=int, default=server.DEFAULT_PORT,
+                        help=f"HTTPS port (default {server.DEFAULT_PORT})")
+    sources.add_source_arguments(parser)
+    add_policy_arguments(parser)
+    parser.add_argument("--max-body", type=int, default=server.DEFAULT_MAX_BODY,
+                        metavar="BYTES", help="largest accepted request body (default 1 MiB)")
+    parser.add_argument("--reload-interval", type=float, default=10.0, metavar="SECONDS",
+                        help="how often the TLS files are checked for changes (default 10)")
+    parser.add_argument("--shutdown-timeout", type=float, default=10.0, metavar="SECONDS",
+                        help="how long in-flight requests get to finish on shutdown")
+    parser.add_argument("--access-log", action="store_true", help="log every HTTP request")
+    parser.add_argument("--log-level", default="info",
+                        choices=["debug", "info", "warning", "error"])
+
+
+def add_policy_arguments(parser: argparse.ArgumentParser) -> None:
+    """The decision's flags (shared with ``migfit serve``); read back with ``policy_from``."""
+    parser.add_argument("--catalog", type=Path, metavar="FILE",
+                        help="MIG catalog file adding or overriding GPU models")
+    parser.add_argument("--gpu-models", default="", metavar="MODEL,...",
+                        help="GPU models to decide against while there is no cluster view "
+                             "(e.g. A100-80GB,H100-80GB)")
+    parser.add_argument("--memory-match", choices=decision.MEMORY_MATCHES, default="label",
+                        help="usable memory of a profile: label = the node's "
+                             "nvidia.com/mig-<p>.memory label, else the catalog (default); "
+                             "catalog = the catalog only; nominal = the GB in the name as GiB")
+    parser.add_argument("--strategy", choices=decision.STRATEGY_CHOICES, default="auto",
+                        help="device-plugin MIG strategy: auto follows the nodes' "
+                             "nvidia.com/mig.strategy label (default)")
+    parser.add_argument("--waste-warning", type=float, default=0.5, metavar="FRACTION",
+                        help="warn when more than this share of an instance's memory is unused")
+
+
+def policy_from(args: argparse.Namespace) -> tuple[profiles.Catalog, decision.Policy]:
+    """The catalog and the decision policy from ``add_policy_arguments``' flags."""
+    catalog = profiles.load(args.catalog)
+    names = [n.strip() for n in str(args.gpu_models).split(",") if n.strip()]
+    models = tuple(dict.fromkeys(catalog.get(n) for n in names))
+    if not 0 <= args.waste_warning <= 1:
+        raise errors.UsageError(f"--waste-warning {args.waste_warning}: use a fraction 0..1")
+    return catalog, decision.Policy(
+        fallback_models=models,
+        memory_match=args.memory_match,
+        strategy=args.strategy,
+        waste_warning=args.waste_warning,
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    logging.basicConfig(level=args.log_level.upper(),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    catalog, policy = policy_from(args)
+    for path, what in ((args.tls_cert, "--tls-cert"), (args.tls_key, "--tls-key")):
+        if not path.is_file():
+            raise errors.UsageError(f"{what} {path}: no such file")
+    if not 0 < args.port < 65536:
+        raise errors.UsageError(f"--port {args.port}: use 1..65535")
+    settings = server.Settings(
+        policy=policy,
+        host=args.host,
+        port=args.port,
+        tls_cert=args.tls_cert,
+        tls_key=args.tls_key,
+        max_body_bytes=args.max_body,
+        reload_interval=args.reload_interval,
+        shutdown_timeout=args.shutdown_timeout,
+        access_log=args.access_log,
+    )
+    view = cluster.Cluster(catalog)
+    source = sources.open_source(
+        view,
+        cluster_file=args.cluster,
+        kubeconfig=args.kubeconfig,
+        in_cluster=args.in_cluster,
+    )
+    asyncio.run(server.serve(settings, view, source_run=source.run))
+    return 0

@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from migfit import errors, profiles
+from migfit import errors, profiles, schedulerconfig
 
 HELP = "generate the catalog-derived manifests under deploy/ (scheduler configuration)"
 
@@ -91,12 +91,18 @@ def render(catalog: profiles.Catalog) -> dict[Path, str]:
         "# KubeSchedulerConfiguration. A control-plane scheduler on the host network cannot\n"
         "# resolve Service names: replace EXTENDER_CLUSTER_IP with\n"
         "#   kubectl -n migfit-system get svc migfit-extender -o jsonpath='{.spec.clusterIP}'\n"
-        "# and copy the extender's ca.crt to /etc/kubernetes/migfit/ca.crt on each control-plane\n"
-        "# node (see README.md there).\n"
+        "# and copy the extender's CA bundle to /etc/kubernetes/migfit/ca.crt on each\n"
+        "# control-plane node (see README.md there).\n"
     )
+    config = second_scheduler_config(catalog)
+    snippet = default_scheduler_snippet(catalog)
+    # Refuse to write what kube-scheduler would refuse at start-up (strict decoding, extender
+    # validation), e.g. a catalog override whose resource names are not extended-resource names.
+    schedulerconfig.parse_configuration(config, source=str(SECOND_SCHEDULER_CONFIG))
+    schedulerconfig.parse_snippet(snippet, source=str(DEFAULT_SCHEDULER_SNIPPET))
     return {
-        SECOND_SCHEDULER_CONFIG: _HEADER + _dump(second_scheduler_config(catalog)),
-        DEFAULT_SCHEDULER_SNIPPET: snippet_header + _dump(default_scheduler_snippet(catalog)),
+        SECOND_SCHEDULER_CONFIG: _HEADER + _dump(config),
+        DEFAULT_SCHEDULER_SNIPPET: snippet_header + _dump(snippet),
     }
 
 

@@ -215,7 +215,9 @@ class Index:
         """Rebuild the figures of nodes that changed since the last call: O(changed nodes)."""
         if not self._dirty:
             return
-        dirty, self._dirty = self._dirty, set()
+        # The listener holds this very set: copy and clear it in place, never rebind it.
+        dirty = list(self._dirty)
+        self._dirty.clear()
         for name in dirty:
             old = self._figures.pop(name, None)
             if old is not None:

@@ -243,8 +243,6 @@ def filter_nodes(
 
 
 def _advertised(items: Sequence[tuple[str, int, int]]) -> str:
-    if not items:
-        return "node advertises no MIG instances"
     parts = [f"{p}×{alloc} ({free} free)" if alloc > 1 else f"{p} ({free} free)"
              for p, alloc, free in items]
     return "node advertises " + ", ".join(parts)
@@ -266,8 +264,11 @@ def message(reason: Reason) -> str:
         return (f"node uses the {reason.model} MIG strategy; the pod asks for "
                 f"{reason.detail} ({reason.profile})")
     if c is Code.NOT_ADVERTISED:
-        head = f"{_advertised(reason.advertised)} but no {reason.profile}"
         r = reason.relayout
+        if not reason.advertised and r is Relayout.UNKNOWN_MODEL and not reason.gpus:
+            return f"node has no MIG GPU ({reason.detail})"
+        head = (f"{_advertised(reason.advertised)} but no {reason.profile}" if reason.advertised
+                else f"node advertises no MIG instances, so no {reason.profile}")
         if r is Relayout.IDLE:
             if reason.idle_gpus >= reason.gpus and reason.gpus > 1:
                 which = "its idle GPUs"

@@ -1,0 +1,176 @@
+"""Filter verdicts: outcomes and reasons as data, messages only at the edge."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from extender_builders import build, decision, node, pod
+
+from extender import filtering
+from extender.filtering import Code, Outcome, Relayout
+from migfit import cluster
+
+
+def _verdicts(model: cluster.Cluster, pod_obj: dict[str, Any], names: list[str]
+              ) -> filtering.FilterResult:
+    return filtering.filter_nodes(model, filtering.decode_pod(pod_obj), names)
+
+
+def _seed_cluster() -> cluster.Cluster:
+    return build([
+        node("idle-3g", {"3g.40gb": 2}),
+        node("full-1g", {"1g.10gb": 7}),
+        *[pod(f"busy-{i}", node_name="full-1g") for i in range(7)],
+        node("free-1g", {"1g.10gb": 7}),
+        pod("one", node_name="free-1g"),
+        node("relayout", {"1g.10gb": 7}, state="pending"),
+        node("tainted", {"1g.10gb": 7},
+             taints=[{"key": "migfit.io/relayout", "value": "pending", "effect": "NoSchedule"}]),
+    ])
+
+
+def test_seed_case_idle_3g_node_is_unresolvable_and_says_a_relayout_could_serve() -> None:
+    model = _seed_cluster()
+    result = _verdicts(model, pod("want"), ["idle-3g"])
+    assert result.outcome("idle-3g") is Outcome.UNRESOLVABLE
+    (reason,) = result.unresolvable["idle-3g"]
+    assert reason.code is Code.NOT_ADVERTISED
+    assert reason.relayout is Relayout.IDLE
+    assert reason.advertised == (("3g.40gb", 2, 2),)
+    assert filtering.message(reason) == (
+        "node advertises 3g.40gb×2 (2 free) but no 1g.10gb; a re-layout of its idle GPU "
+        "could provide it (see migfit advise)")
+
+
+def test_advertised_but_all_in_use_is_failed_not_unresolvable() -> None:
+    result = _verdicts(_seed_cluster(), pod("want"), ["full-1g"])
+    assert result.outcome("full-1g") is Outcome.FAILED
+    (reason,) = result.failed["full-1g"]
+    assert (reason.code, reason.free, reason.allocatable) == (Code.INSUFFICIENT_FREE, 0, 7)
+    assert filtering.message(reason) == "all 7 1g.10gb in use"
+
+
+def test_free_instance_passes() -> None:
+    result = _verdicts(_seed_cluster(), pod("want"), ["free-1g"])
+    assert result.passed == ["free-1g"]
+
+
+def test_node_under_relayout_is_unresolvable() -> None:
+    result = _verdicts(_seed_cluster(), pod("want"), ["relayout", "tainted"])
+    for name in ("relayout", "tainted"):
+        (reason,) = result.unresolvable[name]
+        assert reason.code is Code.REPARTITIONING
+    assert "mig.config.state=pending" in filtering.message(result.unresolvable["relayout"][0])
+    assert "migfit.io/relayout" in filtering.message(result.unresolvable["tainted"][0])
+
+
+def test_relayout_annotation_in_progress_is_unresolvable() -> None:
+    model = build([node("n", {"1g.10gb": 7},
+                        annotations={"migfit.io/relayout": '{"state": "applying"}'})])
+    result = _verdicts(model, pod("want"), ["n"])
+    assert result.unresolvable["n"][0].code is Code.REPARTITIONING
+
+
+def test_unknown_node_is_unresolvable() -> None:
+    result = _verdicts(_seed_cluster(), pod("want"), ["ghost"])
+    assert result.unresolvable["ghost"][0].code is Code.UNKNOWN_NODE
+
+
+def test_every_input_node_gets_exactly_one_outcome() -> None:
+    model = _seed_cluster()
+    names = ["idle-3g", "full-1g", "free-1g", "relayout", "tainted", "ghost", "free-1g"]
+    result = _verdicts(model, pod("want"), names)
+    groups = [set(result.passed), set(result.failed), set(result.unresolvable)]
+    assert set.union(*groups) == set(names)
+    assert sum(len(g) for g in groups) == len(set(names))
+
+
+def test_multi_container_pod_needs_all_profiles_on_one_node() -> None:
+    model = build([
+        node("both", {"1g.10gb": 3, "3g.40gb": 1}),
+        node("only-1g", {"1g.10gb": 7}),
+        node("both-but-3g-used", {"1g.10gb": 3, "3g.40gb": 1}),
+        pod("big", [{"3g.40gb": 1}], node_name="both-but-3g-used"),
+    ])
+    want = pod("multi", [{"1g.10gb": 1}, {"3g.40gb": 1}, {"1g.10gb": 1}])
+    request = filtering.decode_pod(want)
+    assert {(w.profile, w.count) for w in request.wants} == {("1g.10gb", 2), ("3g.40gb", 1)}
+    result = filtering.filter_nodes(model, request, ["both", "only-1g", "both-but-3g-used"])
+    assert result.passed == ["both"]
+    assert result.unresolvable["only-1g"][0].code is Code.NOT_ADVERTISED
+    assert result.failed["both-but-3g-used"][0].profile == "3g.40gb"
+
+
+def test_more_than_advertised_is_unresolvable() -> None:
+    model = build([node("n", {"1g.10gb": 2})])
+    result = _verdicts(model, pod("three", [{"1g.10gb": 3}]), ["n"])
+    assert result.unresolvable["n"][0].code is Code.TOO_FEW_ADVERTISED
+
+
+def test_pod_without_mig_request_passes_every_node() -> None:
+    model = _seed_cluster()
+    plain = pod("cpu-only", [{}])
+    request = filtering.decode_pod(plain)
+    assert not request.mig
+    names = ["idle-3g", "full-1g", "relayout", "ghost"]
+    assert filtering.filter_nodes(model, request, names).passed == names
+
+
+def test_recorded_request_above_usable_memory_is_unresolvable() -> None:
+    model = build([node("a100", {"1g.10gb": 7}, memory={"1g.10gb": 9728}),
+                   node("h100", {"1g.10gb": 7}, model="H100-80GB", memory={"1g.10gb": 9984})])
+    annotated = pod("p", annotations={
+        "migfit.io/decision": decision([("c0", "1g.10gb", 9800, [])])})
+    result = _verdicts(model, annotated, ["a100", "h100"])
+    assert result.passed == ["h100"]
+    (reason,) = result.unresolvable["a100"]
+    assert (reason.code, reason.memory_mib, reason.request_mib) == (
+        Code.MEMORY_TOO_SMALL, 9728, 9800)
+
+
+def test_model_outside_the_decision_is_unresolvable() -> None:
+    model = build([node("a100", {"1g.10gb": 7}),
+                   node("h100", {"1g.10gb": 7}, model="H100-80GB")])
+    annotated = pod("p", annotations={
+        "migfit.io/decision": decision([("c0", "1g.10gb", 9800, ["H100-80GB"])])})
+    result = _verdicts(model, annotated, ["a100", "h100"])
+    assert result.passed == ["h100"]
+    assert result.unresolvable["a100"][0].code is Code.MODEL_NOT_ALLOWED
+
+
+def test_single_strategy_uses_the_decision_profile() -> None:
+    model = build([
+        node("single-1g", {"1g.5gb": 7}, model="A100-40GB", strategy="single"),
+        node("single-3g", {"3g.20gb": 2}, model="A100-40GB", strategy="single"),
+        node("mixed", {"1g.5gb": 7}, model="A100-40GB"),
+    ])
+    annotated = pod("p", [{}], gpu=1, annotations={
+        "migfit.io/decision": decision([("c0", "1g.5gb", 4000, [])], strategy="single")})
+    result = _verdicts(model, annotated, ["single-1g", "single-3g", "mixed"])
+    assert result.passed == ["single-1g"]
+    assert result.unresolvable["single-3g"][0].code is Code.NOT_ADVERTISED
+    assert result.unresolvable["mixed"][0].code is Code.STRATEGY_MISMATCH
+
+
+def test_busy_node_without_the_profile_needs_a_disruptive_relayout() -> None:
+    model = build([node("busy", {"3g.40gb": 2}), pod("big", [{"3g.40gb": 1}], node_name="busy")])
+    (reason,) = _verdicts(model, pod("want"), ["busy"]).unresolvable["busy"]
+    assert reason.relayout is Relayout.DISRUPTIVE
+    assert "only after the pods on its GPUs stop" in filtering.message(reason)
+
+
+def test_model_without_the_profile_says_no_relayout_can_help() -> None:
+    model = build([node("a30", {"1g.6gb": 4}, model="A30-24GB")])
+    (reason,) = _verdicts(model, pod("want"), ["a30"]).unresolvable["a30"]
+    assert reason.relayout is Relayout.IMPOSSIBLE
+    assert "A30-24GB has no 1g.10gb" in filtering.message(reason)
+
+
+def test_verdicts_follow_cache_changes() -> None:
+    model = build([node("n", {"1g.10gb": 1})])
+    request = filtering.decode_pod(pod("want"))
+    assert filtering.filter_nodes(model, request, ["n"]).passed == ["n"]
+    model.apply("Pod", "ADDED", pod("taker", node_name="n"))
+    assert filtering.filter_nodes(model, request, ["n"]).outcome("n") is Outcome.FAILED
+    model.apply("Pod", "DELETED", pod("taker", node_name="n"))
+    assert filtering.filter_nodes(model, request, ["n"]).passed == ["n"]

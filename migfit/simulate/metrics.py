@@ -1,0 +1,102 @@
+"""What the simulator measures, and how; figures across seeds as mean and spread.
+
+Definitions (capacity = 7 compute slices per A100/H100 GPU; a GPU slice is one compute slice):
+
+- **allocated share**: compute slices of the MIG instances held by pods / capacity. An
+  instance counts whole (a 0.46-GPU pod mapped to 4g.40gb holds 4 slices), as a device
+  plugin hands it out whole.
+- **unallocated share at the end** (FGD's figure carried over): 1 − allocated share when
+  arrivals stop (``fill``: after the last arrival and the re-layouts already in flight;
+  ``events``: at the last arrival). FGD reports the unallocated share of GPU capacity when
+  130 % of it has been requested; here "requested" counts the trace's GPUs (gpu_milli).
+- **fragmentation** (FGD's measure on MIG slices): for each class c = (profile, instances per
+  pod) of the arrived GPU pods, with weight w_c its share of those pods, a node's free
+  compute slices are a fragment for c when the node cannot take c now (not enough free
+  instances of the profile — or, for the upper bound, instances cannot be created — or a
+  re-layout is in progress); when it can, the free slices of its GPUs that cannot host one
+  instance of c's profile are. Fragmentation = Σ_c w_c Σ_nodes fragment_c / capacity: the
+  expected share of capacity free but unusable by the next pod drawn from the mix. Free
+  slices of a GPU = its compute slices − those of instances held by pods (idle instances of
+  another profile and stranded slices are free but unusable for c).
+- **pending time**: start − arrival of every placed pod; p50 and p99 (nearest rank).
+- **blocked by fragmentation**: GPU pods that found no node although, at that moment, some
+  node not being re-laid out had at least as many free compute slices as the pod's
+  instances hold in total (counted once per pod).
+- **re-layouts**: nodes re-partitioned (and GPUs changed); **disrupted**: GPU pods on a node
+  when its re-layout starts (the planner is given idle nodes only, so it must stay 0).
+- **memory wasted by rounding**: Σ over placed GPU pods of (usable memory of its instances −
+  the memory it needs, gpu_milli × the GPU's memory), and its share of the usable memory.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from migfit.simulate.engine import Simulation
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """Nearest-rank percentile of sorted ``values``; 0 for none."""
+    if not values:
+        return 0.0
+    k = max(0, min(len(values) - 1, math.ceil(q / 100 * len(values)) - 1))
+    return float(values[k])
+
+
+def fragmentation(sim: Simulation) -> float:
+    total = sum(sim.classes.values())
+    if not total or not sim.capacity_slices:
+        return 0.0
+    frag = 0.0
+    for (profile, k), count in sim.classes.items():
+        w = count / total
+        amount = 0
+        for n in sim.nodes.values():
+            free = n.free_compute
+            if free <= 0:
+                continue
+            if n.busy_until is not None or not n.model.has_profile(profile):
+                amount += free
+                continue
+            per_gpu: list[tuple[int, bool]] = []
+            avail = 0
+            for g in n.gpus:
+                held = sum(n.model.profile(i.profile).compute_slices
+                           for i, h in zip(g.instances, g.holders, strict=True)
+                           if h is not None)
+                if sim.on_demand:
+                    ok = sim.add_on(n, g, profile) is not None
+                    avail += ok
+                else:
+                    c = sum(1 for i, h in zip(g.instances, g.holders, strict=True)
+                            if h is None and i.profile == profile)
+                    ok = c > 0
+                    avail += c
+                per_gpu.append((n.model.compute_slices - held, ok))
+            if avail < k:
+                amount += free
+            else:
+                amount += sum(f for f, ok in per_gpu if not ok)
+        frag += w * amount
+    return frag / sim.capacity_slices
+
+
+def summarise(values: Sequence[float]) -> dict[str, float]:
+    """Mean, sample standard deviation, min and max."""
+    vals = [float(v) for v in values]
+    return {
+        "mean": statistics.fmean(vals) if vals else 0.0,
+        "stdev": statistics.stdev(vals) if len(vals) > 1 else 0.0,
+        "min": min(vals) if vals else 0.0,
+        "max": max(vals) if vals else 0.0,
+    }
+
+
+def aggregate(runs: Sequence[Mapping[str, float]]) -> dict[str, dict[str, float]]:
+    """Per figure, its summary over the runs (seeds) of one policy."""
+    keys = list(runs[0]) if runs else []
+    return {k: summarise([r[k] for r in runs]) for k in keys}

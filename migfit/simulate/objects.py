@@ -1,0 +1,116 @@
+"""Node and Pod objects as the API server would show them, so the cluster model decodes them.
+
+Nodes carry what GPU Feature Discovery and the device plugin (mixed strategy) write: the
+``nvidia.com/gpu.product``/``gpu.memory``/``gpu.count`` labels, ``nvidia.com/mig.strategy``,
+``nvidia.com/mig.config`` and its ``.state``, ``nvidia.com/mig-<p>.memory`` per profile, and
+allocatable ``nvidia.com/mig-<p>`` counts from the node's current layouts (reference/MIG.md 4).
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from migfit import cluster, profiles
+
+NAMESPACE = "sim"
+SCHEDULER = "default-scheduler"
+PRODUCTS: dict[str, str] = {
+    "A100-40GB": "NVIDIA-A100-SXM4-40GB",
+    "A100-80GB": "NVIDIA-A100-SXM4-80GB",
+    "A30-24GB": "NVIDIA-A30",
+    "H100-80GB": "NVIDIA-H100-80GB-HBM3",
+}
+
+
+def product_label(model: profiles.GpuModel) -> str:
+    """A ``nvidia.com/gpu.product`` value that resolves to ``model`` in the catalog."""
+    known = PRODUCTS.get(model.id)
+    if known is not None:
+        return known
+    return "NVIDIA-" + model.id
+
+
+def node_object(
+    *,
+    name: str,
+    model: profiles.GpuModel,
+    gpu_layouts: Sequence[Iterable[str]],
+    cpu_milli: int,
+    memory_mib: int,
+    config: str,
+    config_state: str = "success",
+    taints: Sequence[Mapping[str, str]] = (),
+) -> dict[str, Any]:
+    counts: Counter[str] = Counter()
+    for lay in gpu_layouts:
+        counts.update(lay)
+    labels = {
+        "kubernetes.io/hostname": name,
+        cluster.LABEL_PRODUCT: product_label(model),
+        cluster.LABEL_GPU_MEMORY: str(model.memory_mib),
+        cluster.LABEL_GPU_COUNT: str(len(gpu_layouts)),
+        cluster.LABEL_STRATEGY: "mixed",
+        cluster.LABEL_CONFIG: config,
+        cluster.LABEL_CONFIG_STATE: config_state,
+    }
+    resources: dict[str, str] = {"cpu": f"{cpu_milli}m", "memory": f"{memory_mib}Mi",
+                                 "pods": "110"}
+    for p, n in sorted(counts.items()):
+        labels[f"nvidia.com/mig-{p}.count"] = str(n)
+        labels[f"nvidia.com/mig-{p}.memory"] = str(model.profile(p).memory_mib)
+        resources[profiles.RESOURCE_PREFIX + p] = str(n)
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "labels": labels},
+        "spec": {"taints": [dict(t) for t in taints]} if taints else {},
+        "status": {
+            "capacity": dict(resources),
+            "allocatable": resources,
+            "conditions": [{"type": "Ready", "status": "True"}],
+        },
+    }
+
+
+def pod_object(
+    *,
+    name: str,
+    cpu_milli: int,
+    memory_mib: int,
+    annotations: Mapping[str, str],
+    containers: int,
+    profile_per_container: Sequence[str] = (),
+    node: str | None = None,
+    decision: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """A pod; with ``profile_per_container`` it is the webhook's mutated pod."""
+    n = max(1, containers)
+    conts: list[dict[str, Any]] = []
+    for i in range(n):
+        req: dict[str, str] = {}
+        if i == 0:
+            req = {"cpu": f"{cpu_milli}m", "memory": f"{memory_mib}Mi"}
+        if i < len(profile_per_container):
+            req[profiles.RESOURCE_PREFIX + profile_per_container[i]] = "1"
+        lim = {k: v for k, v in req.items() if k.startswith(profiles.RESOURCE_PREFIX)}
+        conts.append({"name": f"gpu{i}" if n > 1 else "main", "image": "sim",
+                      "resources": {"requests": req, "limits": lim}})
+    ann = dict(annotations)
+    if profile_per_container:
+        ann["migfit.io/profile"] = profile_per_container[0]
+    if decision is not None:
+        ann["migfit.io/decision"] = json.dumps(decision, sort_keys=True)
+    spec: dict[str, Any] = {"schedulerName": SCHEDULER, "containers": conts}
+    if node is not None:
+        spec["nodeName"] = node
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": NAMESPACE, "uid": f"uid-{name}",
+                     "annotations": ann},
+        "spec": spec,
+        "status": {"phase": "Running" if node else "Pending"},
+    }

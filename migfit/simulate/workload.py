@@ -1,0 +1,170 @@
+"""The simulated workload: the trace's pod list mapped to MIG requests, or a synthetic mix.
+
+The trace's GPUs are not MIG GPUs, so each request is mapped to a profile of a reference
+model exactly as the trace README defines (state the mapping with every result):
+
+- ``compute``: g = ceil(gpu_milli × 7 / 1000) → 1g, 2g, 3g, 4g, and 7g for 5–7;
+- ``memory``: ceil(gpu_milli × 8 / 1000) memory slices → the smallest profile with at least
+  that many;
+- ``gpu_milli`` = 1000 → ``num_gpu`` whole GPUs (7g each); ``num_gpu`` 0 → a cpu-only pod.
+
+The profile itself is chosen by the webhook's decision code, not here: each pod carries the
+``migfit.io/gpu-memory`` (and ``migfit.io/gpu-compute``) annotations a user would write for
+that request, and ``expected`` records what the mapping says, to check the decision against.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import math
+import random
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Literal
+
+from migfit import errors, profiles
+
+Mapping_ = Literal["compute", "memory"]
+ANN_MEMORY = "migfit.io/gpu-memory"
+ANN_COMPUTE = "migfit.io/gpu-compute"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class PodSpec:
+    """One pod of the workload, before the webhook has seen it."""
+
+    name: str
+    cpu_milli: int
+    memory_mib: int
+    num_gpu: int  # 0: cpu-only
+    gpu_milli: int  # per GPU, 1000 for whole GPUs
+    arrival: float  # seconds (trace creation time)
+    duration: float  # seconds it runs once started (events mode)
+    annotations: Mapping[str, str]  # what a user writes for this request
+    containers: int  # containers that each hold one instance
+    expected: profiles.ProfileName | None  # the profile the mapping names, per container
+    gpu_memory_mib: int  # GPU memory the pod needs per container (for rounding waste)
+
+    @property
+    def gpu(self) -> bool:
+        return self.num_gpu > 0
+
+    @property
+    def trace_gpus(self) -> float:
+        """The pod's GPU request in the trace's units (whole GPUs)."""
+        return self.num_gpu * self.gpu_milli / 1000
+
+
+def _partial_profiles(model: profiles.GpuModel) -> list[profiles.Profile]:
+    return [p for p in model.profiles if not p.media]
+
+
+def expected_profile(model: profiles.GpuModel, *, gpu_milli: int, mapping: Mapping_
+                     ) -> profiles.Profile:
+    """The README's mapping of one GPU's share to a profile of ``model``."""
+    cands = _partial_profiles(model)
+    if gpu_milli >= 1000:
+        return max(cands, key=lambda p: (p.memory_slices, p.compute_slices))
+    if mapping == "compute":
+        g = math.ceil(gpu_milli * model.compute_slices / 1000)
+        fitting = [p for p in cands if p.compute_slices >= g]
+    else:
+        m = math.ceil(gpu_milli * model.memory_slices / 1000)
+        fitting = [p for p in cands if p.memory_slices >= m]
+    return min(fitting, key=profiles.profile_order)
+
+
+def request_annotations(model: profiles.GpuModel, *, gpu_milli: int, mapping: Mapping_
+                        ) -> dict[str, str]:
+    """The annotations that ask the webhook for what the mapping means, for one container.
+
+    ``compute``: a nominal 1Mi of memory and ``gpu-compute: g``. ``memory`` (and whole
+    GPUs): one MiB more than the usable memory of the largest profile with fewer memory
+    slices than the mapping asks for, so the smallest fitting profile is the mapped one.
+    """
+    cands = _partial_profiles(model)
+    if gpu_milli < 1000 and mapping == "compute":
+        g = math.ceil(gpu_milli * model.compute_slices / 1000)
+        return {ANN_MEMORY: "1Mi", ANN_COMPUTE: str(g)}
+    if gpu_milli >= 1000:
+        m = model.memory_slices
+    else:
+        m = math.ceil(gpu_milli * model.memory_slices / 1000)
+    below = [p.memory_mib for p in cands if p.memory_slices < m]
+    return {ANN_MEMORY: f"{max(below) + 1 if below else 1}Mi"}
+
+
+def make_pod(model: profiles.GpuModel, *, name: str, cpu_milli: int, memory_mib: int,
+             num_gpu: int, gpu_milli: int, arrival: float, duration: float,
+             mapping: Mapping_) -> PodSpec:
+    if num_gpu <= 0 or gpu_milli <= 0:
+        return PodSpec(name=name, cpu_milli=cpu_milli, memory_mib=memory_mib, num_gpu=0,
+                       gpu_milli=0, arrival=arrival, duration=duration, annotations={},
+                       containers=0, expected=None, gpu_memory_mib=0)
+    gpu_milli = min(gpu_milli, 1000)
+    whole = gpu_milli >= 1000
+    if not whole and num_gpu > 1:
+        raise errors.UsageError(f"pod {name}: {num_gpu} shared GPUs ({gpu_milli} milli each) "
+                                f"cannot be mapped to MIG; only whole GPUs come in numbers")
+    one = request_annotations(model, gpu_milli=gpu_milli, mapping=mapping)
+    containers = num_gpu if whole else 1
+    if containers == 1:
+        ann = one
+    else:  # one instance per container: the per-container key of the request contract
+        ann = {f"{ANN_MEMORY}.gpu{i}": one[ANN_MEMORY] for i in range(containers)}
+    exp = expected_profile(model, gpu_milli=gpu_milli, mapping=mapping)
+    return PodSpec(name=name, cpu_milli=cpu_milli, memory_mib=memory_mib, num_gpu=num_gpu,
+                   gpu_milli=gpu_milli, arrival=arrival, duration=duration, annotations=ann,
+                   containers=containers, expected=exp.name,
+                   gpu_memory_mib=math.ceil(gpu_milli * model.memory_mib / 1000))
+
+
+def load_trace(path: Path, *, model: profiles.GpuModel, mapping: Mapping_) -> list[PodSpec]:
+    """The trace's pod list, in creation order."""
+    out: list[PodSpec] = []
+    try:
+        with path.open(encoding="utf-8", newline="") as fh:
+            for row in csv.DictReader(fh):
+                created = float(row.get("creation_time") or 0)
+                start = float(row.get("scheduled_time") or created)
+                end = float(row.get("deletion_time") or 0)
+                out.append(make_pod(
+                    model, name=row["name"], cpu_milli=int(row["cpu_milli"]),
+                    memory_mib=int(row["memory_mib"]), num_gpu=int(row["num_gpu"]),
+                    gpu_milli=int(row["gpu_milli"]), arrival=created,
+                    duration=max(1.0, end - start) if end else math.inf, mapping=mapping))
+    except OSError as exc:
+        raise errors.ConfigError(f"cannot read pod list {path}: {exc.strerror}") from None
+    except (KeyError, ValueError) as exc:
+        raise errors.ConfigError(f"{path}: not the trace's pod list "
+                                 f"(name,cpu_milli,memory_mib,num_gpu,gpu_milli,...): {exc}"
+                                 ) from None
+    out.sort(key=lambda p: p.arrival)
+    return out
+
+
+# (gpu_milli, num_gpu, share) of the synthetic mix: many small shares, some whole GPUs.
+SYNTHETIC_MIX: tuple[tuple[int, int, float], ...] = (
+    (0, 0, 0.10), (100, 1, 0.22), (250, 1, 0.15), (400, 1, 0.12), (500, 1, 0.08),
+    (1000, 1, 0.25), (1000, 2, 0.03), (1000, 4, 0.03), (1000, 8, 0.02),
+)
+
+
+def synthetic(n: int, *, model: profiles.GpuModel, mapping: Mapping_, seed: int,
+              mean_interval: float = 60.0, mean_duration: float = 6 * 3600.0
+              ) -> list[PodSpec]:
+    """``n`` pods of ``SYNTHETIC_MIX``: Poisson arrivals, exponential run times."""
+    rng = random.Random(seed)
+    weights = [w for _, _, w in SYNTHETIC_MIX]
+    t = 0.0
+    out: list[PodSpec] = []
+    for i in range(n):
+        milli, num, _ = rng.choices(SYNTHETIC_MIX, weights=weights)[0]
+        t += rng.expovariate(1 / mean_interval)
+        cpu = rng.choice((2000, 4000, 8000, 16000))
+        out.append(make_pod(model, name=f"synthetic-{i:05d}", cpu_milli=cpu,
+                            memory_mib=cpu * 4, num_gpu=num, gpu_milli=milli, arrival=t,
+                            duration=max(1.0, rng.expovariate(1 / mean_duration)),
+                            mapping=mapping))
+    return out

@@ -1,0 +1,288 @@
+"""Where re-layout advice shows: ``GET /advice``, a metric, and node/pod marks in the API.
+
+The advice itself is pure (``migfit.advisor``); this module caches it per cluster
+``generation`` (and a short time bucket, since the grace period depends on the clock),
+exports Prometheus gauges, and, when running against an API server, publishes it: node
+annotation ``migfit.io/relayout`` (JSON), label ``migfit.io/relayout-recommended=true``
+(removed when no longer true), and Events ``MigRelayoutRecommended`` on the node and
+``WaitingForMigProfile`` on each waiting pod, deduplicated and rate-limited.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import datetime
+import json
+import logging
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import prometheus_client
+from kubernetes_asyncio import client as k8s
+
+from migfit import advisor, cluster, errors, migparted
+
+log = logging.getLogger(__name__)
+
+ANNOTATION = cluster.ANNOTATION_RELAYOUT
+LABEL = cluster.LABEL_RELAYOUT_RECOMMENDED
+REASON_NODE = "MigRelayoutRecommended"
+REASON_POD = "WaitingForMigProfile"
+COMPONENT = "migfit-advisor"
+MERGE_PATCH = "application/merge-patch+json"
+
+
+class AdviceCache:
+    """Advice for a Cluster, recomputed when its generation or the time bucket changes."""
+
+    def __init__(
+        self,
+        *,
+        settings: advisor.Settings | None = None,
+        config: migparted.Config | None = None,
+        bucket_s: float = 10.0,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.settings = settings or advisor.Settings()
+        self.config = config
+        self.bucket_s = bucket_s
+        self.clock = clock
+        self._key: tuple[int, int, int] | None = None
+        self._advice: advisor.Advice | None = None
+
+    def set_config(self, config: migparted.Config | None) -> None:
+        """A newly read mig-parted ConfigMap (None when unreadable): invalidates the cache."""
+        self.config = config
+        self._key = None
+
+    def get(self, state: cluster.Cluster, *, now: float | None = None) -> advisor.Advice:
+        now = self.clock() if now is None else now
+        key = (id(state), state.generation, int(now // self.bucket_s))
+        if self._advice is None or key != self._key:
+            self._advice = advisor.advise(state, now=now, settings=self.settings,
+                                          config=self.config)
+            self._key = key
+        return self._advice
+
+
+_DEFAULT = AdviceCache()
+
+
+def default_cache() -> AdviceCache:
+    """The process-wide cache ``advice_json`` uses (configure it before serving)."""
+    return _DEFAULT
+
+
+def advice_json(state: cluster.Cluster, *, now: float | None = None) -> dict[str, Any]:
+    """The ``GET /advice`` body: the ``migfit advise --json`` document."""
+    return dict(_DEFAULT.get(state, now=now).to_json())
+
+
+class Metrics:
+    """Gauges of the advice (and counters the apply mode uses)."""
+
+    def __init__(self, registry: prometheus_client.CollectorRegistry) -> None:
+        self.recommendations = prometheus_client.Gauge(
+            "migfit_relayout_recommendations", "Nodes recommended for a MIG re-layout",
+            ["disruptive"], registry=registry)
+        self.waiting = prometheus_client.Gauge(
+            "migfit_relayout_waiting_pods",
+            "Pods waiting past the grace period for a MIG profile no node has free",
+            registry=registry)
+        self.unserved = prometheus_client.Gauge(
+            "migfit_relayout_unserved_pods",
+            "Waiting pods that no recommended re-layout would unblock", registry=registry)
+        self.applied = prometheus_client.Counter(
+            "migfit_relayout_applied", "Re-layouts driven by the apply mode, by outcome",
+            ["result"], registry=registry)
+        self.failed_nodes = prometheus_client.Gauge(
+            "migfit_relayout_failed_nodes",
+            "Nodes whose re-layout failed and wait for an operator", registry=registry)
+        self.in_progress = prometheus_client.Gauge(
+            "migfit_relayout_in_progress", "Re-layouts being applied now", registry=registry)
+
+    def observe(self, advice: advisor.Advice) -> None:
+        disruptive = sum(r.disruptive for r in advice.recommendations)
+        self.recommendations.labels(disruptive="true").set(disruptive)
+        self.recommendations.labels(disruptive="false").set(
+            len(advice.recommendations) - disruptive)
+        self.waiting.set(len(advice.waiting))
+        self.unserved.set(len(advice.unserved))
+
+
+def annotation_value(rec: advisor.Recommendation) -> str:
+    """The ``migfit.io/relayout`` annotation: the recommendation as compact, stable JSON."""
+    doc = rec.to_json()
+    return json.dumps({
+        "target": doc["target"], "config": doc["config"], "mig_parted": doc["mig_parted"],
+        "gpus": doc["gpus"], "unblocks": doc["unblocks"], "disrupts": doc["disrupts"],
+        "disruptive": doc["disruptive"], "command": doc["command"],
+    }, sort_keys=True, separators=(",", ":"))
+
+
+def core_api(api: k8s.ApiClient) -> Any:
+    """CoreV1Api, untyped: its stubs lack the ``_content_type`` and raw-dict bodies we use."""
+    return k8s.CoreV1Api(api)
+
+
+def _now_iso() -> str:
+    return datetime.datetime.now(tz=datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+async def emit_event(
+    api: k8s.ApiClient,
+    *,
+    kind: str,
+    name: str,
+    namespace: str,
+    uid: str | None,
+    reason: str,
+    message: str,
+    event_type: str = "Normal",
+) -> None:
+    """A core/v1 Event about one object (node events go to the ``default`` namespace)."""
+    ns = namespace or "default"
+    body = {
+        "apiVersion": "v1", "kind": "Event",
+        "metadata": {"name": f"{name}.{uuid.uuid4().hex[:12]}", "namespace": ns},
+        "involvedObject": {"kind": kind, "name": name, "apiVersion": "v1",
+                           **({"namespace": namespace} if namespace else {}),
+                           **({"uid": uid} if uid else {})},
+        "reason": reason, "message": message[:1024], "type": event_type,
+        "source": {"component": COMPONENT}, "reportingComponent": COMPONENT,
+        "firstTimestamp": _now_iso(), "lastTimestamp": _now_iso(), "count": 1,
+    }
+    await core_api(api).create_namespaced_event(ns, body)
+
+
+@dataclasses.dataclass(slots=True)
+class _Sent:
+    message: str
+    at: float
+
+
+class Publisher:
+    """Writes the advice into the API: node annotation and label, node and pod Events.
+
+    Marks are written only when they change; stale marks (a node no longer recommended) are
+    removed. An Event is sent once per object and message, and at most once per
+    ``event_interval_s`` for the same object even when its message changes.
+    """
+
+    def __init__(
+        self,
+        state: cluster.Cluster,
+        api: k8s.ApiClient,
+        *,
+        cache: AdviceCache | None = None,
+        metrics: Metrics | None = None,
+        interval_s: float = 30.0,
+        event_interval_s: float = 600.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.state = state
+        self.api = api
+        self.cache = cache or _DEFAULT
+        self.metrics = metrics
+        self.interval_s = interval_s
+        self.event_interval_s = event_interval_s
+        self.clock = clock
+        self._marked: dict[str, str] = {}  # node -> annotation value written
+        self._events: dict[tuple[str, str], _Sent] = {}
+
+    async def run(self) -> None:
+        """Publish every ``interval_s`` until cancelled; API errors are logged and retried."""
+        while True:
+            try:
+                await self.publish_once()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.warning("advice: publishing failed: %s", exc)
+            await asyncio.sleep(self.interval_s)
+
+    async def publish_once(self) -> advisor.Advice:
+        advice = self.cache.get(self.state)
+        if self.metrics is not None:
+            self.metrics.observe(advice)
+        wanted = {r.node: r for r in advice.recommendations}
+        core = core_api(self.api)
+        for name, rec in wanted.items():
+            value = annotation_value(rec)
+            st = self.state.node(name)
+            current = st.node.annotations.get(ANNOTATION) if st is not None else None
+            labelled = st is not None and st.node.labels.get(LABEL) == "true"
+            if self._marked.get(name) != value and not (current == value and labelled):
+                await core.patch_node(name, {"metadata": {
+                    "annotations": {ANNOTATION: value}, "labels": {LABEL: "true"}}},
+                    _content_type=MERGE_PATCH)
+            self._marked[name] = value
+            changes = "; ".join(
+                f"GPU {g.index}: {' '.join(g.before) or '(none)'} -> "
+                f"{' '.join(g.after) or '(none)'}" for g in rec.gpus if g.changed)
+            who = ", ".join(rec.unblocks[:10]) + (" ..." if len(rec.unblocks) > 10 else "")
+            hurt = (f"; disrupts {', '.join(rec.disrupts)}" if rec.disrupts
+                    else "; disrupts no pod")
+            await self._event("Node", name, "", None, REASON_NODE,
+                              f"Re-layout to {rec.target} ({changes}) would unblock "
+                              f"{len(rec.unblocks)} pod(s): {who}{hurt}. {rec.command}")
+        for name in self._stale(wanted):
+            await core.patch_node(name, {"metadata": {
+                "annotations": {ANNOTATION: None}, "labels": {LABEL: None}}},
+                _content_type=MERGE_PATCH)
+            self._marked.pop(name, None)
+        for w in advice.waiting:
+            ns, _, pod_name = w.key.partition("/")
+            helps = advice.for_pod(w.key)
+            wants = ", ".join(f"{n} × {p}" for p, n in sorted(w.requests.items()))
+            if helps is not None:
+                msg = (f"Waiting for {wants}: no node has one free. Re-laying out node "
+                       f"{helps.node} to {helps.target} would serve it (migfit explain {w.key}).")
+            else:
+                msg = (f"Waiting for {wants}: no node has one free and no idle GPU can be "
+                       f"re-laid out for it (migfit explain {w.key}).")
+            await self._event("Pod", pod_name, ns, None, REASON_POD, msg)
+        return advice
+
+    def _stale(self, wanted: Mapping[str, advisor.Recommendation]) -> list[str]:
+        names = set(self._marked)
+        for st in self.state.nodes():
+            marked = st.node.labels.get(LABEL) == "true" or ANNOTATION in st.node.annotations
+            # Leave alone what the apply mode is driving (it owns the annotation then).
+            if marked and not st.node.relayout_tainted:
+                names.add(st.name)
+        return sorted(n for n in names if n not in wanted and self.state.node(n) is not None)
+
+    async def _event(self, kind: str, name: str, namespace: str, uid: str | None,
+                     reason: str, message: str) -> None:
+        key = (f"{kind}/{namespace}/{name}", reason)
+        now = self.clock()
+        sent = self._events.get(key)
+        if sent is not None and (sent.message == message
+                                 or now - sent.at < self.event_interval_s):
+            return
+        await emit_event(self.api, kind=kind, name=name, namespace=namespace, uid=uid,
+                         reason=reason, message=message)
+        self._events[key] = _Sent(message=message, at=now)
+
+
+async def read_config(
+    api: k8s.ApiClient,
+    *,
+    name: str = migparted.DEFAULT_CONFIGMAP,
+    namespace: str = migparted.DEFAULT_NAMESPACE,
+) -> tuple[migparted.Config | None, str | None]:
+    """The mig-parted ConfigMap, parsed strictly; (None, why) when it cannot be read."""
+    try:
+        obj = await core_api(api).read_namespaced_config_map(
+            name, namespace, _preload_content=False)
+        raw = json.loads(await obj.read())
+    except Exception as exc:
+        return None, f"cannot read ConfigMap {namespace}/{name}: {exc}"
+    try:
+        return migparted.parse_configmap(raw), None
+    except errors.ConfigError as exc:
+        return None, exc.message

@@ -1,0 +1,51 @@
+"""``migfit advise --json`` and ``migfit explain`` as a user runs them, on examples/cluster.yaml."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import subprocess
+import sys
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+EXAMPLE = ROOT / "examples" / "cluster.yaml"
+
+
+def _migfit(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "migfit.cli", *args], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120, check=False)
+
+
+def test_advise_json_on_the_example_cluster() -> None:
+    out = _migfit("advise", "--cluster", str(EXAMPLE), "--json", "--now", "2000000000")
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    recs = doc["recommendations"]
+    assert recs
+    for rec in recs:
+        assert {"node", "config", "mig_parted", "gpus", "unblocks", "disrupts"} <= set(rec)
+        assert isinstance(rec["node"], str)
+        assert (rec["config"] is None) != (rec["mig_parted"] is None)
+        for g in rec["gpus"]:
+            assert isinstance(g["index"], int) and isinstance(g["after"], list)
+        assert all("/" in k for k in rec["unblocks"] + rec["disrupts"])
+    flagged = {r["node"]: r for r in recs}
+    assert "gpu-a100-0" in flagged
+    assert "1g.10gb" in flagged["gpu-a100-0"]["gpus"][0]["after"]
+
+
+def test_advise_text_and_explain() -> None:
+    text = _migfit("advise", "--cluster", str(EXAMPLE), "--now", "2000000000")
+    assert text.returncode == 0 and "kubectl label node" in text.stdout
+    why = _migfit("explain", "ml-research/finetune-small-0", "--cluster", str(EXAMPLE),
+                  "--now", "2000000000")
+    assert why.returncode == 0, why.stderr
+    assert "1g.10gb" in why.stdout and "Fix:" in why.stdout
+
+
+def test_bad_arguments_are_one_line_errors() -> None:
+    bad = _migfit("advise", "--cluster", str(EXAMPLE), "--grace", "-1")
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr
+    assert len(bad.stderr.strip().splitlines()) == 1
+    missing = _migfit("explain", "nope/nothing", "--cluster", str(EXAMPLE))
+    assert missing.returncode == 1 and "not in migfit's view" in missing.stdout

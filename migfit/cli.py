@@ -28,7 +28,7 @@ class Command(Protocol):
 
 # command name -> module implementing ``Command``; the order is the order of ``--help``.
 COMMANDS: dict[str, str] = {
-    "serve": "migfit.commands.serve",
+    "serve": "extender.serve",
     "webhook": "webhook.cli",
     "extender": "extender.cli",
     "profiles": "migfit.commands.profiles",

@@ -1,0 +1,152 @@
+"""``migfit serve``: the webhook, the extender and the advisor in one process on localhost, to try.
+
+With no cluster given it reads the bundled example cluster and makes a throwaway self-signed
+certificate, then prints copy-paste ``curl`` commands against examples/requests/. This is the
+composition root of the two servers (the extender process already hosts the advisor), so it is
+the one module of the extender package allowed to import the webhook's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import signal
+import sys
+import tempfile
+from pathlib import Path
+
+from aiohttp import web
+
+from certs import certificates, reloading
+from extender import server as extender_server
+from migfit import cluster, errors, snapshots, sources
+from webhook import cli as webhook_cli
+from webhook import server as webhook_server
+
+HELP = ("run the webhook, the extender and the advisor on localhost (the bundled example "
+        "cluster and a throwaway certificate by default)")
+
+log = logging.getLogger("migfit.serve")
+_REQUESTS = Path("examples/requests")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--host", default="127.0.0.1",
+                        help="address to listen on (default: %(default)s)")
+    parser.add_argument("--webhook-port", type=int, default=8443,
+                        help="HTTPS port of the webhook (default: %(default)s)")
+    parser.add_argument("--extender-port", type=int, default=8444,
+                        help="HTTPS port of the extender and /advice (default: %(default)s)")
+    parser.add_argument("--cert-dir", type=Path, metavar="DIR",
+                        help="where to write the throwaway CA and certificate (default: a new "
+                             "temporary folder)")
+    parser.add_argument("--log-format", choices=["json", "text", "both"], default="text",
+                        help="scoring log lines (default: %(default)s)")
+    sources.add_source_arguments(parser)
+    webhook_cli.add_policy_arguments(parser)
+
+
+def _certificates(cert_dir: Path | None) -> tuple[Path, Path, Path]:
+    directory = cert_dir or Path(tempfile.mkdtemp(prefix="migfit-serve-"))
+    directory.mkdir(parents=True, exist_ok=True)
+    cert_pem, key_pem, ca_pem = certificates.self_signed_for_localhost()
+    paths = (directory / "tls.crt", directory / "tls.key", directory / "ca.crt")
+    for path, data, mode in zip(paths, (cert_pem, key_pem, ca_pem), (0o644, 0o600, 0o644),
+                                strict=True):
+        path.write_bytes(data)
+        path.chmod(mode)
+    return paths
+
+
+def _walkthrough(*, host: str, webhook_port: int, extender_port: int, ca: Path,
+                 cluster_file: str | None) -> str:
+    requests = _REQUESTS if _REQUESTS.is_dir() else Path("<migfit checkout>") / _REQUESTS
+    hook = f"https://{host}:{webhook_port}"
+    ext = f"https://{host}:{extender_port}"
+    curl = f"curl -s --cacert {ca} -H 'Content-Type: application/json'"
+    return "\n".join([
+        "",
+        "migfit is serving" + (f" the cluster in {cluster_file}" if cluster_file else ""),
+        f"  webhook   {hook}/mutate   (AdmissionReview v1)",
+        f"  extender  {ext}/filter  {ext}/prioritize   (kube-scheduler extender v1)",
+        f"  advice    {ext}/advice     metrics: {hook}/metrics {ext}/metrics",
+        "",
+        "Try it (from the migfit checkout):",
+        "  # a pod asking for 12Gi of GPU memory: the patch gives it nvidia.com/mig-2g.20gb",
+        f"  {curl} --data @{requests}/create-12gi.json {hook}/mutate | python3 -m json.tool",
+        "  # too much memory: denied, with the largest profile named",
+        f"  {curl} --data @{requests}/create-100gi-denied.json {hook}/mutate",
+        "  # which nodes can take a 1g.10gb pod, and why the others cannot",
+        f"  {curl} --data @{requests}/filter-1g10gb.json {ext}/filter | python3 -m json.tool",
+        "  # a 3g.40gb pod: two nodes can take it; the extender scores them (see the log)",
+        f"  {curl} --data @{requests}/filter-3g40gb.json {ext}/filter | python3 -m json.tool",
+        f"  {curl} --data @{requests}/prioritize-3g40gb.json {ext}/prioritize",
+        "  # which idle GPUs to re-partition so that pending pods can run",
+        f"  curl -s --cacert {ca} {ext}/advice | python3 -m json.tool",
+        "",
+        "Stop with Ctrl-C.",
+        "",
+    ])
+
+
+async def _serve(args: argparse.Namespace) -> None:
+    catalog, policy = webhook_cli.policy_from(args)
+    cluster_file = args.cluster_file
+    if cluster_file is None and args.kubeconfig is None:
+        cluster_file = str(snapshots.EXAMPLE_CLUSTER)
+    model = cluster.Cluster(catalog)
+    source = sources.open_source(model, cluster_file=cluster_file, kubeconfig=args.kubeconfig,
+                                 in_cluster=False, context=args.context)
+    cert, key, ca = _certificates(args.cert_dir)
+    reloader = reloading.CertificateReloader(cert_file=cert, key_file=key)
+
+    hook_settings = webhook_server.Settings(policy=policy, host=args.host,
+                                            port=args.webhook_port, tls_cert=cert, tls_key=key)
+    hook_app = webhook_server.make_app(hook_settings, model, certificate=reloader)
+    ext_app = extender_server.make_app(
+        settings=extender_server.ExtenderSettings(log_format=args.log_format),
+        cluster=model, source=source)
+
+    runners: list[web.AppRunner] = []
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+            loop.add_signal_handler(sig, stop.set)
+    reload_task = asyncio.create_task(reloader.run(reloading.DEFAULT_INTERVAL))
+    try:
+        for app, port in ((hook_app, args.webhook_port), (ext_app, args.extender_port)):
+            runner = web.AppRunner(app, access_log=None)
+            await runner.setup()
+            runners.append(runner)
+            try:
+                await web.TCPSite(runner, args.host, port, ssl_context=reloader.context).start()
+            except OSError as exc:
+                raise errors.UsageError(
+                    f"cannot listen on {args.host}:{port} ({exc.strerror}); pass "
+                    f"--webhook-port/--extender-port with free ports") from None
+        try:
+            await asyncio.wait_for(source.synced.wait(), timeout=60)
+        except TimeoutError:
+            raise errors.ConfigError(
+                "the cluster view did not sync within 60s"
+                + (f": {source.last_error}" if source.last_error else "")) from None
+        print(_walkthrough(host=args.host, webhook_port=args.webhook_port,
+                           extender_port=args.extender_port, ca=ca,
+                           cluster_file=cluster_file), flush=True)
+        await stop.wait()
+    finally:
+        reload_task.cancel()
+        for runner in reversed(runners):
+            await runner.cleanup()
+        with contextlib.suppress(asyncio.CancelledError):
+            await reload_task
+
+
+def run(args: argparse.Namespace) -> int:
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    asyncio.run(_serve(args))
+    return 0

@@ -22,8 +22,10 @@ import dataclasses
 import importlib
 import json
 import logging
+import signal
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
+from pathlib import Path
 from typing import Any, Protocol
 
 import prometheus_client
@@ -31,8 +33,9 @@ from aiohttp import web
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from certs import reloading
 from extender import figures, filtering, scoring, scoring_log
-from migfit import cluster
+from migfit import cluster, errors
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +58,17 @@ class ExtenderSettings:
     """The scoring log's lines: ``json``, ``text`` or ``both``."""
     log_nodes: int = 50
     """Nodes written in full per scoring-log JSON line (the best ones); 0 writes all."""
+    host: str = "0.0.0.0"
+    port: int = 8443
+    tls_cert: Path | None = None
+    """Serving certificate (PEM); with ``tls_key`` the extender speaks HTTPS (TLS 1.2+)."""
+    tls_key: Path | None = None
+    client_ca: Path | None = None
+    """When set, clients must present a certificate signed by it (kube-scheduler's
+    ``tlsConfig.certFile``)."""
+    reload_interval: float = 10.0
+    """Seconds between checks of the TLS files (Secret mounts give no inotify)."""
+    shutdown_timeout: float = 10.0
 
 
 # ---------------------------------------------------------------- the wire: ExtenderArgs
@@ -349,13 +363,20 @@ async def _advice(request: web.Request) -> web.Response:
     return _json(produce(request.app[CLUSTER]))
 
 
-def _run_source(source: Source) -> Callable[[web.Application], AsyncIterator[None]]:
+def _background(
+    name: str, run: Callable[[], Awaitable[None]]
+) -> Callable[[web.Application], AsyncIterator[None]]:
+    """A cleanup_ctx entry running ``run()`` for the app's lifetime, cancelled at cleanup."""
+
+    async def main() -> None:
+        await run()
+
     async def lifetime(app: web.Application) -> AsyncIterator[None]:
-        task = asyncio.create_task(source.run(), name="migfit-extender-source")
+        task = asyncio.create_task(main(), name=name)
 
         def done(t: asyncio.Task[None]) -> None:
             if not t.cancelled() and t.exception() is not None:
-                log.error("extender: the cluster source stopped: %s", t.exception())
+                log.error("extender: %s stopped: %s", name, t.exception())
 
         task.add_done_callback(done)
         yield
@@ -391,5 +412,60 @@ def make_app(
     app.router.add_get("/metrics", _metrics_handler)
     app.router.add_get("/advice", _advice)
     if source is not None:
-        app.cleanup_ctx.append(_run_source(source))
+        app.cleanup_ctx.append(_background("cluster source", source.run))
     return app
+
+
+def tls_reloader(settings: ExtenderSettings) -> reloading.CertificateReloader | None:
+    """The reloading TLS context of ``settings``, or None for plain HTTP."""
+    if settings.tls_cert is None and settings.tls_key is None:
+        if settings.client_ca is not None:
+            raise errors.UsageError("--client-ca needs --tls-cert and --tls-key")
+        return None
+    if settings.tls_cert is None or settings.tls_key is None:
+        raise errors.UsageError("give both --tls-cert and --tls-key for HTTPS")
+    return reloading.CertificateReloader(cert_file=settings.tls_cert, key_file=settings.tls_key,
+                                         client_ca=settings.client_ca)
+
+
+async def serve(
+    settings: ExtenderSettings,
+    model: cluster.Cluster,
+    *,
+    source: Source | None = None,
+    stop: asyncio.Event | None = None,
+    on_started: Callable[[int], None] | None = None,
+) -> None:
+    """Serve the extender on ``settings.host:port`` until ``stop`` is set (or SIGTERM/SIGINT).
+
+    HTTPS when a certificate is given (re-read when the files change), else HTTP.
+    ``on_started`` receives the bound port (``port`` 0 picks a free one).
+    """
+    reloader = tls_reloader(settings)
+    app = make_app(settings=settings, cluster=model, source=source)
+    if reloader is not None:
+        app.cleanup_ctx.append(_background(
+            "TLS reload", lambda: reloader.run(settings.reload_interval)))
+    runner = web.AppRunner(app, shutdown_timeout=settings.shutdown_timeout, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, settings.host, settings.port,
+                       ssl_context=None if reloader is None else reloader.context)
+    stop = stop or asyncio.Event()
+    loop = asyncio.get_running_loop()
+    installed: list[signal.Signals] = []
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+            loop.add_signal_handler(sig, stop.set)
+            installed.append(sig)
+    try:
+        await site.start()
+        port = runner.addresses[0][1] if runner.addresses else settings.port
+        scheme = "http" if reloader is None else "https"
+        log.info("extender serving %s://%s:%s (filter, prioritize)", scheme, settings.host, port)
+        if on_started is not None:
+            on_started(int(port))
+        await stop.wait()
+    finally:
+        for sig in installed:
+            loop.remove_signal_handler(sig)
+        await runner.cleanup()

@@ -1,0 +1,92 @@
+"""``migfit extender``: run the scheduler extender (what deploy/ runs next to kube-scheduler)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+from pathlib import Path
+
+from extender import scoring_log, server
+from migfit import cluster, errors, profiles, sources
+
+HELP = "run the scheduler extender: filter and score nodes by free MIG instances"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--host", default="0.0.0.0", help="address to listen on (default: all)")
+    parser.add_argument("--port", type=int, default=8443, help="port to listen on (default 8443)")
+    sources.add_source_arguments(parser)
+    parser.add_argument("--catalog", type=Path, metavar="FILE",
+                        help="MIG catalog file adding or overriding GPU models")
+    tls = parser.add_argument_group("TLS", "without --tls-cert/--tls-key the extender speaks "
+                                           "plain HTTP")
+    tls.add_argument("--tls-cert", type=Path, metavar="FILE",
+                     help="serving certificate (PEM); re-read when it changes")
+    tls.add_argument("--tls-key", type=Path, metavar="FILE", help="its private key (PEM)")
+    tls.add_argument("--client-ca", type=Path, metavar="FILE",
+                     help="require client certificates signed by this CA (kube-scheduler's "
+                          "tlsConfig.certFile)")
+    tls.add_argument("--reload-interval", type=float, default=10.0, metavar="SECONDS",
+                     help="how often the TLS files are checked for changes (default 10)")
+    parser.add_argument("--log-format", choices=scoring_log.LOG_FORMATS, default="both",
+                        help="scoring log lines per prioritize call: json, text or both "
+                             "(default both)")
+    parser.add_argument("--log-nodes", type=int, default=50, metavar="N",
+                        help="nodes written in full per scoring-log JSON line, best first "
+                             "(0: all; default 50)")
+    parser.add_argument("--max-body", type=int, default=server.DEFAULT_MAX_BODY, metavar="BYTES",
+                        help="largest accepted request body (default 32 MiB)")
+    parser.add_argument("--log-level", default="info",
+                        choices=["debug", "info", "warning", "error"],
+                        help="debug also logs every filter verdict with its reasons")
+
+
+def settings_from(args: argparse.Namespace) -> server.ExtenderSettings:
+    """The server settings of a parsed command line; UsageError for bad values."""
+    if not 0 <= args.port < 65536:
+        raise errors.UsageError(f"--port {args.port}: use 1..65535")
+    if args.log_nodes < 0:
+        raise errors.UsageError(f"--log-nodes {args.log_nodes}: use 0 (all) or more")
+    if args.max_body < 1024:
+        raise errors.UsageError(f"--max-body {args.max_body}: use at least 1024 bytes")
+    for path, flag in ((args.tls_cert, "--tls-cert"), (args.tls_key, "--tls-key"),
+                       (args.client_ca, "--client-ca")):
+        if path is not None and not path.is_file():
+            raise errors.UsageError(f"{flag} {path}: no such file")
+    if (args.tls_cert is None) != (args.tls_key is None):
+        raise errors.UsageError("give both --tls-cert and --tls-key for HTTPS")
+    if args.client_ca is not None and args.tls_cert is None:
+        raise errors.UsageError("--client-ca needs --tls-cert and --tls-key")
+    return server.ExtenderSettings(
+        max_body_bytes=args.max_body,
+        log_format=args.log_format,
+        log_nodes=args.log_nodes,
+        host=args.host,
+        port=args.port,
+        tls_cert=args.tls_cert,
+        tls_key=args.tls_key,
+        client_ca=args.client_ca,
+        reload_interval=args.reload_interval,
+    )
+
+
+def _configure_logging(level: str) -> None:
+    logging.basicConfig(level=level.upper(),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # The scoring log is for operators and tools: bare lines on stdout.
+    handler = logging.StreamHandler(sys.stdout)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    scoring_log.logger.addHandler(handler)
+    scoring_log.logger.setLevel(logging.INFO)
+    scoring_log.logger.propagate = False
+
+
+def run(args: argparse.Namespace) -> int:
+    settings = settings_from(args)
+    _configure_logging(args.log_level)
+    view = cluster.Cluster(profiles.load(args.catalog))
+    source = sources.source_from_args(view, args)
+    asyncio.run(server.serve(settings, view, source=source))
+    return 0

@@ -1,0 +1,130 @@
+"""`migfit serve` end to end: the installed command, real sockets, real TLS, the README's requests."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import re
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+REQUESTS = ROOT / "examples" / "requests"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Served:
+    def __init__(self, proc: subprocess.Popen[str], ca: Path, hook: str, ext: str,
+                 banner: str) -> None:
+        self.proc, self.ca, self.hook, self.ext, self.banner = proc, ca, hook, ext, banner
+        self.context = ssl.create_default_context(cafile=str(ca))
+
+    def post(self, url: str, body: bytes) -> Any:
+        req = urllib.request.Request(url, data=body, method="POST",
+                                     headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, context=self.context, timeout=10) as resp:
+            return json.loads(resp.read())
+
+    def get(self, url: str) -> Any:
+        with urllib.request.urlopen(url, context=self.context, timeout=10) as resp:
+            return json.loads(resp.read())
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    hook_port, ext_port = _free_port(), _free_port()
+    cert_dir = tmp_path_factory.mktemp("serve-certs")
+    proc = subprocess.Popen(
+        ["migfit", "serve", "--webhook-port", str(hook_port), "--extender-port", str(ext_port),
+         "--cert-dir", str(cert_dir)],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    assert proc.stdout is not None
+    lines: list[str] = []
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        lines.append(line)
+        if "Stop with Ctrl-C" in line:
+            break
+    banner = "".join(lines)
+    if "Stop with Ctrl-C" not in banner:
+        proc.kill()
+        pytest.fail(f"migfit serve did not start:\n{banner}")
+    try:
+        yield Served(proc, cert_dir / "ca.crt", f"https://127.0.0.1:{hook_port}",
+                     f"https://127.0.0.1:{ext_port}", banner)
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+def test_banner_prints_urls_and_curl_commands(served: Served) -> None:
+    assert f"{served.hook}/mutate" in served.banner
+    assert f"{served.ext}/filter" in served.banner
+    commands = re.findall(r"curl .*", served.banner)
+    assert len(commands) >= 5
+    for cmd in commands:
+        for ref in re.findall(r"@(\S+\.json)", cmd):
+            assert (ROOT / ref).is_file(), f"the walk-through names a missing file: {ref}"
+
+
+def test_webhook_patches_the_12gi_pod(served: Served) -> None:
+    review = served.post(f"{served.hook}/mutate", (REQUESTS / "create-12gi.json").read_bytes())
+    response = review["response"]
+    assert response["allowed"] is True
+    patch = json.loads(base64.b64decode(response["patch"]))
+    assert "nvidia.com~1mig-2g.20gb" in json.dumps(patch)
+
+
+def test_extender_explains_the_seed_node(served: Served) -> None:
+    result = served.post(f"{served.ext}/filter",
+                         (REQUESTS / "filter-1g10gb.json").read_bytes())
+    assert "re-layout" in result["FailedAndUnresolvableNodes"]["gpu-a100-0"]
+    assert "gpu-a100-1" in result["FailedNodes"]
+
+
+def test_prioritize_scores_every_feasible_node(served: Served) -> None:
+    body = (REQUESTS / "prioritize-3g40gb.json").read_bytes()
+    names = json.loads(body)["NodeNames"]
+    scores = served.post(f"{served.ext}/prioritize", body)
+    assert sorted(s["Host"] for s in scores) == sorted(names)
+    assert all(0 <= s["Score"] <= 10 for s in scores)
+
+
+def test_advice_flags_the_seed_node(served: Served) -> None:
+    advice = served.get(f"{served.ext}/advice")
+    nodes = [r["node"] for r in advice["recommendations"]]
+    assert "gpu-a100-0" in nodes
+
+
+def test_serve_refuses_a_busy_port(served: Served) -> None:
+    port = served.hook.rsplit(":", 1)[1]
+    proc = subprocess.run(
+        [sys.executable, "-m", "migfit.cli", "serve", "--webhook-port", port,
+         "--extender-port", str(_free_port())],
+        cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert proc.returncode != 0
+    assert "Traceback" not in proc.stderr
+    assert "cannot listen" in proc.stderr

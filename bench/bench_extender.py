@@ -1,0 +1,247 @@
+"""Extender latency on a 5,000-node, 150,000-pod cluster: filter and prioritize, p50 and p99.
+
+Server side (the pure ``filtering.filter_nodes`` / ``scoring.score_nodes`` with the pod
+decoded per call) and end to end over loopback HTTP (a real aiohttp server and client, JSON
+both ways), with all node names and with a 500-name sample (kube-scheduler samples nodes in
+large clusters, WIRE.md 1.2). In the same run, a NAIVE implementation that recomputes free
+instances from every pod on each call shows what the precomputed index buys. A third
+scenario changes one pod between calls (a bind), so every call pays the index refresh and
+the demand recount.
+
+    python bench/bench_extender.py [--nodes 5000] [--pods 150000] [--iterations 200]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import random
+import statistics
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import aiohttp  # noqa: E402
+from aiohttp import web  # noqa: E402
+
+from extender import filtering, scoring, server  # noqa: E402
+from migfit import cluster, synthetic  # noqa: E402
+
+
+def _load(nodes: int, pods: int, seed: int) -> tuple[cluster.Cluster, list[dict[str, Any]]]:
+    model = cluster.Cluster()
+    pending: list[dict[str, Any]] = []
+    for obj in synthetic.iter_objects(nodes, pods, seed, full=False):
+        kind = obj.get("kind")
+        if kind == "Node":
+            model.apply("Node", "ADDED", obj)
+        elif kind == "Pod":
+            model.apply("Pod", "ADDED", obj)
+            if not obj["spec"].get("nodeName") and len(pending) < 50:
+                res = obj["spec"]["containers"][0].get("resources", {}).get("limits", {})
+                if any(k.startswith("nvidia.com/mig-") for k in res):
+                    pending.append(obj)
+    model.mark_synced()
+    return model, pending
+
+
+# ---------------------------------------------------------------- the naive baseline
+
+
+def naive_free(model: cluster.Cluster) -> dict[str, Counter[str]]:
+    """Free instances per node and resource, recomputed from every pod (no index)."""
+    used: dict[str, Counter[str]] = {}
+    for p in model.pods():
+        if p.holds_instances and p.node is not None:
+            c = used.setdefault(p.node, Counter())
+            for res, n in p.requests.items():
+                c[res] += n
+    free: dict[str, Counter[str]] = {}
+    for state in model.nodes():
+        rec = state.node
+        u = used.get(rec.name, Counter())
+        free[rec.name] = Counter({rec.resource_for(p): a - u[rec.resource_for(p)]
+                                  for p, a in rec.allocatable.items()})
+    return free
+
+
+def naive_filter(model: cluster.Cluster, pod: dict[str, Any], names: Sequence[str]) -> list[str]:
+    gpu, _, _, _ = cluster.effective_requests(pod["spec"])
+    free = naive_free(model)
+    return [n for n in names if n in free and all(free[n][r] >= k for r, k in gpu.items())]
+
+
+def naive_prioritize(model: cluster.Cluster, pod: dict[str, Any],
+                     names: Sequence[str]) -> list[tuple[str, int]]:
+    gpu, _, _, _ = cluster.effective_requests(pod["spec"])
+    free = naive_free(model)
+    out = []
+    for n in names:
+        state = model.node(n)
+        f = free.get(n)
+        if state is None or f is None or not all(f[r] >= k for r, k in gpu.items()):
+            out.append((n, 0))
+            continue
+        total = max(1, state.alloc_total)
+        out.append((n, round(10 * (total - sum(max(0, v) for v in f.values())) / total)))
+    return out
+
+
+# ---------------------------------------------------------------- timing
+
+
+def _pct(samples: list[float], q: float) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def _row(label: str, samples: list[float]) -> str:
+    ms = [s * 1000 for s in samples]
+    return (f"  {label:<44} p50 {statistics.median(ms):8.2f} ms   p99 {_pct(ms, 0.99):8.2f} ms"
+            f"   (n={len(ms)})")
+
+
+def _time(fn: Callable[[], object], n: int, between: Callable[[], None] | None = None
+          ) -> list[float]:
+    out = []
+    for _ in range(n):
+        if between is not None:
+            between()
+        t = time.perf_counter()
+        fn()
+        out.append(time.perf_counter() - t)
+    return out
+
+
+async def _http(model: cluster.Cluster, pods: list[dict[str, Any]],
+                name_sets: dict[str, list[str]], iterations: int) -> list[str]:
+    app = server.make_app(settings=server.ExtenderSettings(log_format="json"), cluster=model)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    rows = []
+    try:
+        async with aiohttp.ClientSession() as session:
+            for label, names in name_sets.items():
+                for verb in ("filter", "prioritize"):
+                    bodies = [json.dumps({"Pod": p, "Nodes": None, "NodeNames": names}).encode()
+                              for p in pods]
+                    samples = []
+                    for i in range(iterations):
+                        t = time.perf_counter()
+                        async with session.post(f"http://127.0.0.1:{port}/{verb}",
+                                                data=bodies[i % len(bodies)],
+                                                headers={"Content-Type": "application/json"}
+                                                ) as resp:
+                            await resp.read()
+                            assert resp.status == 200, resp.status
+                        samples.append(time.perf_counter() - t)
+                    rows.append(_row(f"HTTP {verb} {label}", samples))
+    finally:
+        await runner.cleanup()
+    return rows
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--nodes", type=int, default=5000)
+    parser.add_argument("--pods", type=int, default=150_000)
+    parser.add_argument("--iterations", type=int, default=200)
+    parser.add_argument("--naive-iterations", type=int, default=20)
+    parser.add_argument("--seed", type=int, default=7)
+    a = parser.parse_args()
+
+    print(f"machine: {platform.machine()} {platform.processor() or ''} {os.cpu_count()} CPUs, "
+          f"Python {platform.python_version()} ({platform.system()})")
+    t0 = time.perf_counter()
+    model, pending = _load(a.nodes, a.pods, a.seed)
+    print(f"cluster: {len(model)} nodes, {sum(1 for _ in model.pods())} GPU-relevant pods of "
+          f"{a.pods}, {len(model.pending_pods())} pending; loaded in "
+          f"{time.perf_counter() - t0:.1f} s")
+    pods = pending[:8] or [synthetic.pod_object(  # pragma: no cover - tiny clusters
+        namespace="default", name="x", node=None, phase="Pending",
+        containers=[synthetic.Container(name="m", image="i", gpu={"nvidia.com/mig-1g.10gb": 1})],
+        rng=random.Random(1), owner=("Job", "x"), full=False)]
+    print("pods asked about: " + ", ".join(filtering.decode_pod(p).describe() for p in pods))
+    names_all = model.node_names()
+    names_500 = random.Random(a.seed).sample(names_all, min(500, len(names_all)))
+    name_sets = {f"{len(names_all)} names": names_all, f"{len(names_500)} names": names_500}
+
+    # First call builds the index (once per process, then incremental).
+    t = time.perf_counter()
+    filtering.filter_nodes(model, filtering.decode_pod(pods[0]), names_all)
+    print(f"index build on first call: {(time.perf_counter() - t) * 1000:.0f} ms")
+
+    print("\nserver side (pure functions, pod decoded per call):")
+    ratios: list[str] = []
+    for label, names in name_sets.items():
+        counter = iter(range(10**9))
+
+        def f(names: list[str] = names) -> object:
+            pod = pods[next(counter) % len(pods)]
+            return filtering.filter_nodes(model, filtering.decode_pod(pod), names)
+
+        def s(names: list[str] = names) -> object:
+            pod = pods[next(counter) % len(pods)]
+            return scoring.score_nodes(model, filtering.decode_pod(pod), names)
+
+        fs, ss = _time(f, a.iterations), _time(s, a.iterations)
+        print(_row(f"filter {label}", fs))
+        print(_row(f"prioritize {label}", ss))
+        nf = _time(lambda names=names: naive_filter(model, pods[0], names), a.naive_iterations)
+        ns = _time(lambda names=names: naive_prioritize(model, pods[0], names),
+                   a.naive_iterations)
+        print(_row(f"NAIVE filter {label}", nf))
+        print(_row(f"NAIVE prioritize {label}", ns))
+        ratios.append(f"  {label}: naive/indexed p50 filter "
+                      f"{statistics.median(nf) / statistics.median(fs):.0f}×, prioritize "
+                      f"{statistics.median(ns) / statistics.median(ss):.0f}×")
+
+    # A bind between calls: one pod changes, so each call refreshes one node and recounts demand.
+    bound = [p for p in model.pods() if p.node is not None][:1]
+    flip = iter(range(10**9))
+    victim = None
+    if bound:
+        victim = {"kind": "Pod", "metadata": {"name": bound[0].name, "namespace":
+                  bound[0].namespace, "uid": bound[0].uid}, "spec": {"nodeName": bound[0].node,
+                  "containers": [{"name": "m", "resources": {"limits": dict(bound[0].requests)}}]},
+                  "status": {"phase": "Running"}}
+
+    def churn() -> None:
+        if victim is not None:
+            victim["status"]["phase"] = "Running" if next(flip) % 2 else "Succeeded"
+            model.apply("Pod", "MODIFIED", victim)
+
+    print("\nserver side, one pod changing between calls (index refresh + demand recount):")
+    for label, names in name_sets.items():
+        fs = _time(lambda names=names: filtering.filter_nodes(
+            model, filtering.decode_pod(pods[0]), names), a.iterations, churn)
+        ss = _time(lambda names=names: scoring.score_nodes(
+            model, filtering.decode_pod(pods[0]), names), a.iterations, churn)
+        print(_row(f"filter {label}", fs))
+        print(_row(f"prioritize {label}", ss))
+
+    print("\nend to end over loopback HTTP (aiohttp client and server, JSON both ways):")
+    import logging
+
+    logging.getLogger("migfit.scoring").setLevel(logging.WARNING)  # time the wire, not stdout
+    for row in asyncio.run(_http(model, pods, name_sets, a.iterations)):
+        print(row)
+    print("\nratios:")
+    for r in ratios:
+        print(r)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -30,6 +30,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="how often the TLS files are checked for changes (default 10)")
     parser.add_argument("--shutdown-timeout", type=float, default=10.0, metavar="SECONDS",
                         help="how long in-flight requests get to finish on shutdown")
+    parser.add_argument("--drain-delay", type=float, default=3.0, metavar="SECONDS",
+                        help="on SIGTERM keep serving this long with /readyz failing, so that "
+                             "the Service stops routing here first (default 3)")
     parser.add_argument("--access-log", action="store_true", help="log every HTTP request")
     parser.add_argument("--log-level", default="info",
                         choices=["debug", "info", "warning", "error"])
@@ -86,14 +89,10 @@ def run(args: argparse.Namespace) -> int:
         max_body_bytes=args.max_body,
         reload_interval=args.reload_interval,
         shutdown_timeout=args.shutdown_timeout,
+        drain_delay=args.drain_delay,
         access_log=args.access_log,
     )
     view = cluster.Cluster(catalog)
-    source = sources.open_source(
-        view,
-        cluster_file=args.cluster,
-        kubeconfig=args.kubeconfig,
-        in_cluster=args.in_cluster,
-    )
+    source = sources.source_from_args(view, args)
     asyncio.run(server.serve(settings, view, source_run=source.run))
     return 0

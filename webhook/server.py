@@ -53,6 +53,9 @@ class Settings:
     max_body_bytes: int = DEFAULT_MAX_BODY
     reload_interval: float = reloading.DEFAULT_INTERVAL  # seconds between TLS file polls
     shutdown_timeout: float = 10.0  # seconds in-flight requests get to finish on shutdown
+    #: On SIGTERM keep serving this long with /readyz failing, so that the Service's endpoints
+    #: drop the pod before its listener closes (endpoint removal is asynchronous).
+    drain_delay: float = 0.0
     access_log: bool = False
 
 
@@ -85,6 +88,7 @@ class State:
     cluster: cluster_mod.Cluster | None
     tracker: view.SupplyTracker | None
     metrics: Metrics
+    draining: bool = False
 
     def supply(self) -> view.Supply:
         if self.tracker is None or self.cluster is None or not self.cluster.synced:
@@ -153,31 +157,24 @@ def _parse_review(body: bytes) -> tuple[str, dict[str, Any]]:
 # ---------------------------------------------------------------- handlers
 
 
-async def mutate(request: web.Request) -> web.Response:
-    """POST /mutate: the query string (``?timeout=10s``) is ignored (WIRE.md §2.1)."""
-    state = request.app[STATE]
+def answer(body: bytes, *, state: State) -> tuple[int, dict[str, Any]]:
+    """The HTTP status and JSON body for one /mutate request body: an AdmissionReview (200)
+    or a 400 error. Never raises for any input."""
     started = time.perf_counter()
-    limit = state.settings.max_body_bytes
-    if request.content_length is not None and request.content_length > limit:
-        return _too_large(state, limit)
-    try:
-        body = await request.read()
-    except web.HTTPRequestEntityTooLarge:
-        return _too_large(state, limit)
     try:
         uid, admission = _parse_review(body)
     except _BadReview as exc:
         state.metrics.bad_requests.labels(str(exc.status)).inc()
-        return _error(exc.status, exc.message)
-    supply = state.supply()
+        return exc.status, {"error": exc.message, "status": exc.status}
     try:
-        verdict = decision.decide_review(admission, supply=supply, policy=state.settings.policy)
+        verdict = decision.decide_review(admission, supply=state.supply(),
+                                         policy=state.settings.policy)
     except Exception:  # a bug must not turn into a 500 that blocks every pod
         log.exception("deciding admission %s failed", uid)
         verdict = decision.Verdict(
             outcome="invalid", allowed=False, code=500,
             message="the migfit webhook failed to decide; see its log")
-    body_out = review_response(uid, verdict)
+    out = review_response(uid, verdict)
     dry_run = "true" if admission.get("dryRun") is True else "false"
     state.metrics.admissions.labels(verdict.outcome, ",".join(verdict.profiles), dry_run).inc()
     state.metrics.latency.observe(time.perf_counter() - started)
@@ -185,7 +182,21 @@ async def mutate(request: web.Request) -> web.Response:
         log.info("%s %s/%s: %s%s", verdict.outcome, admission.get("namespace", ""),
                  admission.get("name", "") or "(generated)", ",".join(verdict.profiles),
                  verdict.message)
-    return _json(body_out)
+    return 200, out
+
+
+async def mutate(request: web.Request) -> web.Response:
+    """POST /mutate: the query string (``?timeout=10s``) is ignored (WIRE.md §2.1)."""
+    state = request.app[STATE]
+    limit = state.settings.max_body_bytes
+    if request.content_length is not None and request.content_length > limit:
+        return _too_large(state, limit)
+    try:
+        body = await request.read()
+    except web.HTTPRequestEntityTooLarge:
+        return _too_large(state, limit)
+    status, out = answer(body, state=state)
+    return _json(out, status=status)
 
 
 def _too_large(state: State, limit: int) -> web.Response:
@@ -198,9 +209,12 @@ async def healthz(request: web.Request) -> web.Response:
 
 
 async def readyz(request: web.Request) -> web.Response:
-    """Ready whenever serving: without a cluster view it decides from --gpu-models."""
+    """Ready whenever serving (without a cluster view it decides from --gpu-models), until
+    shutdown begins."""
     state = request.app[STATE]
     synced = state.cluster is not None and state.cluster.synced
+    if state.draining:
+        return _json({"ready": False, "reason": "shutting down"}, status=503)
     return _json({"ready": True, "clusterView": "synced" if synced else "unavailable",
                   "fallbackModels": [m.id for m in state.settings.policy.fallback_models]})
 
@@ -289,8 +303,11 @@ async def serve(
     The TLS files are polled every ``reload_interval`` s and reloaded into the live context
     (new connections get the new certificate; open ones keep theirs). ``source_run`` (a
     cluster source's ``run``) is run alongside; if it fails the webhook keeps serving from
-    the fallback models. On shutdown the listener closes first and in-flight requests get
-    ``shutdown_timeout`` seconds to finish. ``on_started`` receives the bound port.
+    the fallback models. On shutdown /readyz fails for ``drain_delay`` seconds while requests
+    are still served; then the listener closes, idle keep-alive connections are closed and
+    requests being handled get ``shutdown_timeout`` seconds to finish (aiohttp stops reading
+    from connections at that point, so a body still being uploaded then is cut: the drain
+    delay is what keeps that from happening). ``on_started`` receives the bound port.
     """
     if settings.tls_cert is None or settings.tls_key is None:
         raise errors.UsageError("the webhook serves HTTPS only: give --tls-cert and "
@@ -306,8 +323,7 @@ async def serve(
                            access_log=logging.getLogger("aiohttp.access")
                            if settings.access_log else None)
     await runner.setup()
-    site = web.TCPSite(runner, settings.host, settings.port, ssl_context=reloader.context,
-                       shutdown_timeout=settings.shutdown_timeout)
+    site = web.TCPSite(runner, settings.host, settings.port, ssl_context=reloader.context)
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
     installed: list[signal.Signals] = []
@@ -322,6 +338,10 @@ async def serve(
         if on_started is not None:
             on_started(int(port))
         await stop.wait()
+        if settings.drain_delay > 0:
+            app[STATE].draining = True
+            log.info("shutting down: draining for %ss", settings.drain_delay)
+            await asyncio.sleep(settings.drain_delay)
     finally:
         for sig in installed:
             loop.remove_signal_handler(sig)

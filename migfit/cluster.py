@@ -496,7 +496,9 @@ class Cluster:
         self._nodes: dict[str, NodeRecord] = {}
         self._states: dict[str, NodeState] = {}
         self._pods: dict[str, PodRecord] = {}
-        self._by_name: dict[tuple[str, str], str] = {}  # (namespace, name) -> uid
+        # (namespace, name) -> uids, latest last: a pod re-created under its name (StatefulSet)
+        # may briefly coexist with the old one whose deletion has not arrived yet.
+        self._by_name: dict[tuple[str, str], list[str]] = {}
         self._pods_on: dict[str, set[str]] = {}  # node -> uids of pods holding instances
         self._used: dict[str, Counter[str]] = {}  # node -> resource -> instances held
         # profile -> node -> free instances (only nodes with >= 1 free, schedulable)
@@ -531,8 +533,8 @@ class Cluster:
         return iter(self._pods.values())
 
     def find_pod(self, namespace: str, name: str) -> PodRecord | None:
-        uid = self._by_name.get((namespace, name))
-        return None if uid is None else self._pods.get(uid)
+        uids = self._by_name.get((namespace, name))
+        return self._pods.get(uids[-1]) if uids else None
 
     def pods_on(self, node: str) -> list[PodRecord]:
         """Pods bound to ``node`` that hold GPU instances there."""
@@ -650,20 +652,25 @@ class Cluster:
         old = self._pods.get(pod.uid)
         if old is not None:
             self._unaccount(old)
-            if (old.namespace, old.name) != (pod.namespace, pod.name):
-                self._by_name.pop((old.namespace, old.name), None)
+            self._unindex_name(old)
         self._pods[pod.uid] = pod
-        self._by_name[(pod.namespace, pod.name)] = pod.uid
+        self._by_name.setdefault((pod.namespace, pod.name), []).append(pod.uid)
         self._account(pod)
 
     def _remove_pod(self, uid: str) -> None:
         old = self._pods.pop(uid, None)
         if old is not None:
-            key = (old.namespace, old.name)
-            # A pod re-created under the same name (StatefulSet) has a new uid: keep its entry.
-            if self._by_name.get(key) == uid:
-                del self._by_name[key]
+            self._unindex_name(old)
             self._unaccount(old)
+
+    def _unindex_name(self, pod: PodRecord) -> None:
+        key = (pod.namespace, pod.name)
+        uids = self._by_name.get(key)
+        if uids is not None:
+            with contextlib.suppress(ValueError):
+                uids.remove(pod.uid)
+            if not uids:
+                del self._by_name[key]
 
     def _account(self, pod: PodRecord) -> None:
         if pod.pending and pod.requests:

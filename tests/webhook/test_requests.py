@@ -1,0 +1,73 @@
+"""migfit.requests: the annotation contract and the decision record the extender reads."""
+
+from __future__ import annotations
+
+import pytest
+
+from migfit import requests
+
+C = ["main", "side"]
+
+
+def test_pod_wide_key_goes_to_the_first_container_or_the_default_one() -> None:
+    assert requests.parse({requests.GPU_MEMORY: "12Gi"}, containers=C).requests == (
+        requests.GpuRequest(container="main", memory_bytes=12 * 2**30),)
+    parsed = requests.parse({requests.GPU_MEMORY: "1Gi", requests.DEFAULT_CONTAINER: "side"},
+                            containers=C)
+    assert [r.container for r in parsed.requests] == ["side"]
+    odd = requests.parse({requests.GPU_MEMORY: "1Gi", requests.DEFAULT_CONTAINER: "gone"},
+                         containers=C)
+    assert [r.container for r in odd.requests] == ["main"] and "names no container" in odd.notes[0]
+
+
+def test_per_container_keys_override_and_add() -> None:
+    parsed = requests.parse({requests.GPU_MEMORY: "1Gi", "migfit.io/gpu-memory.main": "2Gi",
+                             "migfit.io/gpu-memory.side": "3Gi", requests.GPU_COMPUTE: "2",
+                             "migfit.io/gpu-media.side": "true"}, containers=C)
+    assert parsed.requests == (
+        requests.GpuRequest(container="main", memory_bytes=2 * 2**30, compute=2),
+        requests.GpuRequest(container="side", memory_bytes=3 * 2**30, compute=2, media=True))
+    assert parsed.requests[0].memory_mib == 2048
+
+
+@pytest.mark.parametrize(("annotations", "hint"), [
+    ({"migfit.io/gpu-memory.nope": "1Gi"}, "names no container of this pod; use one of: main"),
+    ({"migfit.io/gpu-memory.init": "1Gi"}, "init container 'init'"),
+    ({requests.GPU_MEMORY: "0"}, "more than zero"),
+    ({requests.GPU_MEMORY: "-5Gi"}, "more than zero"),
+    ({requests.GPU_MEMORY: "5 Gi"}, "not a Kubernetes quantity"),
+    ({requests.GPU_MEMORY: "1Gi", requests.GPU_COMPUTE: "two"}, "whole number"),
+    ({requests.GPU_MEMORY: "1Gi", requests.GPU_COMPUTE: "0"}, "whole number"),
+    ({requests.GPU_MEMORY: "1Gi", requests.GPU_MEDIA: "maybe"}, '"true" or "false"'),
+])
+def test_errors_say_what_to_change(annotations: dict[str, str], hint: str) -> None:
+    with pytest.raises(requests.RequestError) as exc:
+        requests.parse(annotations, containers=C, init_containers=["init"])
+    assert hint in exc.value.message
+
+
+def test_no_memory_key_is_no_request() -> None:
+    assert requests.parse({"a": "b"}, containers=C).requests == ()
+    assert not requests.has_request({requests.GPU_COMPUTE: "2"})
+    assert requests.has_request({"migfit.io/gpu-memory.side": "1Gi"})
+
+
+def test_decision_record_round_trip_and_strict_decoding() -> None:
+    record = requests.DecisionRecord(v=1, strategy="mixed", containers=[
+        requests.DecisionContainer(container="main", request_mib=12288, profile="2g.20gb",
+                                   resource="nvidia.com/mig-2g.20gb", models=["A100-80GB"])])
+    text = requests.encode_decision(record)
+    assert text == ('{"v":1,"strategy":"mixed","containers":[{"container":"main",'
+                    '"request_mib":12288,"profile":"2g.20gb",'
+                    '"resource":"nvidia.com/mig-2g.20gb","models":["A100-80GB"]}]}')
+    assert requests.decode_decision(text) == record
+    assert requests.profile_annotation(record) == "2g.20gb"
+    assert requests.decision_of({requests.DECISION: text}) == record
+    for bad in ["", "[]", '{"v":2,"strategy":"mixed","containers":[]}',
+                '{"v":1,"strategy":"none","containers":[]}',
+                '{"v":1,"strategy":"mixed","containers":[{"container":"a"}]}',
+                '{"v":true,"strategy":"mixed","containers":[]}',
+                '{"v":1,"strategy":"mixed","containers":[],"x":1}']:
+        with pytest.raises(requests.RequestError):
+            requests.decode_decision(bad)
+        assert requests.decision_of({requests.DECISION: bad}) is None

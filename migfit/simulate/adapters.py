@@ -167,22 +167,10 @@ class Extender:
 
 
 def _scores(result: Any) -> dict[str, int]:
-    """The score answer as a name -> int map, whatever container the scorer returns."""
+    """``score_nodes``' answer (NodeScore tuples: node, score, ...) as a name -> int map."""
     if isinstance(result, Mapping):
-        return {str(k): int(getattr(v, "score", v)) for k, v in result.items()}
-    items = getattr(result, "scores", result)
-    if isinstance(items, Mapping):
-        return {str(k): int(getattr(v, "score", v)) for k, v in items.items()}
-    out: dict[str, int] = {}
-    for item in items:
-        if isinstance(item, Mapping):
-            out[str(item.get("Host", item.get("host")))] = int(item.get("Score",
-                                                                        item.get("score", 0)))
-        elif isinstance(item, tuple):
-            out[str(item[0])] = int(item[1])
-        else:
-            out[str(item.host)] = int(item.score)
-    return out
+        return {str(k): int(v) for k, v in result.items()}
+    return {str(item[0]): int(item[1]) for item in result}
 
 
 def resource(profile: str) -> str:

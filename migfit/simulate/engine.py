@@ -57,7 +57,8 @@ class Policy:
                              f"with +advisor")
         if base == "upper-bound" and plus:
             raise ValueError("upper-bound creates any instance on demand; it takes no advisor")
-        return Policy(scorer=base, advisor=bool(plus))  # type: ignore[arg-type]
+        scorer: Scorer = next(s for s in SCORERS if s == base)
+        return Policy(scorer=scorer, advisor=bool(plus))
 
 
 ALL_POLICIES: tuple[Policy, ...] = (
@@ -207,8 +208,9 @@ class Simulation:
         self.free_hist: Counter[int] = Counter()
         for n in self.nodes.values():
             self.free_hist[n.free_compute] += 1
-            if not self.on_demand:
-                self.cluster.apply("Node", "ADDED", self._node_object(n))
+            # Upper bound: the nodes advertise nothing (instances are created on demand), so
+            # the webhook decides from the models present, as it does before a re-layout.
+            self.cluster.apply("Node", "ADDED", self._node_object(n))
         self.cluster.mark_synced()
         self.decider = adapters.Decider(self.cluster)
         self.extender = adapters.Extender(self.cluster)
@@ -381,9 +383,9 @@ class Simulation:
                     best = (used, gi)
         assert best is not None
         g = n.gpus[best[1]]
-        inst = self.add_on(n, g, profile)
-        assert inst is not None
-        g.instances.append(inst)
+        new = self.add_on(n, g, profile)
+        assert new is not None
+        g.instances.append(new)
         g.holders.append(uid)
         return best[1], len(g.instances) - 1
 
@@ -407,9 +409,9 @@ class Simulation:
         trial = [Gpu(g.instances) for g in n.gpus]
         for p in wants:
             for g in trial:
-                inst = self.add_on(n, g, p)
-                if inst is not None:
-                    g.instances = sorted([*g.instances, inst])
+                extra = self.add_on(n, g, p)
+                if extra is not None:
+                    g.instances = sorted([*g.instances, extra])
                     break
             else:
                 return False
@@ -424,8 +426,10 @@ class Simulation:
         n.cpu_used -= pod.spec.cpu_milli
         n.mem_used -= pod.spec.memory_mib
         if pod.spec.gpu:
-            for gi, ii in sorted(pod.held, reverse=True):
+            for gi, ii in pod.held:
                 g = n.gpus[gi]
+                if self.on_demand:  # instances come and go: find this pod's by holder
+                    ii = g.holders.index(uid)
                 prof = n.model.profile(g.instances[ii].profile)
                 n.used_compute -= prof.compute_slices
                 self.allocated_slices -= prof.compute_slices
@@ -503,8 +507,8 @@ class Simulation:
         ]
         if not supply:
             return
-        plan = planner.plan_cluster(supply, demand=demand, max_nodes=room)
-        for change in plan.changes:
+        cplan = planner.plan_cluster(supply, demand=demand, max_nodes=room)
+        for change in cplan.changes:
             self._start_relayout(self.nodes[change.name], change.plan)
 
     def _start_relayout(self, n: Node, plan: planner.NodePlan) -> None:

@@ -32,7 +32,7 @@ def layout(model: profiles.GpuModel, name: str) -> list[str]:
         one, two, three = _smallest(model, 1), _smallest(model, 2), _smallest(model, 3)
         if one is None or two is None:
             raise errors.UsageError(f"{model.id} has no balanced layout")
-        names = [one.name, one.name, two.name]
+        names: list[str] = [one.name, one.name, two.name]
         if three is not None and model.memory_slices >= 8:
             names.append(three.name)
         return names

@@ -30,6 +30,8 @@ from __future__ import annotations
 import random
 from typing import TYPE_CHECKING
 
+from migfit import profiles
+
 if TYPE_CHECKING:
     from migfit.simulate.engine import Node, Pod, Simulation
 
@@ -94,7 +96,8 @@ class KubeScheduler:
                     continue
                 if len(wants) > 1:
                     state = sim.cluster.node(name)
-                    if state is None or any(state.free.get(p, 0) < c for p, c in wants.items()):
+                    if state is None or any(state.free.get(profiles.ProfileName(p), 0) < c
+                                            for p, c in wants.items()):
                         continue
                 out.append(name)
             return out
@@ -140,8 +143,9 @@ class KubeScheduler:
                 if first is not None:
                     state = sim.cluster.node(name)
                     if state is not None:
-                        mig = (state.used.get(first, 0) + k,  # type: ignore[call-overload]
-                               state.node.allocatable.get(first, 0))  # type: ignore[call-overload]
+                        pname = profiles.ProfileName(first)
+                        mig = (state.used.get(pname, 0) + k,
+                               state.node.allocatable.get(pname, 0))
                 scores.append(most_allocated(n, cpu, mem, mig) + balanced(n, cpu, mem))
         else:
             for name in names:

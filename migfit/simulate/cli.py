@@ -1,0 +1,245 @@
+"""``migfit simulate``: replay a GPU trace through migfit and the baselines, and report.
+
+By default it replays the Alibaba GPU trace's default pod list (cluster-trace-gpu-v2023,
+FGD's ATC '23 workload) on its 1,213 GPU nodes, every GPU treated as an A100-80GB.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import multiprocessing
+import os
+import shlex
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from migfit import errors, profiles
+from migfit.simulate import adapters, engine, metrics, report, spec, workload
+
+HELP = ("replay a workload through the webhook's decision, the extender's filter and score "
+        "and the advisor's planner, against kube-scheduler baselines; compare policies")
+
+TRACE_ENV = "MIGFIT_TRACE_DIR"
+NODE_CSV = "openb_node_list_gpu_node.csv"
+POD_CSV = "openb_pod_list_default.csv"
+DEFAULT_PICTURES = ("default", "migfit+advisor")
+
+
+def default_trace_dir() -> Path:
+    """$MIGFIT_TRACE_DIR, else ../shared/traces/alibaba-gpu-v2023 next to the repository."""
+    env = os.environ.get(TRACE_ENV)
+    if env:
+        return Path(env)
+    root = Path(__file__).resolve().parents[2]
+    return root.parent / "shared" / "traces" / "alibaba-gpu-v2023"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.formatter_class = argparse.ArgumentDefaultsHelpFormatter
+    src = parser.add_argument_group("inputs")
+    src.add_argument("--trace-dir", type=Path, default=None,
+                     help=f"folder of the Alibaba GPU trace CSVs (default: ${TRACE_ENV}, else "
+                          f"../shared/traces/alibaba-gpu-v2023 beside the repository)")
+    src.add_argument("--cluster", type=Path, default=None, metavar="SPEC.yaml",
+                     help="a cluster spec (node groups: name, count, model, gpus, cpu, memory, "
+                          "layout or layouts) instead of the trace's node list")
+    src.add_argument("--nodes", type=Path, default=None, metavar="CSV",
+                     help=f"the trace's node list (default: TRACE_DIR/{NODE_CSV})")
+    src.add_argument("--model", default="A100-80GB",
+                     help="GPU model every trace GPU is treated as (with --nodes)")
+    src.add_argument("--layout", default="all-balanced",
+                     help="initial layout of every trace GPU (with --nodes): a mig-parted "
+                          "config name (all-balanced, all-1g.10gb, all-1g, all-3g, ...) or a "
+                          "comma-separated profile list such as 3g.40gb,2g.20gb,1g.10gb,1g.10gb")
+    src.add_argument("--pods", type=Path, default=None, metavar="CSV",
+                     help=f"the trace's pod list (default: TRACE_DIR/{POD_CSV})")
+    src.add_argument("--synthetic", type=int, default=None, metavar="N",
+                     help="N synthetic pods (workload.SYNTHETIC_MIX) instead of a pod list")
+    src.add_argument("--mapping", choices=("compute", "memory"), default="compute",
+                     help="how a trace GPU share becomes a MIG request (trace README): "
+                          "compute = ceil(gpu_milli×7/1000) compute slices, memory = "
+                          "ceil(gpu_milli×8/1000) memory slices; whole GPUs are 7g")
+    src.add_argument("--limit-pods", type=int, default=None, metavar="N",
+                     help="use only the first N pods of the pod list")
+    src.add_argument("--catalog", type=Path, default=None,
+                     help="a catalog file adding or overriding GPU models")
+    run = parser.add_argument_group("simulation")
+    run.add_argument("--mode", choices=("fill", "events"), default="fill",
+                     help="fill: arrivals only, until --target of GPU capacity is requested "
+                          "(FGD's setup); events: arrivals and departures in trace time")
+    run.add_argument("--target", type=float, default=1.3,
+                     help="fill: stop when the trace GPUs requested reach this share of the "
+                          "cluster's GPUs")
+    run.add_argument("--order", choices=("sample", "trace"), default="sample",
+                     help="fill: draw pods at random with replacement (by seed), or take them "
+                          "in trace order first")
+    run.add_argument("--fill-interval", type=float, default=1.0, metavar="S",
+                     help="fill: seconds between two arrivals (sets the pace against re-layouts)")
+    run.add_argument("--relayout-seconds", type=float, default=180.0, metavar="S",
+                     help="how long the MIG Manager takes to re-partition a node (it serves "
+                          "nothing new meanwhile)")
+    run.add_argument("--advise-interval", type=float, default=30.0, metavar="S",
+                     help="the advisor runs at most this often while pods are pending")
+    run.add_argument("--max-relayouts", type=int, default=16, metavar="N",
+                     help="re-layouts in flight at once")
+    run.add_argument("--extender-weight", type=int, default=5,
+                     help="the extender's weight in the scheduler config (score × weight × 10)")
+    run.add_argument("--policies", default=",".join(p.name for p in engine.ALL_POLICIES),
+                     help="comma-separated policies: default, binpack, random, migfit, each "
+                          "optionally +advisor, and upper-bound")
+    run.add_argument("--seeds", type=int, default=1, metavar="N",
+                     help="run every policy with seeds BASE..BASE+N-1")
+    run.add_argument("--seed", type=int, default=0, metavar="BASE", help="the first seed")
+    run.add_argument("--jobs", type=int, default=1,
+                     help="runs in parallel (processes)")
+    out = parser.add_argument_group("output")
+    out.add_argument("--json", type=Path, default=None, metavar="FILE",
+                     help="write every figure, time series and GPU picture as JSON")
+    out.add_argument("--report", type=Path, default=None, metavar="FILE.html",
+                     help="write a self-contained HTML report with SVG charts")
+    out.add_argument("--picture", action="append", default=None, metavar="POLICY",
+                     help=f"policies whose GPU slices the report draws (repeatable; default: "
+                          f"{', '.join(DEFAULT_PICTURES)})")
+    out.add_argument("--snapshot-at", type=float, default=None, metavar="T",
+                     help="events: trace time of the GPU picture (default: the last arrival)")
+    out.add_argument("--samples", type=int, default=200,
+                     help="points per time series")
+    out.add_argument("--markdown", action="store_true",
+                     help="also print the results as a markdown table")
+
+
+def _policies(text: str) -> list[engine.Policy]:
+    out = []
+    for item in text.split(","):
+        item = item.strip()
+        if not item:
+            continue
+        try:
+            out.append(engine.Policy.parse(item))
+        except ValueError as exc:
+            raise errors.UsageError(str(exc)) from None
+    if not out:
+        raise errors.UsageError("--policies names no policy")
+    return out
+
+
+def _inputs(args: argparse.Namespace, catalog: profiles.Catalog
+            ) -> tuple[list[spec.NodeSpec], list[workload.PodSpec], dict[str, Any]]:
+    trace_dir: Path = args.trace_dir or default_trace_dir()
+    info: dict[str, Any] = {}
+    if args.cluster is not None:
+        nodes = spec.load_spec(args.cluster, catalog)
+        info["cluster"] = str(args.cluster)
+    else:
+        path = args.nodes or trace_dir / NODE_CSV
+        if not path.exists():
+            raise errors.UsageError(f"no node list at {path}; give --trace-dir, --nodes or "
+                                    f"--cluster (or set ${TRACE_ENV})")
+        model = catalog.get(args.model)
+        layout: str | list[str] = (args.layout.split(",") if "," in args.layout
+                                   or not args.layout.startswith("all-") else args.layout)
+        nodes = spec.load_node_csv(path, model=model, layout=layout)
+        info["cluster"] = f"{path} as {model.id}, initial layout {args.layout}"
+    models = {n.model.id for n in nodes}
+    if len(models) != 1:
+        raise errors.UsageError(f"the simulated cluster mixes GPU models ({', '.join(models)}); "
+                                f"the trace mapping needs one reference model")
+    ref = nodes[0].model
+    if args.synthetic is not None:
+        if args.synthetic <= 0:
+            raise errors.UsageError("--synthetic needs a positive number of pods")
+        pods = workload.synthetic(args.synthetic, model=ref, mapping=args.mapping,
+                                  seed=args.seed)
+        info["workload"] = f"{args.synthetic} synthetic pods"
+    else:
+        path = args.pods or trace_dir / POD_CSV
+        if not path.exists():
+            raise errors.UsageError(f"no pod list at {path}; give --trace-dir, --pods or "
+                                    f"--synthetic (or set ${TRACE_ENV})")
+        pods = workload.load_trace(path, model=ref, mapping=args.mapping)
+        info["workload"] = str(path)
+    if args.limit_pods is not None:
+        pods = pods[: max(0, args.limit_pods)]
+    if not pods:
+        raise errors.UsageError("the workload has no pods")
+    info.update(nodes=len(nodes), gpus=sum(n.gpus for n in nodes), model=ref.id,
+                pods_in_workload=len(pods), mapping=args.mapping)
+    return nodes, pods, info
+
+
+def _run_one(job: tuple[Sequence[spec.NodeSpec], Sequence[workload.PodSpec], engine.Policy,
+                        int, engine.Options, profiles.Catalog, bool]) -> engine.RunResult:
+    nodes, pods, policy, seed, options, catalog, keep = job
+    return engine.run(nodes, pods, policy=policy, seed=seed, options=options, catalog=catalog,
+                      keep_snapshot=keep)
+
+
+def run(args: argparse.Namespace) -> int:
+    catalog = profiles.load(args.catalog)
+    policies = _policies(args.policies)
+    if args.seeds < 1:
+        raise errors.UsageError("--seeds must be at least 1")
+    if args.target <= 0:
+        raise errors.UsageError("--target must be positive (1.3 = 130 % of GPU capacity)")
+    nodes, pods, info = _inputs(args, catalog)
+    options = engine.Options(
+        mode=args.mode, target=args.target, order=args.order, fill_interval=args.fill_interval,
+        relayout_seconds=args.relayout_seconds, advise_interval=args.advise_interval,
+        max_relayouts=args.max_relayouts, extender_weight=args.extender_weight,
+        samples=args.samples, snapshot_at=args.snapshot_at)
+    pictures = args.picture or list(DEFAULT_PICTURES)
+    seeds = list(range(args.seed, args.seed + args.seeds))
+    jobs = [(nodes, pods, p, s, options, catalog, s == seeds[0] and p.name in pictures)
+            for s in seeds for p in policies]
+    started = time.perf_counter()
+    results: list[engine.RunResult] = []
+    if args.jobs > 1 and len(jobs) > 1:
+        ctx = multiprocessing.get_context("fork")
+        with concurrent.futures.ProcessPoolExecutor(args.jobs, mp_context=ctx) as pool:
+            results = list(pool.map(_run_one, jobs))
+    else:
+        for job in jobs:
+            results.append(_run_one(job))
+            print(f"  {job[2].name:18} seed {job[3]}: {results[-1].wall_s:.1f} s",
+                  file=sys.stderr)
+    elapsed = time.perf_counter() - started
+    summary: dict[str, dict[str, dict[str, float]]] = {}
+    for p in policies:
+        summary[p.name] = metrics.aggregate([r.figures for r in results if r.policy == p.name])
+    command = "migfit simulate " + " ".join(shlex.quote(a) for a in sys.argv[2:]) \
+        if len(sys.argv) > 1 and sys.argv[1] == "simulate" else "migfit simulate"
+    setup: dict[str, Any] = {
+        "command": command, **info, "mode": options.mode,
+        "target": options.target if options.mode == "fill" else None,
+        "order": options.order, "relayout_seconds": options.relayout_seconds,
+        "extender_weight": options.extender_weight, "seeds": seeds,
+        "code": adapters.sources(), "elapsed_s": round(elapsed, 2),
+        "definitions": metrics.__doc__ or "",
+    }
+    print(f"{info['nodes']} nodes, {info['gpus']} GPUs ({info['model']}); "
+          f"{info['pods_in_workload']} pods, mapping={args.mapping}, mode={options.mode}"
+          + (f", target {options.target:.0%} of GPUs requested" if options.mode == "fill"
+             else "") + f"; seeds {seeds[0]}..{seeds[-1]}")
+    print("code: " + ", ".join(f"{k}={v}" for k, v in adapters.sources().items()))
+    print(report.table(summary))
+    if args.markdown:
+        print()
+        print(report.markdown(summary))
+    print(f"{len(results)} runs in {elapsed:.1f} s")
+    document: dict[str, Any] = {
+        "setup": setup, "summary": summary,
+        "runs": [{"policy": r.policy, "seed": r.seed, "figures": r.figures,
+                  "series": r.series, "snapshot": r.snapshot} for r in results],
+    }
+    if args.json is not None:
+        report.write_json(args.json, document)
+        print(f"wrote {args.json}")
+    if args.report is not None:
+        args.report.write_text(report.html_page(document, pictures=pictures),
+                               encoding="utf-8")
+        print(f"wrote {args.report}")
+    return 0

@@ -79,20 +79,28 @@ def _documents(text: str, where: str) -> Iterator[Any]:
         raise errors.ConfigError(f"{where}: not valid YAML or JSON: {exc}") from None
 
 
+def _is_list(doc: Any) -> bool:
+    kind = doc.get("kind") if isinstance(doc, dict) else None
+    return isinstance(kind, str) and kind.endswith("List") and "items" in doc
+
+
 def _items(doc: Any, where: str, number: int) -> Iterator[Any]:
     """The objects of one document: a List's items, an array's elements, or the object itself."""
     if doc is None:
         return
     if isinstance(doc, list):
-        yield from doc
+        for element in doc:
+            if _is_list(element):
+                yield from _items(element, where, number)
+            else:
+                yield element
         return
     if not isinstance(doc, dict):
         raise errors.ConfigError(
             f"{where}: document {number} is a {type(doc).__name__}, not a Kubernetes object or "
             f"List; expected the output of `kubectl get nodes,pods -A -o yaml`"
         )
-    kind = doc.get("kind")
-    if isinstance(kind, str) and kind.endswith("List") and "items" in doc:
+    if _is_list(doc):
         items = doc.get("items")
         if items is None:
             return

@@ -1,0 +1,224 @@
+"""The file source: List, JSON and multi-document snapshots; reload on change; broken files."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import pathlib
+from typing import Any
+
+import pytest
+import yaml
+
+from migfit import cluster, errors, snapshots, sources
+
+
+def node(name: str, free: int = 2) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": name, "labels": {
+                "nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB",
+                "nvidia.com/mig.strategy": "mixed"}},
+            "status": {"allocatable": {"nvidia.com/mig-3g.40gb": str(free)},
+                       "capacity": {"nvidia.com/mig-3g.40gb": str(free)}}}
+
+
+def pod(name: str, node_name: str | None = "n1", *, namespace: str = "gpu",
+        amount: str = "1") -> dict[str, Any]:
+    spec: dict[str, Any] = {"containers": [{"name": "main", "resources": {
+        "limits": {"nvidia.com/mig-3g.40gb": amount}}}]}
+    if node_name:
+        spec["nodeName"] = node_name
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": namespace, "uid": f"uid-{name}"},
+            "spec": spec, "status": {"phase": "Running" if node_name else "Pending"}}
+
+
+def as_list(*items: dict[str, Any]) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "List", "metadata": {"resourceVersion": ""},
+            "items": list(items)}
+
+
+def free(model: cluster.Cluster, name: str = "n1") -> dict[str, int]:
+    state = model.node(name)
+    assert state is not None
+    return dict(state.free)
+
+
+@pytest.fixture()
+def path(tmp_path: pathlib.Path) -> pathlib.Path:
+    return tmp_path / "cluster.yaml"
+
+
+def test_the_bundled_example_loads_as_a_kubectl_list() -> None:
+    model = cluster.Cluster()
+    source = snapshots.FileSource(model, snapshots.EXAMPLE_CLUSTER)
+    assert source.load_once()
+    assert source.synced.is_set()
+    assert model.synced
+    assert source.last_error is None
+    seed = model.node("gpu-a100-0")
+    assert seed is not None
+    assert seed.node.advertised == {"3g.40gb": 2}
+    assert seed.idle
+    waiting = model.find_pod("ml-research", "finetune-small-0")
+    assert waiting is not None
+    assert waiting.unschedulable
+    assert waiting.mig_requests == {"1g.10gb": 1}
+    assert model.free_nodes("1g.10gb") == {}
+
+
+def test_the_package_data_copy_is_the_example(tmp_path: pathlib.Path) -> None:
+    example = pathlib.Path(__file__).parents[2] / "examples" / "cluster.yaml"
+    assert snapshots.EXAMPLE_CLUSTER.read_bytes() == example.read_bytes()
+
+
+def test_a_json_list_loads(tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "cluster.json"
+    path.write_text(json.dumps(as_list(node("n1"), pod("a"))))
+    model = snapshots.load(path)
+    assert free(model) == {"3g.40gb": 1}
+
+
+def test_a_json_array_and_typed_lists_load(tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "cluster.json"
+    path.write_text(json.dumps([
+        {"apiVersion": "v1", "kind": "NodeList", "items": [node("n1")]},
+        {"apiVersion": "v1", "kind": "PodList", "items": [pod("a"), pod("b")]},
+    ]))
+    assert free(snapshots.load(path)) == {"3g.40gb": 0}
+
+
+def test_multi_document_yaml_loads(path: pathlib.Path) -> None:
+    path.write_text(yaml.safe_dump_all([node("n1"), None, as_list(pod("a")), pod("b", None)]))
+    model = snapshots.load(path)
+    assert free(model) == {"3g.40gb": 1}
+    assert [p.name for p in model.pending_pods()] == ["b"]
+
+
+def test_other_kinds_are_ignored(path: pathlib.Path) -> None:
+    cm = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"}}
+    path.write_text(yaml.safe_dump(as_list(node("n1"), cm)))
+    assert snapshots.load(path).node_names() == ["n1"]
+
+
+def test_reload_on_change(path: pathlib.Path) -> None:
+    path.write_text(yaml.safe_dump(as_list(node("n1"), pod("a"))))
+    model = cluster.Cluster()
+    source = snapshots.FileSource(model, path)
+    assert source.load_once()
+    assert not source.load_once()  # nothing changed
+    path.write_text(yaml.safe_dump(as_list(node("n1"), node("n2"), pod("b", "n2"))))
+    assert source.load_once()
+    assert free(model) == {"3g.40gb": 2}  # pod a is gone from the file
+    assert free(model, "n2") == {"3g.40gb": 1}
+    assert source.loads == 2
+
+
+def test_a_rewrite_with_the_same_content_is_not_a_change(path: pathlib.Path) -> None:
+    text = yaml.safe_dump(as_list(node("n1")))
+    path.write_text(text)
+    model = cluster.Cluster()
+    source = snapshots.FileSource(model, path)
+    assert source.load_once()
+    generation = model.generation
+    path.write_text(text)
+    assert not source.load_once()
+    assert model.generation == generation
+
+
+@pytest.mark.parametrize(
+    ("broken", "expected"),
+    [
+        (as_list(node("n1"), pod("train-2"), pod("train-3", amount="lots")),
+         "item 3 (Pod gpu/train-3): spec.containers[0].resources.limits"),
+        (as_list(node("n1"), {"kind": "Node", "metadata": {}}),
+         "item 2 (Node ?): no metadata.name"),
+        (as_list(node("n1"), {"metadata": {"name": "x"}}), "item 2 (object x): no 'kind'"),
+        (as_list(node("n1"), node("n1")), "item 2 (Node n1): a second copy of item 1"),
+        (as_list(node("n1"), "just text"), "item 2 (str): a str, not a Kubernetes object"),
+    ],
+)
+def test_a_broken_file_keeps_the_last_good_state_and_names_the_object(
+        path: pathlib.Path, broken: dict[str, Any], expected: str) -> None:
+    path.write_text(yaml.safe_dump(as_list(node("n1"), pod("a"))))
+    model = cluster.Cluster()
+    source = snapshots.FileSource(model, path)
+    assert source.load_once()
+
+    path.write_text(yaml.safe_dump(broken))
+    assert not source.load_once()
+    assert source.last_error is not None
+    assert source.last_error.startswith(f"{path}: ")
+    assert expected in source.last_error
+    assert free(model) == {"3g.40gb": 1}
+    assert model.find_pod("gpu", "a") is not None
+
+    path.write_text(yaml.safe_dump(as_list(node("n1"))))
+    assert source.load_once()
+    assert source.last_error is None
+    assert free(model) == {"3g.40gb": 2}
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("items: [\n  - {kind: Node\n", "not valid YAML or JSON at line"),
+        ("", "the file is empty"),
+        ("- 1\n- 2\n", "item 1 (int)"),
+        ("42\n", "document 1 is a int"),
+    ],
+)
+def test_unparseable_files_keep_the_last_good_state(
+        path: pathlib.Path, text: str, expected: str) -> None:
+    path.write_text(yaml.safe_dump(as_list(node("n1"))))
+    model = cluster.Cluster()
+    source = snapshots.FileSource(model, path)
+    assert source.load_once()
+    path.write_text(text)
+    assert not source.load_once()
+    assert source.last_error is not None
+    assert expected in source.last_error
+    assert model.node_names() == ["n1"]
+
+
+def test_a_missing_file_is_reported_and_never_synced(tmp_path: pathlib.Path) -> None:
+    source = snapshots.FileSource(cluster.Cluster(), tmp_path / "nope.yaml")
+    assert not source.load_once()
+    assert not source.synced.is_set()
+    assert source.last_error is not None
+    assert "cannot read cluster file" in source.last_error
+    with pytest.raises(errors.ConfigError, match="cannot read cluster file"):
+        sources.load_snapshot(tmp_path / "nope.yaml")
+
+
+async def test_run_polls_and_follows_changes(path: pathlib.Path) -> None:
+    path.write_text(yaml.safe_dump(as_list(node("n1"))))
+    model = cluster.Cluster()
+    source = sources.open_source(model, cluster_file=path, kubeconfig=None, in_cluster=False,
+                                 poll_interval_s=0.01)
+    task = asyncio.create_task(source.run())
+    try:
+        async with asyncio.timeout(10):  # guards a hang only
+            await source.synced.wait()
+            assert free(model) == {"3g.40gb": 2}
+            path.write_text("items: [")
+            while source.last_error is None:
+                await asyncio.sleep(0.01)
+            assert free(model) == {"3g.40gb": 2}
+            path.write_text(json.dumps(as_list(node("n1"), pod("a"), pod("b"))))
+            while model.node("n1") is None or free(model) != {"3g.40gb": 0}:
+                await asyncio.sleep(0.01)
+            assert source.last_error is None
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+
+def test_open_source_needs_exactly_one_origin(path: pathlib.Path) -> None:
+    model = cluster.Cluster()
+    with pytest.raises(errors.UsageError, match="--cluster FILE"):
+        sources.open_source(model, cluster_file=None, kubeconfig=None, in_cluster=False)
+    with pytest.raises(errors.UsageError, match="not both"):
+        sources.open_source(model, cluster_file=path, kubeconfig=path, in_cluster=False)
+    assert isinstance(sources.open_source(model, cluster_file=path, kubeconfig=None,
+                                          in_cluster=False), snapshots.FileSource)

@@ -176,7 +176,8 @@ def answer(body: bytes, *, state: State) -> tuple[int, dict[str, Any]]:
             message="the migfit webhook failed to decide; see its log")
     out = review_response(uid, verdict)
     dry_run = "true" if admission.get("dryRun") is True else "false"
-    state.metrics.admissions.labels(verdict.outcome, ",".join(verdict.profiles), dry_run).inc()
+    profile = ",".join(sorted(set(verdict.profiles)))  # bounded by the catalog's profiles
+    state.metrics.admissions.labels(verdict.outcome, profile, dry_run).inc()
     state.metrics.latency.observe(time.perf_counter() - started)
     if verdict.outcome in ("patched", "denied", "invalid") and log.isEnabledFor(logging.INFO):
         log.info("%s %s/%s: %s%s", verdict.outcome, admission.get("namespace", ""),

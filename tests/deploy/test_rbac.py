@@ -1,0 +1,184 @@
+"""Least privilege, checked against the code: the roles bound to each ServiceAccount grant
+exactly the Kubernetes API calls the server it runs can make (api_calls.py reads them from the
+source), no more, no less.
+
+migfit-webhook runs `migfit webhook`, migfit-extender runs `migfit extender`. The code of a
+server is its entry module, every other module of its package except the commands a person
+runs with their own credentials (``*_cli.py``, ``serve.py``), the Kubernetes watch source, and
+everything those import. New code that calls the API is picked up when it lands.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from api_calls import Call, Site, Unresolved, closure, rbac_call, server_calls
+from deploy_manifests import NAMESPACE, REPO, TARGETS, Obj, needs_kubectl, render
+
+from migfit import migparted
+
+pytestmark = needs_kubectl
+
+SERVERS = {"migfit-webhook": "webhook", "migfit-extender": "extender"}
+WATCH_SOURCE = "migfit.watching"
+
+
+def _is_user_command(path: Path) -> bool:
+    return path.stem.endswith("_cli") or path.stem == "serve"
+
+
+def server_roots(package: str, *, root: Path = REPO) -> list[str]:
+    modules = sorted(p for p in (root / package).glob("*.py") if not _is_user_command(p))
+    return [f"{package}.cli", WATCH_SOURCE,
+            *(f"{package}.{p.stem}" for p in modules if p.stem != "__init__")]
+
+
+def granted(objects: list[Obj], account: str) -> dict[Call, list[str]]:
+    """What the roles bound to ServiceAccount ``account`` allow, with the role of each grant."""
+    roles = {(o["kind"], o["metadata"].get("namespace"), o["metadata"]["name"]): o
+             for o in objects if o["kind"] in ("Role", "ClusterRole")}
+    grants: dict[Call, list[str]] = {}
+    for binding in (o for o in objects if o["kind"] in ("RoleBinding", "ClusterRoleBinding")):
+        if not any(s["kind"] == "ServiceAccount" and s["name"] == account
+                   and s.get("namespace") == NAMESPACE for s in binding.get("subjects", [])):
+            continue
+        ref = binding["roleRef"]
+        ns = binding["metadata"].get("namespace") if ref["kind"] == "Role" else None
+        role = roles[(ref["kind"], ns, ref["name"])]
+        where = f"{ref['kind']} {ns + '/' if ns else ''}{ref['name']}"
+        for rule in role["rules"]:
+            for group in rule["apiGroups"]:
+                for resource in rule["resources"]:
+                    for verb in rule["verbs"]:
+                        grants.setdefault(Call(group, resource, verb), []).append(where)
+    return grants
+
+
+def _diff(called: dict[Call, list[Site]], allowed: dict[Call, list[str]]) -> str:
+    lines = []
+    for call in sorted(set(called) - set(allowed)):
+        lines.append(f"  called but not granted: {call}  (at {called[call][0]})")
+    for call in sorted(set(allowed) - set(called)):
+        lines.append(f"  granted but never called: {call}  (in {', '.join(allowed[call])})")
+    return "\n".join(lines)
+
+
+@pytest.mark.parametrize("account", SERVERS)
+@pytest.mark.parametrize("target", TARGETS)
+def test_roles_grant_exactly_the_calls_the_code_makes(target: str, account: str) -> None:
+    package = SERVERS[account]
+    if not (REPO / package / "cli.py").is_file():
+        pytest.skip(f"`migfit {package}` ({package}/cli.py) is not in this tree yet")
+    called = server_calls(server_roots(package), root=REPO)
+    allowed = granted(render(target), account)
+    assert set(called) == set(allowed), (
+        f"deploy/{target}: RBAC of ServiceAccount {account} differs from what `migfit "
+        f"{package}` can call; fix deploy/base/rbac.yaml:\n{_diff(called, allowed)}")
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_rules_are_tight(target: str) -> None:
+    for role in (o for o in render(target) if o["kind"] in ("Role", "ClusterRole")):
+        if not role["metadata"]["name"].startswith("migfit"):
+            continue
+        for rule in role["rules"]:
+            for key in ("apiGroups", "resources", "verbs"):
+                assert "*" not in rule[key], (role["metadata"]["name"], rule)
+            if rule.get("resourceNames"):
+                # create (and list without a name selector) cannot be limited by name.
+                assert not {"create", "deletecollection"} & set(rule["verbs"]), rule
+
+
+def test_the_mig_parted_configmap_is_readable_only_by_name() -> None:
+    objects = render("base")
+    rules = [(o["metadata"].get("namespace"), r) for o in objects
+             if o["kind"] in ("Role", "ClusterRole") for r in o["rules"]
+             if "configmaps" in r["resources"]]
+    if not rules:
+        pytest.skip("no code reads the mig-parted ConfigMap yet")
+    for namespace, rule in rules:
+        assert namespace == migparted.DEFAULT_NAMESPACE
+        assert rule["resourceNames"] == [migparted.DEFAULT_CONFIGMAP]
+
+
+def test_the_webhook_may_only_read() -> None:
+    for call in granted(render("base"), "migfit-webhook"):
+        assert call.verb in ("get", "list", "watch"), call
+
+
+# The scanner itself, on code written for the purpose.
+
+FAKE = {
+    "extender/__init__.py": "",
+    "extender/cli.py": "from extender import relayout\nfrom . import leader\n",
+    "extender/relayout.py": '''
+import kubernetes_asyncio.client as k8s
+from kubernetes_asyncio import watch
+
+async def act(api):
+    core = k8s.CoreV1Api(api)
+    events: k8s.EventsV1Api = k8s.EventsV1Api(api)
+    await core.patch_node("n", {})
+    await core.read_node_status("n")
+    await events.create_namespaced_event("default", {})
+    async for _ in watch.Watch().stream(core.list_namespaced_config_map, "gpu-operator"):
+        pass
+    await api.call_api(f"/apis/coordination.k8s.io/v1/namespaces/{NS}/leases/x", "PUT")
+''',
+    "extender/leader.py": '''
+def helper():
+    from kubernetes_asyncio.leaderelection.resourcelock import leaselock
+    return leaselock.LeaseLock
+''',
+    "extender/advice_cli.py": "async def f(core):\n    await core.delete_node('n')\n",
+}
+
+
+def test_scanner_finds_generated_methods_watches_raw_calls_and_leader_election(
+    tmp_path: Path,
+) -> None:
+    for rel, text in FAKE.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(text, encoding="utf-8")
+    calls = server_calls(server_roots("extender", root=tmp_path), root=tmp_path)
+    assert set(calls) == {
+        Call("", "nodes", "patch"), Call("", "nodes/status", "get"),
+        Call("events.k8s.io", "events", "create"),
+        Call("", "configmaps", "list"), Call("", "configmaps", "watch"),
+        Call("coordination.k8s.io", "leases", "update"),
+        # kubernetes-asyncio's LeaseLock, reached through the leader module's import
+        Call("coordination.k8s.io", "leases", "get"),
+        Call("coordination.k8s.io", "leases", "create"),
+    }
+    assert "kubernetes_asyncio.leaderelection.resourcelock.leaselock" in {
+        m.name for m in closure(["extender.leader"], root=tmp_path)}
+
+
+def test_an_ambiguous_method_must_name_its_api_class(tmp_path: Path) -> None:
+    (tmp_path / "extender").mkdir()
+    (tmp_path / "extender/cli.py").write_text(
+        "import kubernetes_asyncio.client as k8s\n"
+        "x = (k8s.CoreV1Api, k8s.EventsV1Api)\n"
+        "async def f(api):\n    await api.create_namespaced_event('ns', {})\n",
+        encoding="utf-8")
+    with pytest.raises(Unresolved, match="name the receiver's type"):
+        server_calls(["extender.cli"], root=tmp_path)
+
+
+@pytest.mark.parametrize(("path", "method", "watch", "expected"), [
+    ("/api/v1/nodes", "GET", True, {("", "nodes", "list"), ("", "nodes", "watch")}),
+    ("/api/v1/nodes/{name}", "PATCH", False, {("", "nodes", "patch")}),
+    ("/api/v1/namespaces/{ns}/pods", "GET", False, {("", "pods", "list")}),
+    ("/api/v1/namespaces/{ns}/pods/{name}/binding", "POST", False,
+     {("", "pods/binding", "create")}),
+    ("/api/v1/namespaces", "GET", False, {("", "namespaces", "list")}),
+    ("/api/v1/namespaces/{name}", "GET", False, {("", "namespaces", "get")}),
+    ("/apis/events.k8s.io/v1/namespaces/{ns}/events", "POST", False,
+     {("events.k8s.io", "events", "create")}),
+    ("/apis/coordination.k8s.io/v1/namespaces/{ns}/leases/{name}", "PUT", False,
+     {("coordination.k8s.io", "leases", "update")}),
+])
+def test_paths_map_to_rbac(path: str, method: str, watch: bool,
+                           expected: set[tuple[str, str, str]]) -> None:
+    assert rbac_call(path, method, watch=watch) == {Call(*e) for e in expected}

@@ -1,0 +1,246 @@
+"""Webhook throughput and latency: admissions/s and p50/p99 over HTTPS keep-alive, loopback only.
+
+One server process (``migfit webhook`` on examples/cluster.yaml, pinned to CPU 0 with taskset
+when available) and this process as the client (pinned to CPU 1 when there is one). Each
+concurrency level sends a bounded number of AdmissionReviews for a realistic pod (a trainer
+with env and volume mounts, two sidecars, an init container, volumes) and stops by itself.
+
+    python bench/bench_webhook.py [--requests 4000] [--runs 3] [--concurrency 1,16,64]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import shutil
+import socket
+import ssl
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from certs import certificates  # noqa: E402
+
+
+def realistic_review(i: int) -> dict[str, Any]:
+    env = [{"name": f"SETTING_{k}", "value": f"value-{k}"} for k in range(20)]
+    env.append({"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}})
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "generateName": "train-",
+            "namespace": "ml-research",
+            "labels": {"app": "train", "team": "research", "pod-template-hash": "6d8f7b9c5"},
+            "annotations": {"migfit.io/gpu-memory": "12Gi",
+                            "kubectl.kubernetes.io/default-container": "trainer",
+                            "prometheus.io/scrape": "true"},
+            "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": "train",
+                                 "uid": "4b1f0c43-3c1e-4d7a-9a1b-0d8f5e0c8a11",
+                                 "controller": True, "blockOwnerDeletion": True}],
+        },
+        "spec": {
+            "initContainers": [{"name": "fetch", "image": "busybox:1.36",
+                                "command": ["sh", "-c", "cp -r /src/. /data"],
+                                "volumeMounts": [{"name": "data", "mountPath": "/data"}]}],
+            "containers": [
+                {"name": "istio-proxy", "image": "istio/proxyv2:1.22.0",
+                 "args": ["proxy", "sidecar"], "env": env[:5],
+                 "resources": {"limits": {"cpu": "2", "memory": "1Gi"},
+                               "requests": {"cpu": "100m", "memory": "128Mi"}}},
+                {"name": "trainer", "image": "registry.example/ml/train:2.3",
+                 "command": ["python", "-m", "train"], "args": ["--epochs", "3"], "env": env,
+                 "volumeMounts": [{"name": "data", "mountPath": "/data"},
+                                  {"name": "shm", "mountPath": "/dev/shm"},
+                                  {"name": "token", "mountPath": "/var/run/secrets/tokens",
+                                   "readOnly": True}],
+                 "resources": {"limits": {"cpu": "8", "memory": "64Gi"},
+                               "requests": {"cpu": "4", "memory": "32Gi"}}},
+                {"name": "log-shipper", "image": "fluent/fluent-bit:3.0",
+                 "volumeMounts": [{"name": "logs", "mountPath": "/var/log/app"}]},
+            ],
+            "volumes": [
+                {"name": "data", "persistentVolumeClaim": {"claimName": "datasets"}},
+                {"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": "8Gi"}},
+                {"name": "logs", "emptyDir": {}},
+                {"name": "token", "projected": {"sources": [{"serviceAccountToken": {
+                    "path": "token", "expirationSeconds": 3600}}]}},
+            ],
+            "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists",
+                             "effect": "NoSchedule"}],
+            "serviceAccountName": "trainer",
+            "restartPolicy": "Never",
+        },
+    }
+    return {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": f"00000000-0000-4000-8000-{i:012d}",
+            "kind": {"group": "", "version": "v1", "kind": "Pod"},
+            "resource": {"group": "", "version": "v1", "resource": "pods"},
+            "requestKind": {"group": "", "version": "v1", "kind": "Pod"},
+            "requestResource": {"group": "", "version": "v1", "resource": "pods"},
+            "namespace": "ml-research",
+            "operation": "CREATE",
+            "userInfo": {"username": "system:serviceaccount:kube-system:job-controller",
+                         "groups": ["system:serviceaccounts", "system:authenticated"]},
+            "object": pod,
+            "dryRun": False,
+            "options": {"apiVersion": "meta.k8s.io/v1", "kind": "CreateOptions"},
+        },
+    }
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def pin(cpu: int) -> list[str]:
+    if shutil.which("taskset") and (os.cpu_count() or 1) > cpu:
+        return ["taskset", "-c", str(cpu)]
+    return []
+
+
+async def wait_up(url: str, context: ssl.SSLContext, proc: subprocess.Popen[bytes]) -> None:
+    deadline = time.monotonic() + 30
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=context)) as session:
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                raise SystemExit("the webhook server exited early")
+            try:
+                async with session.get(url + "/readyz") as resp:
+                    body = await resp.json()
+                    if resp.status == 200 and body.get("clusterView") == "synced":
+                        return
+            except aiohttp.ClientError:
+                pass
+            await asyncio.sleep(0.1)
+    raise SystemExit("the webhook server did not come up in 30 s")
+
+
+async def run_level(url: str, context: ssl.SSLContext, *, concurrency: int, count: int,
+                    bodies: list[bytes]) -> tuple[float, list[float]]:
+    connector = aiohttp.TCPConnector(ssl=context, limit=concurrency)
+    latencies: list[float] = []
+    next_index = 0
+    async with aiohttp.ClientSession(connector=connector) as session:
+        async def one(i: int) -> None:
+            t0 = time.perf_counter()
+            async with session.post(url + "/mutate?timeout=10s", data=bodies[i % len(bodies)],
+                                    headers={"Content-Type": "application/json"}) as resp:
+                body = await resp.read()
+                if resp.status != 200 or b'"allowed":true' not in body:
+                    raise SystemExit(f"unexpected answer {resp.status}: {body[:200]!r}")
+            latencies.append(time.perf_counter() - t0)
+
+        async def worker() -> None:
+            nonlocal next_index
+            while next_index < count:
+                i = next_index
+                next_index += 1
+                await one(i)
+
+        # Warm the connections up (TLS handshakes) before timing.
+        await asyncio.gather(*(one(i) for i in range(concurrency)))
+        latencies.clear()
+        started = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        elapsed = time.perf_counter() - started
+    return count / elapsed, latencies
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process (Linux), to report capacity per core even when
+    other work shares the machine."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return float("nan")
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def machine() -> str:
+    model = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{model}, {os.cpu_count()} CPUs, Python {platform.python_version()}"
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--requests", type=int, default=4000, help="requests per run and level")
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--concurrency", default="1,16,64")
+    args = parser.parse_args()
+    levels = [int(c) for c in args.concurrency.split(",")]
+
+    tmp = Path(tempfile.mkdtemp(prefix="migfit-bench-"))
+    cert, key, ca = certificates.self_signed_for_localhost()
+    (tmp / "tls.crt").write_bytes(cert)
+    (tmp / "tls.key").write_bytes(key)
+    context = ssl.create_default_context(cadata=ca.decode())
+    port = free_port()
+    cmd = [*pin(0), sys.executable, "-m", "migfit.cli", "webhook",
+           "--tls-cert", str(tmp / "tls.crt"), "--tls-key", str(tmp / "tls.key"),
+           "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning",
+           "--cluster", str(ROOT / "examples" / "cluster.yaml"), "--drain-delay", "0"]
+    proc = subprocess.Popen(cmd, cwd=ROOT)
+    if pin(1):
+        os.sched_setaffinity(0, {1})
+    url = f"https://127.0.0.1:{port}"
+    bodies = [json.dumps(realistic_review(i)).encode() for i in range(64)]
+    try:
+        await wait_up(url, context, proc)
+        print(f"machine: {machine()}")
+        print(f"server: one process{' pinned to CPU 0' if pin(0) else ''}; client: this process"
+              f"{' pinned to CPU 1' if pin(1) else ''}; HTTPS keep-alive (TLS 1.3), loopback")
+        print(f"input: examples/cluster.yaml (8 nodes), AdmissionReview of {len(bodies[0])} "
+              f"bytes (3 containers, init container, 4 volumes, 21 env vars)")
+        print(f"{args.requests} requests per run, {args.runs} runs, medians shown")
+        print("server CPU/admission = the server's CPU time over the requests; per core = "
+              "1 / that (what one core sustains, whatever else runs on the machine)")
+        print(f"{'concurrency':>11} {'admissions/s':>13} {'p50 ms':>8} {'p99 ms':>8} "
+              f"{'server CPU us':>14} {'per core/s':>11}")
+        for c in levels:
+            rates, p50s, p99s, cpus = [], [], [], []
+            for _ in range(args.runs):
+                cpu0 = cpu_seconds(proc.pid)
+                rate, lat = await run_level(url, context, concurrency=c, count=args.requests,
+                                            bodies=bodies)
+                cpus.append((cpu_seconds(proc.pid) - cpu0) / (args.requests + c) * 1e6)
+                lat.sort()
+                rates.append(rate)
+                p50s.append(lat[len(lat) // 2] * 1000)
+                p99s.append(lat[min(len(lat) - 1, int(len(lat) * 0.99))] * 1000)
+            cpu = statistics.median(cpus)
+            print(f"{c:>11} {statistics.median(rates):>13.0f} {statistics.median(p50s):>8.2f} "
+                  f"{statistics.median(p99s):>8.2f} {cpu:>14.0f} {1e6 / cpu:>11.0f}")
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

@@ -128,6 +128,21 @@ def core_api(api: k8s.ApiClient) -> Any:
     return k8s.CoreV1Api(api)
 
 
+async def read_json(raw: Any) -> dict[str, Any]:
+    """The body of a ``_preload_content=False`` response; an ApiException for an error status
+    (the client does not raise for those when it does not preload)."""
+    from kubernetes_asyncio.client.rest import ApiException
+
+    status = int(getattr(raw, "status", 200))
+    body = await raw.read()
+    if status >= 400:
+        raise ApiException(status=status, reason=str(getattr(raw, "reason", "")))
+    doc = json.loads(body)
+    if not isinstance(doc, dict):
+        raise ValueError("the API answered with something that is not an object")
+    return doc
+
+
 def _now_iso() -> str:
     return datetime.datetime.now(tz=datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -277,9 +292,8 @@ async def read_config(
 ) -> tuple[migparted.Config | None, str | None]:
     """The mig-parted ConfigMap, parsed strictly; (None, why) when it cannot be read."""
     try:
-        obj = await core_api(api).read_namespaced_config_map(
-            name, namespace, _preload_content=False)
-        raw = json.loads(await obj.read())
+        raw = await read_json(await core_api(api).read_namespaced_config_map(
+            name, namespace, _preload_content=False))
     except Exception as exc:
         return None, f"cannot read ConfigMap {namespace}/{name}: {exc}"
     try:

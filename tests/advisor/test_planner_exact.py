@@ -9,7 +9,7 @@ import hypothesis
 import hypothesis.strategies as st
 import pytest
 
-from migfit import placements, planner, profiles
+from migfit import layouts, placements, planner, profiles
 
 MODELS = profiles.builtin().models
 
@@ -42,7 +42,7 @@ def brute_force(
     current: list[str],
 ) -> tuple[float, bool, int, int, int]:
     """The best rank by the documented order, computed without the planner's enumeration."""
-    fixed_counts = Counter(i.profile for i in fixed)
+    fixed_counts: Counter[str] = Counter(str(i.profile) for i in fixed)
     best: tuple[float, bool, int, int, int] | None = None
     for ms in _multisets(model):
         counts = Counter(ms)
@@ -88,7 +88,7 @@ def _demands(model: profiles.GpuModel) -> list[dict[str, list[float]]]:
 
 @pytest.mark.parametrize("model", MODELS, ids=lambda m: m.id)
 def test_optimal_on_one_gpu_for_every_model(model: profiles.GpuModel) -> None:
-    maximal = [lay.profile_names() for lay in planner.layouts.of(model).maximal]
+    maximal = [lay.profile_names() for lay in layouts.of(model).maximal]
     currents: list[list[str]] = [[], maximal[0], maximal[-1]]
     for demand, current in itertools.product(_demands(model), currents):
         d = planner.Demand.of_items((p, w) for p, ws in demand.items() for w in ws)
@@ -99,7 +99,7 @@ def test_optimal_on_one_gpu_for_every_model(model: profiles.GpuModel) -> None:
 
 @pytest.mark.parametrize("model", MODELS, ids=lambda m: m.id)
 def test_optimal_with_pinned_instances(model: profiles.GpuModel) -> None:
-    for lay in planner.layouts.of(model).maximal[:6]:
+    for lay in layouts.of(model).maximal[:6]:
         inst = lay.placement.instances
         fixed = list(inst[:1])
         current = lay.profile_names()
@@ -123,7 +123,8 @@ def _cases(draw: st.DrawFn) -> tuple[profiles.GpuModel, list[placements.Instance
         p, s = draw(st.sampled_from(options))
         fixed.append(placements.Instance(start=s, size=model.profile(p).size, profile=p))
     names = [p.name for p in model.profiles]
-    need = draw(st.dictionaries(st.sampled_from(names), st.integers(1, 8), max_size=4))
+    need: dict[str, int] = dict(draw(
+        st.dictionaries(st.sampled_from([str(n) for n in names]), st.integers(1, 8), max_size=4)))
     return model, fixed, need
 
 

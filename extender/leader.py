@@ -1,0 +1,177 @@
+"""Leader election on a coordination.k8s.io/v1 Lease, so that only one replica applies re-layouts.
+
+The usual client-go protocol: read the Lease; create it when missing; take it over when its
+holder's ``renewTime + leaseDurationSeconds`` has passed; renew it while holding it. Every
+write carries the ``resourceVersion`` read, so two candidates racing for an
+expired Lease cannot both win (the API answers 409 Conflict to the loser). The write is a
+merge patch with the resourceVersion as precondition, which has the semantics of a replace
+here because the whole spec is written. A holder that
+cannot renew within the lease duration stops calling itself leader before anyone else can
+take over (it uses its own monotonic clock, not the server's time).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import json
+import logging
+import os
+import socket
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from kubernetes_asyncio import client as k8s
+from kubernetes_asyncio.client.rest import ApiException
+
+log = logging.getLogger(__name__)
+
+DEFAULT_LEASE = "migfit-relayout"
+
+
+def default_identity() -> str:
+    """``POD_NAME`` when set (the Downward API), else host name and a random suffix."""
+    return os.environ.get("POD_NAME") or f"{socket.gethostname()}-{uuid.uuid4().hex[:6]}"
+
+
+def _micro(ts: datetime.datetime) -> str:
+    return ts.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _parse(value: Any) -> datetime.datetime | None:
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        return datetime.datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
+async def _read_json(raw: Any) -> dict[str, Any]:
+    # Without preloading the client does not raise for error statuses.
+    status = int(getattr(raw, "status", 200))
+    body = await raw.read()
+    if status >= 400:
+        raise ApiException(status=status, reason=str(getattr(raw, "reason", "")))
+    doc = json.loads(body)
+    return doc if isinstance(doc, dict) else {}
+
+
+class LeaseElector:
+    """Hold a Lease while running; ``is_leader`` says whether this replica may act now."""
+
+    def __init__(
+        self,
+        api: k8s.ApiClient,
+        *,
+        namespace: str,
+        name: str = DEFAULT_LEASE,
+        identity: str | None = None,
+        lease_s: float = 15.0,
+        renew_s: float = 5.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if renew_s >= lease_s:
+            raise ValueError("renew_s must be shorter than lease_s")
+        self.api = api
+        self.namespace = namespace
+        self.name = name
+        self.identity = identity or default_identity()
+        self.lease_s = lease_s
+        self.renew_s = renew_s
+        self.clock = clock
+        self._valid_until = 0.0
+        self.changed = asyncio.Event()  # set whenever leadership is gained or lost
+
+    @property
+    def is_leader(self) -> bool:
+        return self.clock() < self._valid_until
+
+    def _coordination(self) -> Any:
+        return k8s.CoordinationV1Api(self.api)
+
+    def _body(self, rv: str | None, *, transitions: int, acquired: str | None) -> dict[str, Any]:
+        now = _micro(datetime.datetime.now(tz=datetime.UTC))
+        meta: dict[str, Any] = {"name": self.name, "namespace": self.namespace}
+        if rv:
+            meta["resourceVersion"] = rv
+        return {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": meta,
+                "spec": {"holderIdentity": self.identity,
+                         "leaseDurationSeconds": max(1, round(self.lease_s)),
+                         "acquireTime": acquired or now, "renewTime": now,
+                         "leaseTransitions": transitions}}
+
+    async def try_acquire(self) -> bool:
+        """One round of the protocol; True when this replica holds the Lease afterwards."""
+        api = self._coordination()
+        started = self.clock()
+        was = self.is_leader
+        try:
+            try:
+                lease = await _read_json(await api.read_namespaced_lease(
+                    self.name, self.namespace, _preload_content=False))
+            except ApiException as exc:
+                if exc.status != 404:
+                    raise
+                await api.create_namespaced_lease(
+                    self.namespace, self._body(None, transitions=0, acquired=None))
+                return self._won(started, was)
+            spec = lease.get("spec") or {}
+            holder = spec.get("holderIdentity")
+            rv = (lease.get("metadata") or {}).get("resourceVersion")
+            transitions = int(spec.get("leaseTransitions") or 0)
+            if holder and holder != self.identity:
+                renewed = _parse(spec.get("renewTime")) or _parse(spec.get("acquireTime"))
+                duration = float(spec.get("leaseDurationSeconds") or self.lease_s)
+                now = datetime.datetime.now(tz=datetime.UTC)
+                if renewed is not None and (now - renewed).total_seconds() < duration:
+                    return self._lost(was)
+                transitions += 1
+                acquired = None
+            else:
+                acquired = spec.get("acquireTime") if holder == self.identity else None
+            # A merge patch carrying the resourceVersion read: the API server treats it as a
+            # precondition and answers 409 Conflict when someone else wrote in between.
+            await api.patch_namespaced_lease(
+                self.name, self.namespace,
+                self._body(rv, transitions=transitions, acquired=acquired),
+                _content_type="application/merge-patch+json")
+            return self._won(started, was)
+        except ApiException as exc:
+            if exc.status == 409:  # someone else wrote first
+                return self._lost(was)
+            log.warning("leader: lease %s/%s: %s", self.namespace, self.name, exc.reason)
+            return self.is_leader
+        except Exception as exc:  # the API is unreachable: keep what is still valid
+            log.warning("leader: lease %s/%s: %s", self.namespace, self.name, exc)
+            return self.is_leader
+
+    def _won(self, started: float, was: bool) -> bool:
+        # Counted from before the request: the server may have seen it that early.
+        self._valid_until = started + self.lease_s
+        if not was:
+            log.info("leader: %s holds lease %s/%s", self.identity, self.namespace, self.name)
+            self.changed.set()
+        return True
+
+    def _lost(self, was: bool) -> bool:
+        self._valid_until = 0.0
+        if was:
+            log.info("leader: %s lost lease %s/%s", self.identity, self.namespace, self.name)
+            self.changed.set()
+        return False
+
+    def resign_locally(self) -> None:
+        """Stop acting as leader now (for shutdown); the Lease then expires on its own."""
+        self._lost(self.is_leader)
+
+    async def run(self) -> None:
+        """Try to acquire or renew every ``renew_s`` until cancelled."""
+        try:
+            while True:
+                await self.try_acquire()
+                await asyncio.sleep(self.renew_s)
+        finally:
+            self.resign_locally()

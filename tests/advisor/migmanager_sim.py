@@ -1,0 +1,110 @@
+"""A simulated NVIDIA MIG Manager and API helpers for the apply-mode tests (kmock emulator)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any, Literal
+
+import kmock
+from kubernetes_asyncio import client as k8s
+
+from migfit import cluster
+
+Mode = Literal["success", "fail", "wedge", "ignore"]
+NODES = kmock.resource("v1", "nodes")
+PODS = kmock.resource("v1", "pods")
+
+
+def api_for(server: kmock.KubernetesEmulator) -> k8s.ApiClient:
+    cfg = k8s.Configuration(host=str(server.url).rstrip("/"))
+    return k8s.ApiClient(cfg)
+
+
+def store(server: kmock.KubernetesEmulator, obj: dict[str, Any]) -> None:
+    meta = obj["metadata"]
+    res = NODES if obj["kind"] == "Node" else PODS
+    server.objects[res, meta.get("namespace"), meta["name"]] = obj
+
+
+async def read_node(api: k8s.ApiClient, name: str) -> dict[str, Any]:
+    core: Any = k8s.CoreV1Api(api)
+    raw = await core.read_node(name, _preload_content=False)
+    obj: dict[str, Any] = json.loads(await raw.read())
+    return obj
+
+
+async def snapshot(api: k8s.ApiClient) -> cluster.Cluster:
+    """A Cluster listed from the API now (what a synced watch would hold)."""
+    core: Any = k8s.CoreV1Api(api)
+    nodes = json.loads(await (await core.list_node(_preload_content=False)).read())
+    pods = json.loads(await (await core.list_pod_for_all_namespaces(
+        _preload_content=False)).read())
+    state = cluster.Cluster()
+    state.replace("Node", nodes.get("items", []))
+    state.replace("Pod", pods.get("items", []))
+    state.mark_synced()
+    return state
+
+
+async def events(api: k8s.ApiClient) -> list[dict[str, Any]]:
+    core: Any = k8s.CoreV1Api(api)
+    raw = await core.list_event_for_all_namespaces(_preload_content=False)
+    items: list[dict[str, Any]] = json.loads(await raw.read()).get("items", [])
+    return items
+
+
+class MigManager:
+    """Reacts to ``nvidia.com/mig.config`` like the MIG Manager: pending, then (after a delay)
+    success with the new allocatable, or failed, or stuck at pending (wedged), or nothing."""
+
+    def __init__(self, api: k8s.ApiClient, node: str, *, layouts: dict[str, dict[str, int]],
+                 mode: Mode = "success", delay_s: float = 0.05) -> None:
+        self.api = api
+        self.node = node
+        self.layouts = layouts
+        self.mode = mode
+        self.delay_s = delay_s
+        self.applied: list[str] = []  # every config value it was asked to apply
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+
+    async def _patch(self, body: dict[str, Any]) -> None:
+        core: Any = k8s.CoreV1Api(self.api)
+        await core.patch_node(self.node, body, _content_type="application/merge-patch+json")
+
+    async def _run(self) -> None:
+        obj = await read_node(self.api, self.node)
+        seen = obj["metadata"].get("labels", {}).get(cluster.LABEL_CONFIG)
+        while True:
+            await asyncio.sleep(0.01)
+            obj = await read_node(self.api, self.node)
+            want = obj["metadata"].get("labels", {}).get(cluster.LABEL_CONFIG)
+            if want == seen:
+                continue
+            seen = want
+            self.applied.append(str(want))
+            if self.mode == "ignore":
+                continue
+            await self._patch({"metadata": {"labels": {cluster.LABEL_CONFIG_STATE: "pending"}}})
+            await asyncio.sleep(self.delay_s)
+            if self.mode == "wedge":
+                continue
+            if self.mode == "fail":
+                await self._patch({"metadata": {"labels": {
+                    cluster.LABEL_CONFIG_STATE: "failed"}}})
+                continue
+            alloc = dict(obj.get("status", {}).get("allocatable", {}))
+            new = {k: ("0" if k.startswith("nvidia.com/mig-") else v) for k, v in alloc.items()}
+            new.update({f"nvidia.com/mig-{p}": str(n)
+                        for p, n in self.layouts[str(want)].items()})
+            await self._patch({"status": {"allocatable": new, "capacity": new}})
+            await self._patch({"metadata": {"labels": {
+                cluster.LABEL_CONFIG_STATE: "success"}}})

@@ -1,0 +1,199 @@
+"""Apply mode against kmock's Kubernetes emulator with a simulated MIG Manager."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import kmock
+import pytest
+from advisor_scene import node, pod
+from kubernetes_asyncio import client as k8s
+from migmanager_sim import MigManager, api_for, events, read_node, snapshot, store
+
+from extender import advice, leader, relayout
+from migfit import advisor, migparted
+
+CONFIG = migparted.parse("""
+version: v1
+mig-configs:
+  all-3g.40gb:
+    - devices: all
+      mig-enabled: true
+      mig-devices: {"3g.40gb": 2}
+  all-1g.10gb:
+    - devices: all
+      mig-enabled: true
+      mig-devices: {"1g.10gb": 7}
+""")
+LAYOUTS = {"all-1g.10gb": {"1g.10gb": 7}, "all-3g.40gb": {"3g.40gb": 2}}
+FAST = relayout.Settings(max_concurrent=1, timeout_s=1.0, wedge_s=0.3, poll_s=0.02,
+                         interval_s=0.02)
+NOW = 2_000_000_000.0
+
+
+@pytest.fixture()
+def server(kmock: kmock.KubernetesEmulator) -> kmock.KubernetesEmulator:
+    for res in ("v1/pods", "v1/nodes", "v1/events", "coordination.k8s.io/v1/leases"):
+        kmock.resources[res] = {}  # type: ignore[assignment]
+    return kmock
+
+
+@pytest.fixture()
+async def api(server: kmock.KubernetesEmulator) -> AsyncIterator[k8s.ApiClient]:
+    client = api_for(server)
+    yield client
+    await client.close()
+
+
+def _seed(server: kmock.KubernetesEmulator, *extra: dict[str, Any]) -> None:
+    store(server, node("idle", alloc={"3g.40gb": 2}, config="all-3g.40gb"))
+    store(server, pod("small", "1g.10gb", namespace="ml"))
+    for obj in extra:
+        store(server, obj)
+
+
+def _cache() -> advice.AdviceCache:
+    return advice.AdviceCache(config=CONFIG, clock=lambda: NOW)
+
+
+async def _relayouter(api: k8s.ApiClient, elector: leader.LeaseElector | None = None,
+                      ) -> relayout.Relayouter:
+    return relayout.Relayouter(await snapshot(api), api, elector=elector, cache=_cache(),
+                               settings=FAST)
+
+
+def _taints(obj: dict[str, Any]) -> list[str]:
+    return [t["key"] for t in obj.get("spec", {}).get("taints") or []]
+
+
+async def _apply_once(api: k8s.ApiClient, mode: str) -> tuple[relayout.Outcome, MigManager]:
+    mm = MigManager(api, "idle", layouts=LAYOUTS, mode=mode)  # type: ignore[arg-type]
+    mm.start()
+    try:
+        r = await _relayouter(api)
+        assert await r.step() == ["idle"]
+        (outcome,) = await r.wait()
+        return outcome, mm
+    finally:
+        await mm.stop()
+
+
+async def test_success_path(server: kmock.KubernetesEmulator, api: k8s.ApiClient) -> None:
+    _seed(server)
+    outcome, mm = await _apply_once(api, "success")
+    assert outcome.result == "success", outcome.reason
+    assert mm.applied == ["all-1g.10gb"]
+    obj = await read_node(api, "idle")
+    assert _taints(obj) == []
+    assert obj["metadata"]["labels"]["nvidia.com/mig.config"] == "all-1g.10gb"
+    assert advisor.ANNOTATION_RELAYOUT not in obj["metadata"].get("annotations", {})
+    reasons = [e["reason"] for e in await events(api)]
+    assert relayout.REASON_STARTED in reasons and relayout.REASON_DONE in reasons
+    # The pod is now servable: nothing more to do.
+    again = await _relayouter(api)
+    assert await again.step() == []
+
+
+@pytest.mark.parametrize("mode, result", [("fail", "failed"), ("wedge", "wedged"),
+                                          ("ignore", "timeout")])
+async def test_failures_keep_the_taint_and_never_loop(
+    server: kmock.KubernetesEmulator, api: k8s.ApiClient, mode: str, result: str,
+) -> None:
+    _seed(server)
+    outcome, mm = await _apply_once(api, mode)
+    assert outcome.result == result
+    obj = await read_node(api, "idle")
+    assert _taints(obj) == [relayout.TAINT["key"]]
+    notes = obj["metadata"]["annotations"]
+    assert json.loads(notes[relayout.ANNOTATION])["state"] == "failed"
+    assert json.loads(notes[relayout.FAILED])["result"] == result
+    assert any(e["reason"] == relayout.REASON_FAILED and e["type"] == "Warning"
+               for e in await events(api))
+    # No loop: a fresh replica with a fresh view starts nothing on that node.
+    for _ in range(3):
+        r = await _relayouter(api)
+        assert await r.step() == []
+    assert mm.applied == ["all-1g.10gb"]
+
+
+async def test_busy_and_custom_nodes_are_not_applied(
+    server: kmock.KubernetesEmulator, api: k8s.ApiClient,
+) -> None:
+    store(server, node("busy", alloc={"3g.40gb": 2}, config="all-3g.40gb"))
+    store(server, pod("runner", "3g.40gb", namespace="t", node="busy"))
+    store(server, pod("small", "1g.10gb", namespace="ml"))
+    r = await _relayouter(api)
+    assert r.cache.get(r.state).recommendations  # advised, disruptive
+    assert await r.step() == []
+    assert _taints(await read_node(api, "busy")) == []
+
+
+async def test_bound_on_nodes_at_once(server: kmock.KubernetesEmulator,
+                                      api: k8s.ApiClient) -> None:
+    _seed(server, node("idle2", alloc={"3g.40gb": 2}, config="all-3g.40gb"),
+          *[pod(f"s{i}", "1g.10gb") for i in range(10)])
+    r = await _relayouter(api)
+    started = await r.step()
+    assert len(started) == 1 and len(r.in_flight) == 1
+    for t in list(r._tasks.values()):
+        t.cancel()
+    await asyncio.gather(*r._tasks.values(), return_exceptions=True)
+
+
+async def test_only_the_leader_applies_and_a_new_leader_adopts(
+    server: kmock.KubernetesEmulator, api: k8s.ApiClient,
+) -> None:
+    _seed(server)
+    a = leader.LeaseElector(api, namespace="default", identity="a", lease_s=1.0, renew_s=0.2)
+    b = leader.LeaseElector(api, namespace="default", identity="b", lease_s=1.0, renew_s=0.2)
+    assert await a.try_acquire() and not await b.try_acquire()
+    follower = await _relayouter(api, b)
+    assert not follower.leading
+    mm = MigManager(api, "idle", layouts=LAYOUTS, mode="success", delay_s=0.3)
+    mm.start()
+    try:
+        first = await _relayouter(api, a)
+        assert await first.step() == ["idle"]
+        await asyncio.sleep(0.05)
+        a.resign_locally()  # leadership lost mid-way (e.g. renewals failing)
+        (outcome,) = await first.wait()
+        assert outcome.result == "lost-leadership"
+        obj = await read_node(api, "idle")
+        assert _taints(obj) == [relayout.TAINT["key"]]  # accounted for: still marked applying
+        assert json.loads(obj["metadata"]["annotations"][relayout.ANNOTATION])["state"] == \
+            "applying"
+        await asyncio.sleep(1.1)  # a's lease (1 s) expires
+        assert await b.try_acquire()
+        second = await _relayouter(api, b)
+        assert await second.step() == ["idle"]  # adopted, not re-labelled
+        (done,) = await second.wait()
+        assert done.result == "success", done.reason
+    finally:
+        await mm.stop()
+    assert mm.applied == ["all-1g.10gb"]
+    assert _taints(await read_node(api, "idle")) == []
+
+
+async def test_publisher_marks_and_unmarks(server: kmock.KubernetesEmulator,
+                                           api: k8s.ApiClient) -> None:
+    _seed(server)
+    state = await snapshot(api)
+    pub = advice.Publisher(state, api, cache=_cache())
+    await pub.publish_once()
+    await pub.publish_once()  # deduplicated
+    obj = await read_node(api, "idle")
+    assert obj["metadata"]["labels"][advice.LABEL] == "true"
+    mark = json.loads(obj["metadata"]["annotations"][advice.ANNOTATION])
+    assert mark["target"] == "all-1g.10gb" and mark["unblocks"] == ["ml/small"]
+    reasons = [e["reason"] for e in await events(api)]
+    assert reasons.count(advice.REASON_NODE) == 1 and reasons.count(advice.REASON_POD) == 1
+    # The pod goes away: the marks are removed.
+    server.objects[kmock.resource("v1", "pods"), "ml", "small"].delete()
+    pub.state = await snapshot(api)
+    await pub.publish_once()
+    obj = await read_node(api, "idle")
+    assert advice.LABEL not in obj["metadata"].get("labels", {})
+    assert advice.ANNOTATION not in obj["metadata"].get("annotations", {})

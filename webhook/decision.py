@@ -332,7 +332,10 @@ def _decide(pod: Mapping[str, Any], *, supply: view.Supply, policy: Policy) -> V
             models=list(pl.models),
         ) for pl in plans],
     )
-    values = _affinity_values(plans, strategy=strategy, supply=supply, warnings=warnings)
+    if reused is not None and _has_product_affinity(pod.get("spec")):
+        values = None  # placed by the first invocation; the labels seen may have changed since
+    else:
+        values = _affinity_values(plans, strategy=strategy, supply=supply, warnings=warnings)
     ops: list[PatchOp] = []
     owned = {c["container"]: c["resource"] for c in prior["containers"]} if prior else {}
     for pl in plans:
@@ -583,6 +586,18 @@ def _affinity_ops(spec: Any, values: list[str]) -> list[PatchOp]:
         elif not any(_same_expr(e, expr) for e in exprs):
             ops.append(PatchOp(op="add", path=f"{term_path}/matchExpressions/-", value=expr))
     return ops
+
+
+def _has_product_affinity(spec: Any) -> bool:
+    """Every required nodeSelectorTerm already constrains nvidia.com/gpu.product with In."""
+    try:
+        terms = spec["affinity"]["nodeAffinity"][
+            "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+        return bool(terms) and all(
+            any(e.get("key") == LABEL_PRODUCT and e.get("operator") == "In"
+                for e in term["matchExpressions"]) for term in terms)
+    except (KeyError, TypeError, AttributeError):
+        return False
 
 
 def _same_expr(have: Any, want: Mapping[str, Any]) -> bool:

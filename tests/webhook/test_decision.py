@@ -310,7 +310,7 @@ def test_supply_tracker_follows_node_changes() -> None:
     c.apply("Node", "MODIFIED", s.mig_node("gpu-a", allocatable={"1g.10gb": 7}))
     assert set(tracker.supply().offers) == {("A100-80GB", "1g.10gb")}
     c.apply("Node", "ADDED", s.mig_node("gpu-h", product=s.H100_PRODUCT))
-    assert tracker.supply().products["H100-80GB"] == (s.H100_PRODUCT,)
+    assert tracker.supply().products[profiles.ModelId("H100-80GB")] == (s.H100_PRODUCT,)
     c.apply("Node", "DELETED", s.mig_node("gpu-h"))
     assert "H100-80GB" not in tracker.supply().products
 
@@ -318,3 +318,19 @@ def test_supply_tracker_follows_node_changes() -> None:
 def test_escape() -> None:
     assert decision.escape("nvidia.com/mig-1g.10gb") == "nvidia.com~1mig-1g.10gb"
     assert decision.escape("a~/b") == "a~0~1b"
+
+
+def test_single_strategy_reinvocation_is_stable_across_models() -> None:
+    supply = s.supply_of(s.make_cluster(
+        s.mig_node("gpu-a", strategy="single", allocatable={"3g.40gb": 2}),
+        s.mig_node("gpu-h", product=s.H100_PRODUCT, strategy="single",
+                   allocatable={"3g.40gb": 2}, memory={"3g.40gb": 40448}),
+    ))
+    pod = s.pod({requests.GPU_MEMORY: "40300Mi"})  # fits 3g.40gb on the H100 only
+    out = applied(pod, decide(pod, supply=supply))
+    expr = out["spec"]["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0][
+        "matchExpressions"]
+    assert expr == [{"key": "nvidia.com/gpu.product", "operator": "In",
+                     "values": [f"{s.H100_PRODUCT}-MIG-3g.40gb"]}]
+    assert decide(out, supply=supply).patch == ()

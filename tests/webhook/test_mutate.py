@@ -15,7 +15,7 @@ from webhook_scenery import Client, MakeClient
 from migfit import cluster, profiles, requests
 from webhook import decision
 
-REALISTIC_CONTAINERS = [
+REALISTIC_CONTAINERS: list[dict[str, Any]] = [
     {"name": "trainer", "image": "registry.example/train:1.4",
      "env": [{"name": "EPOCHS", "value": "3"}],
      "volumeMounts": [{"name": "data", "mountPath": "/data"}],

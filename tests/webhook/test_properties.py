@@ -51,7 +51,7 @@ def reviews(draw: st.DrawFn) -> Any:
                 containers=draw(_containers))
     if draw(st.booleans()):
         pod["spec"]["affinity"] = draw(_json)
-    review = s.review(pod, operation=draw(st.sampled_from(["CREATE", "CREATE", "UPDATE"])))
+    review: Any = s.review(pod, operation=draw(st.sampled_from(["CREATE", "CREATE", "UPDATE"])))
     # Corrupt some part of the review now and then.
     where = draw(st.sampled_from(["none", "none", "request", "object", "metadata", "spec",
                                   "uid", "top"]))

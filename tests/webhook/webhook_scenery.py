@@ -71,7 +71,7 @@ def supply_of(c: cluster.Cluster) -> view.Supply:
 def pod(
     annotations: dict[str, str] | None = None,
     *,
-    containers: list[dict[str, Any]] | None = None,
+    containers: list[Any] | None = None,
     affinity: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     spec: dict[str, Any] = {

@@ -10,7 +10,7 @@ imports them on first use. A piece that is not part of this build is reported as
 - extender filter stand-in: a node passes when it has enough free instances (what the
   scheduler's resource fit already checks);
 - extender score stand-in: 0 for every node (the ``migfit`` policy is then ``default``);
-- advisor: ``migfit.planner.plan_cluster`` over the idle nodes (the planner the advisor uses).
+The advisor (``migfit.advisor``) is core code and is imported by the engine directly.
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ def sources() -> dict[str, str]:
                    else "stand-in (free instances)"),
         "score": ("extender.scoring.score_nodes" if _has("extender.scoring", "score_nodes")
                   else "stand-in (0)"),
-        "advisor": "migfit.planner.plan_cluster (idle nodes)",
+        "advisor": "migfit.advisor.advise (safe nodes only)",
     }
 
 

@@ -86,6 +86,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                      help="the advisor runs at most this often while pods are pending")
     run.add_argument("--max-relayouts", type=int, default=16, metavar="N",
                      help="re-layouts in flight at once")
+    run.add_argument("--advisor", choices=("advisor", "planner"), default="advisor",
+                     help="advisor = migfit.advisor.advise (what the server recommends: pods "
+                          "whose profile no node has free, safe nodes); planner = "
+                          "migfit.planner.plan_cluster on every pending pod's instances over "
+                          "idle nodes (for comparison)")
+    run.add_argument("--advisor-grace", type=float, default=0.0, metavar="S",
+                     help="seconds a pod must have been unschedulable before the advisor "
+                          "counts it (the server's --grace)")
     run.add_argument("--extender-weight", type=int, default=5,
                      help="the extender's weight in the scheduler config (score × weight × 10)")
     run.add_argument("--policies", default=",".join(p.name for p in engine.ALL_POLICIES),
@@ -189,7 +197,9 @@ def run(args: argparse.Namespace) -> int:
     options = engine.Options(
         mode=args.mode, target=args.target, order=args.order, fill_interval=args.fill_interval,
         relayout_seconds=args.relayout_seconds, advise_interval=args.advise_interval,
-        max_relayouts=args.max_relayouts, extender_weight=args.extender_weight,
+        max_relayouts=args.max_relayouts, advisor_grace=args.advisor_grace,
+        advisor=args.advisor,
+        extender_weight=args.extender_weight,
         samples=args.samples, snapshot_at=args.snapshot_at)
     pictures = args.picture or list(DEFAULT_PICTURES)
     seeds = list(range(args.seed, args.seed + args.seeds))
@@ -216,7 +226,7 @@ def run(args: argparse.Namespace) -> int:
         "command": command, **info, "mode": options.mode,
         "target": options.target if options.mode == "fill" else None,
         "order": options.order, "relayout_seconds": options.relayout_seconds,
-        "extender_weight": options.extender_weight, "seeds": seeds,
+        "extender_weight": options.extender_weight, "advisor": options.advisor, "seeds": seeds,
         "code": adapters.sources(), "elapsed_s": round(elapsed, 2),
         "definitions": metrics.__doc__ or "",
     }

@@ -8,8 +8,8 @@ API does not show: which MIG instance on which GPU each pod holds, and cpu/memor
 kube-scheduler is modelled by ``scheduler``. The MIG Manager: a re-layout labels the node
 ``nvidia.com/mig.config.state=pending`` and taints it ``migfit.io/relayout=pending:NoSchedule``
 for ``relayout_seconds``, during which the node takes no new pod; then the new layout is
-advertised and the taint goes. Re-layouts come from the planner (``migfit.planner``, the
-advisor's planner) over idle nodes only, so they never disrupt a pod.
+advertised and the taint goes. Re-layouts come from the advisor (``migfit.advisor.advise``,
+safe nodes only), so they never disrupt a pod.
 
 Modes: ``fill`` (one arrival every ``fill_interval`` seconds, no departures, until the
 requested GPU share reaches ``target``; in-flight re-layouts are let finish, then the end
@@ -28,12 +28,13 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any, Literal
 
-from migfit import cluster, migparted, placements, planner, profiles
+from migfit import advisor, cluster, migparted, placements, planner, profiles
 from migfit.simulate import adapters, metrics, objects, scheduler, spec, workload
 
 Mode = Literal["fill", "events"]
 Scorer = Literal["default", "binpack", "random", "migfit", "upper-bound"]
 SCORERS: tuple[Scorer, ...] = ("default", "binpack", "random", "migfit", "upper-bound")
+EPOCH = 1_767_225_600.0  # simulated time 0 = 2026-01-01T00:00:00Z (pod condition timestamps)
 RELAYOUT_TAINT = {"key": cluster.TAINT_RELAYOUT, "value": "pending", "effect": "NoSchedule"}
 
 
@@ -76,6 +77,8 @@ class Options:
     relayout_seconds: float = 180.0
     advise_interval: float = 30.0
     max_relayouts: int = 16  # re-layouts in flight at once
+    advisor: Literal["advisor", "planner"] = "advisor"  # see Simulation.advise
+    advisor_grace: float = 0.0  # seconds a pod must have been unschedulable to count
     extender_weight: int = 5
     samples: int = 200  # points of each time series
     snapshot_at: float | None = None  # events: time of the GPU picture (default: last arrival)
@@ -126,7 +129,7 @@ class Node:
         self.used_compute = 0
         self.gpu_pods = 0
         self.busy_until: float | None = None
-        self.pending_plan: planner.NodePlan | None = None
+        self.pending_plan: advisor.Recommendation | None = None
 
     @property
     def free_compute(self) -> int:
@@ -217,7 +220,7 @@ class Simulation:
         self.kube = scheduler.KubeScheduler(self, rng=self.rng)
         self.pods: dict[str, Pod] = {}
         self.pending: list[Pod] = []
-        self.in_flight: dict[str, planner.NodePlan] = {}
+        self.in_flight: dict[str, advisor.Recommendation] = {}
         self.counters = _Counters()
         self.allocated_slices = 0
         self.allocated_memory = 0
@@ -286,7 +289,10 @@ class Simulation:
             obj = objects.pod_object(name=uid, cpu_milli=s.cpu_milli, memory_mib=s.memory_mib,
                                      annotations=s.annotations, containers=s.containers)
             fallback = [s.expected or ""] * s.containers
-            profs, patch, denial = self.decider.decide(obj, fallback)
+            if s.explicit:
+                profs, patch, denial = s.explicit, (), ""
+            else:
+                profs, patch, denial = self.decider.decide(obj, fallback)
             if denial:
                 c.denied += 1
                 return
@@ -313,6 +319,16 @@ class Simulation:
                 if pod.record is not None:
                     pod.request = self.extender.request(pod.record)
         if not self.try_schedule(pod):
+            if s.gpu and not self.on_demand and pod.obj:
+                # kube-scheduler marks the pod PodScheduled=False/Unschedulable (the advisor's
+                # demand reads it).
+                pod.obj["status"]["conditions"] = [{
+                    "type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                    "lastTransitionTime": objects.timestamp(EPOCH + self.now)}]
+                self.cluster.apply("Pod", "MODIFIED", pod.obj)
+                pod.record = self.cluster.pod(f"uid-{uid}")
+                if pod.record is not None:
+                    pod.request = self.extender.request(pod.record)
             if s.gpu and not pod.blocked:
                 need = pod.compute
                 if any(free >= need and k for free, k in self.free_hist.items()):
@@ -479,58 +495,94 @@ class Simulation:
         self._push(at, "advise", None)
 
     def advise(self) -> None:
-        """Plan re-layouts of idle nodes for the pending pods' instances; start them."""
+        """Ask the advisor (``migfit.advisor.advise``, safe nodes only) and start re-layouts.
+
+        Like an apply loop with a bound on nodes changed at once, a recommendation is taken
+        only while the pending pods still need instances that in-flight re-layouts will not
+        bring (the advisor itself does not count nodes being re-partitioned as supply).
+        """
         if self._no_advice:
             return
         self._last_advice = self.now
         room = self.options.max_relayouts - len(self.in_flight)
-        gpu_pending = [p for p in self.pending if p.spec.gpu and p.profiles]
-        if room <= 0 or not gpu_pending:
+        if room <= 0 or not any(p.spec.gpu for p in self.pending):
             return
+        if self.options.advisor == "planner":
+            recs = self._planner_advice(room)
+        else:
+            settings = advisor.Settings(grace_s=self.options.advisor_grace,
+                                        allow_disruptive=False)
+            recs = list(advisor.advise(self.cluster, now=EPOCH + self.now,
+                                       settings=settings).recommendations)
+        need: Counter[str] = Counter()
+        for pod in self.pending:
+            need.update(pod.profiles)
         coming: Counter[str] = Counter()
-        for plan in self.in_flight.values():
-            coming.update(plan.served)
+        for rec in self.in_flight.values():
+            coming.update(rec.served)
+        for rec in recs:
+            if room <= 0:
+                break
+            if rec.disrupts or not any(need[p] > coming[p] for p in rec.served):
+                continue
+            coming.update(rec.served)
+            room -= 1
+            self._start_relayout(self.nodes[rec.node], rec)
+
+    def _planner_advice(self, room: int) -> list[advisor.Recommendation]:
+        """``--advisor planner``: ``migfit.planner.plan_cluster`` on every pending pod's
+        instances (not only those no free instance serves) over the idle nodes, with the
+        simulator's exact per-GPU layouts. For comparison with the advisor's own demand."""
+        coming: Counter[str] = Counter()
+        for rec in self.in_flight.values():
+            coming.update(rec.served)
         items: list[tuple[str, float]] = []
-        for pod in gpu_pending:  # oldest first: in-flight re-layouts serve those
+        for pod in self.pending:  # oldest first: in-flight re-layouts serve those
             for p in pod.profiles:
                 if coming[p] > 0:
                     coming[p] -= 1
-                    continue
-                items.append((p, 1.0 + (self.now - pod.arrival)))
-        if not items:
-            return
-        demand = planner.Demand.of_items(items)
+                else:
+                    items.append((p, 1.0 + (self.now - pod.arrival) / 3600))
         supply = [
             planner.NodeSupply(name=n.name, model=n.model, gpus=tuple(
                 planner.GpuState(index=i, current=g.names()) for i, g in enumerate(n.gpus)))
-            for n in self.nodes.values() if n.gpu_pods == 0 and n.busy_until is None
-        ]
-        if not supply:
-            return
-        cplan = planner.plan_cluster(supply, demand=demand, max_nodes=room)
-        for change in cplan.changes:
-            self._start_relayout(self.nodes[change.name], change.plan)
+            for n in self.nodes.values() if n.gpu_pods == 0 and n.busy_until is None]
+        if not items or not supply:
+            return []
+        plan = planner.plan_cluster(supply, demand=planner.Demand.of_items(items),
+                                    max_nodes=room)
+        out = []
+        for ch in plan.changes:
+            gpus = tuple(advisor.GpuChange(index=g.index, before=tuple(g.before),
+                                           after=g.after_names) for g in ch.plan.gpus)
+            after = [g.after for g in gpus]
+            out.append(advisor.Recommendation(
+                node=ch.name, model=self.nodes[ch.name].model.id,
+                config=migparted.custom_name(after), mig_parted=None, gpus=gpus, unblocks=(),
+                disrupts=(), before_config=None, before_source="inferred", note="",
+                served=dict(ch.plan.served)))
+        return out
 
-    def _start_relayout(self, n: Node, plan: planner.NodePlan) -> None:
+    def _start_relayout(self, n: Node, rec: advisor.Recommendation) -> None:
         c = self.counters
         c.relayouts += 1
-        c.gpus_relaid += len(plan.changed)
+        c.gpus_relaid += sum(1 for g in rec.gpus if g.changed)
         c.disrupted += n.gpu_pods  # the MIG Manager stops every GPU client of the node
         self._hist(n, -1)
         n.busy_until = self.now + self.options.relayout_seconds
-        n.pending_plan = plan
-        self.in_flight[n.name] = plan
+        n.pending_plan = rec
+        self.in_flight[n.name] = rec
         self.cluster.apply("Node", "MODIFIED", self._node_object(n))
         self._push(n.busy_until, "relayout-done", n.name)
 
     def relayout_done(self, name: str) -> None:
         n = self.nodes[name]
-        plan = n.pending_plan
-        assert plan is not None
-        for gp in plan.gpus:
-            if gp.changed:
-                n.gpus[gp.index] = Gpu(gp.after.placement.instances)
-        n.config = migparted.custom_name([g.names() for g in n.gpus])
+        rec = n.pending_plan
+        assert rec is not None
+        # The MIG Manager applies the whole config: every GPU gets its ``after`` layout.
+        for g in rec.gpus:
+            n.gpus[g.index] = Gpu(_placement(n.model, g.after))
+        n.config = rec.target
         n.busy_until = None
         n.pending_plan = None
         del self.in_flight[name]

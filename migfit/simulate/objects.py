@@ -8,6 +8,7 @@ allocatable ``nvidia.com/mig-<p>`` counts from the node's current layouts (refer
 
 from __future__ import annotations
 
+import datetime
 import json
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
@@ -23,6 +24,11 @@ PRODUCTS: dict[str, str] = {
     "A30-24GB": "NVIDIA-A30",
     "H100-80GB": "NVIDIA-H100-80GB-HBM3",
 }
+
+
+def timestamp(epoch: float) -> str:
+    """RFC 3339 UTC, as the API server writes times."""
+    return datetime.datetime.fromtimestamp(epoch, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def product_label(model: profiles.GpuModel) -> str:

@@ -45,6 +45,7 @@ class PodSpec:
     containers: int  # containers that each hold one instance
     expected: profiles.ProfileName | None  # the profile the mapping names, per container
     gpu_memory_mib: int  # GPU memory the pod needs per container (for rounding waste)
+    explicit: tuple[str, ...] = ()  # profiles requested directly (no annotation, no webhook)
 
     @property
     def gpu(self) -> bool:
@@ -118,6 +119,18 @@ def make_pod(model: profiles.GpuModel, *, name: str, cpu_milli: int, memory_mib:
                    gpu_milli=gpu_milli, arrival=arrival, duration=duration, annotations=ann,
                    containers=containers, expected=exp.name,
                    gpu_memory_mib=math.ceil(gpu_milli * model.memory_mib / 1000))
+
+
+def explicit_pod(model: profiles.GpuModel, *, name: str, profile: str, count: int = 1,
+                 cpu_milli: int = 1000, memory_mib: int = 1024, arrival: float = 0.0,
+                 duration: float = math.inf) -> PodSpec:
+    """A pod that requests ``nvidia.com/mig-<profile>`` itself (the webhook skips it)."""
+    p = model.profile(profile)
+    return PodSpec(name=name, cpu_milli=cpu_milli, memory_mib=memory_mib, num_gpu=count,
+                   gpu_milli=round(1000 * p.compute_slices / model.compute_slices),
+                   arrival=arrival, duration=duration, annotations={}, containers=count,
+                   expected=p.name, gpu_memory_mib=p.memory_mib,
+                   explicit=(p.name,) * count)
 
 
 def load_trace(path: Path, *, model: profiles.GpuModel, mapping: Mapping_) -> list[PodSpec]:

@@ -1,0 +1,150 @@
+"""Hand-checked scenarios: outcomes per policy known exactly, the seed's re-layout case, determinism."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from migfit import profiles
+from migfit.simulate import engine, spec, workload
+
+CATALOG = profiles.builtin()
+A100 = CATALOG.get("A100-80GB")
+EVENTS = engine.Options(mode="events", relayout_seconds=180.0, advise_interval=30.0)
+
+
+def node(name: str, layout: list[str] | str, gpus: int = 1) -> spec.NodeSpec:
+    lay, config = spec.resolve_layout(A100, layout, where="test")
+    return spec.NodeSpec(name=name, model=A100, gpu_layouts=(lay,) * gpus, cpu_milli=8000,
+                         memory_mib=32768, config=config)
+
+
+def annotated(name: str, arrival: float, containers: int = 1) -> workload.PodSpec:
+    """A pod asking the webhook for 5Gi per container (-> 1g.10gb, 9728 MiB)."""
+    one = {"migfit.io/gpu-memory": "5Gi"}
+    ann = one if containers == 1 else {f"migfit.io/gpu-memory.gpu{i}": "5Gi"
+                                       for i in range(containers)}
+    return workload.PodSpec(name=name, cpu_milli=1000, memory_mib=1024, num_gpu=containers,
+                            gpu_milli=50, arrival=arrival, duration=math.inf, annotations=ann,
+                            containers=containers, expected=profiles.ProfileName("1g.10gb"),
+                            gpu_memory_mib=5120)
+
+
+def simulate(nodes: list[spec.NodeSpec], pods: list[workload.PodSpec], policy: str,
+             seed: int = 0) -> engine.RunResult:
+    return engine.run(nodes, pods, policy=engine.Policy.parse(policy), seed=seed,
+                      options=EVENTS, catalog=CATALOG)
+
+
+# Two nodes, one all-balanced GPU each (3g.40gb, 2g.20gb, 2 × 1g.10gb). Two 1g pods, then a
+# pod of two containers that needs 2 × 1g.10gb on one node. Spreading (LeastAllocated) puts
+# the first two on different nodes and leaves one 1g.10gb on each: the third pod cannot run
+# although each node has 6 free compute slices. Packing keeps a node's two 1g.10gb together.
+BALANCED = [node("n1", "all-balanced"), node("n2", "all-balanced")]
+THREE = [annotated("p1", 0), annotated("p2", 1), annotated("p3", 2, containers=2)]
+
+
+@pytest.mark.parametrize(("policy", "placed", "pending", "blocked"), [
+    ("default", 2, 1, 1),
+    ("default+advisor", 2, 1, 1),  # no idle node to re-lay out
+    ("binpack", 3, 0, 0),
+    ("migfit", 3, 0, 0),
+    ("upper-bound", 3, 0, 0),
+])
+def test_spread_strands_the_pair(policy: str, placed: int, pending: int, blocked: int) -> None:
+    for seed in (0, 1, 2):
+        f = simulate(BALANCED, THREE, policy, seed).figures
+        assert f["gpu_pods_placed"] == placed
+        assert f["pods_pending"] == pending
+        assert f["blocked_by_fragmentation"] == blocked
+        assert f["relayouts"] == 0
+        assert f["pods_disrupted"] == 0
+        assert f["decision_differs_from_mapping"] == 0
+
+
+def test_allocation_figures_are_exact() -> None:
+    f = simulate(BALANCED, THREE, "binpack").figures
+    assert f["allocated_slices"] == 4  # four 1g.10gb instances
+    assert f["allocated_share"] == pytest.approx(4 / 14)
+    assert f["unallocated_share"] == pytest.approx(10 / 14)
+    # 4 × (9728 − 5120) MiB rounded up by the profile
+    assert f["memory_wasted_gib"] == pytest.approx(4 * (9728 - 5120) / 1024)
+
+
+# The seed's case: a node with two idle 3g.40gb, a pod that asks for nvidia.com/mig-1g.10gb.
+# kube-scheduler never splits a 3g.40gb; only a re-layout (the advisor + MIG Manager) helps.
+SEED_NODE = [node("gpu-node-1", ["3g.40gb", "3g.40gb"])]
+SEED_POD = [workload.explicit_pod(A100, name="small", profile="1g.10gb")]
+
+
+@pytest.mark.parametrize("policy", ["default", "binpack", "random", "migfit"])
+def test_seed_case_stays_pending_without_advisor(policy: str) -> None:
+    f = simulate(SEED_NODE, SEED_POD, policy).figures
+    assert f["gpu_pods_placed"] == 0
+    assert f["pods_pending"] == 1
+    assert f["relayouts"] == 0
+    assert f["blocked_by_fragmentation"] == 1  # 6 free compute slices, no 1g.10gb
+
+
+@pytest.mark.parametrize("policy", ["default+advisor", "migfit+advisor", "binpack+advisor"])
+def test_seed_case_placed_after_one_relayout(policy: str) -> None:
+    r = engine.run(SEED_NODE, SEED_POD, policy=engine.Policy.parse(policy), seed=0,
+                   options=engine.Options(mode="events", snapshot_at=1000.0), catalog=CATALOG)
+    f = r.figures
+    assert f["gpu_pods_placed"] == 1
+    assert f["pods_pending"] == 0
+    assert f["relayouts"] == 1
+    assert f["pods_disrupted"] == 0
+    assert f["pending_p99_s"] == 180.0  # the MIG Manager's time, advice at once (grace 0)
+    assert r.snapshot is not None
+    (gpu,) = r.snapshot[0]["gpus"]
+    assert any(inst[2] == "1g.10gb" and inst[3] for inst in gpu)
+
+
+def test_seed_case_planner_advisor_agrees() -> None:
+    options = engine.Options(mode="events", advisor="planner")
+    f = engine.run(SEED_NODE, SEED_POD, policy=engine.Policy("default", True), seed=0,
+                   options=options, catalog=CATALOG).figures
+    assert (f["gpu_pods_placed"], f["relayouts"], f["pods_disrupted"]) == (1, 1, 0)
+
+
+def test_upper_bound_creates_the_instance() -> None:
+    f = simulate(SEED_NODE, SEED_POD, "upper-bound").figures
+    assert f["gpu_pods_placed"] == 1
+    assert f["relayouts"] == 0
+
+
+def test_departure_frees_instance_for_waiting_pod() -> None:
+    nodes = [node("n1", ["7g.80gb"])]
+    first = workload.explicit_pod(A100, name="a", profile="7g.80gb", duration=100.0)
+    second = workload.explicit_pod(A100, name="b", profile="7g.80gb", arrival=10.0)
+    f = simulate(nodes, [first, second], "default").figures
+    assert f["gpu_pods_placed"] == 2
+    assert f["pending_p99_s"] == 90.0
+
+
+def _small_trace() -> tuple[list[spec.NodeSpec], list[workload.PodSpec]]:
+    nodes = [node(f"n{i}", "all-balanced", gpus=2) for i in range(6)]
+    pods = workload.synthetic(60, model=A100, mapping="compute", seed=3)
+    return nodes, pods
+
+
+@pytest.mark.parametrize("policy", ["random", "migfit+advisor", "default"])
+def test_same_seed_same_result(policy: str) -> None:
+    nodes, pods = _small_trace()
+    options = engine.Options(mode="fill", target=1.3)
+    runs = [engine.run(nodes, pods, policy=engine.Policy.parse(policy), seed=7,
+                       options=options, catalog=CATALOG) for _ in range(2)]
+    a, b = ({k: v for k, v in r.figures.items() if k != "wall_s"} for r in runs)
+    assert a == b
+    assert runs[0].snapshot == runs[1].snapshot
+    assert runs[0].series == runs[1].series
+
+
+def test_fill_stops_at_target() -> None:
+    nodes, pods = _small_trace()
+    f = engine.run(nodes, pods, policy=engine.Policy("default"), seed=0,
+                   options=engine.Options(mode="fill", target=1.3),
+                   catalog=CATALOG).figures
+    assert 1.3 <= f["requested_gpus_share"] < 1.3 + 8 / 12 + 1e-9

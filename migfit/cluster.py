@@ -397,28 +397,34 @@ def effective_requests(spec: Mapping[str, Any]) -> tuple[
                     out[res] = _bytes(val)
         return out
 
-    regular: Counter[str] = Counter()
+    # Plain dicts, not Counters: this runs for every pod event.
+    regular: dict[str, int] = {}
     for c in _list(spec.get("containers")):
         if isinstance(c, dict):
             for res, n in decode(c).items():
-                regular[res] += int(n)
-    sidecars: Counter[str] = Counter()
-    init_max: Counter[str] = Counter()
-    for c in _list(spec.get("initContainers")):
-        if not isinstance(c, dict):
-            continue
-        req = decode(c)
-        if c.get("restartPolicy") == "Always":
-            for res, n in req.items():
-                sidecars[res] += int(n)
-            for res in sidecars:
-                init_max[res] = max(init_max[res], sidecars[res])
-        else:
-            for res in set(req) | set(sidecars):
-                init_max[res] = max(init_max[res], int(req.get(res, 0)) + sidecars[res])
-    total: dict[str, int] = {}
-    for res in set(regular) | set(sidecars) | set(init_max):
-        total[res] = max(regular[res] + sidecars[res], init_max[res])
+                regular[res] = regular.get(res, 0) + int(n)
+    init = _list(spec.get("initContainers"))
+    if not init:
+        total = regular
+    else:
+        sidecars: dict[str, int] = {}
+        init_max: dict[str, int] = {}
+        for c in init:
+            if not isinstance(c, dict):
+                continue
+            req = decode(c)
+            if c.get("restartPolicy") == "Always":
+                for res, n in req.items():
+                    sidecars[res] = sidecars.get(res, 0) + int(n)
+                for res, n in sidecars.items():
+                    init_max[res] = max(init_max.get(res, 0), n)
+            else:
+                for res in set(req) | set(sidecars):
+                    init_max[res] = max(init_max.get(res, 0),
+                                        int(req.get(res, 0)) + sidecars.get(res, 0))
+        total = {}
+        for res in set(regular) | set(sidecars) | set(init_max):
+            total[res] = max(regular.get(res, 0) + sidecars.get(res, 0), init_max.get(res, 0))
     cpu = total.pop("cpu", 0)
     mem = total.pop("memory", 0)
     gpu = {sys.intern(r): n for r, n in total.items() if n > 0}
@@ -650,6 +656,11 @@ class Cluster:
 
     def _set_pod(self, pod: PodRecord) -> None:
         old = self._pods.get(pod.uid)
+        if old is not None and _same_accounting(old, pod):
+            # Most pod events (status, conditions, labels) change nothing the indexes hold.
+            self._pods[pod.uid] = pod
+            self.generation += 1
+            return
         if old is not None:
             self._unaccount(old)
             self._unindex_name(old)
@@ -786,6 +797,13 @@ class Cluster:
     def _notify(self, name: str) -> None:
         for listener in self._listeners:
             listener(name)
+
+
+def _same_accounting(old: PodRecord, new: PodRecord) -> bool:
+    """Whether replacing ``old`` by ``new`` leaves every index and node state as it is."""
+    return (old.node == new.node and old.namespace == new.namespace and old.name == new.name
+            and old.holds_instances == new.holds_instances and old.pending == new.pending
+            and (old.requests is new.requests or old.requests == new.requests))
 
 
 def load_objects(cluster: Cluster, objects: Iterable[Mapping[str, Any]]) -> None:

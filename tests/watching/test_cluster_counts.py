@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import argparse
+import asyncio
+import json
+import pathlib
 from typing import Any
 
 import kmock
 import pytest
 
-from migfit import cluster, watching
+from migfit import cluster, errors, sources, watching
+from migfit.commands import status
 
 from .scenery import Start, fresh, store, until, watching_live
 
@@ -116,3 +121,31 @@ async def test_cluster_counts_follow_adds_modifies_and_deletes(
     assert sink.node("n1") is None
     assert sorted(p.key for p in sink.pods()) == ["ml/waiting"]
     assert sink.overcommitted() == []
+
+
+async def test_status_with_kubeconfig_lists_once_and_stops(
+    server: kmock.KubernetesEmulator,
+    kubeconfig: pathlib.Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    store(server, gpu_node("n1", "3", **{"3g_40gb": 2}))
+    store(server, gpu_pod("a", "4", node="n1", profile="3g.40gb"))
+    parser = argparse.ArgumentParser()
+    status.add_arguments(parser)
+    args = parser.parse_args(["--kubeconfig", str(kubeconfig), "--json", "--timeout", "10"])
+    # status.run drives its own event loop, as the CLI does: give it a thread.
+    assert await asyncio.to_thread(status.run, args) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["nodes"] == [{
+        "name": "n1", "model": "A100-80GB", "strategy": "mixed", "config": None,
+        "config_state": None, "profiles": {"3g.40gb": {"allocatable": 2, "used": 1, "free": 1}},
+    }]
+
+
+async def test_list_once_reports_an_unreadable_kubeconfig(tmp_path: pathlib.Path) -> None:
+    model = cluster.Cluster()
+    source = sources.open_source(model, cluster_file=None, kubeconfig=tmp_path / "none",
+                                 in_cluster=False)
+    with pytest.raises(errors.ConfigError, match="cannot load kubeconfig"):
+        await sources.list_once(model, source, timeout_s=10)
+    assert not model.synced

@@ -1,4 +1,4 @@
-"""Hand-checked scenarios: outcomes per policy known exactly, the seed's re-layout case, determinism."""
+"""Hand-checked scenarios: exact outcomes per policy, the seed's re-layout case, determinism."""
 
 from __future__ import annotations
 

@@ -1,0 +1,76 @@
+"""``migfit simulate`` end to end on small inputs: spec file, table, JSON and an offline report."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from migfit import cli
+
+SPEC = """\
+version: v1
+nodes:
+- name: a100
+  count: 3
+  model: A100-80GB
+  gpus: 2
+  cpu: "32"
+  memory: 128Gi
+  layout: all-balanced
+- name: big
+  count: 1
+  model: A100-80GB
+  gpus: 2
+  cpu_milli: 32000
+  memory: 128Gi
+  layouts: [["7g.80gb"], ["3g.40gb", "3g.40gb"]]
+"""
+
+
+def test_help_documents_every_option(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["simulate", "--help"])
+    assert exc.value.code == 0
+    out = capsys.readouterr().out
+    for opt in ("--trace-dir", "--cluster", "--model", "--layout", "--mapping", "--mode",
+                "--target", "--policies", "--seeds", "--json", "--report", "--synthetic",
+                "--relayout-seconds", "--extender-weight", "--advisor"):
+        assert opt in out
+
+
+def test_small_run_writes_json_and_offline_report(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    spec = tmp_path / "cluster.yaml"
+    spec.write_text(SPEC)
+    out_json, out_html = tmp_path / "r.json", tmp_path / "r.html"
+    rc = cli.main(["simulate", "--cluster", str(spec), "--synthetic", "80", "--seeds", "2",
+                   "--policies", "default,migfit+advisor,upper-bound",
+                   "--json", str(out_json), "--report", str(out_html)])
+    assert rc == 0
+    table = capsys.readouterr().out
+    assert "migfit+advisor" in table and "mapping=compute" in table
+    doc = json.loads(out_json.read_text())
+    assert set(doc["summary"]) == {"default", "migfit+advisor", "upper-bound"}
+    assert len(doc["runs"]) == 6
+    assert doc["summary"]["migfit+advisor"]["pods_disrupted"]["max"] == 0
+    page = out_html.read_text()
+    assert page.count("<svg") >= 4
+    # Offline: no script, no stylesheet or image from anywhere.
+    assert "<script" not in page
+    assert not re.search(r'(src|href)="https?:', page)
+
+
+def test_bad_spec_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    spec = tmp_path / "cluster.yaml"
+    spec.write_text(SPEC.replace("gpus: 2\n  cpu: ", "gpus: 2\n  colour: red\n  cpu: "))
+    assert cli.main(["simulate", "--cluster", str(spec), "--synthetic", "5"]) == 2
+    err = capsys.readouterr().err
+    assert "colour" in err and "Traceback" not in err
+
+
+def test_unknown_policy_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["simulate", "--policies", "fastest", "--synthetic", "5"]) == 2
+    assert "unknown policy" in capsys.readouterr().err

@@ -95,7 +95,8 @@ def test_webhook_patches_the_12gi_pod(served: Served) -> None:
     response = review["response"]
     assert response["allowed"] is True
     patch = json.loads(base64.b64decode(response["patch"]))
-    assert "nvidia.com~1mig-2g.20gb" in json.dumps(patch)
+    # The example cluster has an H200, whose 1g.18gb (16384 MiB) is the smallest fit for 12Gi.
+    assert "nvidia.com~1mig-1g.18gb" in json.dumps(patch)
 
 
 def test_extender_explains_the_seed_node(served: Served) -> None:

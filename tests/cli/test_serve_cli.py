@@ -1,4 +1,4 @@
-"""`migfit serve` end to end: the installed command, real sockets, real TLS, the README's requests."""
+"""`migfit serve` end to end: the installed command, real sockets and TLS, the README requests."""
 
 from __future__ import annotations
 

@@ -29,7 +29,7 @@ mig-configs:
       mig-devices: {"1g.10gb": 7}
 """)
 LAYOUTS = {"all-1g.10gb": {"1g.10gb": 7}, "all-3g.40gb": {"3g.40gb": 2}}
-FAST = relayout.Settings(max_concurrent=1, timeout_s=1.0, wedge_s=0.3, poll_s=0.02,
+FAST = relayout.Settings(max_concurrent=1, timeout_s=2.0, wedge_s=0.3, poll_s=0.02,
                          interval_s=0.02)
 NOW = 2_000_000_000.0
 

@@ -155,3 +155,20 @@ def test_explain_says_why_and_how_to_fix() -> None:
     assert "bound to node a" in advisor.explain(c, "ml", "r", now=NOW)
     assert "not in migfit's view" in advisor.explain(c, "ml", "nope", now=NOW)
     assert "grace period" in advisor.explain(c, "ml", "p", now=T0 + 1)
+
+
+def test_advice_json_and_gauges() -> None:
+    import prometheus_client
+
+    from extender import advice
+
+    c = build(node("a", alloc={"3g.40gb": 2}), pod("p", "1g.10gb"))
+    doc = advice.advice_json(c, now=NOW)
+    assert [r["node"] for r in doc["recommendations"]] == ["a"]
+    cache = advice.AdviceCache(clock=lambda: NOW)
+    assert cache.get(c) is cache.get(c)  # cached on the generation
+    registry = prometheus_client.CollectorRegistry()
+    metrics = advice.Metrics(registry)
+    metrics.observe(cache.get(c))
+    text = prometheus_client.generate_latest(registry).decode()
+    assert 'migfit_relayout_recommendations{disruptive="false"} 1.0' in text

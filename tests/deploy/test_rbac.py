@@ -10,6 +10,7 @@ everything those import. New code that calls the API is picked up when it lands.
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import pytest
@@ -32,6 +33,11 @@ def server_roots(package: str, *, root: Path = REPO) -> list[str]:
     modules = sorted(p for p in (root / package).glob("*.py") if not _is_user_command(p))
     return [f"{package}.cli", WATCH_SOURCE,
             *(f"{package}.{p.stem}" for p in modules if p.stem != "__init__")]
+
+
+@functools.cache
+def _called(package: str) -> dict[Call, list[Site]]:
+    return server_calls(server_roots(package), root=REPO)
 
 
 def granted(objects: list[Obj], account: str) -> dict[Call, list[str]]:
@@ -70,7 +76,7 @@ def test_roles_grant_exactly_the_calls_the_code_makes(target: str, account: str)
     package = SERVERS[account]
     if not (REPO / package / "cli.py").is_file():
         pytest.skip(f"`migfit {package}` ({package}/cli.py) is not in this tree yet")
-    called = server_calls(server_roots(package), root=REPO)
+    called = _called(package)
     allowed = granted(render(target), account)
     assert set(called) == set(allowed), (
         f"deploy/{target}: RBAC of ServiceAccount {account} differs from what `migfit "

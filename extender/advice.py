@@ -76,6 +76,15 @@ def default_cache() -> AdviceCache:
     return _DEFAULT
 
 
+def configure(*, settings: advisor.Settings | None = None,
+              config: migparted.Config | None = None) -> AdviceCache:
+    """Set the process-wide cache's settings (``--grace``) and mig-parted config."""
+    if settings is not None:
+        _DEFAULT.settings = settings
+    _DEFAULT.set_config(config)
+    return _DEFAULT
+
+
 def advice_json(state: cluster.Cluster, *, now: float | None = None) -> dict[str, Any]:
     """The ``GET /advice`` body: the ``migfit advise --json`` document."""
     return dict(_DEFAULT.get(state, now=now).to_json())

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import json
 import os
 import platform
@@ -29,11 +30,11 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import aiohttp  # noqa: E402
-from aiohttp import web  # noqa: E402
+import aiohttp
+from aiohttp import web
 
-from extender import filtering, scoring, server  # noqa: E402
-from migfit import cluster, synthetic  # noqa: E402
+from extender import filtering, scoring, server
+from migfit import cluster, synthetic
 
 
 def _load(nodes: int, pods: int, seed: int) -> tuple[cluster.Cluster, list[dict[str, Any]]]:
@@ -50,6 +51,9 @@ def _load(nodes: int, pods: int, seed: int) -> tuple[cluster.Cluster, list[dict[
                 if any(k.startswith("nvidia.com/mig-") for k in res):
                     pending.append(obj)
     model.mark_synced()
+    # What the server does once the cache has synced (server.freeze_after_sync).
+    gc.collect()
+    gc.freeze()
     return model, pending
 
 
@@ -187,11 +191,11 @@ def main() -> int:
     for label, names in name_sets.items():
         counter = iter(range(10**9))
 
-        def f(names: list[str] = names) -> object:
+        def f(names: list[str] = names, counter: Any = counter) -> object:
             pod = pods[next(counter) % len(pods)]
             return filtering.filter_nodes(model, filtering.decode_pod(pod), names)
 
-        def s(names: list[str] = names) -> object:
+        def s(names: list[str] = names, counter: Any = counter) -> object:
             pod = pods[next(counter) % len(pods)]
             return scoring.score_nodes(model, filtering.decode_pod(pod), names)
 

@@ -15,12 +15,14 @@ import weakref
 import zlib
 from collections import Counter
 from collections.abc import Mapping
+from typing import Any
 
 from migfit import cluster, layouts, profiles, requests
 
 # The key under which supply and demand are counted: (lower-cased model id, profile). The same
 # profile name means a different instance on another model (reference/MIG.md 3.1).
 ModelProfile = tuple[str, profiles.ProfileName]
+MEMO_KEYS = 32  # request shapes whose per-node verdicts are kept
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -207,6 +209,8 @@ class Index:
         self._demand_any: Counter[profiles.ProfileName] = Counter()
         self._demand_generation = -1
         self._pending_wants: dict[str, tuple[cluster.PodRecord, tuple[Want, ...]]] = {}
+        self._demand_total: Counter[profiles.ProfileName] = Counter()
+        self._memos: dict[object, dict[str, Any]] = {}
         model.add_listener(self._dirty.add)
 
     # ------------------------------------------------------------ nodes
@@ -251,27 +255,49 @@ class Index:
     # ------------------------------------------------------------ demand
 
     def _refresh_demand(self) -> None:
+        """Recount demand after a change: only pods that changed since the last count are
+        decoded and counted again (records are immutable, so identity means unchanged)."""
         if self._demand_generation == self.cluster.generation:
             return
-        demand: Counter[ModelProfile] = Counter()
-        demand_any: Counter[profiles.ProfileName] = Counter()
+        previous = self._pending_wants
         known: dict[str, tuple[cluster.PodRecord, tuple[Want, ...]]] = {}
         for pod in self.cluster.pending_pods():
-            cached = self._pending_wants.get(pod.uid)
+            cached = previous.pop(pod.uid, None)
             if cached is not None and cached[0] is pod:
-                wants = cached[1]
-            else:
-                wants = wants_of(pod.requests, pod.annotations)
+                known[pod.uid] = cached
+                continue
+            if cached is not None:
+                self._count(cached[1], -1)
+            wants = wants_of(pod.requests, pod.annotations)
             known[pod.uid] = (pod, wants)
-            for w in wants:
-                if w.models is None:
-                    demand_any[w.profile] += w.count
-                else:
-                    for m in w.models:
-                        demand[(m, w.profile)] += w.count
+            self._count(wants, +1)
+        for _pod, wants in previous.values():  # no longer pending
+            self._count(wants, -1)
         self._pending_wants = known
-        self._demand, self._demand_any = demand, demand_any
         self._demand_generation = self.cluster.generation
+
+    def _count(self, wants: tuple[Want, ...], sign: int) -> None:
+        for w in wants:
+            self._demand_total[w.profile] += sign * w.count
+            if w.models is None:
+                self._demand_any[w.profile] += sign * w.count
+            else:
+                for m in w.models:
+                    self._demand[(m, w.profile)] += sign * w.count
+
+    def memo(self, key: object) -> dict[str, Any]:
+        """A per-key scratch dict kept across calls (least recently used keys dropped).
+
+        Filter and score keep each node's verdict for a request shape here, next to the
+        figures it was computed from, so an unchanged node costs one lookup.
+        """
+        table = self._memos.pop(key, None)
+        if table is None:
+            table = {}
+            if len(self._memos) >= MEMO_KEYS:
+                del self._memos[next(iter(self._memos))]
+        self._memos[key] = table
+        return table
 
     def demand(self, model_key: str, profile: str, *, exclude: str | None = None) -> int:
         """Instances of ``profile`` that pending pods (but ``exclude``, a uid) could use on
@@ -291,10 +317,7 @@ class Index:
         """Instances per profile that pending pods ask for, any model (for the advisor and
         metrics)."""
         self._refresh_demand()
-        out: Counter[profiles.ProfileName] = Counter(self._demand_any)
-        for (_m, p), n in self._demand.items():
-            out[p] += n
-        return dict(out)
+        return {p: n for p, n in self._demand_total.items() if n > 0}
 
 
 _INDEXES: weakref.WeakKeyDictionary[cluster.Cluster, Index] = weakref.WeakKeyDictionary()

@@ -167,7 +167,10 @@ def _relayout(fig: figures.NodeFigures, want: figures.Want) -> tuple[Relayout, s
 
 
 def check(fig: figures.NodeFigures | None, request: PodRequest) -> tuple[Reason, ...]:
-    """The reasons ``fig``'s node cannot take ``request``; empty when it can."""
+    """The reasons ``fig``'s node cannot take ``request``; empty when it can.
+
+    A function of ``fig`` and ``request.wants`` only: callers may memoise on them.
+    """
     if fig is None:
         return _UNKNOWN
     if fig.repartitioning is not None:
@@ -225,11 +228,18 @@ def filter_nodes(
         return FilterResult(passed=unique, failed={}, unresolvable={})
     index = figures.index_of(model)
     figs = index.figures
+    memo = index.memo(request.wants)
     passed: list[str] = []
     failed: dict[str, tuple[Reason, ...]] = {}
     unresolvable: dict[str, tuple[Reason, ...]] = {}
     for name in unique:
-        reasons = check(figs.get(name), request)
+        fig = figs.get(name)
+        hit = memo.get(name)
+        if hit is not None and hit[0] is fig:
+            reasons = hit[1]
+        else:
+            reasons = check(fig, request)
+            memo[name] = (fig, reasons)
         if not reasons:
             passed.append(name)
         elif reasons[0].unresolvable:

@@ -77,6 +77,9 @@ class NodeScore(NamedTuple):
     raw: float = 0.0
 
 
+_ZEROS = ("scoring", "zeros")
+
+
 def _scarcity(index: figures.Index, model_key: str, request: filtering.PodRequest) -> float:
     worst = 0.0
     for w in request.wants:
@@ -103,10 +106,21 @@ def score_nodes(
     out: list[NodeScore] = []
     append = out.append
     check = filtering.check
+    memo = index.memo(request.wants)  # shared with filter: the same verdicts
+    zeros: dict[str, NodeScore] = index.memo(_ZEROS)  # one shared "does not fit" per node
     for name in unique:
         fig = figs.get(name)
-        if fig is None or check(fig, request):
-            append(NodeScore(name, MIN_SCORE, False))
+        hit = memo.get(name)
+        if hit is not None and hit[0] is fig:
+            reasons = hit[1]
+        else:
+            reasons = check(fig, request)
+            memo[name] = (fig, reasons)
+        if fig is None or reasons:
+            zero = zeros.get(name)
+            if zero is None:
+                zero = zeros[name] = NodeScore(name, MIN_SCORE, False)
+            append(zero)
             continue
         free = fig.state.free
         taken = tight = slack = 0.0

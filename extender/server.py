@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import gc
 import importlib
 import json
 import logging
@@ -416,6 +417,21 @@ def make_app(
     return app
 
 
+async def freeze_after_sync(model: cluster.Cluster, *, poll_s: float = 0.5) -> None:
+    """Once the cache has synced, move it out of the cyclic GC's sight (``gc.freeze``).
+
+    150,000 pod records make a full collection take a few hundred milliseconds — a p99 spike
+    on whichever call triggers it. The records are immutable and long-lived, so collecting
+    them is pointless; objects created later are still collected as usual.
+    """
+    while not model.synced:
+        await asyncio.sleep(poll_s)
+    gc.collect()
+    gc.freeze()
+    log.info("extender: cache synced (%d nodes); %d objects frozen for the GC", len(model),
+             gc.get_freeze_count())
+
+
 def tls_reloader(settings: ExtenderSettings) -> reloading.CertificateReloader | None:
     """The reloading TLS context of ``settings``, or None for plain HTTP."""
     if settings.tls_cert is None and settings.tls_key is None:
@@ -443,6 +459,7 @@ async def serve(
     """
     reloader = tls_reloader(settings)
     app = make_app(settings=settings, cluster=model, source=source)
+    app.cleanup_ctx.append(_background("GC freeze", lambda: freeze_after_sync(model)))
     if reloader is not None:
         app.cleanup_ctx.append(_background(
             "TLS reload", lambda: reloader.run(settings.reload_interval)))

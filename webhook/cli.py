@@ -54,6 +54,9 @@ def add_policy_arguments(parser: argparse.ArgumentParser) -> None:
                              "nvidia.com/mig.strategy label (default)")
     parser.add_argument("--waste-warning", type=float, default=0.5, metavar="FRACTION",
                         help="warn when more than this share of an instance's memory is unused")
+    parser.add_argument("--scheduler-name", metavar="NAME",
+                        help="set spec.schedulerName of annotated pods that use the default "
+                             "scheduler (e.g. migfit-scheduler of the second-scheduler overlay)")
 
 
 def policy_from(args: argparse.Namespace) -> tuple[profiles.Catalog, decision.Policy]:
@@ -68,6 +71,7 @@ def policy_from(args: argparse.Namespace) -> tuple[profiles.Catalog, decision.Po
         memory_match=args.memory_match,
         strategy=args.strategy,
         waste_warning=args.waste_warning,
+        scheduler_name=args.scheduler_name or None,
     )
 
 

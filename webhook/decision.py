@@ -44,6 +44,9 @@ class Policy:
     strategy: StrategyChoice = "auto"
     #: Warn when more than this share of the chosen instance's memory would be unused.
     waste_warning: float = 0.5
+    #: Hand annotated pods to this scheduler (the second-scheduler overlay's
+    #: ``migfit-scheduler``); pods that name a scheduler other than the default keep theirs.
+    scheduler_name: str | None = None
 
 
 class PatchOp(TypedDict):
@@ -343,6 +346,7 @@ def _decide(pod: Mapping[str, Any], *, supply: view.Supply, policy: Policy) -> V
                                  owned=owned.get(pl.container.name)))
     if values is not None:
         ops.extend(_affinity_ops(pod.get("spec"), values))
+    ops.extend(_scheduler_ops(pod.get("spec"), policy.scheduler_name))
     ops.extend(_annotation_ops(annotations, {
         requests.PROFILE: requests.profile_annotation(record),
         requests.DECISION: requests.encode_decision(record),
@@ -357,8 +361,19 @@ def _decide(pod: Mapping[str, Any], *, supply: view.Supply, policy: Policy) -> V
     )
 
 
+def _scheduler_ops(spec: Any, scheduler_name: str | None) -> list[PatchOp]:
+    """Set ``spec.schedulerName`` when a migfit scheduler is configured and the pod left the
+    default (RFC 6902 ``add`` replaces an existing member)."""
+    if scheduler_name is None or not isinstance(spec, Mapping):
+        return []
+    current = spec.get("schedulerName")
+    if current == scheduler_name or current not in (None, "", "default-scheduler"):
+        return []
+    return [PatchOp(op="add", path="/spec/schedulerName", value=scheduler_name)]
+
+
 def _resource(profile: str, strategy: requests.Strategy) -> str:
-    return profiles.GPU_RESOURCE if strategy == "single" else profiles.RESOURCE_PREFIX + profile
+    return profiles.GPU_RESOURCE if strategy == "single" else profiles.resource_name(profile)
 
 
 def _reuse(

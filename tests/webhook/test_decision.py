@@ -334,3 +334,24 @@ def test_single_strategy_reinvocation_is_stable_across_models() -> None:
     assert expr == [{"key": "nvidia.com/gpu.product", "operator": "In",
                      "values": [f"{s.H100_PRODUCT}-MIG-3g.40gb"]}]
     assert decide(out, supply=supply).patch == ()
+
+
+def test_scheduler_name_is_set_for_pods_on_the_default_scheduler() -> None:
+    import dataclasses
+
+    policy = dataclasses.replace(s.POLICY, scheduler_name="migfit-scheduler")
+    pod = s.pod({requests.GPU_MEMORY: "8Gi"})
+    out = applied(pod, decide(pod, policy=policy))
+    assert out["spec"]["schedulerName"] == "migfit-scheduler"
+    assert decide(out, policy=policy).patch == ()  # idempotent
+    mine = s.pod({requests.GPU_MEMORY: "8Gi"})
+    mine["spec"]["schedulerName"] = "volcano"
+    assert applied(mine, decide(mine, policy=policy))["spec"]["schedulerName"] == "volcano"
+
+
+def test_media_profiles_use_the_device_plugin_resource_spelling() -> None:
+    pod = s.pod({requests.GPU_MEMORY: "8Gi", requests.GPU_MEDIA: "true"})
+    verdict = decide(pod)
+    assert verdict.allowed and verdict.profiles == ("1g.10gb+me",)
+    limits = applied(pod, verdict)["spec"]["containers"][0]["resources"]["limits"]
+    assert limits == {"nvidia.com/mig-1g.10gb.me": "1"}

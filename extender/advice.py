@@ -218,7 +218,13 @@ class Publisher:
         self._events: dict[tuple[str, str], _Sent] = {}
 
     async def run(self) -> None:
-        """Publish every ``interval_s`` until cancelled; API errors are logged and retried."""
+        """Publish every ``interval_s`` until cancelled; API errors are logged and retried.
+
+        Nothing is published before the cache has synced: advice from a half-listed cluster
+        would remove marks that are still true.
+        """
+        while not self.state.synced:
+            await asyncio.sleep(0.2)
         while True:
             try:
                 await self.publish_once()

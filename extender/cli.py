@@ -5,11 +5,15 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import sys
 from pathlib import Path
+from typing import Any
+
+import prometheus_client
 
 from extender import scoring_log, server
-from migfit import cluster, errors, profiles, sources
+from migfit import advisor, cluster, errors, profiles, sources
 
 HELP = "run the scheduler extender: filter and score nodes by free MIG instances"
 
@@ -41,6 +45,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--log-level", default="info",
                         choices=["debug", "info", "warning", "error"],
                         help="debug also logs every filter verdict with its reasons")
+    adv = parser.add_argument_group(
+        "advisor", "re-layout advice (GET /advice always; with a Kubernetes API: node "
+                   "annotation and label, Events) and the optional apply mode")
+    adv.add_argument("--grace", type=float, default=60.0, metavar="SECONDS",
+                     help="a pending pod counts as demand after this long unschedulable "
+                          "(default 60)")
+    adv.add_argument("--configmap", default="gpu-operator/default-mig-parted-config",
+                     metavar="NS/NAME", help="the MIG Manager's mig-parted ConfigMap "
+                                            "(default %(default)s)")
+    adv.add_argument("--no-publish", action="store_true",
+                     help="do not write advice to nodes and Events (GET /advice only)")
+    adv.add_argument("--apply-relayout", action="store_true",
+                     help="let the leader apply safe re-layouts through the MIG Manager "
+                          "(off by default)")
+    adv.add_argument("--max-relayouts", type=int, default=1, metavar="N",
+                     help="nodes re-laid out at once in apply mode (default 1)")
+    adv.add_argument("--relayout-timeout", type=float, default=1200.0, metavar="SECONDS",
+                     help="give up on a re-layout after this long (default 1200)")
+    adv.add_argument("--lease-namespace", default=os.environ.get("POD_NAMESPACE",
+                                                                 "migfit-system"),
+                     metavar="NS", help="namespace of the leader-election Lease "
+                                        "(default $POD_NAMESPACE or migfit-system)")
 
 
 def settings_from(args: argparse.Namespace) -> server.ExtenderSettings:
@@ -83,10 +109,70 @@ def _configure_logging(level: str) -> None:
     scoring_log.logger.propagate = False
 
 
+async def _api_client(args: argparse.Namespace) -> Any:
+    """A kubernetes-asyncio ApiClient for the advisor's writes (same config as the source)."""
+    from kubernetes_asyncio import client, config
+
+    cfg = client.Configuration()
+    try:
+        if args.kubeconfig:
+            await config.load_kube_config(config_file=args.kubeconfig, context=args.context,
+                                          client_configuration=cfg)
+        else:
+            in_cluster: Any = config.load_incluster_config  # untyped in the stubs
+            in_cluster(client_configuration=cfg)
+    except Exception as exc:
+        raise errors.ConfigError(f"cannot configure the Kubernetes client: {exc}") from None
+    return client.ApiClient(cfg)
+
+
+async def _serve(args: argparse.Namespace, settings: server.ExtenderSettings,
+                 view: cluster.Cluster, source: sources.Source) -> None:
+    from extender import advice
+
+    registry = prometheus_client.CollectorRegistry(auto_describe=True)
+    metrics = advice.Metrics(registry)
+    cache = advice.configure(settings=advisor.Settings(grace_s=args.grace))
+    background: list[tuple[str, Any]] = []
+    api = None
+    if getattr(args, "cluster_file", None) is None and not args.no_publish:
+        api = await _api_client(args)
+        ns, _, name = str(args.configmap).partition("/")
+        if not name:
+            raise errors.UsageError(f"--configmap {args.configmap!r} is not NAMESPACE/NAME")
+        config, why = await advice.read_config(api, name=name, namespace=ns)
+        if why is not None:
+            logging.getLogger("migfit.advice").warning(
+                "%s; layouts are inferred from allocatable", why)
+        advice.configure(config=config)
+        background.append(("advice publisher",
+                           advice.Publisher(view, api, cache=cache, metrics=metrics).run))
+        if args.apply_relayout:
+            from extender import leader, relayout
+
+            elector = leader.LeaseElector(api, namespace=args.lease_namespace)
+            applier = relayout.Relayouter(
+                view, api, elector=elector, cache=cache, metrics=metrics,
+                settings=relayout.Settings(max_concurrent=args.max_relayouts,
+                                           timeout_s=args.relayout_timeout))
+            background += [("leader election", elector.run), ("re-layout", applier.run)]
+    elif args.apply_relayout:
+        raise errors.UsageError("--apply-relayout needs a Kubernetes API (--kubeconfig or "
+                                "in-cluster), and advice publishing on")
+    try:
+        await server.serve(settings, view, source=source, registry=registry,
+                           background=background)
+    finally:
+        if api is not None:
+            await api.close()
+
+
 def run(args: argparse.Namespace) -> int:
     settings = settings_from(args)
+    if args.max_relayouts < 1:
+        raise errors.UsageError(f"--max-relayouts {args.max_relayouts}: use 1 or more")
     _configure_logging(args.log_level)
     view = cluster.Cluster(profiles.load(args.catalog))
     source = sources.source_from_args(view, args)
-    asyncio.run(server.serve(settings, view, source=source))
+    asyncio.run(_serve(args, settings, view, source))
     return 0

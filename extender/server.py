@@ -25,7 +25,7 @@ import json
 import logging
 import signal
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -207,8 +207,10 @@ class Metrics:
     filtered: prometheus_client.Counter
 
 
-def _metrics(model: cluster.Cluster) -> Metrics:
-    registry = prometheus_client.CollectorRegistry(auto_describe=True)
+def _metrics(model: cluster.Cluster,
+             registry: prometheus_client.CollectorRegistry | None = None) -> Metrics:
+    if registry is None:
+        registry = prometheus_client.CollectorRegistry(auto_describe=True)
     calls = prometheus_client.Counter("migfit_extender_requests", "Extender calls per verb",
                                       ["verb", "code"], registry=registry)
     latency = prometheus_client.Histogram(
@@ -393,8 +395,12 @@ def make_app(
     settings: ExtenderSettings,
     cluster: cluster.Cluster,
     source: Source | None = None,
+    registry: prometheus_client.CollectorRegistry | None = None,
 ) -> web.Application:
     """The extender application over ``cluster``; ``source`` (when given) runs for its lifetime.
+
+    ``registry`` (default: a new one) is where the metrics go, so that the advisor's and the
+    re-layout's gauges share the extender's ``/metrics``.
 
     Routes: ``POST /filter``, ``POST /prioritize``, ``GET /healthz``, ``/readyz``, ``/metrics``,
     ``/advice``. It can be mounted under a prefix with ``add_subapp`` (``migfit serve``).
@@ -402,7 +408,7 @@ def make_app(
     app = web.Application(client_max_size=settings.max_body_bytes, middlewares=[_errors])
     app[SETTINGS] = settings
     app[CLUSTER] = cluster
-    app[METRICS] = _metrics(cluster)
+    app[METRICS] = _metrics(cluster, registry)
     app[SCORING_LOG] = scoring_log.ScoringLog(log_format=settings.log_format,
                                               max_nodes=settings.log_nodes)
     figures.index_of(cluster)  # subscribe to the cache before the first call
@@ -451,14 +457,20 @@ async def serve(
     source: Source | None = None,
     stop: asyncio.Event | None = None,
     on_started: Callable[[int], None] | None = None,
+    registry: prometheus_client.CollectorRegistry | None = None,
+    background: Sequence[tuple[str, Callable[[], Awaitable[None]]]] = (),
 ) -> None:
     """Serve the extender on ``settings.host:port`` until ``stop`` is set (or SIGTERM/SIGINT).
 
     HTTPS when a certificate is given (re-read when the files change), else HTTP.
-    ``on_started`` receives the bound port (``port`` 0 picks a free one).
+    ``on_started`` receives the bound port (``port`` 0 picks a free one). ``background``
+    tasks (name, coroutine factory: the advice publisher, the re-layout apply loop) run for
+    the server's life and are cancelled on shutdown.
     """
     reloader = tls_reloader(settings)
-    app = make_app(settings=settings, cluster=model, source=source)
+    app = make_app(settings=settings, cluster=model, source=source, registry=registry)
+    for name, make in background:
+        app.cleanup_ctx.append(_background(name, make))
     app.cleanup_ctx.append(_background("GC freeze", lambda: freeze_after_sync(model)))
     if reloader is not None:
         app.cleanup_ctx.append(_background(

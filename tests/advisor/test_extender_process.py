@@ -1,0 +1,101 @@
+"""`migfit extender --kubeconfig` as a real process against kmock: it lists and watches, serves
+the advice, and publishes it on the node (annotation and label) and as Events."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import pathlib
+import socket
+import sys
+import time
+from typing import Any
+
+import aiohttp
+import kmock
+import pytest
+from advisor_scene import node, pod
+from migmanager_sim import api_for, events, read_node, store
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture()
+def server(kmock: kmock.KubernetesEmulator) -> kmock.KubernetesEmulator:
+    for res in ("v1/pods", "v1/nodes", "v1/events", "v1/configmaps"):
+        kmock.resources[res] = {}  # type: ignore[assignment]
+    return kmock
+
+
+def _kubeconfig(server: kmock.KubernetesEmulator, path: pathlib.Path) -> pathlib.Path:
+    path.write_text(json.dumps({
+        "apiVersion": "v1", "kind": "Config",
+        "clusters": [{"name": "kmock", "cluster": {"server": str(server.url).rstrip("/")}}],
+        "users": [{"name": "tester", "user": {"token": "t0k3n"}}],
+        "contexts": [{"name": "kmock", "context": {"cluster": "kmock", "user": "tester"}}],
+        "current-context": "kmock",
+    }))
+    return path
+
+
+async def _until(check: Any, timeout: float = 30.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = await check()
+        if value:
+            return value
+        await asyncio.sleep(0.2)
+    raise AssertionError("timed out")
+
+
+async def test_extender_process_serves_and_publishes_advice(
+        server: kmock.KubernetesEmulator, tmp_path: pathlib.Path) -> None:
+    store(server, node("idle", alloc={"3g.40gb": 2}))
+    store(server, node("busy", alloc={"1g.10gb": 7}))
+    for i in range(7):
+        store(server, pod(f"run-{i}", "1g.10gb", namespace="ml", node="busy"))
+    store(server, pod("small", "1g.10gb", namespace="ml"))
+    port = _free_port()
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "migfit.cli", "extender", "--host", "127.0.0.1",
+        "--port", str(port), "--kubeconfig", str(_kubeconfig(server, tmp_path / "kc")),
+        "--grace", "0", "--log-level", "warning", cwd=ROOT,
+        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE)
+    api = api_for(server)
+    try:
+        async with aiohttp.ClientSession() as http:
+            async def advice() -> Any:
+                try:
+                    async with http.get(f"http://127.0.0.1:{port}/advice") as resp:
+                        body = await resp.json()
+                        return body if body.get("recommendations") else None
+                except aiohttp.ClientError:
+                    return None
+
+            body = await _until(advice)
+        assert [r["node"] for r in body["recommendations"]] == ["idle"]
+        assert body["recommendations"][0]["unblocks"] == ["ml/small"]
+
+        async def marked() -> Any:
+            obj = await read_node(api, "idle")
+            return obj if "migfit.io/relayout" in obj["metadata"].get("annotations", {}) else None
+
+        obj = await _until(marked)
+        assert obj["metadata"]["labels"]["migfit.io/relayout-recommended"] == "true"
+        note = json.loads(obj["metadata"]["annotations"]["migfit.io/relayout"])
+        assert "1g.10gb" in note["gpus"][0]["after"]
+        busy = await read_node(api, "busy")
+        assert "migfit.io/relayout" not in busy["metadata"].get("annotations", {})
+        reasons = {e.get("reason") for e in await _until(lambda: events(api))}
+        assert {"MigRelayoutRecommended", "WaitingForMigProfile"} <= reasons
+    finally:
+        await api.close()
+        proc.terminate()
+        _, err = await asyncio.wait_for(proc.communicate(), timeout=20)
+    assert b"Traceback" not in err, err.decode()

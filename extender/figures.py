@@ -4,7 +4,7 @@ The cluster model calls a listener with a node's name whenever that node's state
 index only marks it dirty. The next filter or prioritize call rebuilds the dirty nodes (and
 adjusts the cluster-wide free supply per model and profile incrementally), so the hot path is
 a few dict lookups per node. Demand (what pending pods ask for) depends on every pod, so it is
-recomputed at most once per cluster ``generation``.
+recomputed only when the set of pending pods changes (``Cluster.pending_generation``).
 """
 
 from __future__ import annotations
@@ -257,7 +257,7 @@ class Index:
     def _refresh_demand(self) -> None:
         """Recount demand after a change: only pods that changed since the last count are
         decoded and counted again (records are immutable, so identity means unchanged)."""
-        if self._demand_generation == self.cluster.generation:
+        if self._demand_generation == self.cluster.pending_generation:
             return
         previous = self._pending_wants
         known: dict[str, tuple[cluster.PodRecord, tuple[Want, ...]]] = {}
@@ -274,7 +274,7 @@ class Index:
         for _pod, wants in previous.values():  # no longer pending
             self._count(wants, -1)
         self._pending_wants = known
-        self._demand_generation = self.cluster.generation
+        self._demand_generation = self.cluster.pending_generation
 
     def _count(self, wants: tuple[Want, ...], sign: int) -> None:
         for w in wants:

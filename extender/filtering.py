@@ -306,4 +306,11 @@ def message(reason: Reason) -> str:
 
 
 def node_message(reasons: Sequence[Reason]) -> str:
+    """All of a node's reasons as one string (what the extender's maps carry)."""
+    return _joined(tuple(reasons))
+
+
+@functools.lru_cache(maxsize=16384)
+def _joined(reasons: tuple[Reason, ...]) -> str:
+    # Reasons are shared values (see _reason), so nodes in the same situation hit this cache.
     return "; ".join(message(r) for r in reasons)

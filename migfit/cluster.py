@@ -519,6 +519,8 @@ class Cluster:
         self._pending: set[str] = set()  # uids of pending pods with GPU requests
         self.synced = False
         self.generation = 0  # bumped on every change; caches key on it
+        # bumped when the set of pending GPU pods (or one of them) changes: demand caches
+        self.pending_generation = 0
         self._listeners: list[Listener] = []
 
     # ------------------------------------------------------------ reading
@@ -686,6 +688,7 @@ class Cluster:
     def _account(self, pod: PodRecord) -> None:
         if pod.pending and pod.requests:
             self._pending.add(pod.uid)
+            self.pending_generation += 1
         if pod.holds_instances and pod.requests and pod.node is not None:
             used = self._used.setdefault(pod.node, Counter())
             for res, n in pod.requests.items():
@@ -696,7 +699,9 @@ class Cluster:
             self.generation += 1
 
     def _unaccount(self, pod: PodRecord) -> None:
-        self._pending.discard(pod.uid)
+        if pod.uid in self._pending:
+            self._pending.discard(pod.uid)
+            self.pending_generation += 1
         if pod.holds_instances and pod.requests and pod.node is not None:
             used = self._used.get(pod.node)
             if used is not None:

@@ -64,24 +64,16 @@ def _config_file(path: str) -> migparted.Config:
 
 async def _read_configmap(args: argparse.Namespace) -> tuple[migparted.Config | None,
                                                               str | None]:
-    from kubernetes_asyncio import client, config
-
-    from extender import advice
+    from extender import advice, kubeapi
 
     ns, _, name = str(args.configmap).partition("/")
     if not name:
         raise errors.UsageError(f"--configmap {args.configmap!r} is not NAMESPACE/NAME")
-    cfg = client.Configuration()
     try:
-        if args.kubeconfig:
-            await config.load_kube_config(config_file=args.kubeconfig, context=args.context,
-                                          client_configuration=cfg)
-        else:
-            in_cluster: Any = config.load_incluster_config  # untyped in the stubs
-            in_cluster(client_configuration=cfg)
-    except Exception as exc:
-        return None, f"cannot configure the Kubernetes client: {exc}"
-    async with client.ApiClient(cfg) as api:
+        api = await kubeapi.api_client(kubeconfig=args.kubeconfig, context=args.context)
+    except errors.ConfigError as exc:
+        return None, exc.message
+    async with api:
         return await advice.read_config(api, name=name, namespace=ns)
 
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import prometheus_client
 
-from extender import scoring_log, server
+from extender import kubeapi, scoring_log, server
 from migfit import advisor, cluster, errors, profiles, sources
 
 HELP = "run the scheduler extender: filter and score nodes by free MIG instances"
@@ -109,23 +109,6 @@ def _configure_logging(level: str) -> None:
     scoring_log.logger.propagate = False
 
 
-async def _api_client(args: argparse.Namespace) -> Any:
-    """A kubernetes-asyncio ApiClient for the advisor's writes (same config as the source)."""
-    from kubernetes_asyncio import client, config
-
-    cfg = client.Configuration()
-    try:
-        if args.kubeconfig:
-            await config.load_kube_config(config_file=args.kubeconfig, context=args.context,
-                                          client_configuration=cfg)
-        else:
-            in_cluster: Any = config.load_incluster_config  # untyped in the stubs
-            in_cluster(client_configuration=cfg)
-    except Exception as exc:
-        raise errors.ConfigError(f"cannot configure the Kubernetes client: {exc}") from None
-    return client.ApiClient(cfg)
-
-
 async def _serve(args: argparse.Namespace, settings: server.ExtenderSettings,
                  view: cluster.Cluster, source: sources.Source) -> None:
     from extender import advice
@@ -136,7 +119,7 @@ async def _serve(args: argparse.Namespace, settings: server.ExtenderSettings,
     background: list[tuple[str, Any]] = []
     api = None
     if getattr(args, "cluster_file", None) is None and not args.no_publish:
-        api = await _api_client(args)
+        api = await kubeapi.api_client(kubeconfig=args.kubeconfig, context=args.context)
         ns, _, name = str(args.configmap).partition("/")
         if not name:
             raise errors.UsageError(f"--configmap {args.configmap!r} is not NAMESPACE/NAME")

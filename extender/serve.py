@@ -12,7 +12,6 @@ import argparse
 import asyncio
 import contextlib
 import logging
-import signal
 import sys
 import tempfile
 from pathlib import Path
@@ -21,7 +20,7 @@ from aiohttp import web
 
 from certs import certificates, reloading
 from extender import server as extender_server
-from migfit import cluster, errors, snapshots, sources
+from migfit import cluster, errors, lifecycle, snapshots, sources
 from webhook import cli as webhook_cli
 from webhook import server as webhook_server
 
@@ -111,10 +110,6 @@ async def _serve(args: argparse.Namespace) -> None:
 
     runners: list[web.AppRunner] = []
     stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
-            loop.add_signal_handler(sig, stop.set)
     reload_task = asyncio.create_task(reloader.run(reloading.DEFAULT_INTERVAL))
     try:
         for app, port in ((hook_app, args.webhook_port), (ext_app, args.extender_port)):
@@ -136,7 +131,8 @@ async def _serve(args: argparse.Namespace) -> None:
         print(_walkthrough(host=args.host, webhook_port=args.webhook_port,
                            extender_port=args.extender_port, ca=ca,
                            cluster_file=cluster_file), flush=True)
-        await stop.wait()
+        with lifecycle.stop_on_signals(stop):
+            await stop.wait()
     finally:
         reload_task.cancel()
         for runner in reversed(runners):

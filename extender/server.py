@@ -24,7 +24,6 @@ import gc
 import importlib
 import json
 import logging
-import signal
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -37,7 +36,7 @@ from prometheus_client.registry import Collector
 
 from certs import reloading
 from extender import figures, filtering, scoring, scoring_log
-from migfit import cluster, errors
+from migfit import cluster, errors, lifecycle
 
 log = logging.getLogger(__name__)
 
@@ -483,21 +482,15 @@ async def serve(
     site = web.TCPSite(runner, settings.host, settings.port,
                        ssl_context=None if reloader is None else reloader.context)
     stop = stop or asyncio.Event()
-    loop = asyncio.get_running_loop()
-    installed: list[signal.Signals] = []
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
-            loop.add_signal_handler(sig, stop.set)
-            installed.append(sig)
     try:
-        await site.start()
-        port = runner.addresses[0][1] if runner.addresses else settings.port
-        scheme = "http" if reloader is None else "https"
-        log.info("extender serving %s://%s:%s (filter, prioritize)", scheme, settings.host, port)
-        if on_started is not None:
-            on_started(int(port))
-        await stop.wait()
+        with lifecycle.stop_on_signals(stop):
+            await site.start()
+            port = runner.addresses[0][1] if runner.addresses else settings.port
+            scheme = "http" if reloader is None else "https"
+            log.info("extender serving %s://%s:%s (filter, prioritize)", scheme,
+                     settings.host, port)
+            if on_started is not None:
+                on_started(int(port))
+            await stop.wait()
     finally:
-        for sig in installed:
-            loop.remove_signal_handler(sig)
         await runner.cleanup()

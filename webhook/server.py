@@ -14,7 +14,6 @@ import contextlib
 import dataclasses
 import json
 import logging
-import signal
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from pathlib import Path
@@ -27,7 +26,7 @@ from prometheus_client.exposition import generate_latest
 from certs import metrics as cert_metrics
 from certs import reloading
 from migfit import cluster as cluster_mod
-from migfit import errors
+from migfit import errors, lifecycle
 from webhook import decision, view
 
 log = logging.getLogger(__name__)
@@ -326,26 +325,19 @@ async def serve(
     await runner.setup()
     site = web.TCPSite(runner, settings.host, settings.port, ssl_context=reloader.context)
     stop = stop or asyncio.Event()
-    loop = asyncio.get_running_loop()
-    installed: list[signal.Signals] = []
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
-            loop.add_signal_handler(sig, stop.set)
-            installed.append(sig)
     try:
-        await site.start()
-        port = runner.addresses[0][1] if runner.addresses else settings.port
-        log.info("webhook serving https://%s:%s%s", settings.host, port, MUTATE_PATH)
-        if on_started is not None:
-            on_started(int(port))
-        await stop.wait()
-        if settings.drain_delay > 0:
-            app[STATE].draining = True
-            log.info("shutting down: draining for %ss", settings.drain_delay)
-            await asyncio.sleep(settings.drain_delay)
+        with lifecycle.stop_on_signals(stop):
+            await site.start()
+            port = runner.addresses[0][1] if runner.addresses else settings.port
+            log.info("webhook serving https://%s:%s%s", settings.host, port, MUTATE_PATH)
+            if on_started is not None:
+                on_started(int(port))
+            await stop.wait()
+            if settings.drain_delay > 0:
+                app[STATE].draining = True
+                log.info("shutting down: draining for %ss", settings.drain_delay)
+                await asyncio.sleep(settings.drain_delay)
     finally:
-        for sig in installed:
-            loop.remove_signal_handler(sig)
         await runner.cleanup()
 
 

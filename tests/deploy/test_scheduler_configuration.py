@@ -190,3 +190,16 @@ def test_validation_failures_are_config_errors_naming_the_field() -> None:
     entry["weight"] = 0
     with pytest.raises(errors.ConfigError, match=r"extenders\[0\]\.weight"):
         schedulerconfig.parse_snippet({"extenders": [entry]})
+
+
+@needs_kubectl
+def test_webhook_hands_pods_to_the_second_scheduler_it_installs() -> None:
+    for target in ("overlays/second-scheduler", "overlays/cert-manager"):
+        args = find(render(target), "Deployment", "migfit-webhook")["spec"]["template"][
+            "spec"]["containers"][0]["args"]
+        assert "--scheduler-name=migfit-scheduler" in args, target
+    base_args = find(render("base"), "Deployment", "migfit-webhook")["spec"]["template"][
+        "spec"]["containers"][0]["args"]
+    assert not any(a.startswith("--scheduler-name") for a in base_args)
+    config = schedulerconfig.parse_configuration(_rendered_configuration())
+    assert [p.schedulerName for p in config.profiles or ()] == ["migfit-scheduler"]

@@ -1,11 +1,14 @@
 """Webhook throughput and latency: admissions/s and p50/p99 over HTTPS keep-alive, loopback only.
 
 One server process (``migfit webhook`` on examples/cluster.yaml, pinned to CPU 0 with taskset
-when available) and this process as the client (pinned to CPU 1 when there is one). Each
-concurrency level sends a bounded number of AdmissionReviews for a realistic pod (a trainer
-with env and volume mounts, two sidecars, an init container, volumes) and stops by itself.
+when available) and a client pinned to CPU 1 when there is one: ``wrk`` (a C load generator,
+``apt-get install wrk``) when it is installed, else this process with aiohttp (a Python client
+saturates before the server does, so its latencies overstate the server's). Each concurrency
+level sends AdmissionReviews for a realistic pod (a trainer with env and volume mounts, two
+sidecars, an init container, volumes) for a bounded time or count and stops by itself.
 
-    python bench/bench_webhook.py [--requests 4000] [--runs 3] [--concurrency 1,16,64]
+    python bench/bench_webhook.py [--client wrk|aiohttp] [--requests 4000] [--seconds 8]
+                                  [--runs 3] [--concurrency 1,16,64]
 """
 
 from __future__ import annotations
@@ -165,6 +168,49 @@ async def run_level(url: str, context: ssl.SSLContext, *, concurrency: int, coun
     return count / elapsed, latencies
 
 
+_WRK_SCRIPT = """
+wrk.method = "POST"
+wrk.headers["Content-Type"] = "application/json"
+wrk.body = io.open(os.getenv("MIGFIT_BENCH_BODY")):read("*a")
+"""
+
+
+def _ms(text: str) -> float:
+    value = float(text.rstrip("usmnµ"))
+    if text.endswith("us"):
+        return value / 1000
+    if text.endswith("ms"):
+        return value
+    return value * 1000  # seconds
+
+
+def run_wrk(url: str, body: Path, *, concurrency: int, seconds: float,
+            tmp: Path) -> tuple[float, float, float, int]:
+    """(requests/s, p50 ms, p99 ms, requests) from one wrk run on CPU 1."""
+    script = tmp / "post.lua"
+    script.write_text(_WRK_SCRIPT)
+    out = subprocess.run(
+        [*pin(1), "wrk", "-t1", f"-c{concurrency}", f"-d{seconds:g}s", "--latency",
+         "-s", str(script), url + "/mutate?timeout=10s"],
+        capture_output=True, text=True, check=True, timeout=seconds + 30,
+        env={**os.environ, "MIGFIT_BENCH_BODY": str(body)})
+    rate = p50 = p99 = float("nan")
+    count = 0
+    for line in out.stdout.splitlines():
+        parts = line.split()
+        if line.startswith("Requests/sec:"):
+            rate = float(parts[1])
+        elif len(parts) == 2 and parts[0] == "50%":
+            p50 = _ms(parts[1])
+        elif len(parts) == 2 and parts[0] == "99%":
+            p99 = _ms(parts[1])
+        elif "requests in" in line:
+            count = int(parts[0])
+        elif "Non-2xx" in line:
+            raise SystemExit(f"wrk saw errors: {line.strip()}")
+    return rate, p50, p99, count
+
+
 def cpu_seconds(pid: int) -> float:
     """User + system CPU time of a process (Linux), to report capacity per core even when
     other work shares the machine."""
@@ -192,6 +238,9 @@ async def main() -> None:
     parser.add_argument("--requests", type=int, default=4000, help="requests per run and level")
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--concurrency", default="1,16,64")
+    parser.add_argument("--client", choices=["wrk", "aiohttp"],
+                        default="wrk" if shutil.which("wrk") else "aiohttp")
+    parser.add_argument("--seconds", type=float, default=8.0, help="seconds per wrk run")
     args = parser.parse_args()
     levels = [int(c) for c in args.concurrency.split(",")]
 
@@ -206,18 +255,22 @@ async def main() -> None:
            "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning",
            "--cluster", str(ROOT / "examples" / "cluster.yaml"), "--drain-delay", "0"]
     proc = subprocess.Popen(cmd, cwd=ROOT)
-    if pin(1):
+    if pin(1) and args.client == "aiohttp":
         os.sched_setaffinity(0, {1})
     url = f"https://127.0.0.1:{port}"
     bodies = [json.dumps(realistic_review(i)).encode() for i in range(64)]
     try:
         await wait_up(url, context, proc)
         print(f"machine: {machine()}")
-        print(f"server: one process{' pinned to CPU 0' if pin(0) else ''}; client: this process"
+        client = "wrk -t1" if args.client == "wrk" else "this process (aiohttp)"
+        print(f"server: one process{' pinned to CPU 0' if pin(0) else ''}; client: {client}"
               f"{' pinned to CPU 1' if pin(1) else ''}; HTTPS keep-alive (TLS 1.3), loopback")
         print(f"input: examples/cluster.yaml (8 nodes), AdmissionReview of {len(bodies[0])} "
               f"bytes (3 containers, init container, 4 volumes, 21 env vars)")
-        print(f"{args.requests} requests per run, {args.runs} runs, medians shown")
+        per_run = (f"{args.seconds:g} s" if args.client == "wrk"
+                   else f"{args.requests} requests")
+        print(f"{per_run} per run, {args.runs} runs, medians shown")
+        (tmp / "body.json").write_bytes(bodies[0])
         print("server CPU/admission = the server's CPU time over the requests; per core = "
               "1 / that (what one core sustains, whatever else runs on the machine)")
         print(f"{'concurrency':>11} {'admissions/s':>13} {'p50 ms':>8} {'p99 ms':>8} "
@@ -226,6 +279,14 @@ async def main() -> None:
             rates, p50s, p99s, cpus = [], [], [], []
             for _ in range(args.runs):
                 cpu0 = cpu_seconds(proc.pid)
+                if args.client == "wrk":
+                    rate, p50, p99, n = run_wrk(url, tmp / "body.json", concurrency=c,
+                                                seconds=args.seconds, tmp=tmp)
+                    cpus.append((cpu_seconds(proc.pid) - cpu0) / max(n, 1) * 1e6)
+                    rates.append(rate)
+                    p50s.append(p50)
+                    p99s.append(p99)
+                    continue
                 rate, lat = await run_level(url, context, concurrency=c, count=args.requests,
                                             bodies=bodies)
                 cpus.append((cpu_seconds(proc.pid) - cpu0) / (args.requests + c) * 1e6)

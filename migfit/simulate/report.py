@@ -32,8 +32,8 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
 )
 PALETTE = ("#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1",
            "#ff9da7", "#9c755f", "#bab0ac")
-PROFILE_COLOURS = ("#a6cee3", "#1f78b4", "#b2df8a", "#33a02c", "#fb9a99", "#e31a1c",
-                   "#fdbf6f", "#ff7f00", "#cab2d6", "#6a3d9a")
+PROFILE_COLOURS = ("#1f77b4", "#9467bd", "#2ca02c", "#ff7f0e", "#d62728", "#8c564b",
+                   "#e377c2", "#17becf", "#bcbd22", "#7f7f7f")
 
 
 def _fmt(value: float, kind: str) -> str:
@@ -190,7 +190,7 @@ def gpu_picture(snapshot: Sequence[Mapping[str, Any]], *, title: str,
                    + "/>")
         for start, size, profile, used in gpu:
             colour = colours.get(profile, "#888")
-            op = "1" if used else "0.3"
+            op = "1" if used else "0.25"
             out.append(f'<rect x="{x0 + start * cell_w}" y="{y0}" width="{size * cell_w}" '
                        f'height="{gpu_h}" fill="{colour}" fill-opacity="{op}"/>')
     out.append("</svg>")
@@ -201,8 +201,8 @@ def legend(colours: Mapping[str, str]) -> str:
     items = "".join(
         f'<span class="key"><span class="sw" style="background:{c}"></span>'
         f'{html.escape(p)}</span>' for p, c in colours.items())
-    return (f'<p>{items}<span class="key"><span class="sw" style="background:#1f78b4;'
-            f'opacity:.3"></span>pale = idle instance</span><span class="key">'
+    return (f'<p>{items}<span class="key"><span class="sw" style="background:#1f77b4;'
+            f'opacity:.25"></span>pale = idle instance</span><span class="key">'
             f'<span class="sw" style="background:#eee"></span>no instance</span>'
             f'<span class="key"><span class="sw" style="border:1px solid #d00"></span>'
             f're-layout in progress</span></p>')

@@ -47,6 +47,11 @@ class Settings:
     """How the advisor decides (``--grace`` and friends)."""
 
     grace_s: float = 60.0  # a pod must have been unschedulable this long to count
+    # ... and this long while free instances of its profile exist somewhere: kube-scheduler
+    # moves unschedulable pods back to its active queue on cluster events and at the latest
+    # every 5 minutes (podMaxInUnschedulablePodsDuration), so a pod still pending after three
+    # such flushes cannot use those instances.
+    free_grace_s: float = 900.0
     weight_per_hour: float = 1.0  # weight of a waiting instance: 1 + hours waited × this
     allow_disruptive: bool = True  # also recommend changes that disrupt running pods
     max_recommendations: int | None = None
@@ -193,10 +198,19 @@ def unservable_profiles(state: cluster.Cluster, wanted: Sequence[str]) -> set[Pr
 
 
 def demand(state: cluster.Cluster, *, now: float, settings: Settings) -> list[Waiting]:
-    """Pending unbound MIG pods, unschedulable for longer than the grace period, that want a
-    profile nothing can serve now (heaviest, i.e. longest waiting, first)."""
+    """Pending unbound MIG pods, unschedulable for longer than the grace period (heaviest,
+    i.e. longest waiting, first).
+
+    The scheduler's verdict is the test of "nothing can serve it now". A pod whose profile
+    has no free instance anywhere counts after ``grace_s``. One whose profile does have free
+    instances counts after ``free_grace_s``: kube-scheduler retries it on every cluster change
+    and at least every 5 minutes, so still being Unschedulable then means those instances are
+    of no use to it (CPU, memory, taints, affinity or the extender's memory check rule them
+    out). Treating them as supply for ever would hide the pod for as long as they stay free
+    (``migfit simulate`` showed it: nodes re-laid out to 7g.80gb ran out of CPU first, and
+    their free 7g.80gb masked every waiting 7g pod).
+    """
     out: list[Waiting] = []
-    free_cache: dict[str, bool] = {}
     for pod in state.pending_pods():
         if not pod.pending or pod.unschedulable_since is None:
             continue
@@ -206,12 +220,7 @@ def demand(state: cluster.Cluster, *, now: float, settings: Settings) -> list[Wa
         waited = now - pod.unschedulable_since
         if waited < settings.grace_s:
             continue
-        stuck = False
-        for p in reqs:
-            if p not in free_cache:
-                free_cache[p] = bool(state.free_nodes(p))
-            stuck = stuck or not free_cache[p]
-        if not stuck:
+        if waited < settings.free_grace_s and any(state.free_nodes(p) for p in reqs):
             continue
         weight = 1.0 + max(waited, 0.0) / 3600.0 * settings.weight_per_hour
         out.append(Waiting(key=pod.key, requests=reqs, waited_s=waited, weight=weight))

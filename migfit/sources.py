@@ -67,6 +67,12 @@ def open_source(
     if cluster_file is not None and kubeconfig is not None:
         raise errors.UsageError("give either --cluster FILE or --kubeconfig PATH, not both")
     if cluster_file is not None:
+        if not os.path.isfile(cluster_file):
+            # A typo at start-up is an error; a file that later goes missing or breaks keeps
+            # the last good state (the file source's behaviour).
+            raise errors.UsageError(
+                f"--cluster {os.fspath(cluster_file)}: no such file; pass a file made by "
+                f"`kubectl get nodes,pods -A -o yaml`")
         return snapshots.FileSource(model, cluster_file, poll_interval_s=poll_interval_s,
                                     catalog=model.catalog)
     if kubeconfig is None and not in_cluster:

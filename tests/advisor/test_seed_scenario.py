@@ -70,6 +70,10 @@ def test_no_advice_when_servable_within_grace_or_not_yet_unschedulable() -> None
     free = build(node("a", alloc={"3g.40gb": 2}), node("b", alloc={"1g.10gb": 7}),
                  pod("p", "1g.10gb"))
     assert advisor.advise(free, now=NOW).recommendations == ()
+    # Still Unschedulable long after the scheduler's retries although 1g.10gb is free on b:
+    # those instances are of no use to it, so a re-layout of a is recommended after all.
+    late = advisor.advise(free, now=T0 + advisor.Settings().free_grace_s + 1)
+    assert [r.node for r in late.recommendations] == ["a"]
     young = build(node("a", alloc={"3g.40gb": 2}), pod("p", "1g.10gb"))
     assert advisor.advise(young, now=T0 + 5).recommendations == ()
     untried = build(node("a", alloc={"3g.40gb": 2}), pod("p", "1g.10gb", since=None))

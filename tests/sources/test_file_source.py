@@ -220,5 +220,9 @@ def test_open_source_needs_exactly_one_origin(path: pathlib.Path) -> None:
         sources.open_source(model, cluster_file=None, kubeconfig=None, in_cluster=False)
     with pytest.raises(errors.UsageError, match="not both"):
         sources.open_source(model, cluster_file=path, kubeconfig=path, in_cluster=False)
+    with pytest.raises(errors.UsageError, match="no such file"):
+        sources.open_source(model, cluster_file=path.with_name("typo.yaml"), kubeconfig=None,
+                            in_cluster=False)
+    path.write_text("apiVersion: v1\nkind: List\nitems: []\n")
     assert isinstance(sources.open_source(model, cluster_file=path, kubeconfig=None,
                                           in_cluster=False), snapshots.FileSource)

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from migfit import errors, profiles
-from migfit.simulate import adapters, engine, metrics, report, spec, workload
+from migfit.simulate import adapters, engine, initial, metrics, report, spec, workload
 
 HELP = ("replay a workload through the webhook's decision, the extender's filter and score "
         "and the advisor's planner, against kube-scheduler baselines; compare policies")
@@ -51,10 +51,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                      help=f"the trace's node list (default: TRACE_DIR/{NODE_CSV})")
     src.add_argument("--model", default="A100-80GB",
                      help="GPU model every trace GPU is treated as (with --nodes)")
-    src.add_argument("--layout", default="all-balanced",
-                     help="initial layout of every trace GPU (with --nodes): a mig-parted "
-                          "config name (all-balanced, all-1g.10gb, all-1g, all-3g, ...) or a "
-                          "comma-separated profile list such as 3g.40gb,2g.20gb,1g.10gb,1g.10gb")
+    src.add_argument("--layout", default=None,
+                     help="initial layout of the GPUs: demand-matched (per-GPU layouts "
+                          "derived from the workload's profile mix, see "
+                          "migfit/simulate/initial.py; the default for the trace's node "
+                          "list), a mig-parted config name (all-balanced, all-1g.10gb, "
+                          "all-3g, ...), a comma-separated profile list such as "
+                          "3g.40gb,2g.20gb,1g.10gb,1g.10gb, or per-GPU layouts separated by "
+                          "';' that the cluster's GPUs take in turn, e.g. "
+                          "'7g.80gb;7g.80gb;4g.40gb,3g.40gb'. With --cluster it replaces the "
+                          "spec's layouts")
     src.add_argument("--pods", type=Path, default=None, metavar="CSV",
                      help=f"the trace's pod list (default: TRACE_DIR/{POD_CSV})")
     src.add_argument("--synthetic", type=int, default=None, metavar="N",
@@ -94,6 +100,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     run.add_argument("--advisor-grace", type=float, default=0.0, metavar="S",
                      help="seconds a pod must have been unschedulable before the advisor "
                           "counts it (the server's --grace)")
+    run.add_argument("--advisor-free-grace", type=float, default=300.0, metavar="S",
+                     help="seconds after which the advisor counts an unschedulable pod even "
+                          "though free instances of its profile exist somewhere (they are of "
+                          "no use to it: cpu, memory, taints). 300 = one flush of "
+                          "kube-scheduler's unschedulable queue "
+                          "(podMaxInUnschedulablePodsDuration, 5 min); the server's default "
+                          "is 900")
     run.add_argument("--extender-weight", type=int, default=5,
                      help="the extender's weight in the scheduler config (score × weight × 10)")
     run.add_argument("--policies", default=",".join(p.name for p in engine.ALL_POLICIES),
@@ -148,10 +161,8 @@ def _inputs(args: argparse.Namespace, catalog: profiles.Catalog
             raise errors.UsageError(f"no node list at {path}; give --trace-dir, --nodes or "
                                     f"--cluster (or set ${TRACE_ENV})")
         model = catalog.get(args.model)
-        layout: str | list[str] = (args.layout.split(",") if "," in args.layout
-                                   or not args.layout.startswith("all-") else args.layout)
-        nodes = spec.load_node_csv(path, model=model, layout=layout)
-        info["cluster"] = f"{path} as {model.id}, initial layout {args.layout}"
+        nodes = spec.load_node_csv(path, model=model, layout="all-balanced")
+        info["cluster"] = f"{path} as {model.id}"
     models = {n.model.id for n in nodes}
     if len(models) != 1:
         raise errors.UsageError(f"the simulated cluster mixes GPU models ({', '.join(models)}); "
@@ -174,9 +185,27 @@ def _inputs(args: argparse.Namespace, catalog: profiles.Catalog
         pods = pods[: max(0, args.limit_pods)]
     if not pods:
         raise errors.UsageError("the workload has no pods")
-    info.update(nodes=len(nodes), gpus=sum(n.gpus for n in nodes), model=ref.id,
+    layout: str | None = args.layout
+    if layout is None and args.cluster is None:
+        layout = initial.DEMAND_MATCHED
+    if layout is not None:
+        nodes = _layouts(layout, nodes, pods)
+        info["cluster"] += f", initial layout {layout}"
+    info.update(layout=layout or "from the spec", nodes=len(nodes),
+                gpus=sum(n.gpus for n in nodes), model=ref.id,
                 pods_in_workload=len(pods), mapping=args.mapping)
     return nodes, pods, info
+
+
+def _layouts(text: str, nodes: list[spec.NodeSpec], pods: Sequence[workload.PodSpec]
+             ) -> list[spec.NodeSpec]:
+    ref = nodes[0].model
+    if text == initial.DEMAND_MATCHED:
+        gpus = sum(n.gpus for n in nodes)
+        return initial.assign(nodes, initial.demand_matched(ref, initial.instance_mix(pods),
+                                                            gpus))
+    return initial.assign(nodes, initial.resolve(ref, initial.parse_option(text),
+                                                 where="--layout"))
 
 
 def _run_one(job: tuple[Sequence[spec.NodeSpec], Sequence[workload.PodSpec], engine.Policy,
@@ -198,6 +227,7 @@ def run(args: argparse.Namespace) -> int:
         mode=args.mode, target=args.target, order=args.order, fill_interval=args.fill_interval,
         relayout_seconds=args.relayout_seconds, advise_interval=args.advise_interval,
         max_relayouts=args.max_relayouts, advisor_grace=args.advisor_grace,
+        advisor_free_grace=args.advisor_free_grace,
         advisor=args.advisor,
         extender_weight=args.extender_weight,
         samples=args.samples, snapshot_at=args.snapshot_at)

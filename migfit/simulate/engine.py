@@ -79,6 +79,9 @@ class Options:
     max_relayouts: int = 16  # re-layouts in flight at once
     advisor: Literal["advisor", "planner"] = "advisor"  # see Simulation.advise
     advisor_grace: float = 0.0  # seconds a pod must have been unschedulable to count
+    # ... and to count although free instances of its profile exist (CPU-blocked nodes): one
+    # flush of kube-scheduler's unschedulable queue (podMaxInUnschedulablePodsDuration).
+    advisor_free_grace: float = 300.0
     extender_weight: int = 5
     samples: int = 200  # points of each time series
     snapshot_at: float | None = None  # events: time of the GPU picture (default: last arrival)
@@ -511,6 +514,7 @@ class Simulation:
             recs = self._planner_advice(room)
         else:
             settings = advisor.Settings(grace_s=self.options.advisor_grace,
+                                        free_grace_s=self.options.advisor_free_grace,
                                         allow_disruptive=False)
             recs = list(advisor.advise(self.cluster, now=EPOCH + self.now,
                                        settings=settings).recommendations)

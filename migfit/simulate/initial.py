@@ -1,0 +1,169 @@
+"""Initial MIG layouts that vary per GPU: a cycled list, or one matched to the workload's mix.
+
+A static-layout comparison only says something about placement when the layouts can serve
+the workload: with every GPU at ``all-balanced`` no 7g.80gb or 4g.40gb request ever runs,
+whatever the scorer. Two ways to give GPUs different layouts:
+
+- **cycled**: ``--layout "7g.80gb;7g.80gb;4g.40gb,3g.40gb"`` — per-GPU layouts separated by
+  ``;`` (each a named config such as ``all-balanced`` or a comma-separated profile list). The
+  cluster's GPUs, counted across nodes in node-list order, take them in turn: GPU *i* gets
+  layout *i* mod *k*. The counter runs on from one node to the next, so the cluster holds the
+  list's mix exactly (up to one round) even when nodes have fewer GPUs than the list.
+- **demand-matched**: derived from the workload's instances (``PodSpec.expected`` × its
+  containers; fill mode draws pods uniformly, so this is the arrival mix):
+
+  1. scale each profile's instance count *n_p* so that Σ *n_p* × compute slices equals the
+     cluster's capacity (GPUs × 7 on an A100), rounded by largest remainder;
+  2. pack them first-fit decreasing (largest memory, then compute, first) onto the GPUs:
+     an instance goes to the first already-opened GPU *layout kind* (in the order kinds were
+     opened) that still has room for it, else opens a new GPU while GPUs remain, else is
+     dropped;
+  3. fill what each GPU has left with the largest demanded profile that still fits (then
+     the next largest), so no slice is left unconfigured; unopened GPUs take the most
+     demanded profile's ``all-<profile>`` layout;
+  4. interleave the resulting layout kinds over the GPUs by smooth weighted round-robin
+     (ties by layout order), so every stretch of nodes holds the whole mix.
+
+  Deterministic: the same workload and GPU count give the same layouts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter
+from collections.abc import Mapping, Sequence
+
+from migfit import errors, layouts, migparted, profiles
+from migfit.simulate import spec, workload
+
+Layout = tuple[profiles.ProfileName, ...]
+DEMAND_MATCHED = "demand-matched"
+
+
+def parse_option(text: str) -> list[str | list[str]]:
+    """``--layout`` text -> one entry per GPU in the cycle (a named config or profile list)."""
+    out: list[str | list[str]] = []
+    for item in text.split(";"):
+        item = item.strip()
+        if not item:
+            raise errors.UsageError(f"--layout {text!r}: an empty per-GPU layout (two ';' in a "
+                                    f"row, or one at an end)")
+        if "," in item or not item.startswith("all-"):
+            out.append([p.strip() for p in item.split(",") if p.strip()])
+        else:
+            out.append(item)
+    return out
+
+
+def instance_mix(pods: Sequence[workload.PodSpec]) -> Counter[str]:
+    """Instances per profile that the workload's GPU pods ask for (by the mapping)."""
+    mix: Counter[str] = Counter()
+    for p in pods:
+        if p.gpu and p.expected is not None:
+            mix[p.expected] += p.containers
+        elif p.gpu:
+            mix.update(p.explicit)
+    return mix
+
+
+def _order(model: profiles.GpuModel, name: str) -> tuple[int, int, str]:
+    p = model.profile(name)
+    return (-p.memory_slices, -p.compute_slices, name)
+
+
+def _fits(model: profiles.GpuModel, names: Sequence[str]) -> bool:
+    return bool(layouts.check(model, names).valid)
+
+
+def demand_matched(model: profiles.GpuModel, mix: Mapping[str, int], gpus: int) -> list[Layout]:
+    """``gpus`` per-GPU layouts whose instance mix follows ``mix`` (see the module doc)."""
+    wanted = {p: n for p, n in mix.items() if n > 0 and model.has_profile(p)}
+    if gpus <= 0:
+        return []
+    if not wanted:
+        raise errors.UsageError(f"demand-matched: the workload asks for no profile of "
+                                f"{model.id}")
+    slices = sum(n * model.profile(p).compute_slices for p, n in wanted.items())
+    factor = gpus * model.compute_slices / slices
+    exact = {p: n * factor for p, n in wanted.items()}
+    counts = {p: int(v) for p, v in exact.items()}
+    short = gpus * model.compute_slices - sum(c * model.profile(p).compute_slices
+                                              for p, c in counts.items())
+    for p in sorted(exact, key=lambda q: (-(exact[q] - counts[q]), _order(model, q))):
+        size = model.profile(p).compute_slices
+        if size <= short:
+            counts[p] += 1
+            short -= size
+    by_size = sorted(counts, key=lambda q: _order(model, q))
+    # First-fit decreasing over layout kinds: kind -> how many GPUs hold it now.
+    kinds: dict[Layout, int] = {}
+    opened = 0
+    for p in by_size:
+        for _ in range(counts[p]):
+            for kind in kinds:
+                grown = tuple(sorted((*kind, profiles.ProfileName(p))))
+                if _fits(model, grown):
+                    kinds[kind] -= 1
+                    if not kinds[kind]:
+                        del kinds[kind]
+                    kinds[grown] = kinds.get(grown, 0) + 1
+                    break
+            else:
+                if opened < gpus:
+                    opened += 1
+                    one = (profiles.ProfileName(p),)
+                    kinds[one] = kinds.get(one, 0) + 1
+    most = max(wanted, key=lambda q: (wanted[q], _order(model, q)))
+    if opened < gpus:
+        kinds[()] = gpus - opened
+    final: Counter[Layout] = Counter()
+    for kind, k in kinds.items():
+        names: list[str] = list(kind)
+        if not names:
+            names = [most]
+            while _fits(model, [*names, most]):
+                names.append(most)
+        for p in by_size:
+            while _fits(model, [*names, p]):
+                names.append(p)
+        final[tuple(profiles.ProfileName(n) for n in sorted(names))] += k
+    return _interleave(final, gpus)
+
+
+def _interleave(counts: Mapping[Layout, int], total: int) -> list[Layout]:
+    """Smooth weighted round-robin: each step, every kind gains its count; the richest (ties:
+    layout order) is emitted and pays ``total``."""
+    kinds = sorted(counts)
+    credit = dict.fromkeys(kinds, 0)
+    out: list[Layout] = []
+    for _ in range(total):
+        for k in kinds:
+            credit[k] += counts[k]
+        pick = kinds[max(range(len(kinds)), key=lambda i: (credit[kinds[i]], -i))]
+        credit[pick] -= total
+        out.append(pick)
+    return out
+
+
+def resolve(model: profiles.GpuModel, entries: Sequence[str | Sequence[str]], *, where: str
+            ) -> list[Layout]:
+    """Each ``parse_option`` entry as one GPU's valid layout (a ConfigError when invalid)."""
+    return [spec.resolve_layout(model, e, where=where)[0] for e in entries]
+
+
+def assign(nodes: Sequence[spec.NodeSpec], cycle: Sequence[Layout]) -> list[spec.NodeSpec]:
+    """The nodes with their GPUs taking ``cycle``'s layouts in turn, across nodes in order.
+
+    A node whose GPUs all got the same layout keeps a readable config name
+    (``migparted.custom_name``); a mixed one gets the hashed custom name.
+    """
+    if not cycle:
+        raise errors.UsageError("--layout names no per-GPU layout")
+    out: list[spec.NodeSpec] = []
+    i = 0
+    for n in nodes:
+        lays = tuple(cycle[(i + k) % len(cycle)] for k in range(n.gpus))
+        i += n.gpus
+        out.append(dataclasses.replace(n, gpu_layouts=lays,
+                                       config=migparted.custom_name(lays)))
+    return out

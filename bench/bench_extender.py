@@ -17,6 +17,7 @@ import argparse
 import asyncio
 import gc
 import json
+import logging
 import os
 import platform
 import random
@@ -33,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import aiohttp
 from aiohttp import web
 
-from extender import filtering, scoring, server
+from extender import filtering, scoring, scoring_log, server
 from migfit import cluster, synthetic
 
 
@@ -127,7 +128,13 @@ def _time(fn: Callable[[], object], n: int, between: Callable[[], None] | None =
 
 async def _http(model: cluster.Cluster, pods: list[dict[str, Any]],
                 name_sets: dict[str, list[str]], iterations: int) -> list[str]:
-    app = server.make_app(settings=server.ExtenderSettings(log_format="json"), cluster=model)
+    # As in production: the scoring log is on (both lines), written to /dev/null here.
+    devnull = open(os.devnull, "w")  # noqa: SIM115 - closed below
+    handler = logging.StreamHandler(devnull)
+    scoring_log.logger.addHandler(handler)
+    scoring_log.logger.setLevel(logging.INFO)
+    scoring_log.logger.propagate = False
+    app = server.make_app(settings=server.ExtenderSettings(log_format="both"), cluster=model)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
@@ -153,6 +160,8 @@ async def _http(model: cluster.Cluster, pods: list[dict[str, Any]],
                     rows.append(_row(f"HTTP {verb} {label}", samples))
     finally:
         await runner.cleanup()
+        scoring_log.logger.removeHandler(handler)
+        devnull.close()
     return rows
 
 

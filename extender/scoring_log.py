@@ -9,10 +9,11 @@ line attaches a handler that writes the bare message.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
+import heapq
 import json
 import logging
-from collections import Counter
 from collections.abc import Sequence
 from typing import Any, Literal
 
@@ -32,9 +33,38 @@ def _figures(s: scoring.NodeScore) -> dict[str, Any]:
             "slack": round(s.slack, 3), "raw": round(s.raw, 4)}
 
 
-def _best(scores: Sequence[scoring.NodeScore], n: int) -> list[scoring.NodeScore]:
-    ranked = sorted(scores, key=lambda s: (-s.score, -s.raw, s.node))
-    return ranked if n <= 0 else ranked[:n]
+def _rank(s: scoring.NodeScore) -> tuple[float, str]:
+    return (-s.raw, s.node)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Summary:
+    """What both lines need from one call's scores, computed once: O(nodes), no full sort."""
+
+    best: list[scoring.NodeScore]  # the best ``n`` (all when n <= 0), best first
+    histogram: dict[int, int]  # score -> nodes
+    fit: int
+
+
+def _summarize(scores: Sequence[scoring.NodeScore], n: int) -> _Summary:
+    buckets: dict[int, list[scoring.NodeScore]] = {}
+    fit = 0
+    for s in scores:
+        bucket = buckets.get(s.score)
+        if bucket is None:
+            bucket = buckets[s.score] = []
+        bucket.append(s)
+        fit += s.fits
+    best: list[scoring.NodeScore] = []
+    for score in sorted(buckets, reverse=True):
+        room = len(scores) if n <= 0 else n - len(best)
+        if room <= 0:
+            break
+        bucket = buckets[score]
+        best.extend(sorted(bucket, key=_rank) if len(bucket) <= room
+                    else heapq.nsmallest(room, bucket, key=_rank))
+    return _Summary(best=best, histogram={k: len(v) for k, v in sorted(buckets.items())},
+                    fit=fit)
 
 
 class ScoringLog:
@@ -47,8 +77,10 @@ class ScoringLog:
         self.logger = target
 
     def json_line(self, request: filtering.PodRequest, scores: Sequence[scoring.NodeScore],
-                  duration_s: float, *, now: datetime.datetime | None = None) -> str:
-        best = _best(scores, self.max_nodes)
+                  duration_s: float, *, now: datetime.datetime | None = None,
+                  summary: _Summary | None = None) -> str:
+        summary = summary or _summarize(scores, self.max_nodes)
+        best = summary.best if self.max_nodes <= 0 else summary.best[:self.max_nodes]
         when = (now or datetime.datetime.now(datetime.UTC)).isoformat(timespec="milliseconds")
         record = {
             "time": when.replace("+00:00", "Z"),
@@ -57,18 +89,19 @@ class ScoringLog:
             "uid": request.uid,
             "profile": request.describe(),
             "nodes": len(scores),
-            "fit": sum(1 for s in scores if s.fits),
+            "fit": summary.fit,
             "duration_ms": round(duration_s * 1000, 3),
             "scores": [_figures(s) for s in best],
             "omitted": len(scores) - len(best),
-            "histogram": {str(k): v for k, v in sorted(Counter(s.score for s in scores).items())},
+            "histogram": {str(k): v for k, v in summary.histogram.items()},
         }
         return json.dumps(record, separators=(",", ":"))
 
     def text_line(self, request: filtering.PodRequest, scores: Sequence[scoring.NodeScore],
-                  duration_s: float) -> str:
-        best = _best(scores, 3)
-        fit = sum(1 for s in scores if s.fits)
+                  duration_s: float, *, summary: _Summary | None = None) -> str:
+        summary = summary or _summarize(scores, 3)
+        best = summary.best[:3]
+        fit = summary.fit
         parts = []
         for s in best:
             if not s.fits:
@@ -85,7 +118,10 @@ class ScoringLog:
                duration_s: float) -> None:
         if not self.logger.isEnabledFor(logging.INFO):
             return
+        wanted = 3 if self.format == "text" else (
+            0 if self.max_nodes <= 0 else max(self.max_nodes, 3))
+        summary = _summarize(scores, wanted)
         if self.format in ("json", "both"):
-            self.logger.info(self.json_line(request, scores, duration_s))
+            self.logger.info(self.json_line(request, scores, duration_s, summary=summary))
         if self.format in ("text", "both"):
-            self.logger.info(self.text_line(request, scores, duration_s))
+            self.logger.info(self.text_line(request, scores, duration_s, summary=summary))

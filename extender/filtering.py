@@ -141,6 +141,8 @@ class FilterResult:
     passed: list[str]
     failed: dict[str, tuple[Reason, ...]]
     unresolvable: dict[str, tuple[Reason, ...]]
+    # nodes per (unresolvable?, first reason's code), counted in the same pass (metrics)
+    codes: dict[tuple[bool, Code], int] = dataclasses.field(default_factory=dict)
 
     def outcome(self, name: str) -> Outcome | None:
         if name in self.unresolvable:
@@ -232,6 +234,7 @@ def filter_nodes(
     passed: list[str] = []
     failed: dict[str, tuple[Reason, ...]] = {}
     unresolvable: dict[str, tuple[Reason, ...]] = {}
+    codes: dict[tuple[bool, Code], int] = {}
     for name in unique:
         fig = figs.get(name)
         hit = memo.get(name)
@@ -242,11 +245,16 @@ def filter_nodes(
             memo[name] = (fig, reasons)
         if not reasons:
             passed.append(name)
-        elif reasons[0].unresolvable:
+            continue
+        first = reasons[0]
+        bad = first.code is not Code.INSUFFICIENT_FREE
+        if bad:
             unresolvable[name] = reasons
         else:
             failed[name] = reasons
-    return FilterResult(passed=passed, failed=failed, unresolvable=unresolvable)
+        key = (bad, first.code)
+        codes[key] = codes.get(key, 0) + 1
+    return FilterResult(passed=passed, failed=failed, unresolvable=unresolvable, codes=codes)
 
 
 # ---------------------------------------------------------------- the edge: reasons as text
@@ -306,8 +314,23 @@ def message(reason: Reason) -> str:
 
 
 def node_message(reasons: Sequence[Reason]) -> str:
-    """All of a node's reasons as one string (what the extender's maps carry)."""
-    return _joined(tuple(reasons))
+    """All of a node's reasons as one string (what the extender's maps carry).
+
+    Verdict tuples are kept per node in the figures' memo and reused while the node is
+    unchanged, so they are cached here by identity (hashing a Reason costs more than the
+    lookup); the entry holds the tuple, so its id cannot be reused while cached.
+    """
+    hit = _by_identity.get(id(reasons))
+    if hit is not None and hit[0] is reasons:
+        return hit[1]
+    text = _joined(tuple(reasons))
+    if len(_by_identity) >= 65536:
+        _by_identity.clear()
+    _by_identity[id(reasons)] = (reasons, text)
+    return text
+
+
+_by_identity: dict[int, tuple[Sequence[Reason], str]] = {}
 
 
 @functools.lru_cache(maxsize=16384)

@@ -6,12 +6,13 @@ import json
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import hypothesis
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient
 from extender_builders import args, args_nodes, build, node, pod
 
-from extender import server
+from extender import scoring, server
 from migfit import cluster
 
 Client = TestClient[web.Request, web.Application]
@@ -191,3 +192,13 @@ async def test_unknown_path_is_json(client: Client) -> None:
     resp = await client.get("/nope")
     assert resp.status == 404
     assert "Error" in await resp.json()
+
+
+@hypothesis.given(hypothesis.strategies.lists(
+    hypothesis.strategies.tuples(hypothesis.strategies.text(), hypothesis.strategies.integers(
+        min_value=0, max_value=10)), max_size=20))
+def test_host_priority_list_is_exactly_the_json_of_the_scores(
+        pairs: list[tuple[str, int]]) -> None:
+    scores = [scoring.NodeScore(name, score, True) for name, score in pairs]
+    assert json.loads(server.host_priority_list(scores)) == [
+        {"Host": name, "Score": score} for name, score in pairs]

@@ -261,8 +261,11 @@ def filter_nodes(
 
 
 def _advertised(items: Sequence[tuple[str, int, int]]) -> str:
-    parts = [f"{p}×{alloc} ({free} free)" if alloc > 1 else f"{p} ({free} free)"
-             for p, alloc, free in items]
+    # The layout only, not how many are free right now: kube-scheduler groups identical
+    # messages in the pod's FailedScheduling event ("3 node(s) ..."), and nodes with the same
+    # layout should fall into one group (per-node free counts are in the debug log and
+    # `migfit status`).
+    parts = [f"{p}×{alloc}" if alloc > 1 else p for p, alloc, _free in items]
     return "node advertises " + ", ".join(parts)
 
 
@@ -308,9 +311,8 @@ def message(reason: Reason) -> str:
         on = f" on {reason.model}" if reason.model else ""
         return (f"{reason.profile}{on} has {reason.memory_mib} MiB usable, below the "
                 f"{reason.request_mib} MiB requested")
-    return (f"all {reason.allocatable} {reason.profile} in use" if reason.free == 0
-            else f"{reason.free} of {reason.allocatable} {reason.profile} free; the pod "
-                 f"needs {reason.need}")
+    return (f"every {reason.profile} instance is in use" if reason.free == 0
+            else f"only {reason.free} {reason.profile} free; the pod needs {reason.need}")
 
 
 def node_message(reasons: Sequence[Reason]) -> str:

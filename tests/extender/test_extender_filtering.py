@@ -38,7 +38,7 @@ def test_seed_case_idle_3g_node_is_unresolvable_and_says_a_relayout_could_serve(
     assert reason.relayout is Relayout.IDLE
     assert reason.advertised == (("3g.40gb", 2, 2),)
     assert filtering.message(reason) == (
-        "node advertises 3g.40gb×2 (2 free) but no 1g.10gb; a re-layout of its idle GPU "
+        "node advertises 3g.40gb×2 but no 1g.10gb; a re-layout of its idle GPU "
         "could provide it (see migfit advise)")
 
 
@@ -47,7 +47,7 @@ def test_advertised_but_all_in_use_is_failed_not_unresolvable() -> None:
     assert result.outcome("full-1g") is Outcome.FAILED
     (reason,) = result.failed["full-1g"]
     assert (reason.code, reason.free, reason.allocatable) == (Code.INSUFFICIENT_FREE, 0, 7)
-    assert filtering.message(reason) == "all 7 1g.10gb in use"
+    assert filtering.message(reason) == "every 1g.10gb instance is in use"
 
 
 def test_free_instance_passes() -> None:
@@ -174,3 +174,21 @@ def test_verdicts_follow_cache_changes() -> None:
     assert filtering.filter_nodes(model, request, ["n"]).outcome("n") is Outcome.FAILED
     model.apply("Pod", "DELETED", pod("taker", node_name="n"))
     assert filtering.filter_nodes(model, request, ["n"]).passed == ["n"]
+
+
+def test_nodes_in_the_same_situation_get_the_same_message() -> None:
+    """kube-scheduler groups identical reasons in the pod's event ("2 node(s) ..."): messages
+    carry the layout, not the free counts of the moment."""
+    model = build([
+        node("a", {"3g.40gb": 2}), node("b", {"3g.40gb": 2}),
+        pod("on-b", {"3g.40gb": 1}, node_name="b"),
+        node("c", {"1g.10gb": 7}), node("d", {"1g.10gb": 7}),
+        *[pod(f"c-{i}", node_name="c") for i in range(7)],
+        *[pod(f"d-{i}", node_name="d") for i in range(7)],
+    ])
+    result = filtering.filter_nodes(model, filtering.decode_pod(pod("new")), list("abcd"))
+    messages = {n: filtering.node_message(r)
+                for n, r in {**result.failed, **result.unresolvable}.items()}
+    assert messages["a"] != "" and messages["c"] == messages["d"]
+    # a and b differ only in what is free right now (b is busy: a re-layout would disrupt it)
+    assert messages["a"].split(";")[0] == messages["b"].split(";")[0]

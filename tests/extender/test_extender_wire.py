@@ -70,7 +70,7 @@ async def test_filter_node_names_mode(client: Client) -> None:
     assert result["NodeNames"] == ["free-1g", "partly"]
     assert result["Error"] == ""
     _check_partition(result, NAMES, result["NodeNames"])
-    assert result["FailedNodes"] == {"full-1g": "all 7 1g.10gb in use"}
+    assert result["FailedNodes"] == {"full-1g": "every 1g.10gb instance is in use"}
     assert "re-layout of its idle GPU could provide it" in (
         result["FailedAndUnresolvableNodes"]["idle-3g"])
     assert set(result["FailedAndUnresolvableNodes"]) == {"idle-3g", "relayout", "ghost"}

@@ -181,7 +181,7 @@ def test_nodes_in_the_same_situation_get_the_same_message() -> None:
     carry the layout, not the free counts of the moment."""
     model = build([
         node("a", {"3g.40gb": 2}), node("b", {"3g.40gb": 2}),
-        pod("on-b", {"3g.40gb": 1}, node_name="b"),
+        pod("on-b", ({"3g.40gb": 1},), node_name="b"),
         node("c", {"1g.10gb": 7}), node("d", {"1g.10gb": 7}),
         *[pod(f"c-{i}", node_name="c") for i in range(7)],
         *[pod(f"d-{i}", node_name="d") for i in range(7)],

@@ -202,7 +202,7 @@ def _layouts(text: str, nodes: list[spec.NodeSpec], pods: Sequence[workload.PodS
     ref = nodes[0].model
     if text == initial.DEMAND_MATCHED:
         gpus = sum(n.gpus for n in nodes)
-        return initial.assign(nodes, initial.demand_matched(ref, initial.instance_mix(pods),
+        return initial.spread(nodes, initial.demand_matched(ref, initial.instance_mix(pods),
                                                             gpus))
     return initial.assign(nodes, initial.resolve(ref, initial.parse_option(text),
                                                  where="--layout"))

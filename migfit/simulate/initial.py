@@ -21,8 +21,9 @@ whatever the scorer. Two ways to give GPUs different layouts:
   3. fill what each GPU has left with the largest demanded profile that still fits (then
      the next largest), so no slice is left unconfigured; unopened GPUs take the most
      demanded profile's ``all-<profile>`` layout;
-  4. interleave the resulting layout kinds over the GPUs by smooth weighted round-robin
-     (ties by layout order), so every stretch of nodes holds the whole mix.
+  4. give each node one kind for all its GPUs (so 8 × 7g.80gb requests find whole nodes),
+     spreading the kinds over the node list by smooth weighted round-robin on GPU counts,
+     so every stretch of nodes holds the mix (``spread``).
 
   Deterministic: the same workload and GPU count give the same layouts.
 """
@@ -75,11 +76,13 @@ def _fits(model: profiles.GpuModel, names: Sequence[str]) -> bool:
     return bool(layouts.check(model, names).valid)
 
 
-def demand_matched(model: profiles.GpuModel, mix: Mapping[str, int], gpus: int) -> list[Layout]:
-    """``gpus`` per-GPU layouts whose instance mix follows ``mix`` (see the module doc)."""
+def demand_matched(model: profiles.GpuModel, mix: Mapping[str, int], gpus: int
+                   ) -> Counter[Layout]:
+    """How many of ``gpus`` GPUs take each layout so the instance mix follows ``mix``
+    (steps 1–3 of the module doc)."""
     wanted = {p: n for p, n in mix.items() if n > 0 and model.has_profile(p)}
     if gpus <= 0:
-        return []
+        return Counter()
     if not wanted:
         raise errors.UsageError(f"demand-matched: the workload asks for no profile of "
                                 f"{model.id}")
@@ -127,21 +130,29 @@ def demand_matched(model: profiles.GpuModel, mix: Mapping[str, int], gpus: int) 
             while _fits(model, [*names, p]):
                 names.append(p)
         final[tuple(profiles.ProfileName(n) for n in sorted(names))] += k
-    return _interleave(final, gpus)
+    return final
 
 
-def _interleave(counts: Mapping[Layout, int], total: int) -> list[Layout]:
-    """Smooth weighted round-robin: each step, every kind gains its count; the richest (ties:
-    layout order) is emitted and pays ``total``."""
-    kinds = sorted(counts)
-    credit = dict.fromkeys(kinds, 0)
-    out: list[Layout] = []
-    for _ in range(total):
+def spread(nodes: Sequence[spec.NodeSpec], counts: Mapping[Layout, int]
+           ) -> list[spec.NodeSpec]:
+    """Whole nodes take one layout kind each, by smooth weighted round-robin over GPUs (step
+    4): in node order, every kind gains its share of the node's GPUs in credit, the kind with
+    the most credit (ties: layout order) takes the node and pays its GPUs. Every GPU of a
+    node alike keeps multi-GPU requests (8 × 7g.80gb) servable; the kinds' GPU counts match
+    ``counts`` to within one node's GPUs."""
+    kinds = sorted(k for k, n in counts.items() if n > 0)
+    total = sum(counts[k] for k in kinds)
+    if not kinds or not total:
+        raise errors.UsageError("demand-matched: no layout to spread")
+    credit = dict.fromkeys(kinds, 0.0)
+    out: list[spec.NodeSpec] = []
+    for n in nodes:
         for k in kinds:
-            credit[k] += counts[k]
+            credit[k] += counts[k] * n.gpus / total
         pick = kinds[max(range(len(kinds)), key=lambda i: (credit[kinds[i]], -i))]
-        credit[pick] -= total
-        out.append(pick)
+        credit[pick] -= n.gpus
+        lays = (pick,) * n.gpus
+        out.append(dataclasses.replace(n, gpu_layouts=lays, config=migparted.custom_name(lays)))
     return out
 
 

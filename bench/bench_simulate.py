@@ -12,7 +12,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from migfit import profiles
-from migfit.simulate import cli, engine, spec, workload
+from migfit.simulate import cli, engine, initial, spec, workload
 
 REPEAT = int(os.environ.get("BENCH_REPEAT", "3"))
 
@@ -24,9 +24,11 @@ def main() -> None:
     model = catalog.get("A100-80GB")
     nodes = spec.load_node_csv(trace / cli.NODE_CSV, model=model, layout="all-balanced")
     pods = workload.load_trace(trace / cli.POD_CSV, model=model, mapping="compute")
+    gpus = sum(n.gpus for n in nodes)
+    nodes = initial.spread(nodes, initial.demand_matched(model, initial.instance_mix(pods), gpus))
     machine = platform.processor() or platform.machine()
     print(f"input: {len(nodes)} nodes, {sum(n.gpus for n in nodes)} GPUs, {len(pods)} pods "
-          f"(fill to 130 %, mapping=compute, all-balanced); machine: {machine}, "
+          f"(fill to 130 %, mapping=compute, demand-matched layouts); machine: {machine}, "
           f"{os.cpu_count()} CPUs, Python {platform.python_version()}")
     for name in policies:
         times = []

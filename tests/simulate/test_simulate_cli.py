@@ -37,7 +37,8 @@ def test_help_documents_every_option(capsys: pytest.CaptureFixture[str]) -> None
     out = capsys.readouterr().out
     for opt in ("--trace-dir", "--cluster", "--model", "--layout", "--mapping", "--mode",
                 "--target", "--policies", "--seeds", "--json", "--report", "--synthetic",
-                "--relayout-seconds", "--extender-weight", "--advisor"):
+                "--relayout-seconds", "--extender-weight", "--advisor", "--advisor-free-grace",
+                "demand-matched"):
         assert opt in out
 
 
@@ -74,3 +75,19 @@ def test_bad_spec_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureFixture
 def test_unknown_policy_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["simulate", "--policies", "fastest", "--synthetic", "5"]) == 2
     assert "unknown policy" in capsys.readouterr().err
+
+
+def test_layout_cycle_replaces_the_spec_layouts(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    spec = tmp_path / "cluster.yaml"
+    spec.write_text(SPEC)
+    out_json = tmp_path / "r.json"
+    rc = cli.main(["simulate", "--cluster", str(spec), "--synthetic", "40", "--policies",
+                   "migfit", "--picture", "migfit", "--layout", "7g.80gb;4g.40gb,3g.40gb",
+                   "--json", str(out_json)])
+    assert rc == 0
+    doc = json.loads(out_json.read_text())
+    assert "initial layout 7g.80gb;4g.40gb,3g.40gb" in doc["setup"]["cluster"]
+    (run,) = doc["runs"]
+    first = [sorted(i[2] for i in gpu) for gpu in run["snapshot"][0]["gpus"]]
+    assert first == [["7g.80gb"], ["3g.40gb", "4g.40gb"]]

@@ -21,8 +21,12 @@ import logging
 import os
 import platform
 import random
+import shutil
+import socket
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -165,6 +169,73 @@ async def _http(model: cluster.Cluster, pods: list[dict[str, Any]],
     return rows
 
 
+_WRK_SCRIPT = """
+wrk.method = "POST"
+wrk.headers["Content-Type"] = "application/json"
+wrk.body = io.open(os.getenv("MIGFIT_BENCH_BODY")):read("*a")
+"""
+
+
+def _pin(cpu: int) -> list[str]:
+    return ["taskset", "-c", str(cpu)] if shutil.which("taskset") and (os.cpu_count() or 1) > 1 \
+        else []
+
+
+def _ms(text: str) -> float:
+    value = float(text.rstrip("usm"))
+    return value / 1000 if text.endswith("us") else value if text.endswith("ms") else value * 1e3
+
+
+def _wrk_rows(a: argparse.Namespace, pod: dict[str, Any],
+              name_sets: dict[str, list[str]]) -> list[str]:
+    """The extender server in a subprocess on CPU 0 (same synthetic cluster), wrk on CPU 1."""
+    tmp = Path(tempfile.mkdtemp(prefix="migfit-bench-ext-"))
+    (tmp / "post.lua").write_text(_WRK_SCRIPT)
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = int(sock.getsockname()[1])
+    proc = subprocess.Popen(
+        [*_pin(0), sys.executable, __file__, "--serve", str(port), "--nodes", str(a.nodes),
+         "--pods", str(a.pods), "--seed", str(a.seed)], stdout=subprocess.PIPE, text=True)
+    rows: list[str] = []
+    try:
+        assert proc.stdout is not None
+        if proc.stdout.readline().strip() != "ready":
+            return ["  (the server process did not start)"]
+        for label, names in name_sets.items():
+            body = tmp / "body.json"
+            body.write_text(json.dumps({"Pod": pod, "Nodes": None, "NodeNames": names}))
+            for verb in ("filter", "prioritize"):
+                out = subprocess.run(
+                    [*_pin(1), "wrk", "-t1", "-c1", f"-d{a.wrk_seconds:g}s", "--latency", "-s",
+                     str(tmp / "post.lua"), f"http://127.0.0.1:{port}/{verb}"],
+                    capture_output=True, text=True, check=True, timeout=a.wrk_seconds + 60,
+                    env={**os.environ, "MIGFIT_BENCH_BODY": str(body)}).stdout
+                got = {p[0]: p[1] for p in (line.split() for line in out.splitlines())
+                       if len(p) == 2 and p[0] in ("50%", "99%")}
+                if "Non-2xx" in out:
+                    raise SystemExit(f"wrk saw errors on /{verb}:\n{out}")
+                calls = next(line.split()[0] for line in out.splitlines() if "requests in" in line)
+                rows.append(f"  wrk {verb} {label:<24} p50 {_ms(got['50%']):8.2f} ms   "
+                            f"p99 {_ms(got['99%']):8.2f} ms   (n={calls})")
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    return rows
+
+
+def _serve(a: argparse.Namespace) -> int:
+    """``--serve PORT``: the extender server on the synthetic cluster, for ``_wrk_rows``."""
+    model, _ = _load(a.nodes, a.pods, a.seed)
+    devnull = open(os.devnull, "w")  # noqa: SIM115 - lives as long as the process
+    scoring_log.logger.addHandler(logging.StreamHandler(devnull))
+    scoring_log.logger.setLevel(logging.INFO)
+    scoring_log.logger.propagate = False
+    settings = server.ExtenderSettings(host="127.0.0.1", port=a.serve, log_format="both")
+    asyncio.run(server.serve(settings, model, on_started=lambda _: print("ready", flush=True)))
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", type=int, default=5000)
@@ -172,7 +243,11 @@ def main() -> int:
     parser.add_argument("--iterations", type=int, default=200)
     parser.add_argument("--naive-iterations", type=int, default=20)
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--wrk-seconds", type=float, default=5.0)
+    parser.add_argument("--serve", type=int, metavar="PORT", help=argparse.SUPPRESS)
     a = parser.parse_args()
+    if a.serve:
+        return _serve(a)
 
     print(f"machine: {platform.machine()} {platform.processor() or ''} {os.cpu_count()} CPUs, "
           f"Python {platform.python_version()} ({platform.system()})")
@@ -244,12 +319,15 @@ def main() -> int:
         print(_row(f"filter {label}", fs))
         print(_row(f"prioritize {label}", ss))
 
-    print("\nend to end over loopback HTTP (aiohttp client and server, JSON both ways):")
-    import logging
-
-    logging.getLogger("migfit.scoring").setLevel(logging.WARNING)  # time the wire, not stdout
+    print("\nend to end over loopback HTTP, client and server in this one process "
+          "(aiohttp both sides, JSON both ways, scoring log on):")
     for row in asyncio.run(_http(model, pods, name_sets, a.iterations)):
         print(row)
+    if shutil.which("wrk"):
+        print("\nend to end over loopback HTTP, `migfit extender`'s server in its own process "
+              "(CPU 0) and wrk -c1 (CPU 1), one call at a time as kube-scheduler makes them:")
+        for row in _wrk_rows(a, pods[0], name_sets):
+            print(row)
     print("\nratios:")
     for r in ratios:
         print(r)

@@ -21,7 +21,7 @@ from typing import Any, Literal
 import pydantic
 import yaml
 
-from migfit import errors, layouts, profiles
+from migfit import errors, layouts, profiles, strictfiles
 
 ProfileName = profiles.ProfileName
 
@@ -93,22 +93,11 @@ class Config:
         return list(self.configs)
 
 
-def _loc(err: Mapping[str, Any]) -> str:
-    return ".".join(str(x) for x in err.get("loc", ()))
-
-
 def parse_data(raw: Any, *, where: str = "mig-parted config") -> Config:
     """Validate an already-decoded document; a ConfigError saying what to change."""
-    try:
-        spec = _Spec.model_validate(raw)
-    except pydantic.ValidationError as exc:
-        first = exc.errors()[0]
-        loc = _loc(first)
-        raise errors.ConfigError(
-            f"{where}: {loc + ': ' if loc else ''}{first['msg']}") from None
-    if spec.version != "v1":
-        raise errors.ConfigError(f"{where}: version {spec.version!r} is not supported; "
-                                 f"mig-parted configs use version: v1")
+    spec = strictfiles.validate(_Spec, raw, where=where)
+    strictfiles.require_version(spec.version, where=where,
+                                hint="mig-parted configs use version: v1")
     out: dict[str, tuple[Entry, ...]] = {}
     for name, entries in spec.mig_configs.items():
         if not entries:
@@ -130,11 +119,7 @@ def parse_data(raw: Any, *, where: str = "mig-parted config") -> Config:
 
 def parse(text: str, *, where: str = "mig-parted config") -> Config:
     """Parse mig-parted's YAML (or JSON) config text strictly."""
-    try:
-        raw = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise errors.ConfigError(f"{where}: not valid YAML: {exc}") from None
-    return parse_data(raw, where=where)
+    return parse_data(strictfiles.load_yaml(text, where=where), where=where)
 
 
 def parse_configmap(obj: Mapping[str, Any]) -> Config:

@@ -15,12 +15,11 @@ import functools
 import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any, NewType
+from typing import NewType
 
 import pydantic
-import yaml
 
-from migfit import errors
+from migfit import errors, strictfiles
 
 ModelId = NewType("ModelId", str)
 ProfileName = NewType("ProfileName", str)
@@ -192,18 +191,9 @@ def profile_order(p: Profile) -> tuple[int, int, bool, str]:
 
 
 def _parse_file(text: str, where: str) -> list[GpuModel]:
-    try:
-        raw: Any = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise errors.ConfigError(f"{where}: not valid YAML: {exc}") from None
-    try:
-        spec = _CatalogSpec.model_validate(raw)
-    except pydantic.ValidationError as exc:
-        first = exc.errors()[0]
-        loc = ".".join(str(x) for x in first["loc"])
-        raise errors.ConfigError(f"{where}: {loc}: {first['msg']}") from None
-    if spec.version != "v1":
-        raise errors.ConfigError(f"{where}: version {spec.version!r} is not supported; use v1")
+    spec = strictfiles.validate(_CatalogSpec, strictfiles.load_yaml(text, where=where),
+                                where=where)
+    strictfiles.require_version(spec.version, where=where)
     ids = [m.id for m in spec.models]
     if len(ids) != len(set(ids)):
         raise errors.ConfigError(f"{where}: a model id is listed twice")

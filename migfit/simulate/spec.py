@@ -25,12 +25,10 @@ import dataclasses
 import math
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import pydantic
-import yaml
 
-from migfit import errors, layouts, profiles, quantity
+from migfit import errors, layouts, profiles, quantity, strictfiles
 from migfit.simulate import namedconfigs
 
 
@@ -106,19 +104,12 @@ def _memory(group: _Group, where: str) -> int:
 def load_spec(path: Path, catalog: profiles.Catalog) -> list[NodeSpec]:
     """Node specs from a YAML cluster spec file."""
     try:
-        raw: Any = yaml.safe_load(path.read_text(encoding="utf-8"))
+        text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise errors.ConfigError(f"cannot read cluster spec {path}: {exc.strerror}") from None
-    except yaml.YAMLError as exc:
-        raise errors.ConfigError(f"{path}: not valid YAML: {exc}") from None
-    try:
-        spec = _Spec.model_validate(raw)
-    except pydantic.ValidationError as exc:
-        first = exc.errors()[0]
-        loc = ".".join(str(x) for x in first["loc"])
-        raise errors.ConfigError(f"{path}: {loc}: {first['msg']}") from None
-    if spec.version != "v1":
-        raise errors.ConfigError(f"{path}: version {spec.version!r} is not supported; use v1")
+    spec = strictfiles.validate(_Spec, strictfiles.load_yaml(text, where=str(path)),
+                                where=str(path))
+    strictfiles.require_version(spec.version, where=str(path))
     out: list[NodeSpec] = []
     seen: set[str] = set()
     for i, group in enumerate(spec.nodes):

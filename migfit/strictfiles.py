@@ -1,0 +1,41 @@
+"""Strict configuration files: YAML text in, a validated pydantic model out, errors that say where.
+
+The catalog override, mig-parted configs and simulator cluster specs all follow
+mig-parted's rule: a versioned schema that rejects unknown fields. One way to read them keeps
+their error messages alike: ``FILE: models.0.profiles.2.starts: Input should be a valid list``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, TypeVar
+
+import pydantic
+import yaml
+
+from migfit import errors
+
+_M = TypeVar("_M", bound=pydantic.BaseModel)
+
+
+def load_yaml(text: str, *, where: str) -> Any:
+    """YAML (or JSON) text decoded; a ConfigError naming ``where`` when it does not parse."""
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise errors.ConfigError(f"{where}: not valid YAML: {exc}") from None
+
+
+def validate(model: type[_M], raw: Any, *, where: str) -> _M:
+    """``raw`` as ``model``; a ConfigError with the first problem's location and message."""
+    try:
+        return model.model_validate(raw)
+    except pydantic.ValidationError as exc:
+        first = exc.errors()[0]
+        loc = ".".join(str(x) for x in first.get("loc", ()))
+        raise errors.ConfigError(f"{where}: {loc + ': ' if loc else ''}{first['msg']}") from None
+
+
+def require_version(version: str, *, where: str, hint: str = "use v1") -> None:
+    """Only ``v1`` exists: refuse others rather than guess what they would mean."""
+    if version != "v1":
+        raise errors.ConfigError(f"{where}: version {version!r} is not supported; {hint}")

@@ -280,11 +280,19 @@ class Publisher:
     def _stale(self, wanted: Mapping[str, advisor.Recommendation]) -> list[str]:
         names = set(self._marked)
         for st in self.state.nodes():
-            marked = st.node.labels.get(LABEL) == "true" or ANNOTATION in st.node.annotations
-            # Leave alone what the apply mode is driving (it owns the annotation then).
-            if marked and not st.node.relayout_tainted:
+            if st.node.labels.get(LABEL) == "true" or ANNOTATION in st.node.annotations:
                 names.add(st.name)
-        return sorted(n for n in names if n not in wanted and self.state.node(n) is not None)
+        out = []
+        for n in sorted(names):
+            st = self.state.node(n)
+            if st is None:
+                self._marked.pop(n, None)
+            # Leave alone what the apply mode is driving, including a node this publisher
+            # marked before the apply mode tainted it: the annotation then holds the
+            # "applying"/"failed" record a new leader adopts by.
+            elif n not in wanted and not st.node.relayout_tainted:
+                out.append(n)
+        return out
 
     async def _event(self, kind: str, name: str, namespace: str, uid: str | None,
                      reason: str, message: str) -> None:

@@ -197,3 +197,35 @@ async def test_publisher_marks_and_unmarks(server: kmock.KubernetesEmulator,
     obj = await read_node(api, "idle")
     assert advice.LABEL not in obj["metadata"].get("labels", {})
     assert advice.ANNOTATION not in obj["metadata"].get("annotations", {})
+
+
+async def test_publisher_leaves_the_apply_modes_record_alone(
+    server: kmock.KubernetesEmulator, api: k8s.ApiClient,
+) -> None:
+    # The publisher marks the node, then the apply mode takes it over (taint, "applying"
+    # mark): the advice no longer names the node, but its record must stay for adoption.
+    _seed(server)
+    pub = advice.Publisher(await snapshot(api), api, cache=_cache())
+    await pub.publish_once()
+    mm = MigManager(api, "idle", layouts=LAYOUTS, mode="wedge")
+    mm.start()
+    try:
+        r = await _relayouter(api)
+        assert await r.step() == ["idle"]
+        await asyncio.sleep(0.1)
+        pub.state = await snapshot(api)
+        pub.cache = _cache()
+        await pub.publish_once()
+        obj = await read_node(api, "idle")
+        assert json.loads(obj["metadata"]["annotations"][relayout.ANNOTATION])["state"] == \
+            "applying"
+        (outcome,) = await r.wait()
+        assert outcome.result == "wedged"
+    finally:
+        await mm.stop()
+    pub.state = await snapshot(api)
+    pub.cache = _cache()
+    await pub.publish_once()
+    obj = await read_node(api, "idle")
+    assert json.loads(obj["metadata"]["annotations"][relayout.ANNOTATION])["state"] == "failed"
+    assert _taints(obj) == [relayout.TAINT["key"]]

@@ -136,7 +136,7 @@ class _Container:
     resources: Any  # the raw ``resources`` value (may be absent or not an object)
 
 
-def _pod_parts(pod: Mapping[str, Any]) -> tuple[dict[str, str], list[_Container], list[str]]:
+def _annotations(pod: Mapping[str, Any]) -> dict[str, str]:
     meta = pod.get("metadata")
     if meta is None:
         meta = {}
@@ -148,6 +148,10 @@ def _pod_parts(pod: Mapping[str, Any]) -> tuple[dict[str, str], list[_Container]
     if not isinstance(raw, Mapping) or not all(
             isinstance(k, str) and isinstance(v, str) for k, v in raw.items()):
         raise Malformed("the Pod's metadata.annotations is not a map of strings")
+    return dict(raw)
+
+
+def _containers(pod: Mapping[str, Any]) -> tuple[list[_Container], list[str]]:
     spec = pod.get("spec")
     if not isinstance(spec, Mapping):
         raise Malformed("the Pod has no spec")
@@ -162,7 +166,7 @@ def _pod_parts(pod: Mapping[str, Any]) -> tuple[dict[str, str], list[_Container]
     init = spec.get("initContainers")
     init_names = [c["name"] for c in init if isinstance(c, Mapping)
                   and isinstance(c.get("name"), str)] if isinstance(init, list) else []
-    return dict(raw), containers, init_names
+    return containers, init_names
 
 
 # ---------------------------------------------------------------- choosing a profile
@@ -305,10 +309,12 @@ def _names(models: Iterable[profiles.GpuModel]) -> str:
 
 
 def _decide(pod: Mapping[str, Any], *, supply: view.Supply, policy: Policy) -> Verdict:
-    annotations, containers, init_names = _pod_parts(pod)
+    annotations = _annotations(pod)
     if not requests.has_request(annotations):
-        parsed = requests.parse(annotations, containers=[c.name for c in containers])
+        # Not migfit's pod: its spec is none of our business (DESIGN §4 "never touch").
+        parsed = requests.parse(annotations, containers=())
         return Verdict(outcome="skipped", allowed=True, warnings=parsed.notes)
+    containers, init_names = _containers(pod)
     names = [c.name for c in containers]
     try:
         parsed = requests.parse(annotations, containers=names, init_containers=init_names)

@@ -211,6 +211,14 @@ def test_pods_without_the_annotation_are_untouched() -> None:
     assert verdict.patch == () and "no effect" in verdict.warnings[0]
 
 
+@pytest.mark.parametrize("spec", [None, {}, {"containers": "nope"}, {"containers": [{}]}])
+def test_pods_without_the_annotation_are_allowed_whatever_their_spec(spec: Any) -> None:
+    pod = s.pod({"team": "ml"})
+    pod["spec"] = spec
+    verdict = decide(pod)
+    assert verdict.allowed and verdict.outcome == "skipped" and verdict.patch == ()
+
+
 @pytest.mark.parametrize("operation", ["UPDATE", "DELETE", "CONNECT"])
 def test_other_operations_are_ignored(operation: str) -> None:
     review = s.review(s.pod({requests.GPU_MEMORY: "8Gi"}), operation=operation)

@@ -284,13 +284,13 @@ class Publisher:
                 names.add(st.name)
         out = []
         for n in sorted(names):
-            st = self.state.node(n)
-            if st is None:
+            node = self.state.node(n)
+            if node is None:
                 self._marked.pop(n, None)
             # Leave alone what the apply mode is driving, including a node this publisher
             # marked before the apply mode tainted it: the annotation then holds the
             # "applying"/"failed" record a new leader adopts by.
-            elif n not in wanted and not st.node.relayout_tainted:
+            elif n not in wanted and not node.node.relayout_tainted:
                 out.append(n)
         return out
 

@@ -20,7 +20,6 @@ import asyncio
 import contextlib
 import dataclasses
 import gc
-import importlib
 import json
 import logging
 import time
@@ -34,7 +33,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from certs import reloading
-from extender import figures, filtering, scoring, scoring_log
+from extender import advice, figures, filtering, scoring, scoring_log
 from migfit import cluster, errors, lifecycle
 
 log = logging.getLogger(__name__)
@@ -370,21 +369,9 @@ async def _metrics_handler(request: web.Request) -> web.Response:
     return web.Response(body=body, headers={"Content-Type": prometheus_client.CONTENT_TYPE_LATEST})
 
 
-ADVICE_MODULE = "extender.advice"
-
-
 async def _advice(request: web.Request) -> web.Response:
-    """Re-layout advice, from ``extender.advice.advice_json(cluster)`` when that module exists."""
-    try:
-        module = importlib.import_module(ADVICE_MODULE)
-    except ModuleNotFoundError as exc:
-        if exc.name != ADVICE_MODULE:
-            raise
-        return _json({"Error": "re-layout advice is not part of this build"}, status=404)
-    produce = getattr(module, "advice_json", None)
-    if produce is None:
-        return _json({"Error": "re-layout advice is not part of this build"}, status=404)
-    return _json(produce(request.app[CLUSTER]))
+    """Re-layout advice for the cluster (``advice.advice_json``, cached per generation)."""
+    return _json(advice.advice_json(request.app[CLUSTER]))
 
 
 def _background(

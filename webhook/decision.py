@@ -598,25 +598,33 @@ def _affinity_ops(spec: Any, values: list[str]) -> list[PatchOp]:
         return [PatchOp(op="add", path=path, value=required)]
     ops: list[PatchOp] = []
     for j, term in enumerate(terms):
-        exprs = term.get("matchExpressions") if isinstance(term, Mapping) else None
+        if _matches_nothing(term):
+            continue  # AND-ing an expression into it would make it match GPU nodes
+        exprs = term.get("matchExpressions")
         term_path = f"{path}/nodeSelectorTerms/{j}"
-        if not isinstance(term, Mapping):
-            ops.append(PatchOp(op="add", path=term_path, value={"matchExpressions": [expr]}))
-        elif not isinstance(exprs, list):
+        if not isinstance(exprs, list):
             ops.append(PatchOp(op="add", path=f"{term_path}/matchExpressions", value=[expr]))
         elif not any(_same_expr(e, expr) for e in exprs):
             ops.append(PatchOp(op="add", path=f"{term_path}/matchExpressions/-", value=expr))
     return ops
 
 
+def _matches_nothing(term: Any) -> bool:
+    """A null or empty NodeSelectorTerm matches no node (core/v1 NodeSelectorTerm)."""
+    return not isinstance(term, Mapping) or not (term.get("matchExpressions")
+                                                 or term.get("matchFields"))
+
+
 def _has_product_affinity(spec: Any) -> bool:
-    """Every required nodeSelectorTerm already constrains nvidia.com/gpu.product with In."""
+    """Every required nodeSelectorTerm that can match a node already constrains
+    nvidia.com/gpu.product with In."""
     try:
         terms = spec["affinity"]["nodeAffinity"][
             "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
-        return bool(terms) and all(
+        live = [t for t in terms if not _matches_nothing(t)]
+        return bool(live) and all(
             any(e.get("key") == LABEL_PRODUCT and e.get("operator") == "In"
-                for e in term["matchExpressions"]) for term in terms)
+                for e in term["matchExpressions"]) for term in live)
     except (KeyError, TypeError, AttributeError):
         return False
 

@@ -270,6 +270,28 @@ def test_single_strategy_affinity_is_added_to_every_existing_term() -> None:
     assert decide(out, supply=single_cluster()).patch == ()
 
 
+def test_empty_terms_keep_matching_nothing() -> None:
+    """A null or empty nodeSelectorTerm matches no node; adding the product expression to it
+    would widen the pod's placement, and RFC 6902 ``add`` at an array index inserts, which
+    would shift every later term's path."""
+    affinity = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [
+            None,
+            {},
+            {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]},
+        ]}}}
+    pod = s.pod({requests.GPU_MEMORY: "12Gi"}, affinity=affinity)
+    out = applied(pod, decide(pod, supply=single_cluster()))
+    terms = out["spec"]["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    assert terms[:2] == [None, {}]
+    assert terms[2]["matchExpressions"] == [
+        {"key": "zone", "operator": "In", "values": ["a"]},
+        {"key": "nvidia.com/gpu.product", "operator": "In",
+         "values": ["NVIDIA-A100-SXM4-80GB-MIG-2g.20gb"]}]
+    assert decide(out, supply=single_cluster()).patch == ()
+
+
 def test_model_affinity_when_the_profile_fits_on_some_models_only() -> None:
     # 1g.10gb is 9728 MiB on an A100-80GB and 9984 MiB on an H100-80GB: 9800Mi fits only H100.
     c = s.make_cluster(

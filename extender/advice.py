@@ -23,6 +23,7 @@ from typing import Any
 import prometheus_client
 from kubernetes_asyncio import client as k8s
 
+from extender import kubeapi
 from migfit import advisor, cluster, errors, migparted
 
 log = logging.getLogger(__name__)
@@ -137,19 +138,7 @@ def core_api(api: k8s.ApiClient) -> Any:
     return k8s.CoreV1Api(api)
 
 
-async def read_json(raw: Any) -> dict[str, Any]:
-    """The body of a ``_preload_content=False`` response; an ApiException for an error status
-    (the client does not raise for those when it does not preload)."""
-    from kubernetes_asyncio.client.rest import ApiException
-
-    status = int(getattr(raw, "status", 200))
-    body = await raw.read()
-    if status >= 400:
-        raise ApiException(status=status, reason=str(getattr(raw, "reason", "")))
-    doc = json.loads(body)
-    if not isinstance(doc, dict):
-        raise ValueError("the API answered with something that is not an object")
-    return doc
+read_json = kubeapi.read_json  # the public name it had here before kubeapi held it
 
 
 def _now_iso() -> str:

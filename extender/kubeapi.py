@@ -1,10 +1,13 @@
-"""One way to get a kubernetes-asyncio client for the extender's writes (advice, apply mode)."""
+"""One way to get a kubernetes-asyncio client for the extender's writes (advice, apply mode),
+and to read the raw responses it returns."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from kubernetes_asyncio import client, config
+from kubernetes_asyncio.client.rest import ApiException
 
 from migfit import errors
 
@@ -28,3 +31,16 @@ async def api_client(*, kubeconfig: str | None, context: str | None = None) -> A
         raise errors.ConfigError(f"cannot configure the Kubernetes client from {where}: "
                                  f"{exc}") from None
     return client.ApiClient(cfg)
+
+
+async def read_json(raw: Any) -> dict[str, Any]:
+    """The body of a ``_preload_content=False`` response; an ApiException for an error status
+    (the client does not raise for those when it does not preload)."""
+    status = int(getattr(raw, "status", 200))
+    body = await raw.read()
+    if status >= 400:
+        raise ApiException(status=status, reason=str(getattr(raw, "reason", "")))
+    doc = json.loads(body)
+    if not isinstance(doc, dict):
+        raise ValueError("the API answered with something that is not an object")
+    return doc

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import datetime
-import json
 import logging
 import os
 import socket
@@ -25,6 +24,8 @@ from typing import Any
 
 from kubernetes_asyncio import client as k8s
 from kubernetes_asyncio.client.rest import ApiException
+
+from extender import kubeapi
 
 log = logging.getLogger(__name__)
 
@@ -47,16 +48,6 @@ def _parse(value: Any) -> datetime.datetime | None:
         return datetime.datetime.fromisoformat(value.replace("Z", "+00:00"))
     except ValueError:
         return None
-
-
-async def _read_json(raw: Any) -> dict[str, Any]:
-    # Without preloading the client does not raise for error statuses.
-    status = int(getattr(raw, "status", 200))
-    body = await raw.read()
-    if status >= 400:
-        raise ApiException(status=status, reason=str(getattr(raw, "reason", "")))
-    doc = json.loads(body)
-    return doc if isinstance(doc, dict) else {}
 
 
 class LeaseElector:
@@ -110,7 +101,7 @@ class LeaseElector:
         was = self.is_leader
         try:
             try:
-                lease = await _read_json(await api.read_namespaced_lease(
+                lease = await kubeapi.read_json(await api.read_namespaced_lease(
                     self.name, self.namespace, _preload_content=False))
             except ApiException as exc:
                 if exc.status != 404:

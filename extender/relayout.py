@@ -33,6 +33,7 @@ from typing import Any
 from kubernetes_asyncio import client as k8s
 
 from extender import advice as surfaces
+from extender import kubeapi
 from extender import leader as leadership
 from migfit import advisor, cluster
 
@@ -152,7 +153,7 @@ class Relayouter:
     # ------------------------------------------------------------ one node
 
     async def _read(self, name: str) -> dict[str, Any]:
-        return await surfaces.read_json(
+        return await kubeapi.read_json(
             await surfaces.core_api(self.api).read_node(name, _preload_content=False))
 
     async def _apply(self, name: str, rec: advisor.Recommendation | None,

@@ -309,11 +309,8 @@ async def serve(
     from connections at that point, so a body still being uploaded then is cut: the drain
     delay is what keeps that from happening). ``on_started`` receives the bound port.
     """
-    if settings.tls_cert is None or settings.tls_key is None:
-        raise errors.UsageError("the webhook serves HTTPS only: give --tls-cert and "
-                                         "--tls-key")
-    reloader = reloading.CertificateReloader(cert_file=settings.tls_cert,
-                                             key_file=settings.tls_key)
+    cert_file, key_file = _check(settings)
+    reloader = reloading.CertificateReloader(cert_file=cert_file, key_file=key_file)
     app = make_app(settings, cluster, certificate=reloader)
     app.cleanup_ctx.append(_background(
         "webhook-tls-reload", lambda: reloader.run(settings.reload_interval)))
@@ -339,6 +336,24 @@ async def serve(
                 await asyncio.sleep(settings.drain_delay)
     finally:
         await runner.cleanup()
+
+
+def _check(settings: Settings) -> tuple[Path, Path]:
+    """The TLS files, after refusing settings that would fail later and quietly (a reload task
+    that stops at once leaves the certificate frozen until its expiry)."""
+    if settings.tls_cert is None or settings.tls_key is None:
+        raise errors.UsageError("the webhook serves HTTPS only: give --tls-cert and --tls-key")
+    if not settings.reload_interval > 0:
+        raise errors.UsageError(f"--reload-interval {settings.reload_interval}: use a positive "
+                                f"number of seconds")
+    if settings.max_body_bytes <= 0:
+        raise errors.UsageError(f"--max-body {settings.max_body_bytes}: use a positive number "
+                                f"of bytes (default {DEFAULT_MAX_BODY})")
+    for flag, value in (("--shutdown-timeout", settings.shutdown_timeout),
+                        ("--drain-delay", settings.drain_delay)):
+        if not value >= 0:
+            raise errors.UsageError(f"{flag} {value}: use 0 or more seconds")
+    return settings.tls_cert, settings.tls_key
 
 
 def _logged(run: Callable[[], Awaitable[None]]) -> Callable[[], Coroutine[Any, Any, None]]:

@@ -3,18 +3,20 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import os
 import ssl
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import pytest
 import webhook_scenery as s
 
 from certs import certificates
-from migfit import requests
+from migfit import errors, requests
 from webhook import server
 
 REVIEW = json.dumps(s.review(s.pod({requests.GPU_MEMORY: "12Gi"}))).encode()
@@ -125,3 +127,23 @@ async def test_shutdown_drains_then_finishes_requests_in_flight(
         await asyncio.wait_for(task, 10)
     with pytest.raises(OSError):  # then the listener is gone
         await peer_certificate(port, client_ssl)
+
+
+@pytest.mark.parametrize(("field", "value", "flag"), [
+    ("reload_interval", 0.0, "--reload-interval"),
+    ("max_body_bytes", 0, "--max-body"),
+    ("shutdown_timeout", -1.0, "--shutdown-timeout"),
+    ("drain_delay", float("nan"), "--drain-delay"),
+])
+async def test_settings_that_would_fail_quietly_are_refused_up_front(
+        tmp_path: Path, serving: certificates.Issued, field: str, value: float, flag: str
+) -> None:
+    """A reload interval of 0 used to stop the reload task at once, silently."""
+    write_pair(tmp_path, serving)
+    settings = server.Settings(policy=s.POLICY, host="127.0.0.1", port=0,
+                               tls_cert=tmp_path / "tls.crt", tls_key=tmp_path / "tls.key")
+    changes: dict[str, Any] = {field: value}
+    settings = dataclasses.replace(settings, **changes)
+    with pytest.raises(errors.UsageError) as exc:
+        await server.serve(settings, None, stop=asyncio.Event())
+    assert exc.value.message.startswith(flag)

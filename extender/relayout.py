@@ -118,8 +118,10 @@ class Relayouter:
             if t.done():
                 del self._tasks[name]
         started: list[str] = []
+        failed = 0
         for st in self.state.nodes():
             rec = st.node
+            failed += FAILED in rec.annotations
             if (rec.relayout_tainted and st.name not in self._tasks
                     and FAILED not in rec.annotations):
                 mark = _mark(rec.annotations.get(ANNOTATION))
@@ -138,6 +140,9 @@ class Relayouter:
             started.append(r.node)
         if self.metrics is not None:
             self.metrics.in_progress.set(len(self._tasks))
+            # From the nodes, not a running count: it drops when an operator clears a node
+            # and survives a restart or a change of leader.
+            self.metrics.failed_nodes.set(failed)
         return started
 
     def _start(self, name: str, rec: advisor.Recommendation | None,

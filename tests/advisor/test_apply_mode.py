@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import kmock
+import prometheus_client
 import pytest
 from advisor_scene import node, pod
 from kubernetes_asyncio import client as k8s
@@ -229,3 +230,22 @@ async def test_publisher_leaves_the_apply_modes_record_alone(
     obj = await read_node(api, "idle")
     assert json.loads(obj["metadata"]["annotations"][relayout.ANNOTATION])["state"] == "failed"
     assert _taints(obj) == [relayout.TAINT["key"]]
+
+
+async def test_failed_nodes_gauge_follows_the_nodes(
+    server: kmock.KubernetesEmulator, api: k8s.ApiClient,
+) -> None:
+    # It was only ever incremented: a restarted replica showed 0, a cleared node stayed counted.
+    store(server, node("broken", alloc={"3g.40gb": 2}, config="all-3g.40gb",
+                       taints=[dict(relayout.TAINT)],
+                       annotations={relayout.FAILED: '{"result": "failed"}'}))
+    registry = prometheus_client.CollectorRegistry()
+    metrics = advice.Metrics(registry)
+    r = relayout.Relayouter(await snapshot(api), api, elector=None, cache=_cache(),
+                            metrics=metrics, settings=FAST)
+    await r.step()
+    assert registry.get_sample_value("migfit_relayout_failed_nodes") == 1.0
+    store(server, node("broken", alloc={"3g.40gb": 2}, config="all-3g.40gb"))  # cleared
+    r.state = await snapshot(api)
+    await r.step()
+    assert registry.get_sample_value("migfit_relayout_failed_nodes") == 0.0

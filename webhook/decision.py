@@ -26,7 +26,6 @@ Outcome = Literal["patched", "unchanged", "skipped", "ignored", "denied", "inval
 
 LABEL_PRODUCT: Final = cluster.LABEL_PRODUCT
 _NOMINAL: Final = re.compile(r"\.(\d+)gb")
-_MIG_SUFFIX: Final = re.compile(r"-MIG-.*$", re.IGNORECASE)
 _ANY_GPU: Final = "use a whole GPU (nvidia.com/gpu) instead"
 
 
@@ -513,7 +512,8 @@ def _affinity_values(
                 offer = supply.offers.get((mid, profiles.ProfileName(pl.profile)))
                 if offer is not None:
                     values.update(offer.mig_products)
-                values.update(f"{_MIG_SUFFIX.sub('', base)}-MIG-{pl.profile}"
+                # supply.products holds base names already (view strips -MIG-<profile>).
+                values.update(f"{base}-MIG-{pl.profile}"
                               for base in supply.products.get(mid, ()))
             sets.append((pl.container.name, values))
         elif pl.models:

@@ -3,14 +3,9 @@
 The simulator must run the same code as the webhook and the extender, never a copy. The
 core package may not import the server packages statically (the import-linter contract in
 pyproject.toml), so, like the CLI's composition root, this module names them as strings and
-imports them on first use. A piece that is not part of this build is reported as missing
-(``sources()``) and a plainly labelled stand-in takes its place, so the simulator still runs:
-
-- decision stand-in: the trace mapping's profile (``workload.expected_profile``);
-- extender filter stand-in: a node passes when it has enough free instances (what the
-  scheduler's resource fit already checks);
-- extender score stand-in: 0 for every node (the ``migfit`` policy is then ``default``);
-The advisor (``migfit.advisor``) is core code and is imported by the engine directly.
+imports them on first use. There is no stand-in: a simulation that did not run the servers'
+code would measure nothing, so a missing module is an error. The advisor
+(``migfit.advisor``) is core code and is imported by the engine directly.
 """
 
 from __future__ import annotations
@@ -21,34 +16,32 @@ import types
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from migfit import cluster, profiles
+from migfit import cluster, errors, profiles
+
+DECISION = "webhook.decision"
+SUPPLY = "webhook.view"
+FILTERING = "extender.filtering"
+SCORING = "extender.scoring"
 
 
 @functools.cache
-def _module(name: str) -> types.ModuleType | None:
+def _module(name: str) -> types.ModuleType:
     try:
         return importlib.import_module(name)
     except ModuleNotFoundError as exc:
         if exc.name is not None and name.startswith(exc.name):
-            return None
+            raise errors.ConfigError(
+                f"the simulator drives {name}, which is not installed; install migfit with "
+                f"its webhook and extender packages (pip install -e .)") from None
         raise
 
 
-def _has(module: str, attr: str) -> bool:
-    mod = _module(module)
-    return mod is not None and hasattr(mod, attr)
-
-
 def sources() -> dict[str, str]:
-    """Which code each step runs: the module, or ``stand-in (...)`` when it is missing."""
+    """Which code each step runs (recorded with every result)."""
     return {
-        "decision": ("webhook.decision.decide_pod" if _has("webhook.decision", "decide_pod")
-                     else "stand-in (trace mapping)"),
-        "filter": ("extender.filtering.filter_nodes"
-                   if _has("extender.filtering", "filter_nodes")
-                   else "stand-in (free instances)"),
-        "score": ("extender.scoring.score_nodes" if _has("extender.scoring", "score_nodes")
-                  else "stand-in (0)"),
+        "decision": f"{DECISION}.decide_pod",
+        "filter": f"{FILTERING}.filter_nodes",
+        "score": f"{SCORING}.score_nodes",
         "advisor": "migfit.advisor.advise (safe nodes only)",
     }
 
@@ -65,23 +58,13 @@ class Decider:
 
     def __init__(self, view: cluster.Cluster) -> None:
         self._cluster = view
-        self._decision = _module("webhook.decision")
-        wv = _module("webhook.view")
-        self._tracker: Any = wv.SupplyTracker(view) if wv is not None else None
-        self._policy: Any = self._decision.Policy() if self._decision is not None else None
+        self._decision = _module(DECISION)
+        self._tracker: Any = _module(SUPPLY).SupplyTracker(view)
+        self._policy: Any = self._decision.Policy()
         self._cache: dict[tuple[Any, ...], tuple[tuple[str, ...], tuple[Any, ...], str]] = {}
 
-    @property
-    def real(self) -> bool:
-        return self._decision is not None and self._tracker is not None
-
-    def decide(self, pod: Mapping[str, Any], fallback: Sequence[str]
-               ) -> tuple[tuple[str, ...], tuple[Any, ...], str]:
-        """(profile per container, JSON Patch, denial message or ""); ``fallback`` when the
-        webhook is missing."""
-        if not self.real:
-            return tuple(fallback), (), ""
-        assert self._decision is not None
+    def decide(self, pod: Mapping[str, Any]) -> tuple[tuple[str, ...], tuple[Any, ...], str]:
+        """(profile per container, JSON Patch, denial message or "")."""
         supply = self._tracker.supply()
         meta = pod.get("metadata", {})
         ann = meta.get("annotations", {}) if isinstance(meta, dict) else {}
@@ -134,43 +117,21 @@ class Extender:
 
     def __init__(self, view: cluster.Cluster) -> None:
         self._cluster = view
-        self._filtering = _module("extender.filtering")
-        scoring = _module("extender.scoring")
-        self._scoring = scoring if scoring is not None and hasattr(scoring,
-                                                                   "score_nodes") else None
+        self._filtering = _module(FILTERING)
+        self._scoring = _module(SCORING)
 
     def request(self, pod: cluster.PodRecord) -> Any:
         """The pod's decoded request (decoded once per scheduling cycle)."""
-        if self._filtering is not None:
-            return self._filtering.request_of(pod)
-        return pod
+        return self._filtering.request_of(pod)
 
     def filter(self, request: Any, names: Sequence[str]) -> list[str]:
-        if self._filtering is not None:
-            result = self._filtering.filter_nodes(self._cluster, request, names)
-            return list(result.passed)
-        pod: cluster.PodRecord = request
-        wants = pod.mig_requests
-        out = []
-        for name in names:
-            state = self._cluster.node(name)
-            if state is not None and all(state.free.get(p, 0) >= n for p, n in wants.items()):
-                out.append(name)
-        return out
+        """The nodes that pass the extender's filter, in input order."""
+        return list(self._filtering.filter_nodes(self._cluster, request, names).passed)
 
     def score(self, request: Any, names: Sequence[str]) -> dict[str, int]:
         """0..10 per node (MaxExtenderPriority)."""
-        if self._scoring is None:
-            return dict.fromkeys(names, 0)
-        result = self._scoring.score_nodes(self._cluster, request, names)
-        return _scores(result)
-
-
-def _scores(result: Any) -> dict[str, int]:
-    """``score_nodes``' answer (NodeScore tuples: node, score, ...) as a name -> int map."""
-    if isinstance(result, Mapping):
-        return {str(k): int(v) for k, v in result.items()}
-    return {str(item[0]): int(item[1]) for item in result}
+        return {s.node: s.score
+                for s in self._scoring.score_nodes(self._cluster, request, names)}
 
 
 def resource(profile: str) -> str:

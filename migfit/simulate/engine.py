@@ -291,11 +291,10 @@ class Simulation:
             c.demand_trace_gpus += s.trace_gpus
             obj = objects.pod_object(name=uid, cpu_milli=s.cpu_milli, memory_mib=s.memory_mib,
                                      annotations=s.annotations, containers=s.containers)
-            fallback = [s.expected or ""] * s.containers
             if s.explicit:
                 profs, patch, denial = s.explicit, (), ""
             else:
-                profs, patch, denial = self.decider.decide(obj, fallback)
+                profs, patch, denial = self.decider.decide(obj)
             if denial:
                 c.denied += 1
                 return

@@ -662,6 +662,10 @@ class Cluster:
             # Most pod events (status, conditions, labels) change nothing the indexes hold.
             self._pods[pod.uid] = pod
             self.generation += 1
+            if pod.uid in self._pending:
+                # A pending pod's record changed (annotations, Unschedulable condition):
+                # demand caches keyed on pending_generation must see the new record.
+                self.pending_generation += 1
             return
         if old is not None:
             self._unaccount(old)

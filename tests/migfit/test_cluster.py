@@ -405,3 +405,23 @@ def test_incremental_indexes_equal_a_rebuild_from_the_final_objects(
     model.replace("Node", list(final["Node"].values()))
     model.replace("Pod", list(final["Pod"].values()))
     assert view(model) == view(fresh)
+
+
+def test_a_pending_pods_changed_record_bumps_the_pending_generation() -> None:
+    # Demand caches (the extender's figures) recount only when pending_generation moves; a
+    # pending pod whose annotations or Unschedulable condition change must move it.
+    waiting = pod("w", node_name=None, phase="Pending")
+    model = loaded(node("n1"), waiting)
+    before = model.pending_generation
+    cond = [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+             "lastTransitionTime": "2024-06-12T10:00:00Z"}]
+    model.apply("Pod", "MODIFIED", pod("w", node_name=None, phase="Pending", conditions=cond,
+                                       annotations={"migfit.io/gpu-memory": "12Gi"}))
+    assert model.pending_generation > before
+    [record] = model.pending_pods()
+    assert record.unschedulable and record.annotations == {"migfit.io/gpu-memory": "12Gi"}
+    # A running pod's status change is not demand: the counter stays.
+    model.apply("Pod", "ADDED", pod("r"))
+    settled = model.pending_generation
+    model.apply("Pod", "MODIFIED", pod("r", conditions=[{"type": "Ready", "status": "True"}]))
+    assert model.pending_generation == settled

@@ -72,7 +72,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def settings_from(args: argparse.Namespace) -> server.ExtenderSettings:
     """The server settings of a parsed command line; UsageError for bad values."""
     if not 0 <= args.port < 65536:
-        raise errors.UsageError(f"--port {args.port}: use 1..65535")
+        raise errors.UsageError(f"--port {args.port}: use 0 (any free port) to 65535")
     if args.log_nodes < 0:
         raise errors.UsageError(f"--log-nodes {args.log_nodes}: use 0 (all) or more")
     if args.max_body < 1024:
@@ -121,8 +121,6 @@ async def _serve(args: argparse.Namespace, settings: server.ExtenderSettings,
     if getattr(args, "cluster_file", None) is None and not args.no_publish:
         api = await kubeapi.api_client(kubeconfig=args.kubeconfig, context=args.context)
         ns, _, name = str(args.configmap).partition("/")
-        if not name:
-            raise errors.UsageError(f"--configmap {args.configmap!r} is not NAMESPACE/NAME")
         config, why = await advice.read_config(api, name=name, namespace=ns)
         if why is not None:
             logging.getLogger("migfit.advice").warning(
@@ -154,6 +152,17 @@ def run(args: argparse.Namespace) -> int:
     settings = settings_from(args)
     if args.max_relayouts < 1:
         raise errors.UsageError(f"--max-relayouts {args.max_relayouts}: use 1 or more")
+    # Checked before anything starts (it was checked after the API client was opened, which
+    # then leaked, and not at all with --cluster or --no-publish).
+    ns, _, name = str(args.configmap).partition("/")
+    if not ns or not name or "/" in name:
+        raise errors.UsageError(f"--configmap {args.configmap!r}: give NAMESPACE/NAME, e.g. "
+                                "gpu-operator/default-mig-parted-config")
+    if args.grace < 0:
+        raise errors.UsageError(f"--grace {args.grace}: use 0 or more seconds")
+    if args.relayout_timeout <= 0:
+        raise errors.UsageError(f"--relayout-timeout {args.relayout_timeout}: use more than "
+                                "0 seconds")
     _configure_logging(args.log_level)
     view = cluster.Cluster(profiles.load(args.catalog))
     source = sources.source_from_args(view, args)

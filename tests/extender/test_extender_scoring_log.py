@@ -68,3 +68,15 @@ def test_cli_rejects_half_a_tls_pair(tmp_path: object) -> None:
     ok = cli.settings_from(parser.parse_args(["--cluster", "x.yaml", "--port", "9000",
                                               "--log-format", "json"]))
     assert (ok.port, ok.log_format, ok.tls_cert) == (9000, "json", None)
+
+
+@pytest.mark.parametrize("flags", [["--configmap", "no-namespace"], ["--configmap", "/name"],
+                                   ["--grace", "-1"], ["--relayout-timeout", "0"]])
+def test_cli_rejects_bad_advisor_flags_before_starting(flags: list[str]) -> None:
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    cli.add_arguments(parser)
+    args = parser.parse_args(["--cluster", "examples/cluster.yaml", "--port", "0", *flags])
+    with pytest.raises(errors.UsageError, match=flags[0]):
+        cli.run(args)  # raised before serving: the test would otherwise hang

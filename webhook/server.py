@@ -88,10 +88,16 @@ class State:
     tracker: view.SupplyTracker | None
     metrics: Metrics
     draining: bool = False
+    _fallback: view.Supply = dataclasses.field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self._fallback = view.Supply.from_catalog(self.settings.policy.fallback_models)
 
     def supply(self) -> view.Supply:
+        """What to decide against now: the cluster's snapshot once synced, else the catalog
+        of ``--gpu-models`` (built once)."""
         if self.tracker is None or self.cluster is None or not self.cluster.synced:
-            return view.Supply.from_catalog(self.settings.policy.fallback_models)
+            return self._fallback
         return self.tracker.supply()
 
 

@@ -50,7 +50,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     src.add_argument("--nodes", type=Path, default=None, metavar="CSV",
                      help=f"the trace's node list (default: TRACE_DIR/{NODE_CSV})")
     src.add_argument("--model", default="A100-80GB",
-                     help="GPU model every trace GPU is treated as (with --nodes)")
+                     help="GPU model every GPU of the trace's node list is treated as (not "
+                          "used with --cluster, whose spec names the models)")
     src.add_argument("--layout", default=None,
                      help="initial layout of the GPUs: demand-matched (per-GPU layouts "
                           "derived from the workload's profile mix, see "

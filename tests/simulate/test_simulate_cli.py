@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import re
 from pathlib import Path
@@ -9,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from migfit import cli
+from migfit.simulate import cli as simulate_cli
 
 SPEC = """\
 version: v1
@@ -40,6 +42,15 @@ def test_help_documents_every_option(capsys: pytest.CaptureFixture[str]) -> None
                 "--relayout-seconds", "--extender-weight", "--advisor", "--advisor-free-grace",
                 "demand-matched"):
         assert opt in out
+    # Every option the command accepts, not only those listed above, is shown with a help text.
+    parser = argparse.ArgumentParser()
+    simulate_cli.add_arguments(parser)
+    options = [a for a in parser._actions if a.option_strings]
+    assert len(options) > 20
+    for action in options:
+        assert action.help, action.option_strings
+        for flag in action.option_strings:
+            assert re.search(rf"(^|\s){re.escape(flag)}\b", out), flag
 
 
 def test_small_run_writes_json_and_offline_report(

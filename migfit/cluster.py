@@ -377,6 +377,7 @@ def effective_requests(spec: Mapping[str, Any]) -> tuple[
     Regular containers are summed; each non-restartable init container runs alone next to the
     sidecars started before it, so the pod needs the max of those; restartable init containers
     (sidecars, restartPolicy Always) run for the pod's life and add to the sum (KEP-753).
+    ``spec.overhead`` (KEP-688) adds to cpu and memory.
     """
     per_container: list[tuple[str, str, int]] = []
 
@@ -427,6 +428,12 @@ def effective_requests(spec: Mapping[str, Any]) -> tuple[
             total[res] = max(regular.get(res, 0) + sidecars.get(res, 0), init_max.get(res, 0))
     cpu = total.pop("cpu", 0)
     mem = total.pop("memory", 0)
+    # Pod overhead (RuntimeClass, KEP-688) is added to the pod's requests by the scheduler.
+    overhead = _dict(spec.get("overhead"))
+    with contextlib.suppress(errors.QuantityError):
+        cpu += _milli(overhead["cpu"]) if "cpu" in overhead else 0
+    with contextlib.suppress(errors.QuantityError):
+        mem += _bytes(overhead["memory"]) if "memory" in overhead else 0
     gpu = {sys.intern(r): n for r, n in total.items() if n > 0}
     return gpu, tuple(per_container), cpu, mem
 

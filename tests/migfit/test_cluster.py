@@ -425,3 +425,15 @@ def test_a_pending_pods_changed_record_bumps_the_pending_generation() -> None:
     settled = model.pending_generation
     model.apply("Pod", "MODIFIED", pod("r", conditions=[{"type": "Ready", "status": "True"}]))
     assert model.pending_generation == settled
+
+
+def test_pod_overhead_adds_to_cpu_and_memory() -> None:
+    # KEP-688: kube-scheduler adds spec.overhead (set from the RuntimeClass) to the requests.
+    spec = {"containers": [container(requests={"cpu": "500m", "memory": "1Gi",
+                                               **mig("1g.10gb")})],
+            "overhead": {"cpu": "250m", "memory": "120Mi"}}
+    requests, _, cpu, mem = cluster.effective_requests(spec)
+    assert requests == {"nvidia.com/mig-1g.10gb": 1}
+    assert (cpu, mem) == (750, 2**30 + 120 * 2**20)
+    bad = {**spec, "overhead": {"cpu": "lots"}}
+    assert cluster.effective_requests(bad)[2] == 500

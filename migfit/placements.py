@@ -192,7 +192,7 @@ def fit(
                    key=lambda p: (len(p.starts), -p.size, p.name))
     chosen: list[Instance] = []
     failed: set[tuple[int, int, int]] = set()
-    deepest: list[int] = [-1, base]  # index of the first instance that could not be placed
+    deepest = [-1]  # the deepest index of ``order`` whose instance could not be placed
 
     def place(i: int, mask: int, min_start: int) -> bool:
         if i == len(order):
@@ -214,8 +214,7 @@ def fit(
                 return True
             chosen.pop()
         failed.add(key)
-        if i > deepest[0]:
-            deepest[0], deepest[1] = i, mask
+        deepest[0] = max(deepest[0], i)
         return False
 
     if place(0, base, 0):

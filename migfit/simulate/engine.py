@@ -331,11 +331,10 @@ class Simulation:
                 pod.record = self.cluster.pod(f"uid-{uid}")
                 if pod.record is not None:
                     pod.request = self.extender.request(pod.record)
-            if s.gpu and not pod.blocked:
-                need = pod.compute
-                if any(free >= need and k for free, k in self.free_hist.items()):
-                    pod.blocked = True
-                    c.blocked += 1
+            # Blocked by fragmentation (metrics): some node had enough free slices in total.
+            if s.gpu and any(free >= pod.compute and k for free, k in self.free_hist.items()):
+                pod.blocked = True
+                c.blocked += 1
             self.pending.append(pod)
             self._want_advice()
 

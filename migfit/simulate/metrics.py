@@ -19,11 +19,19 @@ Definitions (capacity = 7 compute slices per A100/H100 GPU; a GPU slice is one c
   slices of a GPU = its compute slices − those of instances held by pods (idle instances of
   another profile and stranded slices are free but unusable for c).
 - **pending time**: start − arrival of every placed pod; p50 and p99 (nearest rank).
-- **blocked by fragmentation**: GPU pods that found no node although, at that moment, some
-  node not being re-laid out had at least as many free compute slices as the pod's
-  instances hold in total (counted once per pod).
+- **blocked by fragmentation**: GPU pods that found no node on arrival although, at that
+  moment, some node not being re-laid out had at least as many free compute slices as the
+  pod's instances hold in total (counted once per pod, at its arrival; later retries are not
+  counted again).
 - **re-layouts**: nodes re-partitioned (and GPUs changed); **disrupted**: GPU pods on a node
   when its re-layout starts (the planner is given idle nodes only, so it must stay 0).
+- **unallocated memory share**: the same as the unallocated share, on memory slices (8 per
+  A100/H100 GPU) instead of compute slices.
+- **requested GPUs share**: the trace's GPUs (num_gpu × gpu_milli / 1000) of the arrived
+  pods / the cluster's GPUs; **arrived slices**: compute slices of the instances the arrived
+  GPU pods were given by the decision; **allocated of arrived**: allocated / arrived slices.
+- **decision differs from mapping**: GPU pods whose profile from the webhook's decision is
+  not the one the trace mapping names (0 when the annotations ask for what the mapping means).
 - **memory wasted by rounding**: Σ over placed GPU pods of (usable memory of its instances −
   the memory it needs, gpu_milli × the GPU's memory), and its share of the usable memory.
 """
@@ -48,6 +56,7 @@ def percentile(values: Sequence[float], q: float) -> float:
 
 
 def fragmentation(sim: Simulation) -> float:
+    """FGD's fragmentation measure on MIG compute slices (module docstring), 0..1."""
     total = sum(sim.classes.values())
     if not total or not sim.capacity_slices:
         return 0.0

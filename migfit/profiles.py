@@ -222,6 +222,9 @@ def single_strategy_profile(product: str) -> str | None:
     return m.group(1).lower() if m else None
 
 
+_RESOLVED_MAX = 4096  # distinct (product, memory) label pairs remembered per catalog
+
+
 class Catalog:
     """The known GPU models, by id; resolves node labels to models."""
 
@@ -230,6 +233,8 @@ class Catalog:
         self._patterns: list[tuple[re.Pattern[str], GpuModel]] = [
             (re.compile(p, re.IGNORECASE), m) for m in self._models.values() for p in m.products
         ]
+        # Every Node event resolves its labels; a cluster has a handful of distinct ones.
+        self._resolved: dict[tuple[str, int | None], GpuModel | errors.UnknownModelError] = {}
 
     @property
     def models(self) -> tuple[GpuModel, ...]:
@@ -269,6 +274,20 @@ class Catalog:
         clear error, never a guess. Under the single strategy the memory label is the size of
         one MIG device, so it is ignored when the product names a MIG profile.
         """
+        key = (product, memory_mib)
+        known = self._resolved.get(key)
+        if known is None:
+            try:
+                known = self._resolve(product, memory_mib)
+            except errors.UnknownModelError as exc:
+                known = exc
+            if len(self._resolved) < _RESOLVED_MAX:
+                self._resolved[key] = known
+        if isinstance(known, errors.UnknownModelError):
+            raise errors.UnknownModelError(known.message)
+        return known
+
+    def _resolve(self, product: str, memory_mib: int | None) -> GpuModel:
         norm = normalize_product(product)
         if single_strategy_profile(product) is not None:
             memory_mib = None

@@ -226,3 +226,19 @@ def test_override_file_is_validated_strictly(tmp_path: Path, text: str, needle: 
 def test_override_file_missing_is_a_config_error(tmp_path: Path) -> None:
     with pytest.raises(errors.ConfigError, match="cannot read"):
         profiles.load(tmp_path / "nope.yaml")
+
+
+def test_resolve_answers_alike_when_asked_again() -> None:
+    # Answers are remembered per (product, memory): a repeat gives the same model, and an
+    # unknown product the same clear error each time (a fresh exception, not a shared one).
+    catalog = profiles.builtin()
+    first = catalog.resolve("NVIDIA-A100-SXM4", 81920)
+    assert catalog.resolve("NVIDIA-A100-SXM4", 81920) is first
+    assert first.id == "A100-80GB"
+    assert catalog.resolve("NVIDIA-A100-SXM4", 40960).id == "A100-40GB"
+    caught = []
+    for _ in range(2):
+        with pytest.raises(errors.UnknownModelError, match="NVIDIA-RTX-9000") as info:
+            catalog.resolve("NVIDIA-RTX-9000")
+        caught.append(info.value)
+    assert caught[0] is not caught[1] and caught[0].message == caught[1].message

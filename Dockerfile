@@ -9,8 +9,8 @@ ARG PYTHON_IMAGE=python:3.11-slim
 FROM ${PYTHON_IMAGE} AS build
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /src
-# Only what the wheel needs (.dockerignore lists it); examples/cluster.yaml is the target of
-# the migfit/data/example-cluster.yaml symlink, the bundled example cluster.
+# Only what the wheel needs (.dockerignore lists it); the bundled example cluster is package
+# data (migfit/data/example-cluster.yaml, a copy of examples/cluster.yaml).
 COPY . .
 RUN pip wheel --wheel-dir /wheels .
 

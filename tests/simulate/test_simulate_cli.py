@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -102,3 +105,24 @@ def test_layout_cycle_replaces_the_spec_layouts(
     (run,) = doc["runs"]
     first = [sorted(i[2] for i in gpu) for gpu in run["snapshot"][0]["gpus"]]
     assert first == [["7g.80gb"], ["3g.40gb", "4g.40gb"]]
+
+
+def test_same_seed_same_result_across_processes(tmp_path: Path) -> None:
+    """Determinism must not depend on Python's per-process string hashing (set order)."""
+    spec = tmp_path / "cluster.yaml"
+    spec.write_text(SPEC)
+    docs = []
+    for hash_seed in ("1", "2"):
+        out_json = tmp_path / f"r{hash_seed}.json"
+        done = subprocess.run(
+            [sys.executable, "-m", "migfit.cli", "simulate", "--cluster", str(spec),
+             "--synthetic", "80", "--mode", "events", "--policies", "random,migfit+advisor",
+             "--json", str(out_json)],
+            capture_output=True, text=True, timeout=300, check=False,
+            env={**os.environ, "PYTHONHASHSEED": hash_seed})
+        assert done.returncode == 0, done.stderr
+        runs = json.loads(out_json.read_text())["runs"]
+        for r in runs:
+            r["figures"].pop("wall_s")
+        docs.append(runs)
+    assert docs[0] == docs[1]

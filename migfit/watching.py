@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import collections
 import dataclasses
 import json
 import logging
@@ -94,6 +95,11 @@ class _ApiError(Exception):
     """A non-success HTTP answer other than 410."""
 
 
+# Events arrive in order on one stream; a stale event about an object deleted more than this
+# many deletions ago is not expected, so older tombstones are forgotten.
+MAX_TOMBSTONES = 10_000
+
+
 @dataclasses.dataclass(slots=True)
 class _Version:
     resource_version: str | None
@@ -181,6 +187,10 @@ class KubernetesSource:
         self.synced = asyncio.Event()
         self._listed: set[Kind] = set()
         self._versions: dict[Kind, dict[str, _Version]] = {kind: {} for kind in KINDS}
+        # Deleted objects' keys, oldest first: tombstones are bounded (MAX_TOMBSTONES) so that
+        # pod churn between two full lists (rare with bookmarks) cannot grow them for ever.
+        self._tombstones: dict[Kind, collections.deque[str]] = {
+            kind: collections.deque() for kind in KINDS}
         self._resource_versions: dict[Kind, str | None] = {kind: None for kind in KINDS}
         self._relists = 0
         self._retries = 0
@@ -339,6 +349,7 @@ class KubernetesSource:
         for obj in objects:
             versions[_key_of(obj)] = _Version(_rv_of(obj), deleted=False)
         self._versions[kind] = versions  # the list is authoritative: tombstones end here
+        self._tombstones[kind].clear()
         self._resource_versions[kind] = resource_version
         self._sink.replace(kind, objects)
         first = kind not in self._listed
@@ -461,3 +472,11 @@ class KubernetesSource:
             return
         self._sink.apply(kind, event_type, obj)
         versions[key] = _Version(rv, deleted=event_type == "DELETED")
+        if event_type == "DELETED":
+            graves = self._tombstones[kind]
+            graves.append(key)
+            while len(graves) > MAX_TOMBSTONES:
+                old = graves.popleft()
+                held = versions.get(old)
+                if held is not None and held.deleted:
+                    del versions[old]

@@ -117,6 +117,9 @@ def normalize_san(san: str) -> str:
     return name
 
 
+MAX_COMMON_NAME = 64
+
+
 def create_ca(
     *,
     common_name: str = "migfit CA",
@@ -132,7 +135,8 @@ def create_ca(
     name = x509.Name(
         [
             x509.NameAttribute(NameOID.ORGANIZATION_NAME, "migfit"),
-            x509.NameAttribute(NameOID.COMMON_NAME, common_name),
+            # RFC 5280 ub-common-name: at most 64 characters; the CN of a CA is a label only.
+            x509.NameAttribute(NameOID.COMMON_NAME, common_name[:MAX_COMMON_NAME]),
         ]
     )
     ski = x509.SubjectKeyIdentifier.from_public_key(key.public_key())

@@ -321,4 +321,5 @@ def _next_ca_name(current: x509.Certificate) -> str:
     base = str(attrs[0].value) if attrs else "migfit CA"
     base = base.split(" (")[0]
     stamp = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M:%S")
-    return f"{base} ({stamp})"
+    room = certificates.MAX_COMMON_NAME - len(stamp) - 3  # " (" + stamp + ")"
+    return f"{base[:room].rstrip()} ({stamp})"

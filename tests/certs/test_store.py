@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 from certs_tls import SANS, client_context, serial_of, served_serial, tls_server
+from cryptography.x509.oid import NameOID
 
 from certs import certificates, reloading, store
 from migfit import errors
@@ -175,3 +176,16 @@ def test_write_atomic_replaces_content_and_mode(tmp_path: Path) -> None:
     assert target.read_bytes() == b"new"
     assert mode(target) == 0o600
     assert [p.name for p in tmp_path.iterdir()] == ["secret"]
+
+
+def test_ca_roll_for_a_long_service_name_keeps_the_common_name_within_64(tmp_path: Path) -> None:
+    """RFC 5280 caps a CN at 64 characters; `rotate --new-ca` appends a timestamp to it."""
+    out = tmp_path / "certs"
+    store.init(out, service="migfit-extender-with-a-rather-long-name",
+               namespace="migfit-system-of-the-platform-team")
+    store.rotate(out, new_ca=True)
+    ca = certificates.load_certificate((out / store.CA_CERT).read_bytes())
+    (cn,) = ca.subject.get_attributes_for_oid(NameOID.COMMON_NAME)
+    assert len(str(cn.value)) <= 64
+    served = (out / store.TLS_CERT).read_bytes()
+    assert certificates.is_issued_by(served, (out / store.CA_CERT).read_bytes())

@@ -11,6 +11,11 @@ the GPU Operator documents, for safe nodes only (no bound pod uses a MIG instanc
    layout (the device plugin re-advertises, kubelet updates the node);
 4. remove the taint and the marks.
 
+Before anything on the node changed, a conflict (someone wrote the node between the read and
+the taint: 409 on the resourceVersion precondition) or an unreadable node is a retryable skip:
+nothing is marked and a later pass may try again. While waiting, a transient API error (429,
+5xx, no connection) is retried with backoff until the timeout.
+
 On ``failed``, a timeout, or a wedged node (state stuck in ``pending``) the taint stays, the
 annotation says ``"state": "failed"`` with the reason, ``migfit.io/relayout-failed`` is set,
 a Warning Event and a metric record it, and the node is never retried until an operator
@@ -30,7 +35,9 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
+import aiohttp
 from kubernetes_asyncio import client as k8s
+from kubernetes_asyncio.client.rest import ApiException
 
 from extender import advice as surfaces
 from extender import kubeapi
@@ -54,6 +61,7 @@ class Settings:
     timeout_s: float = 1200.0  # from setting the label to success and the new allocatable
     wedge_s: float = 600.0  # mig.config.state stuck at pending this long: wedged
     poll_s: float = 5.0
+    backoff_max_s: float = 60.0  # longest wait between polls while the API keeps failing
     interval_s: float = 30.0  # how often the advice is checked for new work
 
 
@@ -180,13 +188,26 @@ class Relayouter:
         core = surfaces.core_api(self.api)
         if mark is None:
             assert rec is not None
-            obj = await self._read(name)
+            try:
+                obj = await self._read(name)
+            except Exception as exc:
+                if not isinstance(exc, (ApiException, ValueError, *TRANSIENT)):
+                    raise
+                return Outcome(name, "skipped", f"cannot read the node ({_brief(exc)}); "
+                               "nothing was changed, a later pass tries again")
             node = cluster.node_from_api(obj, self.state.catalog)
             if node.relayout_tainted or FAILED in node.annotations:
                 return Outcome(name, "skipped", "already under re-layout or failed")
             if node.config_state in cluster.REPARTITIONING_STATES:
                 return Outcome(name, "skipped", "the MIG Manager is busy on it")
-            await self._add_taint(name, obj)
+            try:
+                await self._add_taint(name, obj)
+            except ApiException as exc:
+                if exc.status != 409:
+                    raise  # the taint may or may not be there: recorded as a failure
+                return Outcome(name, "skipped", "the node changed between reading it and "
+                               "tainting it (409 Conflict); nothing was changed, a later "
+                               "pass tries again")
             # A pod may have been bound between the advice and the taint: then back out.
             busy = [p.key for p in self.state.pods_on(name)
                     if p.holds_instances and p.mig_requests]
@@ -212,11 +233,28 @@ class Relayouter:
         target = str(mark.get("target", ""))
         started = self.clock()
         pending_since: float | None = None
+        failing = 0  # API errors in a row
         while True:
             if not self.leading:
                 # Leave taint and mark: the next leader adopts the node.
                 return Outcome(name, "lost-leadership")
-            node = cluster.node_from_api(await self._read(name), self.state.catalog)
+            try:
+                node = cluster.node_from_api(await self._read(name), self.state.catalog)
+            except Exception as exc:
+                if not _transient(exc):
+                    raise
+                failing += 1
+                now = self.clock()
+                left = self.settings.timeout_s - (now - started)
+                if left <= 0:
+                    return await self._fail(name, "timeout", f"no success with the new "
+                                            f"allocatable within {self.settings.timeout_s:.0f}s "
+                                            f"(the API kept failing: {_brief(exc)})", mark)
+                log.warning("relayout %s: reading the node failed (%s), retrying",
+                            name, _brief(exc))
+                await asyncio.sleep(min(left, self._backoff(failing)))
+                continue
+            failing = 0
             now = self.clock()
             state = node.config_state
             if node.config != target:
@@ -226,7 +264,17 @@ class Relayouter:
                 return await self._fail(name, "failed", "the MIG Manager reported "
                                         "mig.config.state=failed", mark)
             if state == "success" and dict(node.advertised) == expected:
-                await self._succeed(name, mark)
+                try:
+                    await self._succeed(name, mark)
+                except Exception as exc:
+                    if not _transient(exc):
+                        raise
+                    # Idempotent: the next round sees success again and finishes.
+                    log.warning("relayout %s: removing the taint failed (%s), retrying",
+                                name, _brief(exc))
+                    failing += 1
+                    await asyncio.sleep(self._backoff(failing))
+                    continue
                 return Outcome(name, "success")
             if state == "pending":
                 pending_since = now if pending_since is None else pending_since
@@ -274,17 +322,23 @@ class Relayouter:
         except Exception as exc:
             log.warning("relayout %s: event %s not sent: %s", name, reason, exc)
 
+    def _backoff(self, failing: int) -> float:
+        """The wait after ``failing`` API errors in a row: doubling from ``poll_s``."""
+        return float(min(self.settings.backoff_max_s,
+                         self.settings.poll_s * 2 ** min(failing, 30)))
+
     async def _add_taint(self, name: str, obj: dict[str, Any]) -> None:
+        """Add the taint to the taints read, with the resourceVersion read as precondition.
+
+        A merge patch replaces the whole list, which is safe only because the API server
+        answers 409 Conflict (and changes nothing) when the node was written since ``obj`` was
+        read. (A JSON-patch ``test`` would fail with 422, indistinguishable from a bad patch.)
+        """
         taints = list((obj.get("spec") or {}).get("taints") or [])
-        ops: list[dict[str, Any]] = []
         rv = (obj.get("metadata") or {}).get("resourceVersion")
-        if rv:
-            ops.append({"op": "test", "path": "/metadata/resourceVersion", "value": rv})
-        if taints:
-            ops.append({"op": "add", "path": "/spec/taints/-", "value": dict(TAINT)})
-        else:
-            ops.append({"op": "add", "path": "/spec/taints", "value": [dict(TAINT)]})
-        await surfaces.core_api(self.api).patch_node(name, ops)
+        await surfaces.core_api(self.api).patch_node(name, {
+            "metadata": {"resourceVersion": rv} if rv else {},
+            "spec": {"taints": [*taints, dict(TAINT)]}}, _content_type=surfaces.MERGE_PATCH)
 
     async def _remove_taint(self, name: str) -> None:
         obj = await self._read(name)
@@ -295,6 +349,24 @@ class Relayouter:
                     {"op": "test", "path": f"/spec/taints/{i}/key", "value": TAINT["key"]},
                     {"op": "remove", "path": f"/spec/taints/{i}"}])
                 return
+
+
+TRANSIENT: tuple[type[BaseException], ...] = (aiohttp.ClientError, asyncio.TimeoutError,
+                                              OSError)
+
+
+def _transient(exc: BaseException) -> bool:
+    """An API error worth retrying: throttled, a server error, or no connection."""
+    if isinstance(exc, ApiException):
+        status = int(exc.status or 0)
+        return status == 429 or status >= 500
+    return isinstance(exc, TRANSIENT)
+
+
+def _brief(exc: BaseException) -> str:
+    if isinstance(exc, ApiException):
+        return f"HTTP {exc.status} {exc.reason}".strip()
+    return str(exc) or type(exc).__name__
 
 
 def _mark(value: str | None) -> dict[str, Any]:

@@ -6,6 +6,7 @@ import asyncio
 import json
 from typing import Any, Literal
 
+import attrs
 import kmock
 from kubernetes_asyncio import client as k8s
 
@@ -14,6 +15,46 @@ from migfit import cluster
 Mode = Literal["success", "fail", "wedge", "ignore"]
 NODES = kmock.resource("v1", "nodes")
 PODS = kmock.resource("v1", "pods")
+
+
+@attrs.define(kw_only=True)
+class VersionedEmulator(kmock.KubernetesEmulator):
+    """kmock's emulator plus what the API server does with ``resourceVersion``: every write of
+    an object bumps it, and a merge patch that carries another one is answered 409 Conflict
+    with nothing changed. ``race(res, ns, name, patch)`` makes someone else write ``patch`` to
+    the object just before the next write of it arrives (a write in between a read and ours).
+    """
+
+    _races: dict[Any, list[dict[str, Any]]] = attrs.field(factory=dict, init=False)
+    _version: int = attrs.field(default=100, init=False)
+
+    def race(self, res: Any, namespace: str | None, name: str, patch: dict[str, Any]) -> None:
+        self._races.setdefault((res, namespace, name), []).append(patch)
+
+    def _bump(self) -> str:
+        self._version += 1
+        return str(self._version)
+
+    async def _handle(self, request: Any) -> Any:
+        if request.action == kmock.action.UPDATE and request.name is not None:
+            key = (request.resource, request.namespace, request.name)
+            for patch in self._races.pop(key, []):
+                self.objects[key].patch(patch)
+                self.objects[key].patch({"metadata": {"resourceVersion": self._bump()}})
+            if key in self.objects and not self.objects[key].deleted:
+                stored = self.objects[key].get("metadata", {}).get("resourceVersion")
+                data = request.data
+                if isinstance(data, dict):
+                    wanted = (data.get("metadata") or {}).get("resourceVersion")
+                    if wanted is not None and wanted != stored:
+                        raise kmock.KubernetesError(status=409, reason="Conflict", message=(
+                            f"the object has been modified (resourceVersion {stored}, "
+                            f"not {wanted})"))
+                    data.setdefault("metadata", {})["resourceVersion"] = self._bump()
+                elif isinstance(data, list):
+                    data.append({"op": "add", "path": "/metadata/resourceVersion",
+                                 "value": self._bump()})
+        return await super()._handle(request)
 
 
 def api_for(server: kmock.KubernetesEmulator) -> k8s.ApiClient:

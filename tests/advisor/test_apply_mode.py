@@ -12,7 +12,16 @@ import prometheus_client
 import pytest
 from advisor_scene import node, pod
 from kubernetes_asyncio import client as k8s
-from migmanager_sim import MigManager, api_for, events, read_node, snapshot, store
+from migmanager_sim import (
+    NODES,
+    MigManager,
+    VersionedEmulator,
+    api_for,
+    events,
+    read_node,
+    snapshot,
+    store,
+)
 
 from extender import advice, leader, relayout
 from migfit import advisor, migparted
@@ -249,3 +258,85 @@ async def test_failed_nodes_gauge_follows_the_nodes(
     r.state = await snapshot(api)
     await r.step()
     assert registry.get_sample_value("migfit_relayout_failed_nodes") == 0.0
+
+
+def _status(code: int, reason: str) -> dict[str, Any]:
+    return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+            "code": code, "reason": reason, "message": reason}
+
+
+def _stored(server: kmock.KubernetesEmulator, name: str) -> dict[str, Any]:
+    """The node as the emulator holds it (when reading it through the API fails on purpose)."""
+    raw: dict[str, Any] = server.objects[NODES, None, name].raw
+    return raw
+
+
+@pytest.mark.kmock(cls=VersionedEmulator)
+async def test_a_conflict_while_tainting_is_a_retryable_skip(
+    server: VersionedEmulator, api: k8s.ApiClient,
+) -> None:
+    # Someone writes the node between the read and the taint: 409, nothing was changed, so the
+    # node must not be marked failed, and a later pass may try again.
+    _seed(server)
+    server.race(NODES, None, "idle", {"metadata": {"labels": {"example.com/other": "x"}}})
+    mm = MigManager(api, "idle", layouts=LAYOUTS, mode="success")
+    mm.start()
+    try:
+        r = await _relayouter(api)
+        assert await r.step() == ["idle"]
+        (outcome,) = await r.wait()
+        assert outcome.result == "skipped" and "409" in outcome.reason, outcome
+        obj = await read_node(api, "idle")
+        assert _taints(obj) == []
+        assert obj["metadata"]["labels"]["example.com/other"] == "x"  # their write stands
+        assert obj["metadata"]["labels"]["nvidia.com/mig.config"] == "all-3g.40gb"
+        notes = obj["metadata"].get("annotations", {})
+        assert relayout.FAILED not in notes and relayout.ANNOTATION not in notes
+        assert not any(e["reason"] == relayout.REASON_FAILED for e in await events(api))
+        r.state = await snapshot(api)
+        assert await r.step() == ["idle"]  # tried again on the next pass
+        (done,) = await r.wait()
+        assert done.result == "success", done.reason
+    finally:
+        await mm.stop()
+    assert mm.applied == ["all-1g.10gb"]
+    assert _taints(await read_node(api, "idle")) == []
+
+
+def _adoptable(server: kmock.KubernetesEmulator, *, state: str = "success",
+               started: str | None = None) -> None:
+    """A node a previous leader tainted and labelled; the MIG Manager already finished."""
+    mark: dict[str, Any] = {"state": "applying", "target": "all-1g.10gb",
+                            "from": "all-3g.40gb", "expected": {"1g.10gb": 7}}
+    if started is not None:
+        mark["started"] = started
+    store(server, node("idle", alloc={"1g.10gb": 7}, config="all-1g.10gb", state=state,
+                       taints=[dict(relayout.TAINT)],
+                       annotations={relayout.ANNOTATION: json.dumps(mark)}))
+
+
+async def test_transient_api_errors_while_waiting_are_retried(
+    server: kmock.KubernetesEmulator, api: k8s.ApiClient,
+) -> None:
+    _adoptable(server)
+    server[kmock.action.FETCH, NODES][:3] << 503 << _status(503, "ServiceUnavailable")
+    r = await _relayouter(api)
+    assert await r.step() == ["idle"]
+    (outcome,) = await r.wait()
+    assert outcome.result == "success", outcome.reason
+    obj = await read_node(api, "idle")
+    assert _taints(obj) == [] and relayout.FAILED not in obj["metadata"].get("annotations", {})
+
+
+async def test_an_api_failing_until_the_timeout_is_a_timeout(
+    server: kmock.KubernetesEmulator, api: k8s.ApiClient,
+) -> None:
+    _adoptable(server)
+    server[kmock.action.FETCH, NODES] << 500 << _status(500, "InternalError")
+    r = await _relayouter(api)
+    assert await r.step() == ["idle"]
+    (outcome,) = await r.wait()
+    assert outcome.result == "timeout" and "HTTP 500" in outcome.reason, outcome
+    obj = _stored(server, "idle")
+    assert _taints(obj) == [relayout.TAINT["key"]]
+    assert json.loads(obj["metadata"]["annotations"][relayout.FAILED])["result"] == "timeout"

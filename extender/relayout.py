@@ -6,7 +6,9 @@ the GPU Operator documents, for safe nodes only (no bound pod uses a MIG instanc
 1. taint the node ``migfit.io/relayout=pending:NoSchedule`` (the extender also treats the
    node as unresolvable), then re-check that no pod was bound in the meantime;
 2. set ``nvidia.com/mig.config`` to the target and record the attempt in the
-   ``migfit.io/relayout`` annotation (``"state": "applying"``);
+   ``migfit.io/relayout`` annotation (``"state": "applying"``, and ``"started"``: the wall
+   clock then, RFC 3339, so that a new leader adopting the node keeps the timeout and the
+   wedge timer running from there instead of from zero);
 3. wait for ``nvidia.com/mig.config.state=success`` and an allocatable equal to the target
    layout (the device plugin re-advertises, kubelet updates the node);
 4. remove the taint and the marks.
@@ -28,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import datetime
 import json
 import logging
 import time
@@ -89,6 +92,7 @@ class Relayouter:
         metrics: surfaces.Metrics | None = None,
         settings: Settings | None = None,
         clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
     ) -> None:
         self.state = state
         self.api = api
@@ -97,6 +101,7 @@ class Relayouter:
         self.metrics = metrics
         self.settings = settings or Settings()
         self.clock = clock
+        self.wall_clock = wall_clock  # only for the "started" stamp other replicas read
         self._tasks: dict[str, asyncio.Task[Outcome]] = {}
         self.outcomes: list[Outcome] = []
 
@@ -216,6 +221,7 @@ class Relayouter:
                 return Outcome(name, "skipped", f"pods use MIG instances: {', '.join(busy)}")
             expected = Counter(p for g in rec.gpus for p in g.after)
             mark = {"state": "applying", "target": rec.target, "from": node.config,
+                    "started": _rfc3339(self.wall_clock()),
                     "expected": dict(sorted(expected.items())),
                     "gpus": [dataclasses.asdict(g) for g in rec.gpus],
                     "unblocks": list(rec.unblocks), "disrupts": list(rec.disrupts)}
@@ -231,8 +237,13 @@ class Relayouter:
     async def _wait(self, name: str, mark: dict[str, Any]) -> Outcome:
         expected = {str(k): int(v) for k, v in (mark.get("expected") or {}).items()}
         target = str(mark.get("target", ""))
-        started = self.clock()
-        pending_since: float | None = None
+        # From when the label was set, also for a node adopted from another leader (its
+        # record says when); a stamp from a clock ahead of ours counts as now.
+        started = self.clock() - max(0.0, self.wall_clock() - _parse_time(
+            mark.get("started"), default=self.wall_clock()))
+        # The MIG Manager sets pending as soon as it sees the label: on adoption the state may
+        # have been pending since then. Once another state is seen, pending counts anew.
+        pending_since: float | None = started
         failing = 0  # API errors in a row
         while True:
             if not self.leading:
@@ -367,6 +378,24 @@ def _brief(exc: BaseException) -> str:
     if isinstance(exc, ApiException):
         return f"HTTP {exc.status} {exc.reason}".strip()
     return str(exc) or type(exc).__name__
+
+
+def _rfc3339(ts: float) -> str:
+    return datetime.datetime.fromtimestamp(ts, tz=datetime.UTC).strftime(
+        "%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _parse_time(value: Any, *, default: float) -> float:
+    """An RFC 3339 stamp as POSIX seconds; ``default`` when missing or unreadable."""
+    if not isinstance(value, str) or not value:
+        return default
+    try:
+        ts = datetime.datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return default
+    if ts.tzinfo is None:
+        ts = ts.replace(tzinfo=datetime.UTC)
+    return ts.timestamp()
 
 
 def _mark(value: str | None) -> dict[str, Any]:

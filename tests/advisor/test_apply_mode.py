@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 from collections.abc import AsyncIterator
 from typing import Any
@@ -340,3 +341,40 @@ async def test_an_api_failing_until_the_timeout_is_a_timeout(
     obj = _stored(server, "idle")
     assert _taints(obj) == [relayout.TAINT["key"]]
     assert json.loads(obj["metadata"]["annotations"][relayout.FAILED])["result"] == "timeout"
+
+
+@pytest.mark.parametrize("state, result", [("pending", "wedged"), ("rebooting", "timeout")])
+async def test_an_adopted_node_keeps_its_timers(
+    server: kmock.KubernetesEmulator, api: k8s.ApiClient, state: str, result: str,
+) -> None:
+    # The previous leader set the label an hour ago: a new leader must not start the timeout
+    # and the wedge timer from zero (here they would run for 20 and 10 more minutes).
+    _adoptable(server, state=state, started="2033-05-18T02:33:20.000000Z")
+    r = relayout.Relayouter(await snapshot(api), api, elector=None, cache=_cache(),
+                            settings=dataclasses.replace(FAST, timeout_s=1200, wedge_s=600),
+                            wall_clock=lambda: NOW)
+    assert await r.step() == ["idle"]
+    (outcome,) = await asyncio.wait_for(r.wait(), 30)  # a guard against hanging, not a timing
+    assert outcome.result == result, outcome
+    obj = await read_node(api, "idle")
+    assert json.loads(obj["metadata"]["annotations"][relayout.FAILED])["result"] == result
+    assert _taints(obj) == [relayout.TAINT["key"]]
+
+
+async def test_the_record_says_when_the_label_was_set(
+    server: kmock.KubernetesEmulator, api: k8s.ApiClient,
+) -> None:
+    _seed(server)
+    mm = MigManager(api, "idle", layouts=LAYOUTS, mode="wedge")
+    mm.start()
+    try:
+        r = relayout.Relayouter(await snapshot(api), api, elector=None, cache=_cache(),
+                                settings=FAST, wall_clock=lambda: NOW)
+        assert await r.step() == ["idle"]
+        (outcome,) = await r.wait()
+    finally:
+        await mm.stop()
+    assert outcome.result == "wedged"
+    obj = await read_node(api, "idle")
+    mark = json.loads(obj["metadata"]["annotations"][relayout.ANNOTATION])
+    assert mark["started"] == "2033-05-18T03:33:20.000000Z"  # NOW, RFC 3339

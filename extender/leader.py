@@ -1,7 +1,13 @@
 """Leader election on a coordination.k8s.io/v1 Lease, so that only one replica applies re-layouts.
 
-The usual client-go protocol: read the Lease; create it when missing; take it over when its
-holder's ``renewTime + leaseDurationSeconds`` has passed; renew it while holding it. Every
+The usual client-go protocol: read the Lease; create it when missing; take it over when it
+has expired; renew it while holding it. Like client-go, expiry is judged by this replica's own
+monotonic clock, never by comparing the holder's ``renewTime`` with the local wall clock (the
+machines' clocks may disagree): a replica remembers when it last saw the Lease's holder,
+``renewTime`` or ``resourceVersion`` change, and the Lease has expired only when
+``leaseDurationSeconds`` have passed since then with no change. (A replica that has just
+started therefore waits one lease duration before taking over a Lease nobody renews.)
+``renewTime`` and ``acquireTime`` are still written, as RFC 3339 MicroTime, for people. Every
 write carries the ``resourceVersion`` read, so two candidates racing for an
 expired Lease cannot both win (the API answers 409 Conflict to the loser). The write is a
 merge patch with the resourceVersion as precondition, which has the semantics of a replace
@@ -41,15 +47,6 @@ def _micro(ts: datetime.datetime) -> str:
     return ts.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-def _parse(value: Any) -> datetime.datetime | None:
-    if not isinstance(value, str) or not value:
-        return None
-    try:
-        return datetime.datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-
-
 class LeaseElector:
     """Hold a Lease while running; ``is_leader`` says whether this replica may act now."""
 
@@ -74,6 +71,9 @@ class LeaseElector:
         self.renew_s = renew_s
         self.clock = clock
         self._valid_until = 0.0
+        # The Lease as last observed (holder, renewTime, resourceVersion), and when (clock()).
+        self._observed: tuple[Any, Any, Any] | None = None
+        self._observed_at = 0.0
         self.changed = asyncio.Event()  # set whenever leadership is gained or lost
 
     @property
@@ -106,18 +106,18 @@ class LeaseElector:
             except ApiException as exc:
                 if exc.status != 404:
                     raise
-                await api.create_namespaced_lease(
-                    self.namespace, self._body(None, transitions=0, acquired=None))
+                self._observe(await kubeapi.read_json(await api.create_namespaced_lease(
+                    self.namespace, self._body(None, transitions=0, acquired=None),
+                    _preload_content=False)))
                 return self._won(started, was)
+            self._observe(lease)
             spec = lease.get("spec") or {}
             holder = spec.get("holderIdentity")
             rv = (lease.get("metadata") or {}).get("resourceVersion")
             transitions = int(spec.get("leaseTransitions") or 0)
             if holder and holder != self.identity:
-                renewed = _parse(spec.get("renewTime")) or _parse(spec.get("acquireTime"))
                 duration = float(spec.get("leaseDurationSeconds") or self.lease_s)
-                now = datetime.datetime.now(tz=datetime.UTC)
-                if renewed is not None and (now - renewed).total_seconds() < duration:
+                if self.clock() < self._observed_at + duration:
                     return self._lost(was)
                 transitions += 1
                 acquired = None
@@ -125,10 +125,10 @@ class LeaseElector:
                 acquired = spec.get("acquireTime") if holder == self.identity else None
             # A merge patch carrying the resourceVersion read: the API server treats it as a
             # precondition and answers 409 Conflict when someone else wrote in between.
-            await api.patch_namespaced_lease(
+            self._observe(await kubeapi.read_json(await api.patch_namespaced_lease(
                 self.name, self.namespace,
                 self._body(rv, transitions=transitions, acquired=acquired),
-                _content_type="application/merge-patch+json")
+                _content_type="application/merge-patch+json", _preload_content=False)))
             return self._won(started, was)
         except ApiException as exc:
             if exc.status == 409:  # someone else wrote first
@@ -138,6 +138,15 @@ class LeaseElector:
         except Exception as exc:  # the API is unreachable: keep what is still valid
             log.warning("leader: lease %s/%s: %s", self.namespace, self.name, exc)
             return self.is_leader
+
+    def _observe(self, lease: dict[str, Any]) -> None:
+        """Remember when the Lease last changed, by this replica's monotonic clock."""
+        spec = lease.get("spec") or {}
+        record = (spec.get("holderIdentity"), spec.get("renewTime"),
+                  (lease.get("metadata") or {}).get("resourceVersion"))
+        if record != self._observed:
+            self._observed = record
+            self._observed_at = self.clock()
 
     def _won(self, started: float, was: bool) -> bool:
         # Counted from before the request: the server may have seen it that early.

@@ -204,7 +204,9 @@ class Publisher:
         self.event_interval_s = event_interval_s
         self.clock = clock
         self._marked: dict[str, str] = {}  # node -> annotation value written
-        self._events: dict[tuple[str, str], _Sent] = {}
+        # (kind, namespace, name, uid, reason) -> the last Event sent; only for objects still
+        # in the cluster (pruned on every pass), so it stays as small as the cluster.
+        self._events: dict[tuple[str, str, str, str, str], _Sent] = {}
 
     async def run(self) -> None:
         """Publish every ``interval_s`` until cancelled; API errors are logged and retried.
@@ -227,6 +229,7 @@ class Publisher:
         advice = self.cache.get(self.state)
         if self.metrics is not None:
             self.metrics.observe(advice)
+        self._prune_events()
         wanted = {r.node: r for r in advice.recommendations}
         core = core_api(self.api)
         for name, rec in wanted.items():
@@ -263,7 +266,9 @@ class Publisher:
             else:
                 msg = (f"Waiting for {wants}: no node has one free and no idle GPU can be "
                        f"re-laid out for it (migfit explain {w.key}).")
-            await self._event("Pod", pod_name, ns, None, REASON_POD, msg)
+            record = self.state.find_pod(ns, pod_name)
+            await self._event("Pod", pod_name, ns, record.uid if record else None,
+                              REASON_POD, msg)
         return advice
 
     def _stale(self, wanted: Mapping[str, advisor.Recommendation]) -> list[str]:
@@ -283,9 +288,23 @@ class Publisher:
                 out.append(n)
         return out
 
+    def _prune_events(self) -> None:
+        """Forget the Events of nodes and pods no longer in the cluster (a pod by its uid: one
+        recreated under the same name is another pod and gets its own Event)."""
+        for key in list(self._events):
+            kind, namespace, name, uid, _ = key
+            if kind == "Node":
+                present = self.state.node(name) is not None
+            elif uid:
+                present = self.state.pod(uid) is not None
+            else:
+                present = self.state.find_pod(namespace, name) is not None
+            if not present:
+                del self._events[key]
+
     async def _event(self, kind: str, name: str, namespace: str, uid: str | None,
                      reason: str, message: str) -> None:
-        key = (f"{kind}/{namespace}/{name}", reason)
+        key = (kind, namespace, name, uid or "", reason)
         now = self.clock()
         sent = self._events.get(key)
         if sent is not None and (sent.message == message

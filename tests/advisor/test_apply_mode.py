@@ -378,3 +378,31 @@ async def test_the_record_says_when_the_label_was_set(
     obj = await read_node(api, "idle")
     mark = json.loads(obj["metadata"]["annotations"][relayout.ANNOTATION])
     assert mark["started"] == "2033-05-18T03:33:20.000000Z"  # NOW, RFC 3339
+
+
+async def test_pod_events_name_the_pod_by_uid_and_are_forgotten_with_it(
+    server: kmock.KubernetesEmulator, api: k8s.ApiClient,
+) -> None:
+    _seed(server)
+    pub = advice.Publisher(await snapshot(api), api, cache=_cache())
+    await pub.publish_once()
+
+    def waiting() -> list[dict[str, Any]]:
+        return [e["involvedObject"] for e in sent if e["reason"] == advice.REASON_POD]
+
+    sent = await events(api)
+    assert waiting() == [{"kind": "Pod", "name": "small", "namespace": "ml", "apiVersion": "v1",
+                          "uid": "uid-ml-small"}]
+    # The pod goes: its entry goes too (the dedup table is bounded by the cluster).
+    server.objects[kmock.resource("v1", "pods"), "ml", "small"].delete()
+    pub.state = await snapshot(api)
+    await pub.publish_once()
+    assert not [k for k in pub._events if k[0] == "Pod"]
+    # Recreated under the same name, it is another pod: it gets its own Event.
+    again = pod("small", "1g.10gb", namespace="ml")
+    again["metadata"]["uid"] = "uid-ml-small-2"
+    store(server, again)
+    pub.state = await snapshot(api)
+    await pub.publish_once()
+    sent = await events(api)
+    assert [o["uid"] for o in waiting()] == ["uid-ml-small", "uid-ml-small-2"]

@@ -272,7 +272,8 @@ class Catalog:
         Several models may match a label without a size (``NVIDIA-A100-SXM4``); the memory label
         then decides (the model within 8 % of it). An unknown or undecidable product is a
         clear error, never a guess. Under the single strategy the memory label is the size of
-        one MIG device, so it is ignored when the product names a MIG profile.
+        one MIG device, so it is ignored when the product names a MIG profile; the profile
+        itself then narrows the candidates to the models that have it.
         """
         key = (product, memory_mib)
         known = self._resolved.get(key)
@@ -289,7 +290,8 @@ class Catalog:
 
     def _resolve(self, product: str, memory_mib: int | None) -> GpuModel:
         norm = normalize_product(product)
-        if single_strategy_profile(product) is not None:
+        mig_profile = single_strategy_profile(product)
+        if mig_profile is not None:
             memory_mib = None
         candidates: list[GpuModel] = []
         for pattern, model in self._patterns:
@@ -301,6 +303,11 @@ class Catalog:
                 f"{', '.join(self._models)}. Add it to a catalog file (--catalog) with a "
                 f"'products' pattern"
             )
+        if len(candidates) > 1 and mig_profile is not None:
+            # Under the single strategy the label names the profile (…-MIG-1g.5gb): only
+            # models that have it can be meant (A100-SXM4-MIG-1g.5gb is an A100-40GB).
+            having = [m for m in candidates if m.has_profile(canonical_profile(mig_profile))]
+            candidates = having or candidates
         if len(candidates) == 1:
             return candidates[0]
         if memory_mib is not None:
@@ -309,9 +316,11 @@ class Catalog:
                 return close[0]
         names = ", ".join(m.id for m in candidates)
         hint = ("" if memory_mib is None else f" and gpu.memory {memory_mib} MiB")
+        fix = ("add a more specific 'products' pattern (--catalog)" if mig_profile is not None
+               else "label the node with nvidia.com/gpu.memory or add a more specific "
+                    "'products' pattern (--catalog)")
         raise errors.UnknownModelError(
-            f"GPU product {product!r}{hint} could be any of {names}; label the node with "
-            f"nvidia.com/gpu.memory or add a more specific 'products' pattern (--catalog)"
+            f"GPU product {product!r}{hint} could be any of {names}; {fix}"
         )
 
     def resource_names(self) -> list[str]:

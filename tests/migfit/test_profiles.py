@@ -242,3 +242,14 @@ def test_resolve_answers_alike_when_asked_again() -> None:
             catalog.resolve("NVIDIA-RTX-9000")
         caught.append(info.value)
     assert caught[0] is not caught[1] and caught[0].message == caught[1].message
+
+
+def test_single_strategy_profile_narrows_an_unsized_product() -> None:
+    """Under single the memory label is one MIG device's size; the profile in the product
+    label decides instead, where only one candidate model has it."""
+    catalog = profiles.builtin()
+    assert catalog.resolve("A100-SXM4-MIG-1g.5gb", 4864).id == "A100-40GB"
+    assert catalog.resolve("NVIDIA-A100-SXM4-MIG-7g.80gb").id == "A100-80GB"
+    with pytest.raises(errors.UnknownModelError) as info:
+        catalog.resolve("A100-SXM4-MIG-1g.10gb", 9728)  # 1g.10gb exists on both
+    assert "products" in info.value.message and "gpu.memory" not in info.value.message

@@ -45,12 +45,12 @@ class _Entry(pydantic.BaseModel):
 
     @pydantic.model_validator(mode="after")
     def _consistent(self) -> _Entry:
-        if isinstance(self.device_filter, list) and not self.device_filter:
-            raise ValueError("device-filter is an empty list; omit it to match every GPU")
-        if isinstance(self.devices, list) and not self.devices:
-            raise ValueError("devices is an empty list; use 'all' or GPU indices")
-        if isinstance(self.devices, list) and len(set(self.devices)) != len(self.devices):
-            raise ValueError("devices lists a GPU index twice")
+        # mig-parted's MigConfigSpec.UnmarshalJSON: an empty device-filter or devices list is
+        # valid (it matches every GPU, resp. none); mig-devices must be present when enabled
+        # ({} is fine) and empty when disabled.
+        if self.mig_enabled and "mig_devices" not in self.model_fields_set:
+            raise ValueError("mig-devices is required when mig-enabled is true "
+                             "(use mig-devices: {} for MIG enabled with no instances)")
         if not self.mig_enabled and self.mig_devices:
             raise ValueError("mig-devices is set but mig-enabled is false")
         return self
@@ -61,7 +61,23 @@ class _Spec(pydantic.BaseModel):
                                        populate_by_name=True)
 
     version: str
-    mig_configs: dict[str, list[_Entry]] = pydantic.Field(alias="mig-configs")
+    # Optional in mig-parted (a file with only a version parses), but never empty when given.
+    mig_configs: dict[str, list[_Entry]] = pydantic.Field(default_factory=dict,
+                                                          alias="mig-configs")
+
+
+def device_number(text: str) -> int | None:
+    """A PCI device id (``0x20B510DE``) as a number, the way mig-parted reads it, or None.
+
+    mig-parted uses Go's ``strconv.ParseUint(s, 0, 32)``: a base prefix is needed for hex
+    and the value must fit 32 bits. Ids with a subsystem part (``...:0x...``) are not
+    matched: the catalog does not know a GPU's subsystem id.
+    """
+    try:
+        value = int(text, 0)
+    except ValueError:
+        return None
+    return value if 0 <= value < 2**32 else None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -74,9 +90,15 @@ class Entry:
     mig_devices: tuple[tuple[ProfileName, int], ...]
 
     def selects(self, model: profiles.GpuModel, index: int) -> bool:
-        if self.device_filter and not set(self.device_filter) & {
-                d.upper() for d in model.device_ids}:
-            return False
+        """Whether mig-parted applies this entry to GPU ``index`` of a ``model`` GPU.
+
+        Device ids compare as numbers, as mig-parted's ``NewDeviceIDFromString`` parses them
+        (``0x20b510de`` is ``0x20B510DE``); a filter that does not parse matches no GPU.
+        """
+        if self.device_filter:
+            wanted = {device_number(f) for f in self.device_filter}
+            if not wanted & {device_number(d) for d in model.device_ids} - {None}:
+                return False
         return self.devices is None or index in self.devices
 
     def names(self) -> tuple[ProfileName, ...]:
@@ -98,6 +120,9 @@ def parse_data(raw: Any, *, where: str = "mig-parted config") -> Config:
     spec = strictfiles.validate(_Spec, raw, where=where)
     strictfiles.require_version(spec.version, where=where,
                                 hint="mig-parted configs use version: v1")
+    if "mig_configs" in spec.model_fields_set and not spec.mig_configs:
+        raise errors.ConfigError(f"{where}: mig-configs is empty; mig-parted needs at least "
+                                 f"one config in it (or no mig-configs key at all)")
     out: dict[str, tuple[Entry, ...]] = {}
     for name, entries in spec.mig_configs.items():
         if not entries:
@@ -105,9 +130,10 @@ def parse_data(raw: Any, *, where: str = "mig-parted config") -> Config:
         built = []
         for e in entries:
             filt = e.device_filter
-            filters = () if filt is None else (filt,) if isinstance(filt, str) else tuple(filt)
+            # mig-parted: a string filter "" and an empty list both mean no filter.
+            filters = () if not filt else (filt,) if isinstance(filt, str) else tuple(filt)
             built.append(Entry(
-                device_filter=tuple(f.strip().upper() for f in filters),
+                device_filter=tuple(f.upper() for f in filters),
                 devices=None if e.devices == "all" else tuple(e.devices),
                 mig_enabled=e.mig_enabled,
                 mig_devices=tuple(sorted((ProfileName(p), n)

@@ -58,9 +58,9 @@ def test_parses_the_default_configmap_and_resolves_per_model() -> None:
     ("mig-configs: {}", "version"),
     ("version: v2\nmig-configs: {}", "v1"),
     ("version: v1\nmig-configs: {a: []}", "empty list"),
-    ("version: v1\nmig-configs: {a: [{devices: [], mig-enabled: true}]}", "empty list"),
-    ("version: v1\nmig-configs: {a: [{device-filter: [], devices: all, mig-enabled: true}]}",
-     "empty list"),
+    ("version: v1\nmig-configs: {}", "mig-configs is empty"),
+    ("version: v1\nmig-configs: {a: [{devices: all, mig-enabled: true}]}", "mig-devices"),
+    ("version: v1\nmig-configs: {a: [{devices: [], mig-enabled: true}]}", "mig-devices"),
     ("version: v1\nmig-configs: {a: [{devices: all, mig-enabled: false, "
      "mig-devices: {1g.10gb: 1}}]}", "mig-enabled is false"),
     ("version: v1\nmig-configs: {a: [{devices: all, mig-enabled: true, colour: red}]}",
@@ -77,6 +77,46 @@ def test_parses_the_default_configmap_and_resolves_per_model() -> None:
 def test_rejects_what_mig_parted_rejects(text: str, words: str) -> None:
     with pytest.raises(errors.ConfigError, match=words):
         migparted.parse(text)
+
+
+def test_accepts_what_mig_parted_accepts() -> None:
+    # mig-parted's v1 spec: empty device-filter (string or list) and devices lists parse, a
+    # file may have no mig-configs, and mig-devices: {} with mig-enabled: false is allowed.
+    assert migparted.parse("version: v1").names() == []
+    cfg = migparted.parse(
+        "version: v1\nmig-configs:\n"
+        "  x:\n  - device-filter: []\n    devices: all\n    mig-enabled: true\n"
+        "    mig-devices: {3g.40gb: 2}\n"
+        "  - device-filter: ''\n    devices: []\n    mig-enabled: false\n"
+        "    mig-devices: {}\n"
+        "  - devices: [1, 1]\n    mig-enabled: false\n")
+    lay = migparted.resolve(cfg, "x", model=A100, gpu_count=2)
+    assert lay.gpus == (("3g.40gb",) * 2, ())
+
+
+def test_device_filter_compares_ids_as_numbers() -> None:
+    text = ("version: v1\nmig-configs:\n  x:\n  - device-filter: [{ids}]\n"
+            "    devices: all\n    mig-enabled: true\n    mig-devices: {{3g.40gb: 2}}\n")
+    for ids in ("'0x20b510de'", "'0X20B510DE'", "'0x20B5_10DE'", "'bogus', '0x20B510DE'"):
+        cfg = migparted.parse(text.format(ids=ids))
+        assert migparted.applies_to(cfg, "x", model=A100, gpu_count=1), ids
+    # No base prefix (Go's ParseUint reads it as decimal and fails), or a list holding only
+    # "": such filters match no GPU.
+    for ids in ("'20B510DE'", "''"):
+        cfg = migparted.parse(text.format(ids=ids))
+        assert not migparted.applies_to(cfg, "x", model=A100, gpu_count=1), ids
+
+
+def test_later_entries_override_earlier_ones() -> None:
+    cfg = migparted.parse("version: v1\nmig-configs:\n  x:\n"
+                          "  - devices: all\n    mig-enabled: true\n"
+                          "    mig-devices: {1g.10gb: 7}\n"
+                          "  - device-filter: ['0x20B510DE']\n    devices: [1]\n"
+                          "    mig-enabled: true\n    mig-devices: {7g.80gb: 1}\n"
+                          "  - device-filter: '0x233510DE'\n    devices: all\n"
+                          "    mig-enabled: false\n")
+    lay = migparted.resolve(cfg, "x", model=A100, gpu_count=3)
+    assert lay.gpus == (("1g.10gb",) * 7, ("7g.80gb",), ("1g.10gb",) * 7)
 
 
 def test_device_filter_as_a_string() -> None:

@@ -477,7 +477,10 @@ def plan_from_layouts(
     if len(after) != len(gpus):
         raise errors.UsageError(f"{len(after)} layouts for {len(gpus)} GPUs")
     remaining = demand
+    # What the current layouts already serve, handed out GPU by GPU as ``plan_node`` does, so
+    # that one demand unit is not counted once per GPU that could serve it.
     base = 0.0
+    unserved_now = demand
     plans: list[GpuPlan] = []
     served_total: Counter[ProfileName] = Counter()
     for g, names in zip(gpus, after, strict=True):
@@ -490,7 +493,8 @@ def plan_from_layouts(
         if lost:
             raise errors.UsageError(f"GPU {g.index}: the layout drops instances in use: "
                                     f"{' '.join(sorted(lost.elements()))}")
-        base += demand.value(serves(model, g.current, g.fixed, demand))
+        held, unserved_now = unserved_now.take(serves(model, g.current, g.fixed, unserved_now))
+        base += held.weight
         served = serves(model, names, g.fixed, remaining)
         taken, remaining = remaining.take(served)
         served_total.update(served)

@@ -156,3 +156,19 @@ def test_node_plan_changes_fewest_gpus() -> None:
     plan = planner.plan_node(model, gpus=gpus, demand=planner.Demand.of_counts({"1g.10gb": 7}))
     assert len(plan.changed) == 1
     assert plan.served == {"1g.10gb": 7}
+
+
+def test_named_layouts_score_like_the_node_plan() -> None:
+    # Two GPUs that could each serve the one waiting 1g.10gb: it counts once, not per GPU,
+    # so a named config equal in effect to the planner's plan is worth as much (and the
+    # advisor can prefer it).
+    model = profiles.builtin().get("A100-80GB")
+    gpus = [planner.GpuState(i, (profiles.ProfileName("1g.10gb"),) * 7) for i in range(2)]
+    demand = planner.Demand.of_counts({"1g.10gb": 1, "3g.40gb": 1})
+    plan = planner.plan_node(model, gpus=gpus, demand=demand)
+    named = planner.plan_from_layouts(model, gpus=gpus, demand=demand,
+                                      after=[["1g.10gb"] * 7, ["3g.40gb"] * 2])
+    assert plan.value == named.value == 1.0
+    same = planner.plan_from_layouts(model, gpus=gpus, demand=demand,
+                                     after=[g.current for g in gpus])
+    assert same.value == 0.0 and not same.changed

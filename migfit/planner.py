@@ -471,8 +471,9 @@ def plan_from_layouts(
     demand: Demand,
 ) -> NodePlan:
     """The plan that gives GPU ``i`` the layout ``after[i]`` (e.g. a named config), scored on
-    ``demand`` like ``plan_node``. A UsageError when a layout is invalid or drops an
-    instance in use (counted per profile: the MIG Manager re-creates a changed GPU).
+    ``demand`` like ``plan_node``. A UsageError when a layout is invalid, or drops or moves
+    an instance in use: as in ``plan_gpu``, a changed GPU's layout must place its ``fixed``
+    instances where they are, and each plan's ``after`` placement holds them.
     """
     if len(after) != len(gpus):
         raise errors.UsageError(f"{len(after)} layouts for {len(gpus)} GPUs")
@@ -493,6 +494,16 @@ def plan_from_layouts(
         if lost:
             raise errors.UsageError(f"GPU {g.index}: the layout drops instances in use: "
                                     f"{' '.join(sorted(lost.elements()))}")
+        if g.fixed:
+            extra = Counter(names) - Counter(str(i.profile) for i in g.fixed)
+            fit = placements.fit(model, list(extra.elements()), fixed=g.fixed)
+            if fit.placement is None:
+                if key != layouts.key_of(model, g.current):
+                    raise errors.UsageError(
+                        f"GPU {g.index}: {' '.join(sorted(names))} cannot keep the instances "
+                        f"in use where they are ({' '.join(map(str, sorted(g.fixed)))})")
+            else:
+                lay = layouts.Layout(model=model.id, counts=key, placement=fit.placement)
         held, unserved_now = unserved_now.take(serves(model, g.current, g.fixed, unserved_now))
         base += held.weight
         served = serves(model, names, g.fixed, remaining)

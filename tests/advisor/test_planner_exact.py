@@ -9,7 +9,7 @@ import hypothesis
 import hypothesis.strategies as st
 import pytest
 
-from migfit import layouts, placements, planner, profiles
+from migfit import errors, layouts, placements, planner, profiles
 
 MODELS = profiles.builtin().models
 
@@ -172,3 +172,17 @@ def test_named_layouts_score_like_the_node_plan() -> None:
     same = planner.plan_from_layouts(model, gpus=gpus, demand=demand,
                                      after=[g.current for g in gpus])
     assert same.value == 0.0 and not same.changed
+
+
+def test_named_layouts_never_move_an_instance_in_use() -> None:
+    model = profiles.builtin().get("A100-80GB")
+    small = profiles.ProfileName("1g.10gb")
+    pinned = placements.parse_instance(model, "1g.10gb@0")
+    gpu = planner.GpuState(0, (small,) * 7, fixed=(pinned,))
+    # 4g.40gb can only start at 0, where the 1g.10gb in use sits.
+    with pytest.raises(errors.UsageError, match="where they are"):
+        planner.plan_from_layouts(model, gpus=[gpu], demand=planner.EMPTY,
+                                  after=[["4g.40gb", "1g.10gb", "1g.10gb", "1g.10gb"]])
+    ok = planner.plan_from_layouts(model, gpus=[gpu], demand=planner.EMPTY,
+                                   after=[["1g.10gb", "1g.10gb", "3g.40gb", "2g.20gb"]])
+    assert pinned in ok.gpus[0].after.placement.instances

@@ -200,7 +200,9 @@ class Index:
     """The extender's view of one ``cluster.Cluster``, kept current through its listener."""
 
     def __init__(self, model: cluster.Cluster) -> None:
-        self.cluster = model
+        # Weak: ``index_of`` keys its table weakly on the cluster, and a value holding its key
+        # strongly would keep every cluster (and its index) alive for ever.
+        self._cluster = weakref.ref(model)
         self._models: dict[str, profiles.GpuModel] = {m.id: m for m in model.catalog.models}
         self._figures: dict[str, NodeFigures] = {}
         self._dirty: set[str] = set(model.node_names())
@@ -212,6 +214,14 @@ class Index:
         self._demand_total: Counter[profiles.ProfileName] = Counter()
         self._memos: dict[object, dict[str, Any]] = {}
         model.add_listener(self._dirty.add)
+
+    @property
+    def cluster(self) -> cluster.Cluster:
+        """The cluster this index follows."""
+        model = self._cluster()
+        if model is None:
+            raise ReferenceError("the cluster of this index no longer exists")
+        return model
 
     # ------------------------------------------------------------ nodes
 

@@ -1,0 +1,84 @@
+"""The extender's precomputed figures follow every cache change, and never outlive their cluster."""
+
+from __future__ import annotations
+
+import gc
+import json
+import weakref
+
+from extender_builders import build, decision, node, pod
+
+from extender import figures
+from migfit import cluster, profiles
+
+
+def _free(model: cluster.Cluster, name: str, profile: str = "1g.10gb") -> int | None:
+    fig = figures.index_of(model).figures.get(name)
+    if fig is None:
+        return None
+    return {p: free for p, _alloc, free in fig.advertised}.get(profiles.ProfileName(profile), 0)
+
+
+def test_node_add_modify_delete_refresh_the_figures_and_supply() -> None:
+    model = build([node("a", {"1g.10gb": 2})])
+    index = figures.index_of(model)
+    assert _free(model, "a") == 2 and index.supply("a100-80gb", "1g.10gb") == 2
+    model.apply("Node", "ADDED", node("b", {"1g.10gb": 3}))
+    assert _free(model, "b") == 3 and index.supply("a100-80gb", "1g.10gb") == 5
+    model.apply("Node", "MODIFIED", node("a", {"3g.40gb": 2}))
+    assert _free(model, "a") == 0 and _free(model, "a", "3g.40gb") == 2
+    assert index.supply("a100-80gb", "1g.10gb") == 3
+    model.apply("Node", "DELETED", node("b", {}))
+    assert _free(model, "b") is None and index.supply("a100-80gb", "1g.10gb") == 0
+
+
+def test_annotation_and_label_changes_refresh_the_figures() -> None:
+    model = build([node("a", {"1g.10gb": 2})])
+    assert figures.index_of(model).figures["a"].repartitioning is None
+    busy = json.dumps({"state": "applying"})
+    model.apply("Node", "MODIFIED", node("a", {"1g.10gb": 2},
+                                         annotations={cluster.ANNOTATION_RELAYOUT: busy}))
+    assert figures.index_of(model).figures["a"].repartitioning is not None
+    assert figures.index_of(model).supply("a100-80gb", "1g.10gb") == 0
+    model.apply("Node", "MODIFIED", node("a", {"1g.10gb": 2}, state="pending"))
+    assert "pending" in (figures.index_of(model).figures["a"].repartitioning or "")
+    model.apply("Node", "MODIFIED", node("a", {"1g.10gb": 2}))
+    assert figures.index_of(model).figures["a"].repartitioning is None
+    assert figures.index_of(model).supply("a100-80gb", "1g.10gb") == 2
+
+
+def test_pod_bind_unbind_and_termination_refresh_the_figures_and_demand() -> None:
+    model = build([node("a", {"1g.10gb": 2}), pod("p")])
+    index = figures.index_of(model)
+    assert _free(model, "a") == 2 and index.demand_profiles() == {"1g.10gb": 1}
+    model.apply("Pod", "MODIFIED", pod("p", node_name="a"))  # bound
+    assert _free(model, "a") == 1 and index.demand_profiles() == {}
+    model.apply("Pod", "MODIFIED", pod("p", node_name="a", phase="Succeeded"))  # terminated
+    assert _free(model, "a") == 2
+    model.apply("Pod", "ADDED", pod("q", node_name="a"))
+    assert _free(model, "a") == 1
+    model.apply("Pod", "DELETED", pod("q", node_name="a"))  # unbound by deletion
+    assert _free(model, "a") == 2
+    model.apply("Pod", "ADDED", pod("r", ({"3g.40gb": 1},)))
+    assert index.demand_profiles() == {"3g.40gb": 1}
+    model.apply("Pod", "DELETED", pod("r", ({"3g.40gb": 1},)))
+    assert index.demand_profiles() == {}
+
+
+def test_a_pending_pods_annotation_change_refreshes_demand() -> None:
+    model = build([node("a", {"1g.10gb": 2}), pod("p")])
+    index = figures.index_of(model)
+    assert index.demand("a100-80gb", "1g.10gb") == 1
+    only_h100 = decision([("c0", "1g.10gb", 9000, ["H100-80GB"])])
+    model.apply("Pod", "MODIFIED", pod("p", annotations={"migfit.io/decision": only_h100}))
+    assert index.demand("a100-80gb", "1g.10gb") == 0
+    assert index.demand("h100-80gb", "1g.10gb") == 1
+
+
+def test_an_index_does_not_keep_its_cluster_alive() -> None:
+    model = build([node("a", {"1g.10gb": 2})])
+    figures.index_of(model)
+    ref = weakref.ref(model)
+    del model
+    gc.collect()
+    assert ref() is None

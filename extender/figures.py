@@ -10,6 +10,7 @@ recomputed only when the set of pending pods changes (``Cluster.pending_generati
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import weakref
 import zlib
@@ -350,17 +351,13 @@ class RelayoutChance:
     why_not: str
 
 
-_CHANCES: dict[tuple[str, str, int | None], RelayoutChance] = {}
-
-
+# Keyed on the model itself, not its id: a catalog override may give the same id other
+# profiles or memory. Bounded: request sizes come from pods and are unbounded in number.
+@functools.lru_cache(maxsize=4096)
 def relayout_chance(
     model: profiles.GpuModel, profile: str, request_mib: int | None
 ) -> RelayoutChance:
     """Cached per (model, profile, request): valid layouts are computed, not listed."""
-    key = (model.id, profile, request_mib)
-    hit = _CHANCES.get(key)
-    if hit is not None:
-        return hit
     if not model.has_profile(profile):
         out = RelayoutChance(False, f"its GPU model {model.id} has no {profile} profile")
     elif request_mib is not None and model.profile(profile).memory_mib < request_mib:
@@ -371,5 +368,4 @@ def relayout_chance(
         out = RelayoutChance(True, "")
     else:
         out = RelayoutChance(False, f"no valid layout of {model.id} holds {profile}")
-    _CHANCES[key] = out
     return out

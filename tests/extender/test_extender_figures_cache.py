@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import json
 import weakref
@@ -10,6 +11,8 @@ from extender_builders import build, decision, node, pod
 
 from extender import figures
 from migfit import cluster, profiles
+
+A100 = profiles.builtin().get("A100-80GB")
 
 
 def _free(model: cluster.Cluster, name: str, profile: str = "1g.10gb") -> int | None:
@@ -82,3 +85,15 @@ def test_an_index_does_not_keep_its_cluster_alive() -> None:
     del model
     gc.collect()
     assert ref() is None
+
+
+def test_relayout_chance_is_per_model_not_per_model_id() -> None:
+    # A catalog override may give the same model id other memory: the answer must follow it.
+    small = A100.profile("1g.10gb")
+    bigger = dataclasses.replace(small, memory_mib=small.memory_mib * 2)
+    other = dataclasses.replace(
+        A100, profiles=tuple(bigger if p is small else p for p in A100.profiles),
+        _by_name={**{p.name: p for p in A100.profiles}, small.name: bigger})
+    need = small.memory_mib + 1
+    assert not figures.relayout_chance(A100, "1g.10gb", need).possible
+    assert figures.relayout_chance(other, "1g.10gb", need).possible

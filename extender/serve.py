@@ -14,6 +14,7 @@ import contextlib
 import logging
 import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 from aiohttp import web
@@ -22,6 +23,7 @@ from certs import certificates, reloading
 from extender import server as extender_server
 from migfit import cluster, errors, lifecycle, snapshots, sources
 from webhook import cli as webhook_cli
+from webhook import decision
 from webhook import server as webhook_server
 
 HELP = ("run the webhook, the extender and the advisor on localhost (the bundled example "
@@ -47,16 +49,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     webhook_cli.add_policy_arguments(parser)
 
 
-def _certificates(cert_dir: Path | None) -> tuple[Path, Path, Path]:
-    directory = cert_dir or Path(tempfile.mkdtemp(prefix="migfit-serve-"))
-    directory.mkdir(parents=True, exist_ok=True)
-    cert_pem, key_pem, ca_pem = certificates.self_signed_for_localhost()
-    paths = (directory / "tls.crt", directory / "tls.key", directory / "ca.crt")
-    for path, data, mode in zip(paths, (cert_pem, key_pem, ca_pem), (0o644, 0o600, 0o644),
-                                strict=True):
-        path.write_bytes(data)
-        path.chmod(mode)
-    return paths
+@contextlib.contextmanager
+def certificate_files(cert_dir: Path | None) -> Iterator[tuple[Path, Path, Path]]:
+    """A throwaway localhost certificate, key and CA as files: (tls.crt, tls.key, ca.crt).
+
+    In ``cert_dir`` when given (kept afterwards, for curl); otherwise in a new temporary
+    folder removed on exit, so that the private key does not outlive the server.
+    """
+    with contextlib.ExitStack() as stack:
+        directory = cert_dir or Path(stack.enter_context(
+            tempfile.TemporaryDirectory(prefix="migfit-serve-")))
+        directory.mkdir(parents=True, exist_ok=True)
+        cert_pem, key_pem, ca_pem = certificates.self_signed_for_localhost()
+        paths = (directory / "tls.crt", directory / "tls.key", directory / "ca.crt")
+        for path, data, mode in zip(paths, (cert_pem, key_pem, ca_pem), (0o644, 0o600, 0o644),
+                                    strict=True):
+            path.write_bytes(data)
+            path.chmod(mode)
+        yield paths
 
 
 def _walkthrough(*, host: str, webhook_port: int, extender_port: int, ca: Path,
@@ -98,7 +108,23 @@ async def _serve(args: argparse.Namespace) -> None:
     model = cluster.Cluster(catalog)
     source = sources.open_source(model, cluster_file=cluster_file, kubeconfig=args.kubeconfig,
                                  in_cluster=False, context=args.context)
-    cert, key, ca = _certificates(args.cert_dir)
+    with certificate_files(args.cert_dir) as (cert, key, ca):
+        await _serve_with(args, model=model, source=source, policy=policy,
+                          cluster_file=cluster_file, cert=cert, key=key, ca=ca)
+
+
+async def _serve_with(
+    args: argparse.Namespace,
+    *,
+    model: cluster.Cluster,
+    source: sources.Source,
+    policy: decision.Policy,
+    cluster_file: str | None,
+    cert: Path,
+    key: Path,
+    ca: Path,
+) -> None:
+    """Both servers over ``model`` with the given certificate files, until a signal."""
     reloader = reloading.CertificateReloader(cert_file=cert, key_file=key)
 
     hook_settings = webhook_server.Settings(policy=policy, host=args.host,

@@ -338,6 +338,10 @@ def view(
         layout = current_layout(node, model, config)
     except errors.ConfigError:
         return None
+    if 0 < rec.gpu_count != len(layout.gpus):
+        # The allocatable does not fit the GPUs the node reports (a stale count or stale
+        # resources): a plan would re-lay out GPUs that do not exist.
+        return None
     pods = tuple(sorted(p.key for p in state.pods_on(rec.name)
                         if p.holds_instances and p.mig_requests))
     used = {p: n for p, n in node.used.items() if n > 0}

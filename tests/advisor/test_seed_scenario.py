@@ -176,3 +176,13 @@ def test_advice_json_and_gauges() -> None:
     metrics.observe(cache.get(c))
     text = prometheus_client.generate_latest(registry).decode()
     assert 'migfit_relayout_recommendations{disruptive="false"} 1.0' in text
+
+
+def test_a_node_whose_allocatable_needs_more_gpus_than_it_reports_is_not_planned() -> None:
+    # Two 7g.80gb cannot sit on the one GPU the node reports: the inferred layout has a
+    # second GPU the MIG Manager could never re-partition, so no recommendation uses it.
+    c = build(node("stale", alloc={"7g.80gb": 2}, gpus=1), pod("wants-small", "1g.10gb"))
+    assert advisor.advise(c, now=NOW).recommendations == ()
+    ok = build(node("two", alloc={"7g.80gb": 2}, gpus=2), pod("wants-small", "1g.10gb"))
+    (rec,) = advisor.advise(ok, now=NOW).recommendations
+    assert len(rec.gpus) == 2

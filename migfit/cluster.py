@@ -819,7 +819,9 @@ def _same_accounting(old: PodRecord, new: PodRecord) -> bool:
     """Whether replacing ``old`` by ``new`` leaves every index and node state as it is."""
     return (old.node == new.node and old.namespace == new.namespace and old.name == new.name
             and old.holds_instances == new.holds_instances and old.pending == new.pending
-            and (old.requests is new.requests or old.requests == new.requests))
+            and (old.requests is new.requests or old.requests == new.requests)
+            # cpu/memory feed the extender's host-room figures (an in-place resize changes them)
+            and old.cpu_milli == new.cpu_milli and old.memory_bytes == new.memory_bytes)
 
 
 def load_objects(cluster: Cluster, objects: Iterable[Mapping[str, Any]]) -> None:

@@ -437,3 +437,20 @@ def test_pod_overhead_adds_to_cpu_and_memory() -> None:
     assert (cpu, mem) == (750, 2**30 + 120 * 2**20)
     bad = {**spec, "overhead": {"cpu": "lots"}}
     assert cluster.effective_requests(bad)[2] == 500
+
+
+def test_an_in_place_cpu_resize_renews_the_node_state() -> None:
+    # The extender's host-room figures are cached per NodeState: a pod whose cpu or memory
+    # request changes in place (KEP-1287) must give its node a new state.
+    def sized(cpu: str) -> dict[str, Any]:
+        return pod("r", containers=[container(requests={"cpu": cpu, **mig("3g.40gb")},
+                                              limits=mig("3g.40gb"))])
+
+    model = loaded(node("n1"), sized("2"))
+    before = model.node("n1")
+    model.apply("Pod", "MODIFIED", sized("2"))
+    assert model.node("n1") is before  # nothing changed: the state is kept
+    model.apply("Pod", "MODIFIED", sized("8"))
+    after = model.node("n1")
+    assert after is not before
+    assert [p.cpu_milli for p in model.pods_on("n1")] == [8000]

@@ -287,22 +287,41 @@ def _not_ready(model: cluster.Cluster) -> str | None:
     return None if model.synced else "the extender's cluster cache has not synced yet; retry"
 
 
-async def _filter(request: web.Request) -> web.Response:
-    app = request.app
-    model, metrics = app[CLUSTER], app[METRICS]
+Answer = Callable[[Args, filtering.PodRequest, float], web.Response]
+
+
+async def _verb(request: web.Request, *, verb: str, error: Callable[[str], Any],
+                answer: Answer) -> web.Response:
+    """What both verbs share: readiness (503), decoding (400), the body limit (413), the
+    calls-and-latency metrics. ``answer`` gets the decoded args, the pod's request and the
+    start time; ``error`` shapes an error body for the verb's wire type."""
+    model, metrics = request.app[CLUSTER], request.app[METRICS]
     start = time.perf_counter()
     code = 200
     try:
         not_ready = _not_ready(model)
         if not_ready is not None:
             code = 503
-            return _json(_error_filter_result(not_ready), status=code)
+            return _json(error(not_ready), status=code)
         try:
             args = decode_args(await _body(request))
             pod = filtering.decode_pod(args.pod)
         except WireError as exc:
             code = 400
-            return _json(_error_filter_result(str(exc)), status=code)
+            return _json(error(str(exc)), status=code)
+        return answer(args, pod, start)
+    except web.HTTPRequestEntityTooLarge as exc:
+        code = 413
+        return _json(error(exc.text or "request body too large"), status=code)
+    finally:
+        metrics.calls.labels(verb, str(code)).inc()
+        metrics.latency.labels(verb).observe(time.perf_counter() - start)
+
+
+async def _filter(request: web.Request) -> web.Response:
+    model, metrics = request.app[CLUSTER], request.app[METRICS]
+
+    def answer(args: Args, pod: filtering.PodRequest, start: float) -> web.Response:
         result = filtering.filter_nodes(model, pod, args.names)
         # One counter update per reason code, not per node (labels() costs microseconds).
         for (bad, reason_code), n in result.codes.items():
@@ -316,42 +335,22 @@ async def _filter(request: web.Request) -> web.Response:
                     log.debug("filter %s: %s: %s", pod.key, name,
                               filtering.node_message(reasons))
         return _json(filter_result(args, result))
-    except web.HTTPRequestEntityTooLarge as exc:
-        code = 413
-        return _json(_error_filter_result(exc.text or "request body too large"), status=code)
-    finally:
-        metrics.calls.labels("filter", str(code)).inc()
-        metrics.latency.labels("filter").observe(time.perf_counter() - start)
+
+    return await _verb(request, verb="filter", error=_error_filter_result, answer=answer)
 
 
 async def _prioritize(request: web.Request) -> web.Response:
-    app = request.app
-    model, metrics = app[CLUSTER], app[METRICS]
-    start = time.perf_counter()
-    code = 200
-    try:
-        not_ready = _not_ready(model)
-        if not_ready is not None:
-            code = 503
-            return _json({"Error": not_ready}, status=code)
-        try:
-            args = decode_args(await _body(request))
-            pod = filtering.decode_pod(args.pod)
-        except WireError as exc:
-            code = 400
-            return _json({"Error": str(exc)}, status=code)
+    model, scoring_log_ = request.app[CLUSTER], request.app[SCORING_LOG]
+
+    def answer(args: Args, pod: filtering.PodRequest, start: float) -> web.Response:
         scores = scoring.score_nodes(model, pod, args.names)
         response = web.Response(text=host_priority_list(scores), status=200,
                                 content_type="application/json")
         if pod.mig:
-            app[SCORING_LOG].record(pod, scores, time.perf_counter() - start)
+            scoring_log_.record(pod, scores, time.perf_counter() - start)
         return response
-    except web.HTTPRequestEntityTooLarge as exc:
-        code = 413
-        return _json({"Error": exc.text or "request body too large"}, status=code)
-    finally:
-        metrics.calls.labels("prioritize", str(code)).inc()
-        metrics.latency.labels("prioritize").observe(time.perf_counter() - start)
+
+    return await _verb(request, verb="prioritize", error=lambda m: {"Error": m}, answer=answer)
 
 
 async def _healthz(request: web.Request) -> web.Response:

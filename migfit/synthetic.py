@@ -17,7 +17,7 @@ from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from migfit import profiles
+from migfit import profiles, requests
 
 # (model id, product label as GFD writes it, share of nodes) — an A100/H100-heavy fleet.
 _FLEET: tuple[tuple[str, str, float], ...] = (
@@ -294,17 +294,17 @@ def pod_object(
 
     def container(c: Container, *, init: bool) -> dict[str, Any]:
         cpu, mem = ("4", "32Gi") if c.gpu else ("100m", "128Mi")
-        requests: dict[str, str] = {"cpu": cpu, "memory": mem}
+        wanted: dict[str, str] = {"cpu": cpu, "memory": mem}
         limits: dict[str, str] = {"memory": mem}
         for res, n in c.gpu.items():
             limits[res] = str(n)
             if not c.limits_only:
-                requests[res] = str(n)
+                wanted[res] = str(n)
         out: dict[str, Any] = {
             "name": c.name,
             "image": c.image,
             "imagePullPolicy": "IfNotPresent",
-            "resources": {"limits": limits, "requests": requests},
+            "resources": {"limits": limits, "requests": wanted},
             "terminationMessagePath": "/dev/termination-log",
             "terminationMessagePolicy": "File",
             "volumeMounts": [
@@ -562,7 +562,7 @@ def iter_objects(nodes: int, pods: int, seed: int, *, full: bool = True,
             phase = "Running"
         else:
             node, phase = None, "Pending"
-        annotations = {"migfit.io/gpu-memory": "9Gi"} if rng.random() < 0.3 else None
+        annotations = {requests.GPU_MEMORY: "9Gi"} if rng.random() < 0.3 else None
         yield pod_object(
             namespace=namespace, name=name, node=node, phase=phase, containers=containers,
             rng=rng, owner=owner, annotations=annotations, full=full,

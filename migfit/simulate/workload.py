@@ -23,11 +23,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Literal
 
-from migfit import errors, profiles
+from migfit import errors, profiles, requests
 
 Mapping_ = Literal["compute", "memory"]
-ANN_MEMORY = "migfit.io/gpu-memory"
-ANN_COMPUTE = "migfit.io/gpu-compute"
+ANN_MEMORY = requests.GPU_MEMORY
+ANN_COMPUTE = requests.GPU_COMPUTE
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -113,7 +113,7 @@ def make_pod(model: profiles.GpuModel, *, name: str, cpu_milli: int, memory_mib:
     if containers == 1:
         ann = one
     else:  # one instance per container: the per-container key of the request contract
-        ann = {f"{ANN_MEMORY}.gpu{i}": one[ANN_MEMORY] for i in range(containers)}
+        ann = {f"{requests.GPU_MEMORY_PREFIX}gpu{i}": one[ANN_MEMORY] for i in range(containers)}
     exp = expected_profile(model, gpu_milli=gpu_milli, mapping=mapping)
     return PodSpec(name=name, cpu_milli=cpu_milli, memory_mib=memory_mib, num_gpu=num_gpu,
                    gpu_milli=gpu_milli, arrival=arrival, duration=duration, annotations=ann,

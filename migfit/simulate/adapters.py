@@ -135,4 +135,4 @@ class Extender:
 
 
 def resource(profile: str) -> str:
-    return profiles.RESOURCE_PREFIX + profile
+    return profiles.resource_name(profile)

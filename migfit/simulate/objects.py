@@ -65,9 +65,11 @@ def node_object(
     resources: dict[str, str] = {"cpu": f"{cpu_milli}m", "memory": f"{memory_mib}Mi",
                                  "pods": "110"}
     for p, n in sorted(counts.items()):
-        labels[f"nvidia.com/mig-{p}.count"] = str(n)
-        labels[f"nvidia.com/mig-{p}.memory"] = str(model.profile(p).memory_mib)
-        resources[profiles.RESOURCE_PREFIX + p] = str(n)
+        # GFD's labels and the device plugin's resource share one spelling (`.me` for `+me`).
+        resource = profiles.resource_name(p)
+        labels[f"{resource}.count"] = str(n)
+        labels[f"{resource}.memory"] = str(model.profile(p).memory_mib)
+        resources[resource] = str(n)
     return {
         "apiVersion": "v1",
         "kind": "Node",
@@ -100,7 +102,7 @@ def pod_object(
         if i == 0:
             req = {"cpu": f"{cpu_milli}m", "memory": f"{memory_mib}Mi"}
         if i < len(profile_per_container):
-            req[profiles.RESOURCE_PREFIX + profile_per_container[i]] = "1"
+            req[profiles.resource_name(profile_per_container[i])] = "1"
         lim = {k: v for k, v in req.items() if k.startswith(profiles.RESOURCE_PREFIX)}
         conts.append({"name": f"gpu{i}" if n > 1 else "main", "image": "sim",
                       "resources": {"requests": req, "limits": lim}})

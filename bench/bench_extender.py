@@ -38,8 +38,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import aiohttp
 from aiohttp import web
 
-from extender import filtering, scoring, scoring_log, server
 from migfit import cluster, synthetic
+from migfit.extender import filtering, scoring, scoring_log, server
 
 
 def _load(nodes: int, pods: int, seed: int) -> tuple[cluster.Cluster, list[dict[str, Any]]]:

@@ -34,7 +34,7 @@ import aiohttp
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from certs import certificates  # noqa: E402
+from migfit.certs import certificates  # noqa: E402
 
 
 def realistic_review(i: int) -> dict[str, Any]:

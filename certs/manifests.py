@@ -13,7 +13,7 @@ import base64
 import re
 from typing import Any
 
-from certs import certificates
+from migfit.certs import certificates
 
 DEFAULT_NAMESPACE = "migfit-system"
 DEFAULT_SECRET_NAME = "migfit-tls"

@@ -28,8 +28,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from certs import certificates
 from migfit import errors
+from migfit.certs import certificates
 
 log = logging.getLogger(__name__)
 

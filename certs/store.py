@@ -31,8 +31,8 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from cryptography.x509.oid import NameOID
 
-from certs import certificates
 from migfit import errors
+from migfit.certs import certificates
 
 CA_CERT = "ca.crt"
 CA_KEY = "ca.key"

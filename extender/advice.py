@@ -23,8 +23,8 @@ from typing import Any
 import prometheus_client
 from kubernetes_asyncio import client as k8s
 
-from extender import kubeapi
 from migfit import advisor, cluster, errors, migparted
+from migfit.extender import kubeapi
 
 log = logging.getLogger(__name__)
 

@@ -22,8 +22,8 @@ import functools
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from extender import figures
 from migfit import cluster
+from migfit.extender import figures
 
 
 class Outcome(enum.StrEnum):

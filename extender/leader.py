@@ -31,7 +31,7 @@ from typing import Any
 from kubernetes_asyncio import client as k8s
 from kubernetes_asyncio.client.rest import ApiException
 
-from extender import kubeapi
+from migfit.extender import kubeapi
 
 log = logging.getLogger(__name__)
 

@@ -42,10 +42,10 @@ import aiohttp
 from kubernetes_asyncio import client as k8s
 from kubernetes_asyncio.client.rest import ApiException
 
-from extender import advice as surfaces
-from extender import kubeapi
-from extender import leader as leadership
 from migfit import advisor, cluster
+from migfit.extender import advice as surfaces
+from migfit.extender import kubeapi
+from migfit.extender import leader as leadership
 
 log = logging.getLogger(__name__)
 

@@ -62,8 +62,8 @@ import math
 from collections.abc import Iterable
 from typing import NamedTuple
 
-from extender import figures, filtering
 from migfit import cluster
+from migfit.extender import figures, filtering
 
 W_STRAND = 0.60
 W_HOST = 0.30

@@ -17,7 +17,7 @@ import logging
 from collections.abc import Sequence
 from typing import Any, Literal
 
-from extender import filtering, scoring
+from migfit.extender import filtering, scoring
 
 LogFormat = Literal["json", "text", "both"]
 LOG_FORMATS: tuple[LogFormat, ...] = ("json", "text", "both")

@@ -32,9 +32,9 @@ from aiohttp import web
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from certs import reloading
-from extender import advice, figures, filtering, scoring, scoring_log
 from migfit import cluster, errors, lifecycle
+from migfit.certs import reloading
+from migfit.extender import advice, figures, filtering, scoring, scoring_log
 
 log = logging.getLogger(__name__)
 

@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final, Literal, NotRequired, TypedDict
 
 from migfit import cluster, errors, profiles, quantity, requests
-from webhook import view
+from migfit.webhook import view
 
 MemoryMatch = Literal["label", "catalog", "nominal"]
 MEMORY_MATCHES: Final[tuple[MemoryMatch, ...]] = ("label", "catalog", "nominal")

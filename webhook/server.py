@@ -23,11 +23,11 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import generate_latest
 
-from certs import metrics as cert_metrics
-from certs import reloading
 from migfit import cluster as cluster_mod
 from migfit import errors, lifecycle
-from webhook import decision, view
+from migfit.certs import metrics as cert_metrics
+from migfit.certs import reloading
+from migfit.webhook import decision, view
 
 log = logging.getLogger(__name__)
 

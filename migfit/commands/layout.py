@@ -1,71 +1,28 @@
 """``migfit layout check|list|plan``: ask the placement engine whether MIG instances fit one GPU.
 
 ``check`` and ``list`` live here; ``plan`` (the advisor's best-layout search) lives in
-``migfit.commands.layout_plan`` and is offered only when that module is part of the build.
-It exposes ``add_arguments(parser)`` and ``run(args)`` like a command module and may use
-``add_model_arguments`` and ``model_from_args`` below for its ``--gpu``/``--catalog`` flags.
+``migfit.commands.layout_plan``, which uses ``add_model_arguments`` and ``model_from_args``
+below for its ``--gpu``/``--catalog`` flags.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import sys
 from collections.abc import Callable
-from typing import Protocol, TypedDict
+from typing import TypedDict
 
 from migfit import layouts, placements, profiles
+from migfit.commands import layout_plan
+from migfit.commands.gpu_args import InstanceJson, add_model_arguments, model_from_args
 
 HELP = "check whether MIG profiles fit one GPU, list a model's valid layouts, or plan one"
-
-_PLAN_MODULE = "migfit.commands.layout_plan"
-
-
-class InstanceJson(TypedDict):
-    profile: str
-    start: int
-    size: int
-
 
 class CheckJson(TypedDict):
     valid: bool
     placement: list[InstanceJson]
     reason: str | None
-
-
-def add_model_arguments(parser: argparse.ArgumentParser) -> None:
-    """``--gpu MODEL`` (required) and ``--catalog FILE``, shared by the layout subcommands."""
-    parser.add_argument("--gpu", metavar="MODEL", required=True,
-                        help="GPU model: canonical id (A100-80GB) or product label "
-                             "(NVIDIA-A100-SXM4-80GB)")
-    parser.add_argument("--catalog", metavar="FILE",
-                        help="YAML file of models to add or override (same schema as the "
-                             "built-in catalog)")
-
-
-def model_from_args(args: argparse.Namespace) -> profiles.GpuModel:
-    """The model named by ``--gpu`` in the catalog (built-in plus ``--catalog``)."""
-    return profiles.load(args.catalog).get(args.gpu)
-
-
-class _Subcommand(Protocol):
-    """What ``migfit.commands.layout_plan`` provides (``HELP`` is optional)."""
-
-    def add_arguments(self, parser: argparse.ArgumentParser) -> None: ...
-
-    def run(self, args: argparse.Namespace) -> int: ...
-
-
-def _plan_module() -> _Subcommand | None:
-    try:
-        module: _Subcommand = importlib.import_module(_PLAN_MODULE)
-        return module
-    except ModuleNotFoundError as exc:
-        # Not part of this build yet; any other missing import is a real error.
-        if exc.name and _PLAN_MODULE.startswith(exc.name):
-            return None
-        raise
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -94,12 +51,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                      help="print a JSON list of layouts, each a sorted list of profile names")
     lst.set_defaults(_layout_run=run_list)
 
-    plan = _plan_module()
-    if plan is not None:
-        plan_help: str = getattr(plan, "HELP", "a best valid layout for the instances needed")
-        plan_parser = sub.add_parser("plan", help=plan_help, description=plan_help)
-        plan.add_arguments(plan_parser)
-        plan_parser.set_defaults(_layout_run=plan.run)
+    plan_parser = sub.add_parser("plan", help=layout_plan.HELP, description=layout_plan.HELP)
+    layout_plan.add_arguments(plan_parser)
+    plan_parser.set_defaults(_layout_run=layout_plan.run)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -10,7 +10,7 @@ import json
 from typing import TypedDict
 
 from migfit import errors, placements, planner, profiles
-from migfit.commands import layout
+from migfit.commands import gpu_args
 
 HELP = "a best valid layout of one GPU for the instances needed, keeping those in use"
 
@@ -18,14 +18,14 @@ HELP = "a best valid layout of one GPU for the instances needed, keeping those i
 class PlanJson(TypedDict):
     model: str
     layout: list[str]
-    placement: list[layout.InstanceJson]
+    placement: list[gpu_args.InstanceJson]
     kept: list[str]
     served: dict[str, int]
     unserved: dict[str, int]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    layout.add_model_arguments(parser)
+    gpu_args.add_model_arguments(parser)
     parser.add_argument("--need", metavar="PROFILE=N", action="append", required=True,
                         help="N instances of PROFILE are wanted (repeatable), e.g. 1g.10gb=3")
     parser.add_argument("--keep", metavar="PROFILE@START", action="append", default=[],
@@ -50,7 +50,7 @@ def parse_need(model: profiles.GpuModel, tokens: list[str]) -> dict[str, int]:
 
 
 def run(args: argparse.Namespace) -> int:
-    model = layout.model_from_args(args)
+    model = gpu_args.model_from_args(args)
     need = parse_need(model, list(args.need))
     keep = [placements.parse_instance(model, t) for t in args.keep]
     bad = placements.check_fixed(model, keep)
@@ -63,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
         doc = PlanJson(
             model=model.id,
             layout=list(plan.after.profile_names()),
-            placement=[layout.InstanceJson(profile=i.profile, start=i.start, size=i.size)
+            placement=[gpu_args.InstanceJson(profile=i.profile, start=i.start, size=i.size)
                        for i in plan.after.placement.instances],
             kept=[str(i) for i in plan.fixed],
             served={str(p): n for p, n in plan.served.items()},

@@ -1,48 +1,31 @@
-"""The one place the simulator calls the servers' pure code: decision, filter, score, advice.
+"""The one place the simulator calls the servers' pure code: decision, filter, score.
 
-The simulator must run the same code as the webhook and the extender, never a copy. The
-core package may not import the server packages statically (the import-linter contract in
-pyproject.toml), so, like the CLI's composition root, this module names them as strings and
-imports them on first use. There is no stand-in: a simulation that did not run the servers'
-code would measure nothing, so a missing module is an error. The advisor
-(``migfit.advisor``) is core code and is imported by the engine directly.
+The simulator must run the same code as the webhook and the extender, never a copy, so this
+module imports them directly (the simulator sits in the commands layer, above both servers).
+The advisor (``migfit.advisor``) is core code and is imported by the engine directly.
 """
 
 from __future__ import annotations
 
-import functools
-import importlib
-import types
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from migfit import cluster, errors, profiles
-
-DECISION = "webhook.decision"
-SUPPLY = "webhook.view"
-FILTERING = "extender.filtering"
-SCORING = "extender.scoring"
+from migfit import advisor, cluster, profiles
+from migfit.extender import filtering, scoring
+from migfit.webhook import decision, view
 
 
-@functools.cache
-def _module(name: str) -> types.ModuleType:
-    try:
-        return importlib.import_module(name)
-    except ModuleNotFoundError as exc:
-        if exc.name is not None and name.startswith(exc.name):
-            raise errors.ConfigError(
-                f"the simulator drives {name}, which is not installed; install migfit with "
-                f"its webhook and extender packages (pip install -e .)") from None
-        raise
+def _dotted(function: Callable[..., object]) -> str:
+    return f"{function.__module__}.{function.__qualname__}"
 
 
 def sources() -> dict[str, str]:
     """Which code each step runs (recorded with every result)."""
     return {
-        "decision": f"{DECISION}.decide_pod",
-        "filter": f"{FILTERING}.filter_nodes",
-        "score": f"{SCORING}.score_nodes",
-        "advisor": "migfit.advisor.advise (safe nodes only)",
+        "decision": _dotted(decision.decide_pod),
+        "filter": _dotted(filtering.filter_nodes),
+        "score": _dotted(scoring.score_nodes),
+        "advisor": f"{_dotted(advisor.advise)} (safe nodes only)",
     }
 
 
@@ -56,11 +39,10 @@ class Decider:
     with their memory labels (webhook.view.Supply), so verdicts are cached on those.
     """
 
-    def __init__(self, view: cluster.Cluster) -> None:
-        self._cluster = view
-        self._decision = _module(DECISION)
-        self._tracker: Any = _module(SUPPLY).SupplyTracker(view)
-        self._policy: Any = self._decision.Policy()
+    def __init__(self, cluster_view: cluster.Cluster) -> None:
+        self._cluster = cluster_view
+        self._tracker = view.SupplyTracker(cluster_view)
+        self._policy = decision.Policy()
         self._cache: dict[tuple[Any, ...], tuple[tuple[str, ...], tuple[Any, ...], str]] = {}
 
     def decide(self, pod: Mapping[str, Any]) -> tuple[tuple[str, ...], tuple[Any, ...], str]:
@@ -73,7 +55,7 @@ class Decider:
         key = (tuple(sorted(ann.items())), conts, offers, tuple(m.id for m in supply.models))
         hit = self._cache.get(key)
         if hit is None:
-            verdict = self._decision.decide_pod(pod, supply=supply, policy=self._policy)
+            verdict = decision.decide_pod(pod, supply=supply, policy=self._policy)
             hit = (tuple(verdict.profiles), tuple(verdict.patch),
                    "" if verdict.allowed else str(verdict.message))
             self._cache[key] = hit
@@ -117,21 +99,19 @@ class Extender:
 
     def __init__(self, view: cluster.Cluster) -> None:
         self._cluster = view
-        self._filtering = _module(FILTERING)
-        self._scoring = _module(SCORING)
 
-    def request(self, pod: cluster.PodRecord) -> Any:
+    def request(self, pod: cluster.PodRecord) -> filtering.PodRequest:
         """The pod's decoded request (decoded once per scheduling cycle)."""
-        return self._filtering.request_of(pod)
+        return filtering.request_of(pod)
 
-    def filter(self, request: Any, names: Sequence[str]) -> list[str]:
+    def filter(self, request: filtering.PodRequest, names: Sequence[str]) -> list[str]:
         """The nodes that pass the extender's filter, in input order."""
-        return list(self._filtering.filter_nodes(self._cluster, request, names).passed)
+        return list(filtering.filter_nodes(self._cluster, request, names).passed)
 
-    def score(self, request: Any, names: Sequence[str]) -> dict[str, int]:
+    def score(self, request: filtering.PodRequest, names: Sequence[str]) -> dict[str, int]:
         """0..10 per node (MaxExtenderPriority)."""
         return {s.node: s.score
-                for s in self._scoring.score_nodes(self._cluster, request, names)}
+                for s in scoring.score_nodes(self._cluster, request, names)}
 
 
 def resource(profile: str) -> str:

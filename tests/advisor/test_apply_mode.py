@@ -24,8 +24,8 @@ from migmanager_sim import (
     store,
 )
 
-from extender import advice, leader, relayout
 from migfit import advisor, migparted
+from migfit.extender import advice, leader, relayout
 
 CONFIG = migparted.parse("""
 version: v1

@@ -11,7 +11,7 @@ import pytest
 from kubernetes_asyncio import client as k8s
 from migmanager_sim import api_for
 
-from extender import leader
+from migfit.extender import leader
 
 LEASES = kmock.resource("coordination.k8s.io", "v1", "leases")
 MICRO = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$")

@@ -164,7 +164,7 @@ def test_explain_says_why_and_how_to_fix() -> None:
 def test_advice_json_and_gauges() -> None:
     import prometheus_client
 
-    from extender import advice
+    from migfit.extender import advice
 
     c = build(node("a", alloc={"3g.40gb": 2}), pod("p", "1g.10gb"))
     doc = advice.advice_json(c, now=NOW)

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from certs_tls import EXTRA, NAMESPACE, SERVICE
 
-from certs import store
+from migfit.certs import store
 
 
 @pytest.fixture

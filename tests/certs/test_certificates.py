@@ -12,8 +12,8 @@ from cryptography import x509
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID
 
-from certs import certificates
 from migfit import errors
+from migfit.certs import certificates
 
 
 def openssl_verify(tmp_path: Path, *, ca_pem: bytes, cert_pem: bytes) -> tuple[int, str]:

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from certs import certificates, store
+from migfit.certs import certificates, store
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -13,8 +13,8 @@ import pytest
 from certs_tls import client_context, connect, serial_of, served_serial, tls_server
 from prometheus_client import CollectorRegistry, generate_latest
 
-from certs import certificates, metrics, reloading, store
 from migfit import errors
+from migfit.certs import certificates, metrics, reloading, store
 
 HOST = "migfit-webhook.migfit-system.svc"
 

@@ -9,8 +9,8 @@ import pytest
 from certs_tls import SANS, client_context, serial_of, served_serial, tls_server
 from cryptography.x509.oid import NameOID
 
-from certs import certificates, reloading, store
 from migfit import errors
+from migfit.certs import certificates, reloading, store
 
 
 def mode(path: Path) -> int:

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from certs_tls import SANS, client_context, connect, serial_of, served_serial, tls_server
 
-from certs import certificates, reloading, store
 from migfit import errors
+from migfit.certs import certificates, reloading, store
 
 
 def serving_context(cert_dir: Path, **kwargs: Path) -> ssl.SSLContext:

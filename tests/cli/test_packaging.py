@@ -18,9 +18,37 @@ def test_wheel_ships_the_catalog_the_example_cluster_and_every_package(tmp_path:
     (wheel,) = tmp_path.glob("migfit-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
     for required in ("migfit/data/catalog.yaml", "migfit/data/example-cluster.yaml",
-                     "migfit/cli.py", "webhook/server.py", "extender/serve.py",
-                     "certs/reloading.py", "migfit/py.typed"):
+                     "migfit/cli.py", "migfit/webhook/server.py",
+                     "migfit/commands/serve.py", "migfit/extender/server.py",
+                     "migfit/certs/reloading.py", "migfit/py.typed"):
         assert required in names, required
     example = zipfile.ZipFile(wheel).read("migfit/data/example-cluster.yaml")
     assert example == (ROOT / "examples" / "cluster.yaml").read_bytes()
     assert not any(n.startswith("tests/") for n in names)
+
+
+def test_one_top_level_import_package(tmp_path: Path) -> None:
+    """A plain install adds ``migfit`` only: no generic ``webhook``, ``extender``, ``certs``."""
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q",
+         "-w", str(tmp_path), str(ROOT)],
+        check=True, capture_output=True, timeout=300)
+    (wheel,) = tmp_path.glob("migfit-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    tops = {n.split("/", 1)[0] for n in names if not n.split("/", 1)[0].endswith(".dist-info")}
+    assert tops == {"migfit"}
+    target = tmp_path / "site"
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(target),
+         str(wheel)], check=True, capture_output=True, timeout=300)
+    env = {"PYTHONPATH": str(target), "PATH": "/usr/bin:/bin"}
+    for name in ("webhook", "extender", "certs"):
+        done = subprocess.run([sys.executable, "-S", "-c", f"import {name}"], cwd=tmp_path,
+                              env=env, capture_output=True, text=True, timeout=60)
+        assert done.returncode != 0 and "No module named" in done.stderr, name
+    done = subprocess.run(
+        [sys.executable, "-c", "import migfit.webhook.decision, migfit.extender.filtering, "
+         "migfit.certs.certificates, migfit.cli; print(migfit.cli.__file__)"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith(str(target))

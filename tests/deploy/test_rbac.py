@@ -3,9 +3,10 @@ exactly the Kubernetes API calls the server it runs can make (api_calls.py reads
 source), no more, no less.
 
 migfit-webhook runs `migfit webhook`, migfit-extender runs `migfit extender`. The code of a
-server is its entry module, every other module of its package except the commands a person
-runs with their own credentials (``*_cli.py``, ``serve.py``), the Kubernetes watch source, and
-everything those import. New code that calls the API is picked up when it lands.
+server is its command module (``migfit/commands/<server>.py``), every module of its package
+(the commands a person runs with their own credentials live in the commands layer, not there),
+the Kubernetes watch source, and everything those import. New code that calls the API is
+picked up when it lands.
 """
 
 from __future__ import annotations
@@ -25,14 +26,10 @@ SERVERS = {"migfit-webhook": "webhook", "migfit-extender": "extender"}
 WATCH_SOURCE = "migfit.watching"
 
 
-def _is_user_command(path: Path) -> bool:
-    return path.stem.endswith("_cli") or path.stem == "serve"
-
-
 def server_roots(package: str, *, root: Path = REPO) -> list[str]:
-    modules = sorted(p for p in (root / package).glob("*.py") if not _is_user_command(p))
-    return [f"{package}.cli", WATCH_SOURCE,
-            *(f"{package}.{p.stem}" for p in modules if p.stem != "__init__")]
+    modules = sorted((root / "migfit" / package).glob("*.py"))
+    return [f"migfit.commands.{package}", WATCH_SOURCE,
+            *(f"migfit.{package}.{p.stem}" for p in modules if p.stem != "__init__")]
 
 
 @functools.cache
@@ -74,7 +71,8 @@ def _diff(called: dict[Call, list[Site]], allowed: dict[Call, list[str]]) -> str
 @pytest.mark.parametrize("target", TARGETS)
 def test_roles_grant_exactly_the_calls_the_code_makes(target: str, account: str) -> None:
     package = SERVERS[account]
-    assert (REPO / package / "cli.py").is_file(), f"`migfit {package}` has no {package}/cli.py"
+    entry = REPO / "migfit" / "commands" / f"{package}.py"
+    assert entry.is_file(), f"`migfit {package}` has no {entry}"
     called = _called(package)
     allowed = granted(render(target), account)
     assert set(called) == set(allowed), (
@@ -114,9 +112,11 @@ def test_the_webhook_may_only_read() -> None:
 # The scanner itself, on code written for the purpose.
 
 FAKE = {
-    "extender/__init__.py": "",
-    "extender/cli.py": "from extender import relayout\nfrom . import leader\n",
-    "extender/relayout.py": '''
+    "migfit/__init__.py": "",
+    "migfit/commands/__init__.py": "",
+    "migfit/commands/extender.py": "from migfit.extender import relayout\nfrom ..extender import leader\n",
+    "migfit/extender/__init__.py": "",
+    "migfit/extender/relayout.py": '''
 import kubernetes_asyncio.client as k8s
 from kubernetes_asyncio import watch
 
@@ -130,12 +130,11 @@ async def act(api):
         pass
     await api.call_api(f"/apis/coordination.k8s.io/v1/namespaces/{NS}/leases/x", "PUT")
 ''',
-    "extender/leader.py": '''
+    "migfit/extender/leader.py": '''
 def helper():
     from kubernetes_asyncio.leaderelection.resourcelock import leaselock
     return leaselock.LeaseLock
 ''',
-    "extender/advice_cli.py": "async def f(core):\n    await core.delete_node('n')\n",
 }
 
 
@@ -156,18 +155,18 @@ def test_scanner_finds_generated_methods_watches_raw_calls_and_leader_election(
         Call("coordination.k8s.io", "leases", "create"),
     }
     assert "kubernetes_asyncio.leaderelection.resourcelock.leaselock" in {
-        m.name for m in closure(["extender.leader"], root=tmp_path)}
+        m.name for m in closure(["migfit.extender.leader"], root=tmp_path)}
 
 
 def test_an_ambiguous_method_must_name_its_api_class(tmp_path: Path) -> None:
-    (tmp_path / "extender").mkdir()
-    (tmp_path / "extender/cli.py").write_text(
+    (tmp_path / "migfit/commands").mkdir(parents=True)
+    (tmp_path / "migfit/commands/extender.py").write_text(
         "import kubernetes_asyncio.client as k8s\n"
         "x = (k8s.CoreV1Api, k8s.EventsV1Api)\n"
         "async def f(api):\n    await api.create_namespaced_event('ns', {})\n",
         encoding="utf-8")
     with pytest.raises(Unresolved, match="name the receiver's type"):
-        server_calls(["extender.cli"], root=tmp_path)
+        server_calls(["migfit.commands.extender"], root=tmp_path)
 
 
 @pytest.mark.parametrize(("path", "method", "watch", "expected"), [

@@ -9,8 +9,8 @@ import weakref
 
 from extender_builders import build, decision, node, pod
 
-from extender import figures
 from migfit import cluster, profiles
+from migfit.extender import figures
 
 A100 = profiles.builtin().get("A100-80GB")
 

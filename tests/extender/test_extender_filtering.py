@@ -6,9 +6,9 @@ from typing import Any
 
 from extender_builders import build, decision, node, pod
 
-from extender import filtering
-from extender.filtering import Code, Outcome, Relayout
 from migfit import cluster
+from migfit.extender import filtering
+from migfit.extender.filtering import Code, Outcome, Relayout
 
 
 def _verdicts(model: cluster.Cluster, pod_obj: dict[str, Any], names: list[str]

@@ -8,8 +8,8 @@ from extender_builders import build, decision, node, pod
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from extender import filtering, scoring
 from migfit import cluster
+from migfit.extender import filtering, scoring
 
 
 def _scores(model: cluster.Cluster, pod_obj: dict[str, Any], names: list[str]) -> dict[str, int]:

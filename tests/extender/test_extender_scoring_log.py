@@ -9,8 +9,9 @@ import logging
 import pytest
 from extender_builders import build, node, pod
 
-from extender import cli, filtering, scoring, scoring_log
 from migfit import errors
+from migfit.commands import extender as cli
+from migfit.extender import filtering, scoring, scoring_log
 
 
 def _scored() -> tuple[filtering.PodRequest, list[scoring.NodeScore]]:

@@ -11,8 +11,8 @@ import aiohttp
 import pytest
 from extender_builders import args, build, node, pod
 
-from certs import certificates
-from extender import server
+from migfit.certs import certificates
+from migfit.extender import server
 
 
 def _write(tmp: Path, name: str, data: bytes) -> Path:

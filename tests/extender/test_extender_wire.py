@@ -12,8 +12,8 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient
 from extender_builders import args, args_nodes, build, node, pod
 
-from extender import scoring, server
 from migfit import cluster
+from migfit.extender import scoring, server
 
 Client = TestClient[web.Request, web.Application]
 MakeClient = Callable[[web.Application], Awaitable[Client]]

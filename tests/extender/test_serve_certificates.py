@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from certs import certificates
-from extender import serve
+from migfit.certs import certificates
+from migfit.commands import serve
 
 
 def test_a_temporary_certificate_folder_is_removed_on_exit() -> None:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from extender import server
 from migfit import cluster, profiles
+from migfit.extender import server
 from migfit.simulate import engine, spec, workload
 
 CATALOG = profiles.builtin()

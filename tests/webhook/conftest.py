@@ -10,9 +10,9 @@ import pytest
 import webhook_scenery as scenery
 from webhook_scenery import Client, MakeClient
 
-from certs import certificates, reloading
 from migfit import cluster
-from webhook import decision, server
+from migfit.certs import certificates, reloading
+from migfit.webhook import decision, server
 
 
 @pytest.fixture(scope="session")

@@ -10,7 +10,7 @@ import pytest
 import webhook_scenery as s
 
 from migfit import profiles, requests
-from webhook import decision, view
+from migfit.webhook import decision, view
 
 SUPPLY = s.supply_of(s.make_cluster())
 

@@ -13,7 +13,7 @@ import webhook_scenery as s
 from webhook_scenery import Client, MakeClient
 
 from migfit import cluster, profiles, requests
-from webhook import decision
+from migfit.webhook import decision
 
 REALISTIC_CONTAINERS: list[dict[str, Any]] = [
     {"name": "trainer", "image": "registry.example/train:1.4",

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from webhook_scenery import MakeClient
 
 from migfit import requests
-from webhook import server
+from migfit.webhook import server
 
 _json = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),

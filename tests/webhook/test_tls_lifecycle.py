@@ -15,9 +15,9 @@ import aiohttp
 import pytest
 import webhook_scenery as s
 
-from certs import certificates
 from migfit import errors, requests
-from webhook import server
+from migfit.certs import certificates
+from migfit.webhook import server
 
 REVIEW = json.dumps(s.review(s.pod({requests.GPU_MEMORY: "12Gi"}))).encode()
 

@@ -12,7 +12,7 @@ from typing import Any
 from aiohttp.test_utils import TestClient
 
 from migfit import cluster, profiles
-from webhook import decision, view
+from migfit.webhook import decision, view
 
 A100_PRODUCT = "NVIDIA-A100-SXM4-80GB"
 H100_PRODUCT = "NVIDIA-H100-80GB-HBM3"

@@ -8,7 +8,7 @@ import logging
 from pathlib import Path
 
 from migfit import cluster, errors, profiles, sources
-from webhook import decision, server
+from migfit.webhook import decision, server
 
 HELP = "run the mutating admission webhook: gpu-memory annotations in, MIG resources out"
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import yaml
 
-from certs import certificates, manifests, store
 from migfit import errors
+from migfit.certs import certificates, manifests, store
 
 HELP = "CA and serving certificates: init, rotate (and roll the CA), print the Secret and caBundle"
 

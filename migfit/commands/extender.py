@@ -12,8 +12,8 @@ from typing import Any
 
 import prometheus_client
 
-from extender import kubeapi, scoring_log, server
 from migfit import advisor, cluster, errors, profiles, sources
+from migfit.extender import kubeapi, scoring_log, server
 
 HELP = "run the scheduler extender: filter and score nodes by free MIG instances"
 
@@ -111,7 +111,7 @@ def _configure_logging(level: str) -> None:
 
 async def _serve(args: argparse.Namespace, settings: server.ExtenderSettings,
                  view: cluster.Cluster, source: sources.Source) -> None:
-    from extender import advice
+    from migfit.extender import advice
 
     registry = prometheus_client.CollectorRegistry(auto_describe=True)
     metrics = advice.Metrics(registry)
@@ -129,7 +129,7 @@ async def _serve(args: argparse.Namespace, settings: server.ExtenderSettings,
         background.append(("advice publisher",
                            advice.Publisher(view, api, cache=cache, metrics=metrics).run))
         if args.apply_relayout:
-            from extender import leader, relayout
+            from migfit.extender import leader, relayout
 
             elector = leader.LeaseElector(api, namespace=args.lease_namespace)
             applier = relayout.Relayouter(

@@ -64,7 +64,7 @@ def _config_file(path: str) -> migparted.Config:
 
 async def _read_configmap(args: argparse.Namespace) -> tuple[migparted.Config | None,
                                                               str | None]:
-    from extender import advice, kubeapi
+    from migfit.extender import advice, kubeapi
 
     ns, _, name = str(args.configmap).partition("/")
     if not name:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 import time
 
-from extender import advice_cli
 from migfit import advisor, errors
+from migfit.commands import advise as advice_cli
 
 HELP = "why a pod is pending, in plain words, and what would fix it"
 

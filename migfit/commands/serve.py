@@ -2,8 +2,8 @@
 
 With no cluster given it reads the bundled example cluster and makes a throwaway self-signed
 certificate, then prints copy-paste ``curl`` commands against examples/requests/. This is the
-composition root of the two servers (the extender process already hosts the advisor), so it is
-the one module of the extender package allowed to import the webhook's.
+composition root of the two servers (the extender process already hosts the advisor), and it
+lives in the commands layer, the only layer allowed to compose the extender with the webhook.
 """
 
 from __future__ import annotations
@@ -19,12 +19,12 @@ from pathlib import Path
 
 from aiohttp import web
 
-from certs import certificates, reloading
-from extender import server as extender_server
 from migfit import cluster, errors, lifecycle, snapshots, sources
-from webhook import cli as webhook_cli
-from webhook import decision
-from webhook import server as webhook_server
+from migfit.certs import certificates, reloading
+from migfit.commands import webhook as webhook_cli
+from migfit.extender import server as extender_server
+from migfit.webhook import decision
+from migfit.webhook import server as webhook_server
 
 HELP = ("run the webhook, the extender and the advisor on localhost (the bundled example "
         "cluster and a throwaway certificate by default)")

@@ -227,6 +227,12 @@ def decode(data: bytes | str, *, where: str,
                 raise errors.ConfigError(
                     f"{where}: item {number} ({_describe(obj)}): cannot decode: "
                     f"{type(exc).__name__}: {exc}") from None
+    if not nodes:
+        # An empty cluster view would make every verb answer "unknown node" and the advisor
+        # silent: almost always a `kubectl get pods` export instead of `nodes,pods`.
+        raise errors.ConfigError(
+            f"{where}: no Node objects ({len(pods)} pods); migfit needs the nodes: export "
+            f"with `kubectl get nodes,pods -A -o yaml`")
     return Snapshot(nodes=nodes, pods=pods, node_records=node_records,
                     pod_records=pod_records, digest=digest)
 

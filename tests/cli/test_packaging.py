@@ -52,3 +52,17 @@ def test_one_top_level_import_package(tmp_path: Path) -> None:
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith(str(target))
+
+
+def test_the_license_pyproject_names_ships(tmp_path: Path) -> None:
+    text = (ROOT / "LICENSE").read_text(encoding="utf-8")
+    assert "Apache License" in text and "Version 2.0" in text
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q",
+         "-w", str(tmp_path), str(ROOT)],
+        check=True, capture_output=True, timeout=300)
+    (wheel,) = tmp_path.glob("migfit-*.whl")
+    archive = zipfile.ZipFile(wheel)
+    assert any(n.endswith("licenses/LICENSE") for n in archive.namelist())
+    metadata = next(n for n in archive.namelist() if n.endswith("METADATA"))
+    assert "License-Expression: Apache-2.0" in archive.read(metadata).decode()

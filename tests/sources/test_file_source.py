@@ -226,3 +226,16 @@ def test_open_source_needs_exactly_one_origin(path: pathlib.Path) -> None:
     path.write_text("apiVersion: v1\nkind: List\nitems: []\n")
     assert isinstance(sources.open_source(model, cluster_file=path, kubeconfig=None,
                                           in_cluster=False), snapshots.FileSource)
+
+
+def test_a_snapshot_without_nodes_is_refused_with_the_export_command() -> None:
+    text = json.dumps(as_list(pod("p1"), pod("p2")))
+    with pytest.raises(errors.ConfigError, match=r"no Node objects \(2 pods\).*nodes,pods"):
+        snapshots.decode(text, where="pods.json")
+
+
+def test_the_bundled_example_names_each_object_once() -> None:
+    doc = yaml.safe_load(snapshots.EXAMPLE_CLUSTER.read_text(encoding="utf-8"))
+    keys = [(i["kind"], i["metadata"].get("namespace"), i["metadata"]["name"])
+            for i in doc["items"]]
+    assert len(keys) == len(set(keys)), sorted(k for k in keys if keys.count(k) > 1)

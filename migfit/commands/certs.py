@@ -160,11 +160,29 @@ def _rotate(args: argparse.Namespace) -> int:
     else:
         print(f"issued a new serving certificate in {args.out}")
     _print_summary(summary)
-    print(
-        f"next: migfit certs manifests --out {args.out} | kubectl apply -f - "
-        "(and update caBundle/caData)"
-    )
+    if args.new_ca:
+        # A CA roll: clients must trust the new CA before any server presents a certificate
+        # signed by it, or the API server (webhook) and kube-scheduler (extender) are cut off.
+        for line in ca_roll_steps(args.out):
+            print(line)
+    else:
+        print(f"next: migfit certs manifests --out {args.out} --only secret | kubectl apply -f -")
     return 0
+
+
+def ca_roll_steps(out: Path) -> list[str]:
+    """The safe order after ``rotate --new-ca``: the bundle, then the Secret, then retire."""
+    return [
+        "next, in this order (the old CA keeps working until step 3):",
+        f"  1. publish the bundle first: set the webhook's caBundle and the extender's caData to "
+        f"`migfit certs manifests --out {out} --only ca-bundle` (re-apply your overlay; for the "
+        f"second scheduler, update the migfit-extender-ca ConfigMap from {out / store.CA_BUNDLE} "
+        f"and restart the scheduler)",
+        f"  2. then apply the new Secret: migfit certs manifests --out {out} --only secret "
+        f"| kubectl apply -f -",
+        f"  3. when every server presents the new certificate: migfit certs rotate --out {out} "
+        f"--retire-old-ca, and publish the bundle again as in step 1",
+    ]
 
 
 def _manifests(args: argparse.Namespace) -> int:

@@ -202,3 +202,13 @@ def test_help_lists_the_actions() -> None:
     assert done.returncode == 0
     for action in ("init", "rotate", "manifests"):
         assert action in done.stdout
+
+
+def test_a_ca_roll_prints_the_bundle_first_then_the_secret(out: Path) -> None:
+    done = migfit("rotate", "--out", out, "--new-ca")
+    assert done.returncode == 0, done.stderr
+    text = done.stdout
+    bundle, secret = text.find("--only ca-bundle"), text.find("--only secret")
+    retire = text.rfind("--retire-old-ca")
+    assert 0 < bundle < secret < retire, text
+    assert "kubectl apply" not in text[:secret]  # nothing is applied before the bundle

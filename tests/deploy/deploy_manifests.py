@@ -14,7 +14,7 @@ import yaml
 REPO = Path(__file__).resolve().parents[2]
 DEPLOY = REPO / "deploy"
 TARGETS = ("base", "overlays/second-scheduler", "overlays/default-scheduler",
-           "overlays/cert-manager")
+           "overlays/cert-manager", "overlays/prometheus-operator")
 NAMESPACE = "migfit-system"
 KUBECTL = shutil.which("kubectl")
 

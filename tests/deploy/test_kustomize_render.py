@@ -22,6 +22,7 @@ VERSIONS = sorted(
     key=Version,
 )
 CERT_MANAGER = "cert-manager.io/v1"
+MONITORING = "monitoring.coreos.com/v1"
 
 
 def test_the_validator_knows_versions_from_1_30() -> None:
@@ -45,7 +46,7 @@ def _unique_core_objects() -> dict[str, Obj]:
     unique: dict[str, Obj] = {}
     for target in TARGETS:
         for obj in render(target):
-            if obj["apiVersion"] != CERT_MANAGER:
+            if obj["apiVersion"] not in (CERT_MANAGER, MONITORING):
                 unique.setdefault(json.dumps(obj, sort_keys=True), obj)
     return unique
 
@@ -166,3 +167,71 @@ def test_cert_manager_serves_the_service_names_and_injects_the_ca() -> None:
     webhook = next(o for o in objects if o["kind"] == "MutatingWebhookConfiguration")
     assert webhook["metadata"]["annotations"]["cert-manager.io/inject-ca-from"] == (
         "migfit-system/migfit-webhook")
+
+
+# The Prometheus Operator's ServiceMonitor is a CRD too: a strict model of the fields used,
+# after its monitoring.coreos.com/v1 API (spec.selector, namespaceSelector, endpoints[].tlsConfig).
+class _SecretKey(_Strict):
+    name: str
+    key: str
+
+
+class _SecretRef(_Strict):
+    secret: _SecretKey
+
+
+class _MonitorTls(_Strict):
+    serverName: str
+    ca: _SecretRef
+
+
+class _Endpoint(_Strict):
+    port: str
+    scheme: Literal["https"]
+    path: Literal["/metrics"]
+    interval: str
+    tlsConfig: _MonitorTls
+
+
+class _Selector(_Strict):
+    matchLabels: dict[str, str]
+
+
+class _NamespaceSelector(_Strict):
+    matchNames: list[str]
+
+
+class _MonitorSpec(_Strict):
+    selector: _Selector
+    namespaceSelector: _NamespaceSelector
+    endpoints: list[_Endpoint]
+
+
+class _ServiceMonitor(_Strict):
+    apiVersion: Literal["monitoring.coreos.com/v1"]
+    kind: Literal["ServiceMonitor"]
+    metadata: _Meta
+    spec: _MonitorSpec
+
+
+def test_service_monitors_scrape_every_server_over_verified_tls() -> None:
+    objects = render("overlays/prometheus-operator")
+    monitors = [o for o in objects if o["apiVersion"] == MONITORING]
+    services = {o["metadata"]["name"]: o for o in objects if o["kind"] == "Service"}
+    secrets = {v["secret"]["secretName"] for o in objects if o["kind"] == "Deployment"
+               for v in o["spec"]["template"]["spec"].get("volumes", []) if "secret" in v}
+    scraped = set()
+    for raw in monitors:
+        monitor = _ServiceMonitor.model_validate(raw)
+        wanted = monitor.spec.selector.matchLabels.items()
+        (service,) = [s for s in services.values() if s["metadata"]["labels"].items() >= wanted]
+        assert monitor.spec.namespaceSelector.matchNames == [service["metadata"]["namespace"]]
+        ports = {p["name"] for p in service["spec"]["ports"]}
+        for endpoint in monitor.spec.endpoints:
+            assert endpoint.port in ports
+            name, ns = service["metadata"]["name"], service["metadata"]["namespace"]
+            assert endpoint.tlsConfig.serverName == f"{name}.{ns}.svc"
+            assert endpoint.tlsConfig.ca.secret.name in secrets
+            assert endpoint.tlsConfig.ca.secret.key == "ca.crt"
+        scraped.add(service["metadata"]["name"])
+    assert scraped == {"migfit-webhook", "migfit-extender"}

@@ -114,7 +114,8 @@ def test_the_webhook_may_only_read() -> None:
 FAKE = {
     "migfit/__init__.py": "",
     "migfit/commands/__init__.py": "",
-    "migfit/commands/extender.py": "from migfit.extender import relayout\nfrom ..extender import leader\n",
+    "migfit/commands/extender.py":
+        "from migfit.extender import relayout\nfrom ..extender import leader\n",
     "migfit/extender/__init__.py": "",
     "migfit/extender/relayout.py": '''
 import kubernetes_asyncio.client as k8s

@@ -1,0 +1,599 @@
+"""The one home of migfit's Kubernetes API access: configuration, credentials, timeouts, errors.
+
+Configuration is found the way kubectl finds it (:func:`discover`):
+
+1. ``--kubeconfig PATH`` when given (a file that must exist);
+2. else ``$KUBECONFIG``: a colon-separated list of files, merged as kubectl merges them
+   (kubernetes-asyncio's ``KubeConfigMerger``: the first file that names a cluster, user or
+   context wins; missing files are skipped; ``current-context`` of the last file that sets it);
+3. else ``~/.kube/config`` when it exists;
+4. else the pod's service account (in-cluster), when ``KUBERNETES_SERVICE_HOST`` is set.
+
+``--context`` picks a kubeconfig context other than the current one; the context's
+``namespace`` (in-cluster: the service account's namespace) is :attr:`KubeClient.namespace`,
+the default namespace of commands such as ``migfit explain``.
+
+Every client keeps its credentials fresh (exec plugins, OIDC and GCP tokens are re-run in a
+background task; an in-cluster token file is re-read by the library), and every request has a
+timeout (``--request-timeout``, kubectl's spelling: ``30s``, ``2m``, ``500ms``; ``0`` means
+none).
+
+Errors are classified once, here (:class:`ApiError`): 400, 401, 403, 404, 405 and 422 are
+*final* (retrying cannot help; the message names the server and what to fix); no answer at
+all (connection refused, DNS, TLS, timeout), 408, 429 and 5xx are *retryable* and are retried
+``retries`` times with jittered exponential backoff (429's ``Retry-After`` honoured) before
+they are raised. 409 Conflict and 410 Gone are neither: the caller re-reads (a precondition
+failed) or re-lists (a watch expired).
+
+The calls migfit makes are the methods of :class:`KubeClient`; each builds its REST path in
+one ``_request``/``open_get`` call so that ``tests/deploy/api_calls.py`` can read from the
+source which RBAC verbs a server needs. Responses are plain JSON dicts (never the generated
+model classes, which cost too much for 150,000 pods).
+
+Stable API (other modules rely on it: add to it, do not rename): :func:`connect`,
+:class:`KubeClient` (``patch_node``, ``read_node``, ``read_pod``, ``list_nodes``,
+``list_pods``, ``create_event``, ``read_config_map``, ``read_lease``, ``create_lease``,
+``update_lease``, ``open_get``, ``close``), :class:`ApiError` (``.status``, ``.final``,
+``.retryable``, ``.conflict``, ``.not_found``), :class:`Connection`, :func:`discover`,
+:func:`parse_duration`, :func:`add_request_timeout_argument`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import dataclasses
+import json
+import logging
+import os
+import pathlib
+import random
+import re
+import ssl
+from collections.abc import Mapping, Sequence
+from types import TracebackType
+from typing import Any, Final, Literal
+
+import aiohttp
+from kubernetes_asyncio import client as k8s
+from kubernetes_asyncio import config as k8s_config
+from kubernetes_asyncio.client.rest import ApiException
+
+from migfit import errors
+
+log = logging.getLogger(__name__)
+
+DEFAULT_REQUEST_TIMEOUT_S: Final = 30.0
+"""A request's whole-answer limit when ``--request-timeout`` is not given (list pages and
+single objects; a watch stream has its own read timeout)."""
+DEFAULT_CONNECT_TIMEOUT_S: Final = 10.0
+REFRESH_INTERVAL_S: Final = 60.0
+"""How often exec plugins and OIDC/GCP tokens are checked (each re-runs only near expiry)."""
+
+MERGE_PATCH: Final = "application/merge-patch+json"
+JSON_PATCH: Final = "application/json-patch+json"
+STRATEGIC_PATCH: Final = "application/strategic-merge-patch+json"
+PatchType = Literal["merge", "json", "strategic"]
+_PATCH_TYPES: Final[Mapping[str, str]] = {
+    "merge": MERGE_PATCH, "json": JSON_PATCH, "strategic": STRATEGIC_PATCH}
+
+SERVICE_ACCOUNT_NAMESPACE: Final = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+FINAL_STATUSES: Final = frozenset({400, 401, 403, 404, 405, 406, 413, 415, 422})
+RETRYABLE_STATUSES: Final = frozenset({408, 429})
+
+# What an operator can do about each final answer.
+_HINTS: Final[Mapping[int, str]] = {
+    401: "the server refused the credentials: renew them (log in again, or check the "
+         "kubeconfig user's token, certificate or exec plugin) or choose another --context",
+    403: "the identity is not allowed to do this: grant it with RBAC (deploy/base/rbac.yaml "
+         "lists what migfit needs) or choose another --context",
+    404: "no such object or API: check the name and namespace, and that --kubeconfig/"
+         "--context point at the cluster you mean",
+    422: "the server rejected the request as invalid (a migfit bug or an admission "
+         "policy): report it with this message",
+}
+
+
+class ApiError(ApiException):
+    """A Kubernetes API call that failed, classified.
+
+    ``status`` is the HTTP status, or 0 when no answer came (connection refused, DNS, TLS,
+    timeout). ``final``: retrying cannot help (fix the configuration or RBAC); ``retryable``:
+    worth retrying with backoff. ``str()`` is one line naming the server, the call and what to
+    fix. It is an ``ApiException``, so code that catches the library's error still does.
+    """
+
+    def __init__(self, *, status: int, reason: str, server: str, action: str,
+                 detail: str = "", hint: str = "", retry_after_s: float | None = None) -> None:
+        super().__init__(status=status, reason=reason)
+        self.status: int = status
+        self.reason: str = reason
+        self.server = server
+        self.action = action
+        self.detail = detail
+        self.hint = hint or _HINTS.get(status, "")
+        self.retry_after_s = retry_after_s
+
+    @property
+    def final(self) -> bool:
+        return self.status in FINAL_STATUSES
+
+    @property
+    def retryable(self) -> bool:
+        return self.status == 0 or self.status in RETRYABLE_STATUSES or self.status >= 500
+
+    @property
+    def conflict(self) -> bool:
+        return self.status == 409
+
+    @property
+    def not_found(self) -> bool:
+        return self.status == 404
+
+    @property
+    def gone(self) -> bool:
+        return self.status == 410
+
+    @property
+    def message(self) -> str:
+        what = f"HTTP {self.status} {self.reason}".strip() if self.status else self.reason
+        text = f"{self.server}: {self.action}: {what}"
+        if self.detail and self.detail != self.reason:
+            text += f": {self.detail}"
+        if self.hint:
+            text += f"; {self.hint}"
+        return " ".join(text.split())  # one line, whatever the server sent
+
+    def __str__(self) -> str:
+        return self.message
+
+
+def parse_duration(text: str) -> float:
+    """kubectl's ``--request-timeout``: ``30s``, ``1m30s``, ``500ms``, ``2h`` or bare seconds.
+
+    ``0`` means no timeout. A negative or unreadable value is a UsageError.
+    """
+    value = text.strip()
+    try:
+        seconds = float(value)
+    except ValueError:
+        units = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+        parts = re.findall(r"(\d+(?:\.\d+)?)(ms|s|m|h)", value)
+        if not parts or "".join(n + u for n, u in parts) != value:
+            raise errors.UsageError(
+                f"--request-timeout {text!r}: give a duration such as 30s, 1m or 500ms "
+                "(0: no timeout)") from None
+        seconds = sum(float(n) * units[u] for n, u in parts)
+    if seconds < 0 or seconds != seconds:
+        raise errors.UsageError(f"--request-timeout {text!r}: use 0 or more")
+    return seconds
+
+
+def add_request_timeout_argument(parser: argparse.ArgumentParser | Any) -> None:
+    """``--request-timeout`` (kubectl's flag) on a parser or argument group."""
+    parser.add_argument(
+        "--request-timeout", metavar="DURATION", type=parse_duration, default=None,
+        help="how long one Kubernetes API request may take: 30s, 1m, 500ms; 0: no limit "
+             f"(default {DEFAULT_REQUEST_TIMEOUT_S:g}s)")
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Connection:
+    """How to reach the API server: the flags a command was given."""
+
+    kubeconfig: str | os.PathLike[str] | None = None
+    """None: discover ($KUBECONFIG, ~/.kube/config, in-cluster)."""
+    context: str | None = None
+    request_timeout_s: float | None = None
+    """Whole-request limit; None: DEFAULT_REQUEST_TIMEOUT_S; 0: none."""
+    connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S
+    retries: int = 2
+    """How often a retryable failure is retried inside one call before it is raised."""
+    backoff_base_s: float = 0.2
+    backoff_cap_s: float = 5.0
+
+    def backoff(self, attempt: int) -> float:
+        """Jittered exponential delay before retry number ``attempt`` (0-based)."""
+        ceiling = min(self.backoff_cap_s, self.backoff_base_s * (1 << min(attempt, 32)))
+        return ceiling / 2 + random.uniform(0, ceiling / 2)
+
+    @property
+    def timeout_s(self) -> float | None:
+        """The whole-request limit in seconds, None for none."""
+        if self.request_timeout_s is None:
+            return DEFAULT_REQUEST_TIMEOUT_S
+        return self.request_timeout_s or None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Origin:
+    """Where the configuration came from, for messages: ``kubeconfig`` None means in-cluster."""
+
+    kubeconfig: str | None
+    context: str | None
+
+    def describe(self) -> str:
+        if self.kubeconfig is None:
+            return "the in-cluster service account"
+        where = f"kubeconfig {self.kubeconfig}"
+        return f"{where} (context {self.context})" if self.context else where
+
+
+def discover(kubeconfig: str | os.PathLike[str] | None = None,
+             context: str | None = None) -> Origin:
+    """Which configuration kubectl would use (see the module docstring); ConfigError if none."""
+    if kubeconfig is not None:
+        path = os.path.expanduser(os.fspath(kubeconfig))
+        if not os.path.isfile(path):
+            raise errors.ConfigError(
+                f"cannot load kubeconfig {os.fspath(kubeconfig)!r}: no such file; pass "
+                "--kubeconfig PATH to a readable kubeconfig")
+        return Origin(path, context)
+    env = os.environ.get("KUBECONFIG", "")
+    if env.strip(os.pathsep):
+        paths = [os.path.expanduser(p) for p in env.split(os.pathsep) if p]
+        if not any(os.path.isfile(p) for p in paths):
+            raise errors.ConfigError(
+                f"cannot load kubeconfig from $KUBECONFIG={env!r}: no such file; set it to a "
+                "readable kubeconfig (or unset it to use ~/.kube/config)")
+        return Origin(env, context)
+    home = pathlib.Path.home() / ".kube" / "config"
+    if home.is_file():
+        return Origin(str(home), context)
+    if os.environ.get("KUBERNETES_SERVICE_HOST"):
+        if context is not None:
+            raise errors.UsageError(f"--context {context}: no kubeconfig found to take it "
+                                    "from (in-cluster config has no contexts)")
+        return Origin(None, None)
+    raise errors.ConfigError(
+        "cannot load in-cluster config (no service account mounted?) and found no kubeconfig "
+        "($KUBECONFIG unset, no ~/.kube/config): pass --kubeconfig PATH to a readable "
+        "kubeconfig or run inside a pod with a service account")
+
+
+def _status_detail(body: bytes) -> tuple[str, str]:
+    """(reason, message) of a Kubernetes Status body, or ("", the body's start)."""
+    try:
+        doc = json.loads(body)
+    except ValueError:
+        doc = None
+    if isinstance(doc, dict):
+        return str(doc.get("reason") or ""), str(doc.get("message") or "")
+    return "", body[:200].decode("utf-8", "replace")
+
+
+def _no_answer(exc: BaseException, *, server: str, action: str,
+               timeout_s: float | None) -> ApiError:
+    """An ApiError (status 0) for a request that got no HTTP answer."""
+    if isinstance(exc, aiohttp.ClientConnectorCertificateError | ssl.SSLError) or (
+            isinstance(exc, aiohttp.ClientConnectorError)
+            and isinstance(exc.os_error, ssl.SSLError)):
+        return ApiError(status=0, reason="TLS verification failed", server=server,
+                        action=action, detail=str(exc),
+                        hint="check the kubeconfig cluster's certificate-authority(-data) "
+                             "and server name")
+    if isinstance(exc, asyncio.TimeoutError | aiohttp.ServerTimeoutError):
+        limit = f" within {timeout_s:g}s" if timeout_s else ""
+        return ApiError(status=0, reason=f"no answer{limit}", server=server, action=action,
+                        hint="is the server reachable? raise --request-timeout if it is slow")
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        return ApiError(status=0, reason="cannot connect", server=server, action=action,
+                        detail=str(exc.os_error or exc),
+                        hint="is the API server running, and is the kubeconfig's server "
+                             "address (or --context) right?")
+    return ApiError(status=0, reason=type(exc).__name__, server=server, action=action,
+                    detail=str(exc), hint="the connection failed; retried with backoff")
+
+
+TRANSPORT_ERRORS: Final[tuple[type[BaseException], ...]] = (
+    aiohttp.ClientError, asyncio.TimeoutError, OSError)
+
+
+class KubeClient:
+    """One API server connection: a kubernetes-asyncio ApiClient with fresh credentials.
+
+    Made by :func:`connect`; close it (or use ``async with``). Safe to share between tasks
+    of one event loop.
+    """
+
+    def __init__(self, api: k8s.ApiClient, *, origin: Origin, server: str, namespace: str,
+                 connection: Connection, refresher: asyncio.Task[None] | None) -> None:
+        self.api = api
+        self.origin = origin
+        self.server = server
+        """The API server's URL, for messages."""
+        self.namespace = namespace
+        """The context's namespace (in-cluster: the service account's), else "default"."""
+        self.connection = connection
+        self._refresher = refresher
+
+    async def __aenter__(self) -> KubeClient:
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None,
+                        exc: BaseException | None, tb: TracebackType | None) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        """Stop the credential refresh and close the HTTP session."""
+        if self._refresher is not None:
+            self._refresher.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._refresher
+            self._refresher = None
+        await self.api.close()
+
+    def _timeout(self, read_timeout_s: float | None = None) -> aiohttp.ClientTimeout:
+        c = self.connection
+        if read_timeout_s is not None:
+            return aiohttp.ClientTimeout(total=None, sock_connect=c.connect_timeout_s,
+                                         connect=c.connect_timeout_s,
+                                         sock_read=read_timeout_s)
+        total = c.timeout_s
+        connect = min(c.connect_timeout_s, total) if total else c.connect_timeout_s
+        return aiohttp.ClientTimeout(total=total, connect=connect, sock_connect=connect)
+
+    async def open_get(self, path: str, query: Sequence[tuple[str, str]], *,
+                       action: str, read_timeout_s: float | None = None) -> Any:
+        """A raw GET (list page or watch stream): the aiohttp response, whatever its status.
+
+        The caller reads and releases it. No answer at all is an ApiError (status 0), not
+        retried here: list/watch loops have their own backoff.
+        """
+        try:
+            return await self.api.call_api(
+                path, "GET", query_params=list(query),
+                header_params={"Accept": "application/json"}, auth_settings=["BearerToken"],
+                _preload_content=False, _request_timeout=self._timeout(read_timeout_s))
+        except TRANSPORT_ERRORS as exc:
+            raise _no_answer(exc, server=self.server, action=action,
+                             timeout_s=read_timeout_s or self.connection.timeout_s) from exc
+
+    def error(self, status: int, body: bytes, *, action: str,
+              headers: Mapping[str, str] | None = None) -> ApiError:
+        """The ApiError for an HTTP answer ``status`` with ``body``."""
+        reason, detail = _status_detail(body)
+        retry_after = None
+        if headers is not None and status == 429:
+            with contextlib.suppress(TypeError, ValueError):
+                retry_after = float(headers.get("Retry-After", ""))
+        return ApiError(status=status, reason=reason or _REASONS.get(status, ""),
+                        server=self.server, action=action, detail=detail,
+                        retry_after_s=retry_after)
+
+    async def _once(self, method: str, path: str, *, action: str,
+                    query: Sequence[tuple[str, str]] | None, body: Any,
+                    content_type: str | None) -> dict[str, Any]:
+        headers = {"Accept": "application/json"}
+        if content_type is not None:
+            headers["Content-Type"] = content_type
+        try:
+            response = await self.api.call_api(
+                path, method, query_params=list(query or []), header_params=headers,
+                body=body, auth_settings=["BearerToken"], _preload_content=False,
+                _request_timeout=self._timeout())
+            try:
+                raw: bytes = await response.read()
+            finally:
+                response.release()
+        except TRANSPORT_ERRORS as exc:
+            raise _no_answer(exc, server=self.server, action=action,
+                             timeout_s=self.connection.timeout_s) from exc
+        if response.status >= 400:
+            raise self.error(response.status, raw, action=action, headers=response.headers)
+        try:
+            doc = json.loads(raw) if raw else {}
+        except ValueError:
+            raise ApiError(status=response.status, reason="not JSON", server=self.server,
+                           action=action, detail=raw[:200].decode("utf-8", "replace"),
+                           hint="is the kubeconfig's server a Kubernetes API server?"
+                           ) from None
+        if not isinstance(doc, dict):
+            raise ApiError(status=response.status, reason="not a JSON object",
+                           server=self.server, action=action)
+        return doc
+
+    async def _request(self, method: str, path: str, *, action: str,
+                       query: Sequence[tuple[str, str]] | None = None, body: Any = None,
+                       content_type: str | None = None) -> dict[str, Any]:
+        """One call, retried while its failure is retryable (``Connection.retries`` times)."""
+        attempt = 0
+        while True:
+            try:
+                return await self._once(method, path, action=action, query=query, body=body,
+                                        content_type=content_type)
+            except ApiError as exc:
+                if not exc.retryable or attempt >= self.connection.retries:
+                    raise
+                delay = self.connection.backoff(attempt)
+                if exc.retry_after_s is not None:
+                    delay = max(delay, min(exc.retry_after_s, self.connection.backoff_cap_s))
+                log.debug("kube: %s; retrying in %.2fs", exc, delay)
+                attempt += 1
+                await asyncio.sleep(delay)
+
+    # ------------------------------------------------------------------ the calls migfit makes
+
+    async def read_node(self, name: str) -> dict[str, Any]:
+        return await self._request("GET", f"/api/v1/nodes/{name}", action=f"get node {name}")
+
+    async def patch_node(self, name: str, body: Any,
+                         patch_type: PatchType = "merge") -> dict[str, Any]:
+        """PATCH a Node; ``patch_type`` "merge" (RFC 7386), "json" (RFC 6902) or "strategic".
+
+        A merge patch carrying ``metadata.resourceVersion`` is a precondition: 409 when the
+        node changed since.
+        """
+        return await self._request("PATCH", f"/api/v1/nodes/{name}", body=body,
+                                   content_type=_PATCH_TYPES[patch_type],
+                                   action=f"patch node {name}")
+
+    async def read_pod(self, namespace: str, name: str) -> dict[str, Any]:
+        return await self._request("GET", f"/api/v1/namespaces/{namespace}/pods/{name}",
+                                   action=f"get pod {namespace}/{name}")
+
+    async def _list(self, path: str, what: str, query: list[tuple[str, str]],
+                    page_size: int) -> tuple[list[dict[str, Any]], str]:
+        items: list[dict[str, Any]] = []
+        token: str | None = None
+        resource_version = ""
+        while True:
+            page_query = [*query, ("limit", str(page_size))]
+            if token:
+                page_query.append(("continue", token))
+            page = await self._request("GET", path, query=page_query, action=f"list {what}")
+            items.extend(i for i in page.get("items") or [] if isinstance(i, dict))
+            metadata = page.get("metadata") or {}
+            if token is None:
+                resource_version = str(metadata.get("resourceVersion") or "")
+            token = metadata.get("continue") or None
+            if token is None:
+                return items, resource_version
+
+    async def list_nodes(self, *, label_selector: str | None = None,
+                         field_selector: str | None = None,
+                         page_size: int = 500) -> tuple[list[dict[str, Any]], str]:
+        """Every Node (paginated): (objects, the list's resourceVersion)."""
+        query = _selectors(label_selector, field_selector)
+        return await self._list("/api/v1/nodes", "nodes", query, page_size)
+
+    async def list_pods(self, *, namespace: str | None = None,
+                        label_selector: str | None = None, field_selector: str | None = None,
+                        page_size: int = 500) -> tuple[list[dict[str, Any]], str]:
+        """Pods of one namespace or (None) all (paginated): (objects, resourceVersion)."""
+        query = _selectors(label_selector, field_selector)
+        if namespace is None:
+            return await self._list("/api/v1/pods", "pods", query, page_size)
+        return await self._list(f"/api/v1/namespaces/{namespace}/pods",
+                                f"pods in {namespace}", query, page_size)
+
+    async def create_event(self, namespace: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        """POST a core/v1 Event into ``namespace``."""
+        return await self._request("POST", f"/api/v1/namespaces/{namespace}/events",
+                                   body=dict(body), action=f"create Event in {namespace}")
+
+    async def read_config_map(self, namespace: str, name: str) -> dict[str, Any]:
+        return await self._request(
+            "GET", f"/api/v1/namespaces/{namespace}/configmaps/{name}",
+            action=f"get ConfigMap {namespace}/{name}")
+
+    async def read_lease(self, namespace: str, name: str) -> dict[str, Any]:
+        return await self._request(
+            "GET", f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases/{name}",
+            action=f"get Lease {namespace}/{name}")
+
+    async def create_lease(self, namespace: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        return await self._request(
+            "POST", f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases",
+            body=dict(body), action=f"create Lease in {namespace}")
+
+    async def update_lease(self, namespace: str, name: str,
+                           body: Mapping[str, Any]) -> dict[str, Any]:
+        """Write a Lease as a merge patch; ``metadata.resourceVersion`` in ``body`` makes it
+        conditional (409 Conflict when someone wrote in between)."""
+        return await self._request(
+            "PATCH", f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases/{name}",
+            body=dict(body), content_type=MERGE_PATCH,
+            action=f"update Lease {namespace}/{name}")
+
+
+_REASONS: Final[Mapping[int, str]] = {
+    400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not Found",
+    405: "Method Not Allowed", 408: "Request Timeout", 409: "Conflict", 410: "Gone",
+    422: "Unprocessable Entity", 429: "Too Many Requests", 500: "Internal Server Error",
+    502: "Bad Gateway", 503: "Service Unavailable", 504: "Gateway Timeout"}
+
+
+def _selectors(label_selector: str | None, field_selector: str | None) -> list[tuple[str, str]]:
+    query = []
+    if label_selector:
+        query.append(("labelSelector", label_selector))
+    if field_selector:
+        query.append(("fieldSelector", field_selector))
+    return query
+
+
+async def _refresh_credentials(loader: Any, configuration: k8s.Configuration) -> None:
+    """Re-run the kubeconfig user's token source before it expires, until cancelled.
+
+    exec plugins re-run only when their credential nears expiry (or carries none); OIDC and
+    GCP tokens are refreshed when expired. Static tokens and certificates return at once.
+    """
+    provider = getattr(loader, "provider", None)
+    user = getattr(loader, "_user", None)
+    if provider not in ("gcp", "oidc") and not (user is not None and "exec" in user):
+        return
+    while True:
+        await asyncio.sleep(REFRESH_INTERVAL_S)
+        try:
+            if provider == "gcp":
+                await loader.load_gcp_token()
+            elif provider == "oidc":
+                await loader._load_oid_token()
+            else:
+                await loader.load_from_exec_plugin()
+            configuration.api_key["BearerToken"] = loader.token
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # keep the old token; the next round tries again
+            log.warning("kube: refreshing the credentials failed: %s", exc)
+
+
+def _in_cluster_namespace() -> str:
+    try:
+        return pathlib.Path(SERVICE_ACCOUNT_NAMESPACE).read_text(encoding="utf-8").strip() \
+            or "default"
+    except OSError:
+        return "default"
+
+
+async def connect(kubeconfig: str | os.PathLike[str] | None = None,
+                  context: str | None = None,
+                  request_timeout: float | None = None, *,
+                  connection: Connection | None = None) -> KubeClient:
+    """A KubeClient for the configuration kubectl would use; ConfigError when it cannot load.
+
+    ``connection`` (all settings) wins over the three shorthand arguments.
+    """
+    if connection is None:
+        connection = Connection(kubeconfig=kubeconfig, context=context,
+                                request_timeout_s=request_timeout)
+    origin = discover(connection.kubeconfig, connection.context)
+    configuration = k8s.Configuration()
+    loader: Any = None
+    namespace = "default"
+    try:
+        if origin.kubeconfig is None:
+            in_cluster: Any = k8s_config.load_incluster_config  # untyped in the stubs
+            in_cluster(client_configuration=configuration)
+            namespace = _in_cluster_namespace()
+        else:
+            loader = await k8s_config.load_kube_config(
+                config_file=origin.kubeconfig, context=origin.context,
+                client_configuration=configuration, persist_config=False)
+            current = loader.current_context or {}
+            namespace = str((current.get("context") or {}).get("namespace") or "default")
+    except (k8s_config.ConfigException, OSError, ValueError, KeyError, TypeError,
+            AttributeError, AssertionError) as exc:
+        where = ("in-cluster config (no service account mounted?)" if origin.kubeconfig is None
+                 else f"kubeconfig {origin.kubeconfig!r}"
+                 + (f" context {origin.context!r}" if origin.context else ""))
+        raise errors.ConfigError(
+            f"cannot load {where}: {exc or type(exc).__name__}; pass --kubeconfig PATH to a "
+            "readable kubeconfig (and --context NAME to one of its contexts) or run inside a "
+            "pod with a service account") from None
+    refresher = None
+    if loader is not None:
+        refresher = asyncio.get_running_loop().create_task(
+            _refresh_credentials(loader, configuration), name="kube credential refresh")
+    api = k8s.ApiClient(configuration)
+    return KubeClient(api, origin=origin, server=str(configuration.host), namespace=namespace,
+                      connection=connection, refresher=refresher)
+
+
+__all__ = [
+    "DEFAULT_REQUEST_TIMEOUT_S", "JSON_PATCH", "MERGE_PATCH", "STRATEGIC_PATCH",
+    "TRANSPORT_ERRORS", "ApiError", "Connection", "KubeClient", "Origin", "PatchType",
+    "add_request_timeout_argument", "connect", "discover", "parse_duration",
+]

@@ -92,7 +92,14 @@ async def test_extender_process_serves_and_publishes_advice(
         assert "1g.10gb" in note["gpus"][0]["after"]
         busy = await read_node(api, "busy")
         assert "migfit.io/relayout" not in busy["metadata"].get("annotations", {})
-        reasons = {e.get("reason") for e in await _until(lambda: events(api))}
+        wanted = {"MigRelayoutRecommended", "WaitingForMigProfile"}
+
+        async def both_reasons() -> Any:
+            # The node Event and the pod Events are separate writes: wait for what is asserted.
+            found = {e.get("reason") for e in await events(api)}
+            return found if wanted <= found else None
+
+        reasons = await _until(both_reasons)
         assert {"MigRelayoutRecommended", "WaitingForMigProfile"} <= reasons
     finally:
         await api.close()

@@ -18,18 +18,39 @@ from migfit import __version__, errors
 class Command(Protocol):
     """What a command module provides."""
 
-    HELP: str
-
     def add_arguments(self, parser: argparse.ArgumentParser) -> None: ...
 
     def run(self, args: argparse.Namespace) -> int: ...
 
 
-# The order is the order of ``--help``.
-COMMANDS: tuple[str, ...] = (
-    "serve", "webhook", "extender", "profiles", "layout", "status", "advise", "explain",
-    "certs", "deploy", "simulate",
-)
+# Every command and its one-line summary, in the order of ``--help``. The summaries live here,
+# not in the command modules, so that ``migfit --help`` imports none of them.
+COMMANDS: dict[str, str] = {
+    "serve": "run the webhook, the extender and the advisor on localhost (the bundled example "
+             "cluster and a throwaway certificate unless told otherwise)",
+    "webhook": "run the mutating admission webhook: gpu-memory annotations in, MIG resources out",
+    "extender": "run the scheduler extender: filter and score nodes by free MIG instances",
+    "profiles": "show the MIG catalog: every GPU model's profiles, sizes and allowed starts",
+    "layout": "check whether MIG profiles fit one GPU, list a model's valid layouts, or plan one",
+    "status": "show MIG instances per node and profile: allocatable, used, free, config state",
+    "advise": "re-layout advice: which idle GPUs to re-partition so that waiting MIG pods can run",
+    "explain": "why a pod is pending, in plain words, and what would fix it",
+    "certs": "CA and serving certificates: init, rotate (and roll the CA), print the Secret and "
+             "caBundle",
+    "deploy": "generate the catalog-derived manifests under deploy/ (scheduler configuration)",
+    "simulate": "replay a workload through the webhook's decision, the extender's filter and "
+                "score and the advisor, against a model of kube-scheduler and the MIG Manager",
+}
+
+
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Shows an option's default when it has one worth showing (never ``(default: None)``)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help
+        if action.default in (None, False, "", [], ()) or action.default is argparse.SUPPRESS:
+            return text
+        return super()._get_help_string(action)
 
 
 def _load(name: str) -> Command:
@@ -70,13 +91,13 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"migfit {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name in COMMANDS:
-        if only is not None and name != only:
-            continue
-        command = _load(name)
-        cmd_parser = sub.add_parser(name, help=command.HELP, description=command.HELP)
-        command.add_arguments(cmd_parser)
-        cmd_parser.set_defaults(_command=command)
+    for name, summary in COMMANDS.items():
+        cmd_parser = sub.add_parser(name, help=summary, description=summary,
+                                    formatter_class=HelpFormatter)
+        if name == only:
+            command = _load(name)
+            command.add_arguments(cmd_parser)
+            cmd_parser.set_defaults(_command=command)
     return parser
 
 

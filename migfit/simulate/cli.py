@@ -39,7 +39,6 @@ def default_trace_dir() -> Path:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.formatter_class = argparse.ArgumentDefaultsHelpFormatter
     src = parser.add_argument_group("inputs")
     src.add_argument("--trace-dir", type=Path, default=None,
                      help=f"folder of the Alibaba GPU trace CSVs (default: ${TRACE_ENV}, else "

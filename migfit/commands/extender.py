@@ -13,6 +13,7 @@ from typing import Any
 import prometheus_client
 
 from migfit import advisor, cluster, errors, profiles, sources
+from migfit.commands import options
 from migfit.extender import kubeapi, scoring_log, server
 
 HELP = "run the scheduler extender: filter and score nodes by free MIG instances"
@@ -20,7 +21,8 @@ HELP = "run the scheduler extender: filter and score nodes by free MIG instances
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--host", default="0.0.0.0", help="address to listen on (default: all)")
-    parser.add_argument("--port", type=int, default=8443, help="port to listen on (default 8443)")
+    parser.add_argument("--port", type=options.port, default=8443,
+                        help="port to listen on (default 8443)")
     sources.add_source_arguments(parser)
     parser.add_argument("--catalog", type=Path, metavar="FILE",
                         help="MIG catalog file adding or overriding GPU models")

@@ -21,6 +21,7 @@ from aiohttp import web
 
 from migfit import cluster, errors, lifecycle, snapshots, sources
 from migfit.certs import certificates, reloading
+from migfit.commands import options
 from migfit.commands import webhook as webhook_cli
 from migfit.extender import server as extender_server
 from migfit.webhook import decision
@@ -36,9 +37,9 @@ _REQUESTS = Path("examples/requests")
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--host", default="127.0.0.1",
                         help="address to listen on (default: %(default)s)")
-    parser.add_argument("--webhook-port", type=int, default=8443,
+    parser.add_argument("--webhook-port", type=options.port, default=8443,
                         help="HTTPS port of the webhook (default: %(default)s)")
-    parser.add_argument("--extender-port", type=int, default=8444,
+    parser.add_argument("--extender-port", type=options.port, default=8444,
                         help="HTTPS port of the extender and /advice (default: %(default)s)")
     parser.add_argument("--cert-dir", type=Path, metavar="DIR",
                         help="where to write the throwaway CA and certificate (default: a new "

@@ -1,0 +1,78 @@
+"""Start-up mistakes end in one line that says what to change: no traceback (the real command)."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+CLUSTER = str(ROOT / "examples" / "cluster.yaml")
+
+
+@pytest.fixture(scope="module")
+def certs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("certs") / "c"
+    subprocess.run(["migfit", "certs", "init", "--out", str(out), "--service", "migfit-webhook",
+                    "--namespace", "migfit-system"], check=True, capture_output=True, timeout=60)
+    return out
+
+
+@pytest.fixture
+def busy_port() -> Iterator[int]:
+    with socket.socket() as s:
+        s.bind(("0.0.0.0", 0))
+        s.listen()
+        yield int(s.getsockname()[1])
+
+
+def _fails_in_one_line(cmd: list[str], *, code: int) -> str:
+    done = subprocess.run(["migfit", *cmd], capture_output=True, text=True, timeout=60,
+                          cwd=ROOT)
+    assert done.returncode == code, done.stderr
+    assert "Traceback" not in done.stderr, done.stderr
+    lines = done.stderr.strip().splitlines()
+    if lines and lines[0].startswith("usage: "):  # argparse: the usage, then one error line
+        assert lines[-1].startswith("migfit ") and ": error: argument " in lines[-1], lines
+        return lines[-1]
+    assert len(lines) == 1 and lines[0].startswith("migfit: error: "), done.stderr
+    return lines[0]
+
+
+def test_the_webhook_on_a_port_in_use(certs: Path, busy_port: int) -> None:
+    line = _fails_in_one_line(
+        ["webhook", "--port", str(busy_port), "--tls-cert", str(certs / "tls.crt"),
+         "--tls-key", str(certs / "tls.key"), "--cluster", CLUSTER], code=1)
+    assert "address already in use" in line and "another port" in line
+
+
+def test_the_extender_on_a_port_in_use(busy_port: int) -> None:
+    line = _fails_in_one_line(["extender", "--port", str(busy_port), "--cluster", CLUSTER],
+                              code=1)
+    assert "address already in use" in line and "another port" in line
+
+
+def test_serve_on_a_port_in_use(busy_port: int, tmp_path: Path) -> None:
+    line = _fails_in_one_line(["serve", "--webhook-port", str(busy_port), "--cert-dir",
+                               str(tmp_path / "c")], code=2)
+    assert str(busy_port) in line and "address already in use" in line
+
+
+@pytest.mark.parametrize("flag", ["--webhook-port", "--extender-port"])
+def test_serve_with_a_port_out_of_range(flag: str) -> None:
+    line = _fails_in_one_line(["serve", flag, "99999"], code=2)
+    assert "99999 is not a port: use 1..65535" in line
+
+
+def test_the_extender_with_a_port_out_of_range() -> None:
+    line = _fails_in_one_line(["extender", "--port", "0", "--cluster", CLUSTER], code=2)
+    assert "use 1..65535" in line
+
+
+def test_the_extender_on_a_host_that_does_not_resolve() -> None:
+    line = _fails_in_one_line(["extender", "--host", "no-such-host.invalid", "--port", "18999",
+                               "--cluster", CLUSTER], code=1)
+    assert "--host" in line

@@ -1,4 +1,10 @@
-"""Keeps a sink current with the cluster's Nodes and Pods: list, then watch, re-list on 410 Gone."""
+"""Keeps a sink current with the cluster's Nodes and Pods: list, then watch, re-list on 410 Gone.
+
+The API connection (configuration discovery, credentials, timeouts, error classification) is
+migfit.kube's; this module is the list/watch protocol on top of it. :func:`list_once` is the
+one-shot variant for workstation commands: one paginated list of each kind, no watch, and a
+failure raised at once instead of retried.
+"""
 
 from __future__ import annotations
 
@@ -13,11 +19,7 @@ import time
 from collections.abc import Mapping
 from typing import Any, Final, Literal, Protocol
 
-import kubernetes_asyncio.client
-import kubernetes_asyncio.config
-import kubernetes_asyncio.config.kube_config
-
-from migfit import errors
+from migfit import kube
 
 logger = logging.getLogger(__name__)
 
@@ -91,10 +93,6 @@ class _Expired(Exception):
     """The server no longer has the resourceVersion asked for (HTTP 410 Gone): re-list."""
 
 
-class _ApiError(Exception):
-    """A non-success HTTP answer other than 410."""
-
-
 # Events arrive in order on one stream; a stale event about an object deleted more than this
 # many deletions ago is not expected, so older tombstones are forgotten.
 MAX_TOMBSTONES = 10_000
@@ -163,6 +161,10 @@ def _describe_status(http_status: int, body: bytes) -> str:
     return f"HTTP {http_status}: {body[:200].decode('utf-8', 'replace')}"
 
 
+class _WatchError(Exception):
+    """An ERROR event in a watch stream other than an expiry."""
+
+
 class KubernetesSource:
     """Lists then watches Nodes and Pods cluster-wide and feeds every change to a sink.
 
@@ -178,11 +180,15 @@ class KubernetesSource:
         kubeconfig: str | os.PathLike[str] | None = None,
         context: str | None = None,
         settings: WatchSettings | None = None,
+        client: kube.KubeClient | None = None,
     ) -> None:
-        """``kubeconfig`` None means in-cluster config (the pod's service account)."""
+        """``kubeconfig`` None: found as kubectl finds it ($KUBECONFIG, ~/.kube/config, else
+        the pod's service account; migfit.kube.discover). ``client``: an open connection to
+        use instead (the caller closes it); then ``kubeconfig`` and ``context`` are unused."""
         self._sink = sink
         self._kubeconfig = kubeconfig
         self._context = context
+        self._client = client
         self._settings = settings or WatchSettings()
         self.synced = asyncio.Event()
         self._listed: set[Kind] = set()
@@ -196,6 +202,8 @@ class KubernetesSource:
         self._retries = 0
         self._skipped = 0
         self._failures: dict[Kind, int] = {kind: 0 for kind in KINDS}
+        # 410s in a row with no event in between: only these slow a re-list down.
+        self._expiries: dict[Kind, int] = {kind: 0 for kind in KINDS}
         self._last_error: str | None = None
         self._last_error_at: float | None = None
 
@@ -213,51 +221,21 @@ class KubernetesSource:
 
     async def run(self) -> None:
         """Keep the sink current until cancelled; raises ConfigError for a bad config."""
-        configuration, loader = await self._load_configuration()
-        async with (
-            kubernetes_asyncio.client.ApiClient(configuration) as api,
-            asyncio.TaskGroup() as group,
-        ):
-            if loader is not None:
-                # Re-runs exec/gcp credential plugins before their tokens expire;
-                # returns at once for static credentials.
-                group.create_task(
-                    kubernetes_asyncio.config.kube_config.refresh_token(
-                        loader, client_configuration=configuration
-                    )
-                )
+        if self._client is not None:
+            await self._run(self._client)
+            return
+        client = await kube.connect(connection=kube.Connection(
+            kubeconfig=self._kubeconfig, context=self._context,
+            connect_timeout_s=self._settings.connect_timeout_s))
+        async with client:
+            await self._run(client)
+
+    async def _run(self, client: kube.KubeClient) -> None:
+        async with asyncio.TaskGroup() as group:
             for kind in KINDS:
-                group.create_task(self._follow(api, kind))
+                group.create_task(self._follow(client, kind))
 
-    async def _load_configuration(
-        self,
-    ) -> tuple[kubernetes_asyncio.client.Configuration, Any]:
-        configuration = kubernetes_asyncio.client.Configuration()
-        try:
-            if self._kubeconfig is None:
-                kubernetes_asyncio.config.load_incluster_config(  # type: ignore[no-untyped-call]
-                    client_configuration=configuration
-                )
-                return configuration, None
-            loader = await kubernetes_asyncio.config.load_kube_config(
-                config_file=os.fspath(self._kubeconfig),
-                context=self._context,
-                client_configuration=configuration,
-                persist_config=False,
-            )
-            return configuration, loader
-        except (kubernetes_asyncio.config.ConfigException, OSError, ValueError) as exc:
-            where = (
-                "in-cluster config (no service account mounted?)"
-                if self._kubeconfig is None
-                else f"kubeconfig {os.fspath(self._kubeconfig)!r}"
-            )
-            raise errors.ConfigError(
-                f"cannot load {where}: {exc}; pass --kubeconfig PATH to a readable kubeconfig"
-                " or run inside a pod with a service account"
-            ) from exc
-
-    async def _follow(self, api: kubernetes_asyncio.client.ApiClient, kind: Kind) -> None:
+    async def _follow(self, api: kube.KubeClient, kind: Kind) -> None:
         resource_version: str | None = None  # None: a full list is needed first
         while True:
             try:
@@ -266,6 +244,7 @@ class KubernetesSource:
                 resource_version, progressed = await self._watch(api, kind, resource_version)
                 if progressed:
                     self._failures[kind] = 0
+                    self._expiries[kind] = 0
                     continue
                 # A stream that ends with nothing in it: reconnect, but never in a hot loop.
                 await asyncio.sleep(self._settings.backoff(self._failures[kind]))
@@ -274,9 +253,12 @@ class KubernetesSource:
                 logger.info("%s: resourceVersion %s expired, re-listing", kind, resource_version)
                 resource_version = None
                 self._relists += 1
-                if self._failures[kind]:
-                    await asyncio.sleep(self._settings.backoff(self._failures[kind]))
-                self._failures[kind] += 1
+                # The server answered: the backoff of an outage before it is over, re-list at
+                # once. Only expiries in a row (a list, then at once 410 again) slow down.
+                self._failures[kind] = 0
+                if self._expiries[kind]:
+                    await asyncio.sleep(self._settings.backoff(self._expiries[kind] - 1))
+                self._expiries[kind] += 1
             except Exception as exc:  # any transport or server failure: back off, retry
                 self._record_error(kind, exc)
                 await asyncio.sleep(self._settings.backoff(self._failures[kind]))
@@ -284,36 +266,27 @@ class KubernetesSource:
                 self._retries += 1
 
     def _record_error(self, kind: Kind, exc: BaseException) -> None:
-        text = str(exc) if isinstance(exc, _ApiError) else f"{type(exc).__name__}: {exc}"
+        text = (str(exc) if isinstance(exc, kube.ApiError | _WatchError)
+                else f"{type(exc).__name__}: {exc}")
         self._last_error = f"{kind}: {text}"
         self._last_error_at = time.time()
         logger.warning("%s watch failed: %s", kind, text)
 
     async def _get(
         self,
-        api: kubernetes_asyncio.client.ApiClient,
+        api: kube.KubeClient,
         *,
         kind: Kind,
         query: list[tuple[str, str]],
         read_timeout_s: float,
+        action: str,
     ) -> Any:
-        # _preload_content=False: the raw aiohttp response, never the generated model
-        # classes, which cost too much time and memory for 150,000 pods.
-        return await api.call_api(
-            _PATHS[kind],
-            "GET",
-            query_params=query,
-            header_params={"Accept": "application/json"},
-            auth_settings=["BearerToken"],
-            _preload_content=False,
-            # rest.py takes a (connect, read) pair; its stub says a 1-tuple.
-            _request_timeout=(  # type: ignore[arg-type]
-                self._settings.connect_timeout_s,
-                read_timeout_s,
-            ),
-        )
+        # The raw aiohttp response, never the generated model classes, which cost too much
+        # time and memory for 150,000 pods.
+        return await api.open_get(_PATHS[kind], query, action=action,
+                                  read_timeout_s=read_timeout_s)
 
-    async def _list(self, api: kubernetes_asyncio.client.ApiClient, kind: Kind) -> str:
+    async def _list(self, api: kube.KubeClient, kind: Kind) -> str:
         """One complete, paginated list; hands it to the sink and returns its resourceVersion."""
         objects: list[dict[str, Any]] = []
         resource_version = ""
@@ -323,7 +296,8 @@ class KubernetesSource:
             if token:
                 query.append(("continue", token))
             response = await self._get(
-                api, kind=kind, query=query, read_timeout_s=self._settings.read_timeout_s
+                api, kind=kind, query=query, read_timeout_s=self._settings.read_timeout_s,
+                action=f"list {kind}s",
             )
             try:
                 body: bytes = await response.read()
@@ -331,7 +305,7 @@ class KubernetesSource:
                     # The continue token outlived etcd compaction: start the list again.
                     raise _Expired(_describe_status(response.status, body))
                 if response.status != 200:
-                    raise _ApiError(f"list {kind}s: {_describe_status(response.status, body)}")
+                    raise api.error(response.status, body, action=f"list {kind}s")
             finally:
                 response.release()
             page = json.loads(body)
@@ -362,7 +336,7 @@ class KubernetesSource:
         return resource_version
 
     async def _watch(
-        self, api: kubernetes_asyncio.client.ApiClient, kind: Kind, resource_version: str
+        self, api: kube.KubeClient, kind: Kind, resource_version: str
     ) -> tuple[str, bool]:
         """One watch stream; returns the resourceVersion to resume from and whether any
         event arrived. Raises _Expired when the server needs a re-list."""
@@ -382,6 +356,7 @@ class KubernetesSource:
                 if self._settings.watch_read_timeout_s is not None
                 else self._settings.watch_timeout_s + 30.0
             ),
+            action=f"watch {kind}s",
         )
         progressed = False
         failed = False
@@ -390,7 +365,7 @@ class KubernetesSource:
                 body: bytes = await response.read()
                 if response.status == 410:
                     raise _Expired(_describe_status(response.status, body))
-                raise _ApiError(f"watch {kind}s: {_describe_status(response.status, body)}")
+                raise api.error(response.status, body, action=f"watch {kind}s")
             while True:
                 line: bytes = await response.content.readline()
                 if not line:
@@ -436,7 +411,7 @@ class KubernetesSource:
                 raise _Expired(str(obj.get("message") or "410 Gone"))
             self._record_error(
                 kind,
-                _ApiError(
+                _WatchError(
                     f"watch ERROR event: code {obj.get('code')} {obj.get('reason') or ''}: "
                     f"{obj.get('message') or ''}"
                 ),
@@ -480,3 +455,14 @@ class KubernetesSource:
                 held = versions.get(old)
                 if held is not None and held.deleted:
                     del versions[old]
+
+
+async def list_once(sink: Sink, client: kube.KubeClient, *, page_size: int = 500) -> None:
+    """One paginated list of Nodes and of Pods into ``sink``, then ``mark_synced``: the
+    cluster view of a one-shot command. No watch, no retry loop: a kube.ApiError (401, 403,
+    a refused connection after the client's few retries) is raised at once."""
+    (nodes, _), (pods, _) = await asyncio.gather(
+        client.list_nodes(page_size=page_size), client.list_pods(page_size=page_size))
+    sink.replace("Node", nodes)
+    sink.replace("Pod", pods)
+    sink.mark_synced()

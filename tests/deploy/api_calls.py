@@ -11,7 +11,11 @@ then find in each module:
   ``watch.Watch().stream``) or called with ``watch=True`` also watches;
 - raw ``call_api(path, method)`` calls, the path a literal, an f-string or, when it is an
   expression, every API-path literal of the module; a module that builds a ``watch`` query
-  parameter also watches what it lists.
+  parameter also watches what it lists;
+- calls of the methods of migfit.kube's ``KubeClient`` (the project's one API module), each
+  resolved from the ``self._request(METHOD, path)`` / ``self._list(path)`` call in its body;
+  its raw ``open_get(path, ...)`` is a GET of ``path``, read like ``call_api``. The API module's
+  own body counts only through the methods that reachable code calls.
 
 Each call becomes ``(apiGroup, resource, verb)`` as RBAC spells it.
 """
@@ -31,6 +35,9 @@ FOLLOWED_LIBRARIES = ("kubernetes_asyncio.leaderelection",)
 _API_PATH = re.compile(r"^/apis?/")
 _API_CLASS = re.compile(r"^[A-Z][A-Za-z0-9]*Api$")
 _CALL_API = re.compile(r"call_api\(\s*'([^']+)',\s*'([A-Z]+)'")
+KUBE_MODULE = "migfit.kube"
+KUBE_CLASS = "KubeClient"
+KUBE_RAW_GET = "open_get"
 
 
 @dataclasses.dataclass(frozen=True, order=True, slots=True)
@@ -243,9 +250,45 @@ def _arg(call: ast.Call, index: int, keyword: str) -> ast.AST | None:
     return next((k.value for k in call.keywords if k.arg == keyword), None)
 
 
-def calls_in(module: Module, *, all_classes: set[str]) -> dict[Call, list[Site]]:
-    """Every API call of one module, with where it is made."""
+def kube_methods(module: Module) -> dict[str, frozenset[Call]]:
+    """migfit.kube's ``KubeClient``: public method -> the RBAC calls it makes."""
+    methods: dict[str, frozenset[Call]] = {}
+    for cls in module.tree.body:
+        if not (isinstance(cls, ast.ClassDef) and cls.name == KUBE_CLASS):
+            continue
+        for fn in cls.body:
+            if not isinstance(fn, ast.AsyncFunctionDef | ast.FunctionDef) \
+                    or fn.name.startswith("_") or fn.name == KUBE_RAW_GET:
+                continue
+            calls: set[Call] = set()
+            for node in ast.walk(fn):
+                if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                        and isinstance(node.func.value, ast.Name)
+                        and node.func.value.id == "self"):
+                    continue
+                if node.func.attr == "_request" and len(node.args) >= 2:
+                    method_node, path_node = node.args[0], node.args[1]
+                elif node.func.attr == "_list" and node.args:
+                    method_node, path_node = ast.Constant("GET"), node.args[0]
+                else:
+                    continue
+                text = _path_text(path_node)
+                if not (isinstance(method_node, ast.Constant) and text):
+                    raise Unresolved(f"{module.path}:{node.lineno}: {fn.name}: give "
+                                     "_request a literal method and a literal or f-string path")
+                calls |= rbac_call(text, str(method_node.value), watch=False)
+            if calls:
+                methods[fn.name] = frozenset(calls)
+    return methods
+
+
+def calls_in(module: Module, *, all_classes: set[str],
+             kube: dict[str, frozenset[Call]] | None = None) -> dict[Call, list[Site]]:
+    """Every API call of one module, with where it is made (``kube``: kube_methods)."""
     found: dict[Call, list[Site]] = {}
+    if module.name == KUBE_MODULE:
+        return found  # counted where its methods are called
+    kube = kube or {}
     tree = module.tree
     receivers = _receiver_classes(tree)
     module_classes = _api_classes(tree) or all_classes
@@ -261,8 +304,15 @@ def calls_in(module: Module, *, all_classes: set[str]) -> dict[Call, list[Site]]
         if not isinstance(node, ast.Attribute):
             continue
         call = calls_by_func.get(id(node))
-        if node.attr == "call_api" and call is not None:
-            method_node, path_node = _arg(call, 1, "method"), _arg(call, 0, "resource_path")
+        if node.attr in kube and call is not None:
+            add(set(kube[node.attr]), node, f"{KUBE_CLASS}.{node.attr}")
+            continue
+        if node.attr in ("call_api", KUBE_RAW_GET) and call is not None:
+            if node.attr == KUBE_RAW_GET:
+                method_node: ast.AST | None = ast.Constant("GET")
+                path_node = _arg(call, 0, "path")
+            else:
+                method_node, path_node = _arg(call, 1, "method"), _arg(call, 0, "resource_path")
             if not (isinstance(method_node, ast.Constant) and isinstance(method_node.value, str)):
                 raise Unresolved(f"{module.path}:{node.lineno}: call_api with a computed method")
             text = _path_text(path_node) if path_node is not None else None
@@ -303,8 +353,9 @@ def server_calls(roots: Iterable[str], *, root: Path) -> dict[Call, list[Site]]:
     """Every API call the code reachable from ``roots`` can make."""
     modules = closure(roots, root=root)
     all_classes = set().union(*(_api_classes(m.tree) for m in modules)) if modules else set()
+    kube = next((kube_methods(m) for m in modules if m.name == KUBE_MODULE), {})
     calls: dict[Call, list[Site]] = {}
     for module in modules:
-        for call, sites in calls_in(module, all_classes=all_classes).items():
+        for call, sites in calls_in(module, all_classes=all_classes, kube=kube).items():
             calls.setdefault(call, []).extend(sites)
     return calls

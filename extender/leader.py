@@ -28,10 +28,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from kubernetes_asyncio import client as k8s
-from kubernetes_asyncio.client.rest import ApiException
-
-from migfit.extender import kubeapi
+from migfit import kube
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +49,7 @@ class LeaseElector:
 
     def __init__(
         self,
-        api: k8s.ApiClient,
+        api: kube.KubeClient | Any,
         *,
         namespace: str,
         name: str = DEFAULT_LEASE,
@@ -63,7 +60,8 @@ class LeaseElector:
     ) -> None:
         if renew_s >= lease_s:
             raise ValueError("renew_s must be shorter than lease_s")
-        self.api = api
+        # A KubeClient (migfit.kube); a bare kubernetes-asyncio ApiClient is wrapped in one.
+        self.api = kube.as_client(api)
         self.namespace = namespace
         self.name = name
         self.identity = identity or default_identity()
@@ -80,9 +78,6 @@ class LeaseElector:
     def is_leader(self) -> bool:
         return self.clock() < self._valid_until
 
-    def _coordination(self) -> Any:
-        return k8s.CoordinationV1Api(self.api)
-
     def _body(self, rv: str | None, *, transitions: int, acquired: str | None) -> dict[str, Any]:
         now = _micro(datetime.datetime.now(tz=datetime.UTC))
         meta: dict[str, Any] = {"name": self.name, "namespace": self.namespace}
@@ -96,19 +91,17 @@ class LeaseElector:
 
     async def try_acquire(self) -> bool:
         """One round of the protocol; True when this replica holds the Lease afterwards."""
-        api = self._coordination()
+        api = self.api
         started = self.clock()
         was = self.is_leader
         try:
             try:
-                lease = await kubeapi.read_json(await api.read_namespaced_lease(
-                    self.name, self.namespace, _preload_content=False))
-            except ApiException as exc:
-                if exc.status != 404:
+                lease = await api.read_lease(self.namespace, self.name)
+            except kube.ApiError as exc:
+                if not exc.not_found:
                     raise
-                self._observe(await kubeapi.read_json(await api.create_namespaced_lease(
-                    self.namespace, self._body(None, transitions=0, acquired=None),
-                    _preload_content=False)))
+                self._observe(await api.create_lease(
+                    self.namespace, self._body(None, transitions=0, acquired=None)))
                 return self._won(started, was)
             self._observe(lease)
             spec = lease.get("spec") or {}
@@ -125,15 +118,14 @@ class LeaseElector:
                 acquired = spec.get("acquireTime") if holder == self.identity else None
             # A merge patch carrying the resourceVersion read: the API server treats it as a
             # precondition and answers 409 Conflict when someone else wrote in between.
-            self._observe(await kubeapi.read_json(await api.patch_namespaced_lease(
-                self.name, self.namespace,
-                self._body(rv, transitions=transitions, acquired=acquired),
-                _content_type="application/merge-patch+json", _preload_content=False)))
+            self._observe(await api.update_lease(
+                self.namespace, self.name,
+                self._body(rv, transitions=transitions, acquired=acquired)))
             return self._won(started, was)
-        except ApiException as exc:
-            if exc.status == 409:  # someone else wrote first
+        except kube.ApiError as exc:
+            if exc.conflict:  # someone else wrote first (or created it first)
                 return self._lost(was)
-            log.warning("leader: lease %s/%s: %s", self.namespace, self.name, exc.reason)
+            log.warning("leader: lease %s/%s: %s", self.namespace, self.name, exc)
             return self.is_leader
         except Exception as exc:  # the API is unreachable: keep what is still valid
             log.warning("leader: lease %s/%s: %s", self.namespace, self.name, exc)

@@ -33,9 +33,9 @@ model classes, which cost too much for 150,000 pods).
 Stable API (other modules rely on it: add to it, do not rename): :func:`connect`,
 :class:`KubeClient` (``patch_node``, ``read_node``, ``read_pod``, ``list_nodes``,
 ``list_pods``, ``create_event``, ``read_config_map``, ``read_lease``, ``create_lease``,
-``update_lease``, ``open_get``, ``close``), :class:`ApiError` (``.status``, ``.final``,
-``.retryable``, ``.conflict``, ``.not_found``), :class:`Connection`, :func:`discover`,
-:func:`parse_duration`, :func:`add_request_timeout_argument`.
+``update_lease``, ``open_get``, ``close``), :func:`as_client`, :class:`ApiError`
+(``.status``, ``.final``, ``.retryable``, ``.conflict``, ``.not_found``), :class:`Connection`,
+:func:`discover`, :func:`parse_duration`, :func:`add_request_timeout_argument`.
 """
 
 from __future__ import annotations
@@ -548,6 +548,18 @@ def _in_cluster_namespace() -> str:
         return "default"
 
 
+def as_client(api: KubeClient | k8s.ApiClient, *,
+              connection: Connection | None = None) -> KubeClient:
+    """``api`` itself when it is a KubeClient, else a KubeClient over an ApiClient configured
+    elsewhere (a test's client of an emulator): no credential refresh of its own, and closing
+    the KubeClient closes that ApiClient."""
+    if isinstance(api, KubeClient):
+        return api
+    host = str(getattr(api.configuration, "host", "") or "the API server")
+    return KubeClient(api, origin=Origin(None, None), server=host, namespace="default",
+                      connection=connection or Connection(), refresher=None)
+
+
 async def connect(kubeconfig: str | os.PathLike[str] | None = None,
                   context: str | None = None,
                   request_timeout: float | None = None, *,
@@ -595,5 +607,5 @@ async def connect(kubeconfig: str | os.PathLike[str] | None = None,
 __all__ = [
     "DEFAULT_REQUEST_TIMEOUT_S", "JSON_PATCH", "MERGE_PATCH", "STRATEGIC_PATCH",
     "TRANSPORT_ERRORS", "ApiError", "Connection", "KubeClient", "Origin", "PatchType",
-    "add_request_timeout_argument", "connect", "discover", "parse_duration",
+    "add_request_timeout_argument", "as_client", "connect", "discover", "parse_duration",
 ]

@@ -3,10 +3,14 @@
 The MIG Manager applies the config named by a node's ``nvidia.com/mig.config`` label from the
 mig-parted ConfigMap (reference/MIG.md 5-6). This module reads that ConfigMap the way
 mig-parted does (``version: v1`` required, unknown fields, empty lists and ``mig-devices``
-with ``mig-enabled: false`` rejected), turns a config name into the layout of each GPU of a
-node for its model (``device-filter`` matched against the model's PCI device ids), checks
-every layout with the placement engine, and prints custom configs in the same format. When no
-ConfigMap is readable, a node's layout is inferred from its allocatable, and says so.
+with ``mig-enabled: false`` rejected, mig-devices names checked for format), turns a config
+name into the layout of each GPU of a node the way mig-parted applies it (``device-filter``
+matched against the GPU's own PCI id, ``devices`` by index, the last entry that selects a GPU
+wins, unselected GPUs untouched), checks every layout with the placement engine, and prints
+custom configs in the same format. GFD does not label the PCI id: where a node's product
+label leaves several ids possible and a filter holds only some, the config is unknown there,
+never taken as applied. When no ConfigMap is readable, a node's layout is inferred from its
+allocatable, and says so.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
@@ -53,6 +58,10 @@ class _Entry(pydantic.BaseModel):
                              "(use mig-devices: {} for MIG enabled with no instances)")
         if not self.mig_enabled and self.mig_devices:
             raise ValueError("mig-devices is set but mig-enabled is false")
+        for name in self.mig_devices or {}:
+            if not valid_profile_format(name):
+                raise ValueError(f"mig-devices: {name!r} is not a MIG profile name "
+                                 f"([<C>c.]<G>g.<GB>gb, optionally +me, +me.all, +gfx or -me)")
         return self
 
 
@@ -66,18 +75,20 @@ class _Spec(pydantic.BaseModel):
                                                           alias="mig-configs")
 
 
-def device_number(text: str) -> int | None:
-    """A PCI device id (``0x20B510DE``) as a number, the way mig-parted reads it, or None.
+device_number = profiles.device_number
 
-    mig-parted uses Go's ``strconv.ParseUint(s, 0, 32)``: a base prefix is needed for hex
-    and the value must fit 32 bits. Ids with a subsystem part (``...:0x...``) are not
-    matched: the catalog does not know a GPU's subsystem id.
-    """
-    try:
-        value = int(text, 0)
-    except ValueError:
-        return None
-    return value if 0 <= value < 2**32 else None
+# mig-parted checks each mig-devices key's format when it parses a config (MigConfigSpec's
+# UnmarshalJSON -> AssertValidFormat, go-nvlib's parseMigProfile): "[<C>c.]<G>g.<GB>gb",
+# optionally "+" and attributes ("me", "me.all", "gfx"), optionally "-" and the attributes
+# taken away ("-me"). Whether the profile exists is only known on the GPU.
+_ATTR = r"[A-Za-z][A-Za-z0-9]*(?:\.[A-Za-z][A-Za-z0-9]*)*"
+_PROFILE_FORMAT = re.compile(
+    rf"^(?:[0-9]+c\.)?[0-9]+g\.[0-9]+gb(?:\+{_ATTR}(?:,{_ATTR})*)?(?:-{_ATTR}(?:,{_ATTR})*)?$")
+
+
+def valid_profile_format(name: str) -> bool:
+    """Whether mig-parted accepts ``name`` as a MIG profile when it parses a config."""
+    return _PROFILE_FORMAT.match(name) is not None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -89,17 +100,28 @@ class Entry:
     mig_enabled: bool
     mig_devices: tuple[tuple[ProfileName, int], ...]
 
-    def selects(self, model: profiles.GpuModel, index: int) -> bool:
-        """Whether mig-parted applies this entry to GPU ``index`` of a ``model`` GPU.
+    def selects(self, device_ids: Sequence[str], index: int) -> bool | None:
+        """Whether mig-parted applies this entry to GPU ``index``, whose PCI id is one of
+        ``device_ids`` (empty: not known); None when that cannot be told.
 
-        Device ids compare as numbers, as mig-parted's ``NewDeviceIDFromString`` parses them
-        (``0x20b510de`` is ``0x20B510DE``); a filter that does not parse matches no GPU.
+        mig-parted matches ``device-filter`` against the GPU's own id, as numbers, as its
+        ``NewDeviceIDFromString`` parses them (``0x20b510de`` is ``0x20B510DE``); a filter
+        that does not parse matches no GPU. When the node's labels leave several ids
+        possible and the filter holds some of them only, the answer is None: such a config
+        is unknown there, never taken as applied.
         """
-        if self.device_filter:
-            wanted = {device_number(f) for f in self.device_filter}
-            if not wanted & {device_number(d) for d in model.device_ids} - {None}:
-                return False
-        return self.devices is None or index in self.devices
+        if self.devices is not None and index not in self.devices:
+            return False
+        if not self.device_filter:
+            return True
+        wanted = {device_number(f) for f in self.device_filter} - {None}
+        ids = {device_number(d) for d in device_ids} - {None}
+        if not ids:
+            return None if wanted else False
+        hits = len(ids & wanted)
+        if hits == len(ids):
+            return True
+        return False if hits == 0 else None
 
     def names(self) -> tuple[ProfileName, ...]:
         return tuple(sorted(p for p, n in self.mig_devices for _ in range(n)))
@@ -116,7 +138,13 @@ class Config:
 
 
 def parse_data(raw: Any, *, where: str = "mig-parted config") -> Config:
-    """Validate an already-decoded document; a ConfigError saying what to change."""
+    """Validate an already-decoded document; a ConfigError saying what to change.
+
+    An empty document (or ``{}``) is accepted and holds no config, as mig-parted's
+    Spec.UnmarshalJSON accepts it (its spec test "Empty").
+    """
+    if raw is None or raw == {}:
+        return Config({})
     spec = strictfiles.validate(_Spec, raw, where=where)
     strictfiles.require_version(spec.version, where=where,
                                 hint="mig-parted configs use version: v1")
@@ -143,9 +171,40 @@ def parse_data(raw: Any, *, where: str = "mig-parted config") -> Config:
     return Config(out)
 
 
+def _outside_quotes_tabs_as_spaces(text: str) -> str:
+    out: list[str] = []
+    quote = ""
+    escaped = False
+    for ch in text:
+        if quote:
+            if escaped:
+                escaped = False
+            elif ch == "\\" and quote == '"':
+                escaped = True
+            elif ch == quote:
+                quote = ""
+        elif ch in "\"'":
+            quote = ch
+        elif ch == "\t":
+            ch = " "
+        out.append(ch)
+    return "".join(out)
+
+
 def parse(text: str, *, where: str = "mig-parted config") -> Config:
-    """Parse mig-parted's YAML (or JSON) config text strictly."""
-    return parse_data(strictfiles.load_yaml(text, where=where), where=where)
+    """Parse mig-parted's YAML (or JSON) config text strictly.
+
+    mig-parted reads configs with go-yaml, which takes tabs as white space inside a flow
+    (JSON-style) document, trailing commas included; PyYAML refuses a tab there, so a
+    document that starts with ``{`` is read again with its tabs outside quotes as spaces.
+    """
+    try:
+        raw = strictfiles.load_yaml(text, where=where)
+    except errors.ConfigError:
+        if "\t" not in text or not text.lstrip().startswith(("{", "[")):
+            raise
+        raw = strictfiles.load_yaml(_outside_quotes_tabs_as_spaces(text), where=where)
+    return parse_data(raw, where=where)
 
 
 def parse_configmap(obj: Mapping[str, Any]) -> Config:
@@ -208,40 +267,81 @@ def _validate(model: profiles.GpuModel, names: Sequence[str], what: str) -> None
                                      f"layout of {model.id}: {fit.reason.message}")
 
 
-def resolve(
-    config: Config, name: str, *, model: profiles.GpuModel, gpu_count: int
-) -> NodeLayout:
-    """Per-GPU layouts that config ``name`` gives a node of ``gpu_count`` GPUs of ``model``.
+@dataclasses.dataclass(frozen=True, slots=True)
+class Applied:
+    """What mig-parted puts on one GPU: MIG mode, and the instances when enabled."""
 
-    mig-parted applies the entries in order to the GPUs each selects, so the last entry that
-    selects a GPU decides it. A GPU no entry selects, an unknown config name, or a layout
-    invalid for the model is a ConfigError saying what to fix.
+    enabled: bool
+    names: tuple[ProfileName, ...]  # sorted; () when disabled or enabled with none
+
+
+def apply(
+    config: Config, name: str, *, device_ids: Sequence[str], gpu_count: int
+) -> tuple[Applied | None, ...]:
+    """What config ``name`` does to each of ``gpu_count`` GPUs whose PCI id is one of
+    ``device_ids``, as mig-parted applies it; None for a GPU it leaves untouched.
+
+    mig-parted walks the entries in order and applies each to the GPUs it selects (its
+    ``device-filter`` matched against the GPU's own id, ``devices`` by index), so the last
+    entry that selects a GPU decides it and a GPU no entry selects keeps whatever it has.
+    An unknown config name, or an entry that may or may not select a GPU (the node's labels
+    leave its id open), is a ConfigError: such a config is not known to apply.
     """
     entries = config.configs.get(name)
     if entries is None:
         known = ", ".join(config.configs) or "none"
         raise errors.ConfigError(f"mig-parted config {name!r} is not in the ConfigMap "
                                  f"(it has: {known})")
-    gpus: list[tuple[ProfileName, ...]] = []
+    out: list[Applied | None] = []
     for index in range(gpu_count):
         chosen: Entry | None = None
-        for e in entries:
-            if e.selects(model, index):
+        for e in reversed(entries):  # the last entry that selects the GPU decides it
+            hit = e.selects(device_ids, index)
+            if hit is None:
+                ids = ", ".join(device_ids) or "not known"
+                raise errors.ConfigError(
+                    f"mig-parted config {name!r} may not apply to GPU {index}: its "
+                    f"device-filter {', '.join(e.device_filter)} holds some of the PCI ids "
+                    f"the node's GPU may have ({ids}) but not all; the node's product label "
+                    f"does not tell which")
+            if hit:
                 chosen = e
-        if chosen is None:
+                break
+        out.append(None if chosen is None else
+                   Applied(enabled=chosen.mig_enabled,
+                           names=chosen.names() if chosen.mig_enabled else ()))
+    return tuple(out)
+
+
+def resolve(
+    config: Config, name: str, *, model: profiles.GpuModel, gpu_count: int,
+    device_ids: Sequence[str] | None = None,
+) -> NodeLayout:
+    """Per-GPU layouts that config ``name`` gives a node of ``gpu_count`` GPUs of ``model``.
+
+    ``device_ids`` are the PCI ids the node's GPUs may have (``model.device_ids_for`` its
+    product label); by default any of the model's. A GPU the config leaves untouched (its
+    layout is then whatever it was), one it may or may not select, an unknown config name,
+    or a layout invalid for the model is a ConfigError saying what to fix.
+    """
+    ids = model.device_ids if device_ids is None else tuple(device_ids)
+    gpus: list[tuple[ProfileName, ...]] = []
+    for index, applied in enumerate(apply(config, name, device_ids=ids,
+                                          gpu_count=gpu_count)):
+        if applied is None:
             raise errors.ConfigError(
                 f"mig-parted config {name!r} has no entry for GPU {index} of a {model.id} "
-                f"(device ids {', '.join(model.device_ids) or 'unknown'})")
-        names = chosen.names() if chosen.mig_enabled else ()
-        _validate(model, names, f"mig-parted config {name!r}, GPU {index}")
-        gpus.append(names)
+                f"(device ids {', '.join(ids) or 'unknown'}): mig-parted leaves it as it is")
+        _validate(model, applied.names, f"mig-parted config {name!r}, GPU {index}")
+        gpus.append(applied.names)
     return NodeLayout(gpus=tuple(gpus), source="config", config=name)
 
 
-def applies_to(config: Config, name: str, *, model: profiles.GpuModel, gpu_count: int) -> bool:
+def applies_to(config: Config, name: str, *, model: profiles.GpuModel, gpu_count: int,
+               device_ids: Sequence[str] | None = None) -> bool:
     """Whether ``name`` resolves cleanly for such a node (used to list candidate configs)."""
     try:
-        resolve(config, name, model=model, gpu_count=gpu_count)
+        resolve(config, name, model=model, gpu_count=gpu_count, device_ids=device_ids)
     except errors.ConfigError:
         return False
     return True
@@ -319,21 +419,28 @@ def _pack(model: profiles.GpuModel, names: list[ProfileName], k: int,
 
 
 def render(
-    name: str, gpus: Sequence[Sequence[str]], *, model: profiles.GpuModel | None = None
+    name: str, gpus: Sequence[Sequence[str]], *, model: profiles.GpuModel | None = None,
+    device_ids: Sequence[str] = (),
 ) -> dict[str, Any]:
     """A mig-parted v1 document with one config ``name`` giving GPU ``i`` layout ``gpus[i]``.
 
     GPUs with the same layout share an entry; when all are the same it is ``devices: all``.
-    With ``model``, entries carry its ``device-filter`` so the config only touches such GPUs.
+    With ``model`` every layout is checked against it first (a ConfigError when invalid).
+    Entries carry a ``device-filter`` only when ``device_ids`` are given: the config is for
+    one node whose GPUs are all one model, and a filter that missed the GPU's real PCI id
+    would make the MIG Manager skip the GPU and report success (mig-parted matches the
+    filter against the GPU's own id).
     """
     groups: dict[tuple[str, ...], list[int]] = {}
     for i, names in enumerate(gpus):
+        if model is not None:
+            _validate(model, list(names), f"rendered config {name!r}, GPU {i}")
         groups.setdefault(tuple(sorted(names)), []).append(i)
     entries: list[dict[str, Any]] = []
     for names, indices in groups.items():
         entry: dict[str, Any] = {}
-        if model is not None and model.device_ids:
-            entry["device-filter"] = list(model.device_ids)
+        if device_ids:
+            entry["device-filter"] = list(device_ids)
         entry["devices"] = "all" if len(groups) == 1 else indices
         entry["mig-enabled"] = True
         entry["mig-devices"] = dict(sorted(Counter(names).items()))

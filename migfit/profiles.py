@@ -58,6 +58,19 @@ class Profile:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class Variant:
+    """Product labels that pin which of a model's PCI device ids a node's GPUs have.
+
+    GFD labels the product name, not the PCI id (reference/MIG.md 4), but mig-parted matches
+    ``device-filter`` against the id (``NVIDIA-H200-NVL`` is 0x233B, the SXM ``NVIDIA-H200``
+    0x2335). An empty ``device_ids`` is a product whose id NVIDIA's configs do not list.
+    """
+
+    products: tuple[str, ...]
+    device_ids: tuple[str, ...]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class GpuModel:
     """A MIG-capable GPU model and its profiles, ordered smallest first."""
 
@@ -71,6 +84,20 @@ class GpuModel:
     source: str
     profiles: tuple[Profile, ...]
     _by_name: Mapping[str, Profile] = dataclasses.field(repr=False, compare=False, hash=False)
+    variants: tuple[Variant, ...] = ()
+
+    def device_ids_for(self, product: str | None) -> tuple[str, ...]:
+        """The PCI ids a GPU labelled ``product`` may have: one variant's, else all the model's.
+
+        An empty answer means the id is not known (no filtered mig-parted entry can be said
+        to match it).
+        """
+        if product:
+            norm = normalize_product(product)
+            for v in self.variants:
+                if any(re.fullmatch(pat, norm, flags=re.IGNORECASE) for pat in v.products):
+                    return v.device_ids
+        return self.device_ids
 
     def profile(self, name: str) -> Profile:
         """The profile called ``name`` on this model, or a UsageError naming the valid ones."""
@@ -106,6 +133,13 @@ class _ProfileSpec(pydantic.BaseModel):
     provisional: bool = False
 
 
+class _VariantSpec(pydantic.BaseModel):
+    model_config = pydantic.ConfigDict(extra="forbid", strict=True, frozen=True)
+
+    products: list[str] = pydantic.Field(min_length=1)
+    device_ids: list[str]
+
+
 class _ModelSpec(pydantic.BaseModel):
     model_config = pydantic.ConfigDict(extra="forbid", strict=True, frozen=True)
 
@@ -117,6 +151,7 @@ class _ModelSpec(pydantic.BaseModel):
     device_ids: list[str] = pydantic.Field(default_factory=list)
     provisional: bool = False
     source: str = ""
+    variants: list[_VariantSpec] = pydantic.Field(default_factory=list)
     profiles: list[_ProfileSpec] = pydantic.Field(min_length=1)
 
 
@@ -131,17 +166,24 @@ def _build_model(spec: _ModelSpec, where: str) -> GpuModel:
     def fail(msg: str) -> errors.ConfigError:
         return errors.ConfigError(f"{where}: model {spec.id!r}: {msg}")
 
-    for pattern in spec.products:
+    for pattern in [*spec.products, *(p for v in spec.variants for p in v.products)]:
         try:
             re.compile(pattern)
         except re.error as exc:
             raise fail(f"products pattern {pattern!r} is not a valid regex: {exc}") from None
+    known_ids = {device_number(d) for d in spec.device_ids}
+    if None in known_ids:
+        raise fail("a device_ids entry is not a PCI device id such as 0x20B510DE")
+    for v in spec.variants:
+        if not {device_number(d) for d in v.device_ids} <= known_ids:
+            raise fail(f"variant {v.products} lists device ids that are not in device_ids")
     profiles: list[Profile] = []
     seen: set[str] = set()
     for p in spec.profiles:
         m = _PROFILE_RE.match(p.name)
         if m is None:
-            raise fail(f"profile name {p.name!r} is not of the form <G>g.<GB>gb[+me]")
+            raise fail(f"profile name {p.name!r} is not of the form <G>g.<GB>gb[+me|+me.all|"
+                       f"+gfx|-me]")
         if int(m.group(2)) != p.compute_slices:
             raise fail(f"profile {p.name!r} says {m.group(2)}g but compute_slices is "
                        f"{p.compute_slices}")
@@ -182,6 +224,8 @@ def _build_model(spec: _ModelSpec, where: str) -> GpuModel:
         source=spec.source,
         profiles=tuple(profiles),
         _by_name={p.name: p for p in profiles},
+        variants=tuple(Variant(products=tuple(v.products), device_ids=tuple(v.device_ids))
+                       for v in spec.variants),
     )
 
 
@@ -203,23 +247,86 @@ def _parse_file(text: str, where: str) -> list[GpuModel]:
 # ---------------------------------------------------------------- the catalog
 
 
+def device_number(text: str) -> int | None:
+    """A PCI device id (``0x20B510DE``) as a number, the way mig-parted reads it, or None.
+
+    mig-parted uses Go's ``strconv.ParseUint(s, 0, 32)``: a base prefix is needed for hex
+    and the value must fit 32 bits. Ids with a subsystem part (``...:0x...``) are not
+    matched: the catalog does not know a GPU's subsystem id.
+    """
+    try:
+        value = int(text, 0)
+    except ValueError:
+        return None
+    return value if 0 <= value < 2**32 else None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ProductLabel:
+    """``nvidia.com/gpu.product`` as GFD writes it, taken apart.
+
+    GFD joins the NVML device name (spaces as ``-``), under the single strategy ``MIG`` and
+    the MIG device's profile, and ``SHARED`` when the resource has time-slicing or MPS
+    replicas > 1 and is not renamed (k8s-device-plugin internal/lm/resource.go,
+    productLabel). A single-strategy node whose GPUs do not all hold one profile is
+    labelled ``<name>-MIG-INVALID`` with count, replicas and memory 0
+    (internal/lm/mig-strategy.go, newInvalidMigStrategyLabeler).
+    """
+
+    name: str  # the GPU's name as labelled, without the MIG and SHARED parts
+    profile: str | None  # canonical profile of a single-strategy label
+    invalid: bool  # ...-MIG-INVALID
+    shared: bool  # ...-SHARED
+    profile_text: str | None = None  # the profile as spelled in the label, when unreadable
+
+
+# The profile part of a single-strategy product label. GFD drops the "+" (label values may
+# not hold it: "1g.10gbme", "1g.24gbme.all", "1g.24gbgfx"); "-me" is kept as it is.
+_LABEL_PROFILE_RE = re.compile(
+    r"^((?:\d+c\.)?\d+g\.\d+gb)(\+?me\.all|\+?me|\+?gfx|\.me\.all|\.me|\.gfx)?(-me)?$",
+    re.IGNORECASE)
+
+
+def parse_product(product: str) -> ProductLabel:
+    """Take a ``nvidia.com/gpu.product`` label apart (see ProductLabel)."""
+    text = product.strip().replace(" ", "-")
+    shared = text.upper().endswith("-SHARED")
+    if shared:
+        text = text[: -len("-SHARED")]
+    m = re.search(r"-MIG-(.+)$", text, flags=re.IGNORECASE)
+    if m is None:
+        return ProductLabel(name=text, profile=None, invalid=False, shared=shared)
+    name, part = text[: m.start()], m.group(1)
+    if part.upper() == "INVALID":
+        return ProductLabel(name=name, profile=None, invalid=True, shared=shared)
+    pm = _LABEL_PROFILE_RE.match(part)
+    if pm is None:
+        return ProductLabel(name=name, profile=None, invalid=False, shared=shared,
+                            profile_text=part)
+    attr = (pm.group(2) or "").lower().lstrip("+.")
+    profile = pm.group(1).lower() + (f"+{attr}" if attr else "") + (pm.group(3) or "").lower()
+    return ProductLabel(name=name, profile=profile, invalid=False, shared=shared)
+
+
 def normalize_product(product: str) -> str:
     """Canonical form of a ``nvidia.com/gpu.product`` label for matching.
 
-    Upper case, without the ``NVIDIA-`` prefix and without the ``-MIG-<profile>`` suffix that
-    the single strategy appends (reference/MIG.md 4).
+    Upper case, without the ``NVIDIA-`` prefix, the ``-MIG-<profile>`` part that the single
+    strategy appends and the ``-SHARED`` suffix of shared resources (reference/MIG.md 4).
     """
-    text = product.strip().upper().replace(" ", "-")
-    text = re.sub(r"-MIG-.*$", "", text)
+    text = parse_product(product).name.upper()
     if text.startswith("NVIDIA-"):
         text = text[len("NVIDIA-"):]
     return text
 
 
 def single_strategy_profile(product: str) -> str | None:
-    """The profile named in a single-strategy product label (``A100-SXM4-40GB-MIG-1g.5gb``)."""
-    m = re.search(r"-MIG-(.+)$", product.strip(), flags=re.IGNORECASE)
-    return m.group(1).lower() if m else None
+    """The canonical profile a single-strategy product label names (``…-MIG-1g.5gb``).
+
+    None without one, and for ``…-MIG-INVALID`` (a mixed layout, not a profile) or a
+    profile spelling that cannot be read.
+    """
+    return parse_product(product).profile
 
 
 _RESOLVED_MAX = 4096  # distinct (product, memory) label pairs remembered per catalog
@@ -228,8 +335,17 @@ _RESOLVED_MAX = 4096  # distinct (product, memory) label pairs remembered per ca
 class Catalog:
     """The known GPU models, by id; resolves node labels to models."""
 
-    def __init__(self, models: Iterable[GpuModel]) -> None:
+    def __init__(self, models: Iterable[GpuModel], *, preferred: Iterable[str] = ()) -> None:
         self._models: dict[str, GpuModel] = {m.id: m for m in models}
+        # Models of an operator's override file: where their product patterns match a label,
+        # they are meant rather than a built-in model that matches too.
+        self._preferred = frozenset(preferred) & set(self._models)
+        self._by_device: dict[int, GpuModel] = {}
+        for m in self._models.values():
+            for d in m.device_ids:
+                number = device_number(d)
+                if number is not None:
+                    self._by_device.setdefault(number, m)
         self._patterns: list[tuple[re.Pattern[str], GpuModel]] = [
             (re.compile(p, re.IGNORECASE), m) for m in self._models.values() for p in m.products
         ]
@@ -248,9 +364,16 @@ class Catalog:
         except OSError as exc:
             raise errors.ConfigError(f"cannot read catalog file {p}: {exc.strerror}") from None
         merged = dict(self._models)
-        for model in _parse_file(text, str(p)):
+        added = _parse_file(text, str(p))
+        for model in added:
             merged[model.id] = model
-        return Catalog(merged.values())
+        return Catalog(merged.values(),
+                       preferred=self._preferred | {m.id for m in added})
+
+    def by_device_id(self, device_id: str) -> GpuModel | None:
+        """The model with PCI device id ``device_id`` (compared as numbers), or None."""
+        number = device_number(device_id)
+        return None if number is None else self._by_device.get(number)
 
     def get(self, name: str) -> GpuModel:
         """A model by canonical id (case-insensitive) or by a product label alias."""
@@ -290,13 +413,16 @@ class Catalog:
 
     def _resolve(self, product: str, memory_mib: int | None) -> GpuModel:
         norm = normalize_product(product)
-        mig_profile = single_strategy_profile(product)
-        if mig_profile is not None:
-            memory_mib = None
+        label = parse_product(product)
+        mig_profile = label.profile
+        if mig_profile is not None or label.invalid or label.profile_text is not None:
+            memory_mib = None  # one MIG device's size (0 when INVALID), not the GPU's
         candidates: list[GpuModel] = []
         for pattern, model in self._patterns:
             if pattern.fullmatch(norm) and model not in candidates:
                 candidates.append(model)
+        if len(candidates) > 1 and any(m.id in self._preferred for m in candidates):
+            candidates = [m for m in candidates if m.id in self._preferred]
         if not candidates:
             raise errors.UnknownModelError(
                 f"GPU product {product!r} is not a known MIG-capable model; known models: "

@@ -8,6 +8,9 @@ from migfit import errors, layouts, migparted, profiles
 
 A100 = profiles.builtin().get("A100-80GB")
 H200 = profiles.builtin().get("H200-141GB")
+# mig-parted matches device-filter against the GPU's own PCI id: these nodes' product labels
+# (NVIDIA-A100-80GB-PCIe) pin it. An A100-80GB whose id is not pinned is a separate case.
+A100_PCIE = A100.device_ids_for("NVIDIA-A100-80GB-PCIe")
 
 DEFAULT = """
 version: v1
@@ -45,7 +48,8 @@ def test_parses_the_default_configmap_and_resolves_per_model() -> None:
     cfg = migparted.parse(DEFAULT)
     assert cfg.names() == ["all-disabled", "all-enabled", "all-1g.10gb", "all-balanced",
                            "custom-config"]
-    a100 = migparted.resolve(cfg, "all-balanced", model=A100, gpu_count=2)
+    a100 = migparted.resolve(cfg, "all-balanced", model=A100, gpu_count=2,
+                             device_ids=A100_PCIE)
     assert a100.gpus == (("1g.10gb", "1g.10gb", "2g.20gb", "3g.40gb"),) * 2
     h200 = migparted.resolve(cfg, "all-balanced", model=H200, gpu_count=1)
     assert h200.gpus == (("1g.18gb", "1g.18gb", "2g.35gb", "3g.71gb"),)
@@ -99,12 +103,14 @@ def test_device_filter_compares_ids_as_numbers() -> None:
             "    devices: all\n    mig-enabled: true\n    mig-devices: {{3g.40gb: 2}}\n")
     for ids in ("'0x20b510de'", "'0X20B510DE'", "'0x20B5_10DE'", "'bogus', '0x20B510DE'"):
         cfg = migparted.parse(text.format(ids=ids))
-        assert migparted.applies_to(cfg, "x", model=A100, gpu_count=1), ids
+        assert migparted.applies_to(cfg, "x", model=A100, gpu_count=1,
+                                    device_ids=A100_PCIE), ids
     # No base prefix (Go's ParseUint reads it as decimal and fails), or a list holding only
     # "": such filters match no GPU.
     for ids in ("'20B510DE'", "''"):
         cfg = migparted.parse(text.format(ids=ids))
-        assert not migparted.applies_to(cfg, "x", model=A100, gpu_count=1), ids
+        assert not migparted.applies_to(cfg, "x", model=A100, gpu_count=1,
+                                        device_ids=A100_PCIE), ids
 
 
 def test_later_entries_override_earlier_ones() -> None:
@@ -115,7 +121,7 @@ def test_later_entries_override_earlier_ones() -> None:
                           "    mig-enabled: true\n    mig-devices: {7g.80gb: 1}\n"
                           "  - device-filter: '0x233510DE'\n    devices: all\n"
                           "    mig-enabled: false\n")
-    lay = migparted.resolve(cfg, "x", model=A100, gpu_count=3)
+    lay = migparted.resolve(cfg, "x", model=A100, gpu_count=3, device_ids=A100_PCIE)
     assert lay.gpus == (("1g.10gb",) * 7, ("7g.80gb",), ("1g.10gb",) * 7)
 
 
@@ -123,7 +129,8 @@ def test_device_filter_as_a_string() -> None:
     cfg = migparted.parse("version: v1\nmig-configs:\n  x:\n  - device-filter: '0x20b510de'\n"
                           "    devices: all\n    mig-enabled: true\n"
                           "    mig-devices: {3g.40gb: 2}\n")
-    assert migparted.resolve(cfg, "x", model=A100, gpu_count=1).gpus == (("3g.40gb",) * 2,)
+    assert migparted.resolve(cfg, "x", model=A100, gpu_count=1,
+                            device_ids=A100_PCIE).gpus == (("3g.40gb",) * 2,)
     with pytest.raises(errors.ConfigError, match="no entry for GPU 0"):
         migparted.resolve(cfg, "x", model=H200, gpu_count=1)
 

@@ -9,7 +9,8 @@ import pytest
 from migfit import errors, profiles
 
 MODEL_IDS = ["A100-40GB", "A100-80GB", "A30-24GB", "H100-80GB", "H100-94GB", "H100-96GB",
-             "H200-141GB", "GH200-144GB", "B200-180GB"]
+             "H200-141GB", "GH200-144GB", "B200-180GB", "GB200-186GB", "B300-288GB",
+             "GB300-288GB", "RTX-PRO-6000-96GB", "RTX-PRO-5000-48GB", "RTX-PRO-4500-32GB"]
 
 
 def test_builtin_has_every_model_of_the_issue() -> None:
@@ -101,18 +102,77 @@ def test_unknown_profile_names_the_valid_ones() -> None:
 
 
 def test_provisional_flags_follow_the_reference() -> None:
+    # Issue 13 brought real lgip outputs: what was seen is no longer provisional, what was not
+    # (B300, GB300, the RTX PRO 5000/4500, the larger B200/GB200/GH200 profiles) still is.
     cat = profiles.builtin()
     assert cat.get("A100-80GB").profile("1g.20gb").provisional
     assert not cat.get("A100-80GB").profile("1g.10gb").provisional
     assert not any(p.provisional for p in cat.get("A100-40GB").profiles)
     assert cat.get("A30-24GB").profile("2g.12gb+me").provisional
-    assert cat.get("A30-24GB").profile("2g.12gb+me").gi_profile_id is None
-    for mid in ("B200-180GB", "H100-96GB", "GH200-144GB"):
+    assert cat.get("A30-24GB").profile("2g.12gb+me").gi_profile_id == 6
+    for mid in ("B300-288GB", "GB300-288GB", "RTX-PRO-5000-48GB", "RTX-PRO-4500-32GB"):
         assert cat.get(mid).provisional
         assert all(p.provisional for p in cat.get(mid).profiles)
+    for mid, seen, unseen in (("B200-180GB", "2g.45gb", "7g.180gb"),
+                              ("GB200-186GB", "1g.47gb", "3g.93gb"),
+                              ("GH200-144GB", "1g.36gb", "4g.72gb"),
+                              ("H100-96GB", "3g.48gb", "1g.12gb")):
+        assert not cat.get(mid).provisional
+        assert not cat.get(mid).profile(seen).provisional
+        assert cat.get(mid).profile(unseen).provisional
     h200 = cat.get("H200-141GB")
     assert not h200.profile("1g.18gb").provisional and h200.profile("1g.18gb").memory_mib == 16384
-    assert h200.profile("3g.71gb").provisional
+    assert not h200.profile("3g.71gb").provisional
+    assert h200.profile("2g.35gb").provisional
+
+
+@pytest.mark.parametrize(("model", "profile", "gib"), [
+    ("H200-141GB", "3g.71gb", 69.50), ("H200-141GB", "4g.71gb", 69.50),
+    ("H200-141GB", "7g.141gb", 139.75), ("GH200-144GB", "1g.18gb", 17.50),
+    ("GH200-144GB", "1g.36gb", 35.25), ("GH200-144GB", "2g.36gb", 35.25),
+    ("H100-96GB", "1g.24gb", 23.00), ("H100-96GB", "2g.24gb", 23.00),
+    ("H100-96GB", "3g.48gb", 46.50), ("H100-96GB", "4g.48gb", 46.50),
+    ("H100-96GB", "7g.96gb", 93.00), ("B200-180GB", "1g.45gb", 44.25),
+    ("B200-180GB", "2g.45gb", 44.25), ("B200-180GB", "1g.23gb", 20.50),
+    ("A30-24GB", "4g.24gb", 23.44), ("GB200-186GB", "1g.23gb", 22.00),
+    ("GB200-186GB", "1g.47gb", 45.50), ("GB200-186GB", "2g.47gb", 45.50),
+    ("RTX-PRO-6000-96GB", "2g.48gb", 46.50),
+])
+def test_memory_is_what_nvidia_smi_prints_never_more(model: str, profile: str, gib: float) -> None:
+    """nvidia-smi prints GiB with two decimals: the catalog holds a MiB figure that prints the
+    same and is the lowest such (usable memory is never overstated)."""
+    mib = profiles.builtin().get(model).profile(profile).memory_mib
+    assert f"{mib / 1024:.2f}" == f"{gib:.2f}"
+    assert f"{(mib - 1) / 1024:.2f}" != f"{gib:.2f}"
+
+
+@pytest.mark.parametrize(("model", "ids"), [
+    ("A100-40GB", {"1g.5gb": 19, "1g.5gb+me": 20, "1g.10gb": 15, "2g.10gb": 14, "3g.20gb": 9,
+                   "4g.20gb": 5, "7g.40gb": 0}),
+    ("B200-180GB", {"1g.23gb": 19, "1g.23gb+me": 20, "1g.45gb": 15, "2g.45gb": 14,
+                    "3g.90gb": 9, "4g.90gb": 5, "7g.180gb": 0}),
+    ("RTX-PRO-6000-96GB", {"1g.24gb": 14, "1g.24gb+me": 21, "1g.24gb+gfx": 47,
+                           "1g.24gb+me.all": 65, "1g.24gb-me": 67, "2g.48gb": 5,
+                           "2g.48gb+gfx": 35, "2g.48gb+me.all": 64, "2g.48gb-me": 66,
+                           "4g.96gb": 0, "4g.96gb+gfx": 32}),
+])
+def test_gpu_instance_profile_ids(model: str, ids: dict[str, int]) -> None:
+    got = {p.name: p.gi_profile_id for p in profiles.builtin().get(model).profiles}
+    assert got == ids
+
+
+def test_every_model_of_an_8_slice_geometry_has_ids_on_every_profile() -> None:
+    for model in profiles.builtin().models:
+        if model.memory_slices == 8:
+            assert all(p.gi_profile_id is not None for p in model.profiles), model.id
+
+
+def test_same_name_is_a_one_slice_profile_on_gb300_and_two_slices_on_h200() -> None:
+    cat = profiles.builtin()
+    gb300 = cat.get("GB300-288GB").profile("1g.35gb")
+    h200 = cat.get("H200-141GB").profile("1g.35gb")
+    assert (gb300.memory_slices, gb300.max_instances) == (1, 7)
+    assert (h200.memory_slices, h200.max_instances) == (2, 4)
 
 
 def test_resource_names_cover_every_profile() -> None:

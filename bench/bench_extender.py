@@ -38,7 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import aiohttp
 from aiohttp import web
 
-from migfit import cluster, synthetic
+from migfit import cluster, decoding, synthetic
 from migfit.extender import filtering, scoring, scoring_log, server
 
 
@@ -83,14 +83,14 @@ def naive_free(model: cluster.Cluster) -> dict[str, Counter[str]]:
 
 
 def naive_filter(model: cluster.Cluster, pod: dict[str, Any], names: Sequence[str]) -> list[str]:
-    gpu, _, _, _ = cluster.effective_requests(pod["spec"])
+    gpu, _, _, _ = decoding.effective_requests(pod["spec"])
     free = naive_free(model)
     return [n for n in names if n in free and all(free[n][r] >= k for r, k in gpu.items())]
 
 
 def naive_prioritize(model: cluster.Cluster, pod: dict[str, Any],
                      names: Sequence[str]) -> list[tuple[str, int]]:
-    gpu, _, _, _ = cluster.effective_requests(pod["spec"])
+    gpu, _, _, _ = decoding.effective_requests(pod["spec"])
     free = naive_free(model)
     out = []
     for n in names:

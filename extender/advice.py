@@ -23,13 +23,13 @@ from typing import Any
 import prometheus_client
 from kubernetes_asyncio import client as k8s
 
-from migfit import advisor, cluster, errors, migparted
+from migfit import advisor, cluster, errors, keys, migparted
 from migfit.extender import kubeapi
 
 log = logging.getLogger(__name__)
 
-ANNOTATION = cluster.ANNOTATION_RELAYOUT
-LABEL = cluster.LABEL_RELAYOUT_RECOMMENDED
+ANNOTATION = keys.ANNOTATION_RELAYOUT
+LABEL = keys.LABEL_RELAYOUT_RECOMMENDED
 REASON_NODE = "MigRelayoutRecommended"
 REASON_POD = "WaitingForMigProfile"
 COMPONENT = "migfit-advisor"

@@ -18,7 +18,7 @@ from collections import Counter
 from collections.abc import Mapping
 from typing import Any
 
-from migfit import cluster, layouts, profiles, requests
+from migfit import cluster, keys, layouts, profiles, records, requests
 
 # The key under which supply and demand are counted: (lower-cased model id, profile). The same
 # profile name means a different instance on another model (reference/MIG.md 3.1).
@@ -30,7 +30,7 @@ MEMO_KEYS = 32  # request shapes whose per-node verdicts are kept
 class NodeFigures:
     """What the extender needs of one node, derived from its ``NodeState``."""
 
-    state: cluster.NodeState
+    state: records.NodeState
     model: profiles.GpuModel | None
     model_key: str  # lower-cased model id, "" when unknown
     single: bool  # mig.strategy=single: every MIG device is nvidia.com/gpu
@@ -54,7 +54,7 @@ class NodeFigures:
         return 1.0 - self.largest_free_slices / self.free_slices
 
 
-def _figures(state: cluster.NodeState, models: Mapping[str, profiles.GpuModel]) -> NodeFigures:
+def _figures(state: records.NodeState, models: Mapping[str, profiles.GpuModel]) -> NodeFigures:
     record = state.node
     model = models.get(record.model) if record.model else None
     memory: dict[profiles.ProfileName, int] = {}
@@ -109,7 +109,7 @@ def _figures(state: cluster.NodeState, models: Mapping[str, profiles.GpuModel]) 
 RELAYOUT_ACTIVE_STATES = frozenset({"applying", "pending", "in-progress", "rebooting"})
 
 
-def _repartitioning(state: cluster.NodeState) -> str | None:
+def _repartitioning(state: records.NodeState) -> str | None:
     """Why the node cannot take new MIG pods until its layout settles, or None.
 
     The MIG Manager sets ``nvidia.com/mig.config.state`` to pending/rebooting while it works
@@ -117,12 +117,12 @@ def _repartitioning(state: cluster.NodeState) -> str | None:
     records its progress in the ``migfit.io/relayout`` annotation.
     """
     record = state.node
-    if record.config_state in cluster.REPARTITIONING_STATES:
+    if record.config_state in keys.REPARTITIONING_STATES:
         target = f" (to {record.config})" if record.config else ""
-        return f"{cluster.LABEL_CONFIG_STATE}={record.config_state}{target}"
+        return f"{keys.LABEL_CONFIG_STATE}={record.config_state}{target}"
     if record.relayout_tainted:
-        return f"taint {cluster.TAINT_RELAYOUT} (a migfit re-layout is in progress)"
-    text = record.annotations.get(cluster.ANNOTATION_RELAYOUT)
+        return f"taint {keys.TAINT_RELAYOUT} (a migfit re-layout is in progress)"
+    text = record.annotations.get(keys.ANNOTATION_RELAYOUT)
     if text:
         try:
             data = json.loads(text)
@@ -130,7 +130,7 @@ def _repartitioning(state: cluster.NodeState) -> str | None:
             return None
         phase = data.get("state") if isinstance(data, dict) else None
         if isinstance(phase, str) and phase.lower() in RELAYOUT_ACTIVE_STATES:
-            return f"annotation {cluster.ANNOTATION_RELAYOUT} state={phase}"
+            return f"annotation {keys.ANNOTATION_RELAYOUT} state={phase}"
     return None
 
 
@@ -211,7 +211,7 @@ class Index:
         self._demand: Counter[ModelProfile] = Counter()
         self._demand_any: Counter[profiles.ProfileName] = Counter()
         self._demand_generation = -1
-        self._pending_wants: dict[str, tuple[cluster.PodRecord, tuple[Want, ...]]] = {}
+        self._pending_wants: dict[str, tuple[records.PodRecord, tuple[Want, ...]]] = {}
         self._demand_total: Counter[profiles.ProfileName] = Counter()
         self._memos: dict[object, dict[str, Any]] = {}
         model.add_listener(self._dirty.add)
@@ -271,7 +271,7 @@ class Index:
         if self._demand_generation == self.cluster.pending_generation:
             return
         previous = self._pending_wants
-        known: dict[str, tuple[cluster.PodRecord, tuple[Want, ...]]] = {}
+        known: dict[str, tuple[records.PodRecord, tuple[Want, ...]]] = {}
         for pod in self.cluster.pending_pods():
             cached = previous.pop(pod.uid, None)
             if cached is not None and cached[0] is pod:

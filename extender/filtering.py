@@ -22,7 +22,7 @@ import functools
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from migfit import cluster
+from migfit import cluster, decoding, keys, records
 from migfit.extender import figures
 
 
@@ -117,7 +117,7 @@ def decode_pod(pod: Mapping[str, Any]) -> PodRequest:
     """
     meta = _dict(pod.get("metadata"))
     annotations = {str(k): str(v) for k, v in _dict(meta.get("annotations")).items()}
-    gpu, _per_container, _cpu, _mem = cluster.effective_requests(_dict(pod.get("spec")))
+    gpu, _per_container, _cpu, _mem = decoding.effective_requests(_dict(pod.get("spec")))
     namespace = str(meta.get("namespace") or "default")
     name = str(meta.get("name") or meta.get("generateName") or "")
     return PodRequest(
@@ -128,7 +128,7 @@ def decode_pod(pod: Mapping[str, Any]) -> PodRequest:
     )
 
 
-def request_of(pod: cluster.PodRecord) -> PodRequest:
+def request_of(pod: records.PodRecord) -> PodRequest:
     """The MIG request of a pod held in the cache (the simulator and the advisor use it)."""
     return PodRequest(uid=pod.uid, namespace=pod.namespace, name=pod.name,
                       wants=figures.wants_of(pod.requests, pod.annotations))
@@ -159,7 +159,7 @@ _NO_REASONS: tuple[Reason, ...] = ()
 def _relayout(fig: figures.NodeFigures, want: figures.Want) -> tuple[Relayout, str]:
     if fig.model is None:
         return Relayout.UNKNOWN_MODEL, fig.state.node.model_error or (
-            f"no {cluster.LABEL_PRODUCT} label")
+            f"no {keys.LABEL_PRODUCT} label")
     chance = figures.relayout_chance(fig.model, want.profile, want.request_mib)
     if not chance.possible:
         return Relayout.IMPOSSIBLE, chance.why_not

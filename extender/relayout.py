@@ -42,17 +42,17 @@ import aiohttp
 from kubernetes_asyncio import client as k8s
 from kubernetes_asyncio.client.rest import ApiException
 
-from migfit import advisor, cluster
+from migfit import advisor, cluster, decoding, keys
 from migfit.extender import advice as surfaces
 from migfit.extender import kubeapi
 from migfit.extender import leader as leadership
 
 log = logging.getLogger(__name__)
 
-TAINT = {"key": cluster.TAINT_RELAYOUT, "value": "pending", "effect": "NoSchedule"}
-ANNOTATION = cluster.ANNOTATION_RELAYOUT
+TAINT = {"key": keys.TAINT_RELAYOUT, "value": "pending", "effect": "NoSchedule"}
+ANNOTATION = keys.ANNOTATION_RELAYOUT
 FAILED = advisor.ANNOTATION_RELAYOUT_FAILED
-LABEL_CONFIG = cluster.LABEL_CONFIG
+LABEL_CONFIG = keys.LABEL_CONFIG
 REASON_STARTED = "MigRelayoutStarted"
 REASON_DONE = "MigRelayoutSucceeded"
 REASON_FAILED = "MigRelayoutFailed"
@@ -200,10 +200,10 @@ class Relayouter:
                     raise
                 return Outcome(name, "skipped", f"cannot read the node ({_brief(exc)}); "
                                "nothing was changed, a later pass tries again")
-            node = cluster.node_from_api(obj, self.state.catalog)
+            node = decoding.node_from_api(obj, self.state.catalog)
             if node.relayout_tainted or FAILED in node.annotations:
                 return Outcome(name, "skipped", "already under re-layout or failed")
-            if node.config_state in cluster.REPARTITIONING_STATES:
+            if node.config_state in keys.REPARTITIONING_STATES:
                 return Outcome(name, "skipped", "the MIG Manager is busy on it")
             try:
                 await self._add_taint(name, obj)
@@ -250,7 +250,7 @@ class Relayouter:
                 # Leave taint and mark: the next leader adopts the node.
                 return Outcome(name, "lost-leadership")
             try:
-                node = cluster.node_from_api(await self._read(name), self.state.catalog)
+                node = decoding.node_from_api(await self._read(name), self.state.catalog)
             except Exception as exc:
                 if not _transient(exc):
                     raise
@@ -303,7 +303,7 @@ class Relayouter:
     async def _succeed(self, name: str, mark: dict[str, Any]) -> None:
         await self._remove_taint(name)
         await surfaces.core_api(self.api).patch_node(name, _patch_meta(
-            labels={cluster.LABEL_RELAYOUT_RECOMMENDED: None},
+            labels={keys.LABEL_RELAYOUT_RECOMMENDED: None},
             annotations={ANNOTATION: None}), _content_type=surfaces.MERGE_PATCH)
         await self._event(name, REASON_DONE, "Normal",
                           f"Re-laid out to {mark.get('target')}; taint removed")

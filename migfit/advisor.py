@@ -29,13 +29,13 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any, TypedDict
 
-from migfit import cluster, errors, layouts, migparted, placements, planner, profiles
+from migfit import cluster, errors, keys, layouts, migparted, placements, planner, profiles, records
 
 ProfileName = profiles.ProfileName
 
-LABEL_CONFIG = cluster.LABEL_CONFIG
-ANNOTATION_RELAYOUT = cluster.ANNOTATION_RELAYOUT
-LABEL_RELAYOUT_RECOMMENDED = cluster.LABEL_RELAYOUT_RECOMMENDED
+LABEL_CONFIG = keys.LABEL_CONFIG
+ANNOTATION_RELAYOUT = keys.ANNOTATION_RELAYOUT
+LABEL_RELAYOUT_RECOMMENDED = keys.LABEL_RELAYOUT_RECOMMENDED
 # Written by the apply mode when a re-layout failed; the node is left alone until an operator
 # removes it (and the taint).
 ANNOTATION_RELAYOUT_FAILED = "migfit.io/relayout-failed"
@@ -248,7 +248,7 @@ class NodeView:
         return not self.pods
 
 
-def excluded(state: cluster.NodeState) -> str | None:
+def excluded(state: records.NodeState) -> str | None:
     """Why a node cannot be re-laid out now, or None."""
     rec = state.node
     if rec.model is None:
@@ -287,7 +287,7 @@ def _placed(model: profiles.GpuModel, names: tuple[ProfileName, ...]
 
 
 def current_layout(
-    state: cluster.NodeState, model: profiles.GpuModel, config: migparted.Config | None
+    state: records.NodeState, model: profiles.GpuModel, config: migparted.Config | None
 ) -> migparted.NodeLayout:
     """The node's layout per GPU: its named config when readable and matching the allocatable
     (the device plugin advertises what the MIG Manager applied), else inferred."""
@@ -326,7 +326,7 @@ def _pin_used(model: profiles.GpuModel, gpus: Sequence[tuple[ProfileName, ...]],
 
 
 def view(
-    state: cluster.Cluster, node: cluster.NodeState, config: migparted.Config | None
+    state: cluster.Cluster, node: records.NodeState, config: migparted.Config | None
 ) -> NodeView | None:
     """The advisor's view of one node, or None when it is excluded (see ``excluded``)."""
     if excluded(node) is not None:

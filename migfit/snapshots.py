@@ -23,7 +23,7 @@ from typing import Any, Literal, Protocol
 
 import yaml
 
-from migfit import cluster, errors, profiles, quantity
+from migfit import cluster, decoding, errors, profiles, quantity, records
 
 log = logging.getLogger(__name__)
 
@@ -50,8 +50,8 @@ class Snapshot:
 
     nodes: list[dict[str, Any]]
     pods: list[dict[str, Any]]
-    node_records: list[cluster.NodeRecord]
-    pod_records: list[cluster.PodRecord]
+    node_records: list[records.NodeRecord]
+    pod_records: list[records.PodRecord]
     digest: str
 
 
@@ -131,7 +131,7 @@ def _check_quantities(obj: Mapping[str, Any], kind: str) -> None:
                 raise errors.ConfigError(f"{where} is not a mapping")
             return
         for res, value in values.items():
-            if not cluster.is_gpu_resource(str(res)):
+            if not decoding.is_gpu_resource(str(res)):
                 continue
             try:
                 amount = quantity.parse(value)
@@ -185,8 +185,8 @@ def decode(data: bytes | str, *, where: str,
             f"(an empty cluster is a List with 'items: []')")
     nodes: list[dict[str, Any]] = []
     pods: list[dict[str, Any]] = []
-    node_records: list[cluster.NodeRecord] = []
-    pod_records: list[cluster.PodRecord] = []
+    node_records: list[records.NodeRecord] = []
+    pod_records: list[records.PodRecord] = []
     seen: dict[tuple[str, str], int] = {}
     number = 0
     for doc_number, doc in enumerate(_documents(text, where), start=1):
@@ -208,12 +208,12 @@ def decode(data: bytes | str, *, where: str,
                 _check_quantities(obj, kind)
                 if kind == "Node":
                     key = ("Node", meta["name"])
-                    node_records.append(cluster.node_from_api(obj, catalog))
+                    node_records.append(decoding.node_from_api(obj, catalog))
                     nodes.append(obj)
                 else:
                     ns = meta.get("namespace") or ""
                     key = ("Pod", str(meta.get("uid") or f"{ns}/{meta['name']}"))
-                    record = cluster.pod_from_api(obj)
+                    record = decoding.pod_from_api(obj)
                     if record is not None:
                         pod_records.append(record)
                     pods.append(obj)

@@ -15,7 +15,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final, Literal, NotRequired, TypedDict
 
-from migfit import cluster, errors, profiles, quantity, requests
+from migfit import decoding, errors, keys, profiles, quantity, requests
 from migfit.webhook import view
 
 MemoryMatch = Literal["label", "catalog", "nominal"]
@@ -24,7 +24,7 @@ StrategyChoice = Literal["auto", "mixed", "single"]
 STRATEGY_CHOICES: Final[tuple[StrategyChoice, ...]] = ("auto", "mixed", "single")
 Outcome = Literal["patched", "unchanged", "skipped", "ignored", "denied", "invalid"]
 
-LABEL_PRODUCT: Final = cluster.LABEL_PRODUCT
+LABEL_PRODUCT: Final = keys.LABEL_PRODUCT
 _NOMINAL: Final = re.compile(r"\.(\d+)gb")
 _ANY_GPU: Final = "use a whole GPU (nvidia.com/gpu) instead"
 
@@ -559,7 +559,7 @@ def _resource_ops(c: _Container, resource: str, *, owned: str | None) -> list[Pa
             continue
         has_target = False
         for name, value in section.items():
-            if not isinstance(name, str) or not cluster.is_gpu_resource(name):
+            if not isinstance(name, str) or not decoding.is_gpu_resource(name):
                 continue
             if name == resource and _is_one(value):
                 has_target = True

@@ -16,7 +16,7 @@ from collections import Counter
 from collections.abc import Mapping
 from typing import Literal
 
-from migfit import cluster, profiles, requests
+from migfit import cluster, keys, profiles, records, requests
 
 _MIG_SUFFIX = re.compile(r"-MIG-.*$", re.IGNORECASE)
 Key = tuple[profiles.ModelId, profiles.ProfileName]
@@ -59,7 +59,7 @@ class _NodeEntry:
     advertised: frozenset[profiles.ProfileName]
 
 
-def _entry(state: cluster.NodeState | None) -> _NodeEntry | None:
+def _entry(state: records.NodeState | None) -> _NodeEntry | None:
     if state is None or state.node.model is None:
         return None
     node = state.node
@@ -67,7 +67,7 @@ def _entry(state: cluster.NodeState | None) -> _NodeEntry | None:
     return _NodeEntry(
         model=model,
         strategy=node.strategy or "none",
-        product=node.labels.get(cluster.LABEL_PRODUCT, ""),
+        product=node.labels.get(keys.LABEL_PRODUCT, ""),
         advertised=frozenset(p for p, n in node.allocatable.items()
                              if n > 0 and not node.unschedulable),
     )

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from migfit import advisor, cluster, profiles
+from migfit import advisor, cluster, profiles, records
 from migfit.extender import filtering, scoring
 from migfit.webhook import decision, view
 
@@ -100,7 +100,7 @@ class Extender:
     def __init__(self, view: cluster.Cluster) -> None:
         self._cluster = view
 
-    def request(self, pod: cluster.PodRecord) -> filtering.PodRequest:
+    def request(self, pod: records.PodRecord) -> filtering.PodRequest:
         """The pod's decoded request (decoded once per scheduling cycle)."""
         return filtering.request_of(pod)
 

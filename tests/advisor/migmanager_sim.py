@@ -10,7 +10,7 @@ import attrs
 import kmock
 from kubernetes_asyncio import client as k8s
 
-from migfit import cluster
+from migfit import cluster, keys
 
 Mode = Literal["success", "fail", "wedge", "ignore"]
 NODES = kmock.resource("v1", "nodes")
@@ -123,24 +123,24 @@ class MigManager:
 
     async def _run(self) -> None:
         obj = await read_node(self.api, self.node)
-        seen = obj["metadata"].get("labels", {}).get(cluster.LABEL_CONFIG)
+        seen = obj["metadata"].get("labels", {}).get(keys.LABEL_CONFIG)
         while True:
             await asyncio.sleep(0.01)
             obj = await read_node(self.api, self.node)
-            want = obj["metadata"].get("labels", {}).get(cluster.LABEL_CONFIG)
+            want = obj["metadata"].get("labels", {}).get(keys.LABEL_CONFIG)
             if want == seen:
                 continue
             seen = want
             self.applied.append(str(want))
             if self.mode == "ignore":
                 continue
-            await self._patch({"metadata": {"labels": {cluster.LABEL_CONFIG_STATE: "pending"}}})
+            await self._patch({"metadata": {"labels": {keys.LABEL_CONFIG_STATE: "pending"}}})
             await asyncio.sleep(self.delay_s)
             if self.mode == "wedge":
                 continue
             if self.mode == "fail":
                 await self._patch({"metadata": {"labels": {
-                    cluster.LABEL_CONFIG_STATE: "failed"}}})
+                    keys.LABEL_CONFIG_STATE: "failed"}}})
                 continue
             alloc = dict(obj.get("status", {}).get("allocatable", {}))
             new = {k: ("0" if k.startswith("nvidia.com/mig-") else v) for k, v in alloc.items()}
@@ -148,4 +148,4 @@ class MigManager:
                         for p, n in self.layouts[str(want)].items()})
             await self._patch({"status": {"allocatable": new, "capacity": new}})
             await self._patch({"metadata": {"labels": {
-                cluster.LABEL_CONFIG_STATE: "success"}}})
+                keys.LABEL_CONFIG_STATE: "success"}}})

@@ -9,7 +9,7 @@ import weakref
 
 from extender_builders import build, decision, node, pod
 
-from migfit import cluster, profiles
+from migfit import cluster, keys, profiles
 from migfit.extender import figures
 
 A100 = profiles.builtin().get("A100-80GB")
@@ -40,7 +40,7 @@ def test_annotation_and_label_changes_refresh_the_figures() -> None:
     assert figures.index_of(model).figures["a"].repartitioning is None
     busy = json.dumps({"state": "applying"})
     model.apply("Node", "MODIFIED", node("a", {"1g.10gb": 2},
-                                         annotations={cluster.ANNOTATION_RELAYOUT: busy}))
+                                         annotations={keys.ANNOTATION_RELAYOUT: busy}))
     assert figures.index_of(model).figures["a"].repartitioning is not None
     assert figures.index_of(model).supply("a100-80gb", "1g.10gb") == 0
     model.apply("Node", "MODIFIED", node("a", {"1g.10gb": 2}, state="pending"))

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from migfit import cluster
+from migfit import cluster, decoding, records
 
 A100 = "NVIDIA-A100-SXM4-80GB"
 H100 = "NVIDIA-H100-80GB-HBM3"
@@ -76,7 +76,7 @@ def loaded(*objects: dict[str, Any]) -> cluster.Cluster:
     return model
 
 
-def state(model: cluster.Cluster, name: str = "n1") -> cluster.NodeState:
+def state(model: cluster.Cluster, name: str = "n1") -> records.NodeState:
     found = model.node(name)
     assert found is not None
     return found
@@ -145,7 +145,7 @@ def test_a_deleting_pod_holds_its_instance_until_it_is_gone() -> None:
 )
 def test_init_containers_and_sidecars_follow_kep_753(
         containers: list[dict[str, Any]], init: list[dict[str, Any]], expected: int) -> None:
-    requests, _, _, _ = cluster.effective_requests(
+    requests, _, _, _ = decoding.effective_requests(
         {"containers": containers, "initContainers": init})
     assert requests == {"nvidia.com/mig-1g.10gb": expected}
     model = loaded(node("n1", alloc={"1g.10gb": 7}),
@@ -398,8 +398,8 @@ def test_incremental_indexes_equal_a_rebuild_from_the_final_objects(
     # The decoded-records path (the file source) builds the same state.
     records = cluster.Cluster()
     records.load_records(
-        [cluster.node_from_api(o, records.catalog) for o in final["Node"].values()],
-        [r for o in final["Pod"].values() if (r := cluster.pod_from_api(o)) is not None])
+        [decoding.node_from_api(o, records.catalog) for o in final["Node"].values()],
+        [r for o in final["Pod"].values() if (r := decoding.pod_from_api(o)) is not None])
     assert view(records) == view(fresh)
     # A re-list onto the incremental model changes nothing either.
     model.replace("Node", list(final["Node"].values()))
@@ -432,11 +432,11 @@ def test_pod_overhead_adds_to_cpu_and_memory() -> None:
     spec = {"containers": [container(requests={"cpu": "500m", "memory": "1Gi",
                                                **mig("1g.10gb")})],
             "overhead": {"cpu": "250m", "memory": "120Mi"}}
-    requests, _, cpu, mem = cluster.effective_requests(spec)
+    requests, _, cpu, mem = decoding.effective_requests(spec)
     assert requests == {"nvidia.com/mig-1g.10gb": 1}
     assert (cpu, mem) == (750, 2**30 + 120 * 2**20)
     bad = {**spec, "overhead": {"cpu": "lots"}}
-    assert cluster.effective_requests(bad)[2] == 500
+    assert decoding.effective_requests(bad)[2] == 500
 
 
 def test_an_in_place_cpu_resize_renews_the_node_state() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from migfit import cluster, profiles
+from migfit import decoding, profiles
 from migfit.extender import server
 from migfit.simulate import engine, spec, workload
 
@@ -47,7 +47,7 @@ async def test_filter_and_scores_agree_with_http(aiohttp_client: Any) -> None:
         if not pod.obj:
             continue
         probe = _probe(pod.obj, k)
-        record = cluster.pod_from_api(probe)
+        record = decoding.pod_from_api(probe)
         assert record is not None
         request = sim.extender.request(record)
         body = {"Pod": probe, "NodeNames": names}

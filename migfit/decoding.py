@@ -1,0 +1,221 @@
+"""Decoding Node and Pod API objects (plain JSON dicts) into migfit's compact records.
+
+A Node's GPU labels and MIG resources are read by ``migfit.gpulabels``; this module adds the
+rest (taints, readiness, host cpu/memory, migfit's annotations) and decodes a Pod's effective
+requests by Kubernetes' rules.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Any
+
+from migfit import errors, fields, gpulabels, keys, profiles
+from migfit.records import NodeRecord, PodRecord, Taint
+
+
+def node_from_api(obj: Mapping[str, Any], catalog: profiles.Catalog) -> NodeRecord:
+    """Decode a Node; an unknown GPU product leaves the model None with the reason."""
+    meta = fields.as_dict(obj.get("metadata"))
+    name = meta.get("name")
+    if not isinstance(name, str) or not name:
+        raise errors.UsageError("a Node without metadata.name")
+    labels = fields.str_map(meta.get("labels"))
+    status = fields.as_dict(obj.get("status"))
+    spec = fields.as_dict(obj.get("spec"))
+    alloc_raw = fields.as_dict(status.get("allocatable"))
+    gpus = gpulabels.gpu_view(labels, fields.as_dict(status.get("capacity")), alloc_raw,
+                              catalog)
+    taints = tuple(
+        Taint(key=str(t.get("key", "")), value=str(t.get("value", "") or ""),
+              effect=str(t.get("effect", "")))
+        for t in fields.as_list(spec.get("taints")) if isinstance(t, dict)
+    )
+    ready = any(
+        isinstance(c, dict) and c.get("type") == "Ready" and c.get("status") == "True"
+        for c in fields.as_list(status.get("conditions"))
+    ) or not status.get("conditions")
+    try:
+        cpu_milli = fields.milli(alloc_raw.get("cpu", 0))
+        memory_bytes = fields.bytes_(alloc_raw.get("memory", 0))
+    except errors.QuantityError:
+        cpu_milli, memory_bytes = 0, 0
+    return NodeRecord(
+        name=name,
+        resource_version=str(meta.get("resourceVersion", "")),
+        model=gpus.model.id if gpus.model else None,
+        model_error=gpus.model_error,
+        gpu_count=gpus.gpu_count,
+        strategy=gpus.strategy,
+        capacity=gpus.capacity,
+        allocatable=gpus.allocatable,
+        memory_mib=gpus.memory_mib,
+        whole_gpus=gpus.whole_gpus,
+        config=labels.get(keys.LABEL_CONFIG),
+        config_state=labels.get(keys.LABEL_CONFIG_STATE),
+        unschedulable=bool(spec.get("unschedulable", False)),
+        taints=taints,
+        labels={k: v for k, v in labels.items() if k.startswith(keys.KEPT_LABEL_PREFIXES)},
+        annotations=_migfit_annotations(meta),
+        cpu_milli=cpu_milli,
+        memory_bytes=memory_bytes,
+        ready=ready,
+    )
+
+
+def _migfit_annotations(meta: Mapping[str, Any]) -> Mapping[str, str]:
+    return fields.intern_map({k: v for k, v in fields.str_map(meta.get("annotations")).items()
+                              if k.startswith(keys.ANNOTATION_PREFIX)})
+
+
+def is_gpu_resource(resource: str) -> bool:
+    return resource == profiles.GPU_RESOURCE or resource.startswith(profiles.RESOURCE_PREFIX)
+
+
+def _container_requests(container: Mapping[str, Any]) -> dict[str, Any]:
+    """Requests of one container; for extended resources a missing request defaults to the limit."""
+    res = fields.as_dict(container.get("resources"))
+    out = dict(fields.as_dict(res.get("limits")))
+    out.update(fields.as_dict(res.get("requests")))
+    return out
+
+
+def effective_requests(spec: Mapping[str, Any]) -> tuple[
+        dict[str, int], tuple[tuple[str, str, int], ...], int, int]:
+    """A pod's effective GPU requests by Kubernetes' rules, plus cpu (milli) and memory (bytes).
+
+    Regular containers are summed; each non-restartable init container runs alone next to the
+    sidecars started before it, so the pod needs the max of those; restartable init containers
+    (sidecars, restartPolicy Always) run for the pod's life and add to the sum (KEP-753).
+    ``spec.overhead`` (KEP-688) adds to cpu and memory.
+    """
+    per_container: list[tuple[str, str, int]] = []
+
+    def decode(c: Mapping[str, Any]) -> dict[str, float]:
+        out: dict[str, float] = {}
+        cname = str(c.get("name", ""))
+        for res, val in _container_requests(c).items():
+            if is_gpu_resource(res):
+                n = fields.count(val)
+                out[res] = n
+                if n:
+                    per_container.append((cname, sys.intern(res), n))
+            elif res == "cpu":
+                with contextlib.suppress(errors.QuantityError):
+                    out[res] = fields.milli(val)
+            elif res == "memory":
+                with contextlib.suppress(errors.QuantityError):
+                    out[res] = fields.bytes_(val)
+        return out
+
+    # Plain dicts, not Counters: this runs for every pod event.
+    regular: dict[str, int] = {}
+    for c in fields.as_list(spec.get("containers")):
+        if isinstance(c, dict):
+            for res, n in decode(c).items():
+                regular[res] = regular.get(res, 0) + int(n)
+    init = fields.as_list(spec.get("initContainers"))
+    if not init:
+        total = regular
+    else:
+        sidecars: dict[str, int] = {}
+        init_max: dict[str, int] = {}
+        for c in init:
+            if not isinstance(c, dict):
+                continue
+            req = decode(c)
+            if c.get("restartPolicy") == "Always":
+                for res, n in req.items():
+                    sidecars[res] = sidecars.get(res, 0) + int(n)
+                for res, n in sidecars.items():
+                    init_max[res] = max(init_max.get(res, 0), n)
+            else:
+                for res in set(req) | set(sidecars):
+                    init_max[res] = max(init_max.get(res, 0),
+                                        int(req.get(res, 0)) + sidecars.get(res, 0))
+        total = {}
+        for res in set(regular) | set(sidecars) | set(init_max):
+            total[res] = max(regular.get(res, 0) + sidecars.get(res, 0), init_max.get(res, 0))
+    cpu = total.pop("cpu", 0)
+    mem = total.pop("memory", 0)
+    # Pod overhead (RuntimeClass, KEP-688) is added to the pod's requests by the scheduler.
+    overhead = fields.as_dict(spec.get("overhead"))
+    with contextlib.suppress(errors.QuantityError):
+        cpu += fields.milli(overhead["cpu"]) if "cpu" in overhead else 0
+    with contextlib.suppress(errors.QuantityError):
+        mem += fields.bytes_(overhead["memory"]) if "memory" in overhead else 0
+    gpu = {sys.intern(r): n for r, n in total.items() if n > 0}
+    return gpu, tuple(per_container), cpu, mem
+
+
+class RequestMaps:
+    """Identical request maps shared between pods, bounded (one table per cluster store).
+
+    Most pods ask for one instance of a few profiles: 150,000 pods then cost one small dict
+    per distinct request, not per pod. Past ``limit`` distinct maps, new ones are not kept.
+    """
+
+    def __init__(self, limit: int = 10_000) -> None:
+        self._limit = limit
+        self._maps: dict[tuple[tuple[str, int], ...], Mapping[str, int]] = {}
+
+    def share(self, requests: dict[str, int]) -> Mapping[str, int]:
+        key = tuple(sorted(requests.items()))
+        shared = self._maps.get(key)
+        if shared is not None:
+            return shared
+        if len(self._maps) >= self._limit:
+            return requests
+        shared = self._maps[key] = MappingProxyType(requests)
+        return shared
+
+    def __len__(self) -> int:
+        return len(self._maps)
+
+
+def pod_from_api(obj: Mapping[str, Any],
+                 shared: RequestMaps | None = None) -> PodRecord | None:
+    """Decode a Pod; None for pods migfit has no interest in (no GPU request, no annotation).
+
+    With ``shared``, the record's request map is the table's copy of an equal one.
+    """
+    meta = fields.as_dict(obj.get("metadata"))
+    annotations = _migfit_annotations(meta)
+    spec = fields.as_dict(obj.get("spec"))
+    requests, per_container, cpu, mem = effective_requests(spec)
+    if not requests and not annotations:
+        return None
+    status = fields.as_dict(obj.get("status"))
+    since = None
+    for cond in fields.as_list(status.get("conditions")):
+        if (isinstance(cond, dict) and cond.get("type") == "PodScheduled"
+                and cond.get("status") == "False" and cond.get("reason") == "Unschedulable"):
+            since = fields.timestamp(cond.get("lastTransitionTime")) or 0.0
+    uid = uid_of(obj)
+    node = spec.get("nodeName")
+    return PodRecord(
+        uid=uid,
+        namespace=sys.intern(str(meta.get("namespace") or "default")),
+        name=str(meta.get("name") or meta.get("generateName") or ""),
+        resource_version=str(meta.get("resourceVersion", "")),
+        node=sys.intern(node) if isinstance(node, str) and node else None,
+        phase=sys.intern(str(status.get("phase") or "Pending")),
+        scheduler_name=sys.intern(str(spec.get("schedulerName") or "default-scheduler")),
+        requests=shared.share(requests) if shared is not None else requests,
+        container_requests=per_container,
+        annotations=annotations,
+        unschedulable_since=since,
+        deleting=bool(meta.get("deletionTimestamp")),
+        created=fields.timestamp(meta.get("creationTimestamp")),
+        cpu_milli=int(cpu),
+        memory_bytes=int(mem),
+    )
+
+
+def uid_of(obj: Mapping[str, Any]) -> str:
+    """A Pod's uid, or namespace/name for objects without one (hand-written files)."""
+    meta = fields.as_dict(obj.get("metadata"))
+    return str(meta.get("uid") or f"{meta.get('namespace', '')}/{meta.get('name', '')}")

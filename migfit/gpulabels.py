@@ -1,0 +1,88 @@
+"""What a Node's GPU labels and extended resources say about its MIG devices.
+
+The parsing of GPU Feature Discovery's labels (``nvidia.com/gpu.product``, ``gpu.memory``,
+``gpu.count``, ``mig.strategy``, ``nvidia.com/mig-<profile>.memory``) and of the device
+plugin's resources (``nvidia.com/mig-<profile>`` under mixed, ``nvidia.com/gpu`` under single)
+into one ``GpuView`` (reference/MIG.md 4). ``migfit.decoding`` builds the node record from it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from migfit import errors, fields, keys, profiles
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class GpuView:
+    """A node's GPU model and MIG instances, as its labels and resources report them."""
+
+    model: profiles.GpuModel | None
+    model_error: str | None  # why the GPU model is unknown, when it is
+    strategy: str | None  # none | single | mixed
+    gpu_count: int
+    capacity: dict[profiles.ProfileName, int]
+    allocatable: dict[profiles.ProfileName, int]
+    memory_mib: dict[profiles.ProfileName, int]  # usable memory per profile, from labels
+    whole_gpus: int  # allocatable nvidia.com/gpu that is not a MIG device (mixed strategy)
+
+
+def gpu_view(labels: Mapping[str, str], capacity_raw: Mapping[str, Any],
+             allocatable_raw: Mapping[str, Any], catalog: profiles.Catalog) -> GpuView:
+    """Read a node's GPU labels and its status capacity/allocatable resources."""
+    strategy = labels.get(keys.LABEL_STRATEGY)
+    product = labels.get(keys.LABEL_PRODUCT)
+
+    model: profiles.GpuModel | None = None
+    model_error: str | None = None
+    gpu_mem = fields.int_label(labels.get(keys.LABEL_GPU_MEMORY))
+    if product:
+        try:
+            model = catalog.resolve(product, gpu_mem)
+        except errors.UnknownModelError as exc:
+            model_error = exc.message
+
+    capacity: dict[profiles.ProfileName, int] = {}
+    allocatable: dict[profiles.ProfileName, int] = {}
+    memory: dict[profiles.ProfileName, int] = {}
+    whole = 0
+    if strategy == "single":
+        prof = profiles.single_strategy_profile(product or "")
+        if prof is not None:
+            pname = profiles.ProfileName(prof)
+            capacity[pname] = fields.count(capacity_raw.get(profiles.GPU_RESOURCE, 0))
+            allocatable[pname] = fields.count(allocatable_raw.get(profiles.GPU_RESOURCE, 0))
+            if gpu_mem is not None:
+                memory[pname] = gpu_mem
+    else:
+        for res, val in capacity_raw.items():
+            p = profiles.parse_resource(res)
+            if p is not None:
+                capacity[profiles.ProfileName(p)] = fields.count(val)
+        for res, val in allocatable_raw.items():
+            p = profiles.parse_resource(res)
+            if p is not None:
+                allocatable[profiles.ProfileName(p)] = fields.count(val)
+        whole = fields.count(allocatable_raw.get(profiles.GPU_RESOURCE, 0))
+        for key, val in labels.items():
+            mib = fields.int_label(val)
+            if key.startswith("nvidia.com/mig-") and key.endswith(".memory") and mib is not None:
+                spelled = key[len("nvidia.com/mig-"):-len(".memory")]
+                memory[profiles.ProfileName(profiles.canonical_profile(spelled))] = mib
+    for p in capacity:
+        allocatable.setdefault(p, 0)
+
+    gpu_count = fields.int_label(labels.get(keys.LABEL_GPU_COUNT)) or 0
+    if strategy == "single" and model is not None and allocatable:
+        # Under single, gpu.count is the number of MIG devices (reference/MIG.md 4).
+        (pname, devices), = capacity.items() or allocatable.items()
+        per_gpu = model.profile(pname).max_instances if model.has_profile(pname) else 1
+        gpu_count = math.ceil(max(devices, gpu_count) / per_gpu) if per_gpu else gpu_count
+    elif not gpu_count:
+        gpu_count = fields.count(capacity_raw.get(profiles.GPU_RESOURCE, 0))
+    return GpuView(model=model, model_error=model_error, strategy=strategy,
+                   gpu_count=gpu_count, capacity=capacity, allocatable=allocatable,
+                   memory_mib=memory, whole_gpus=whole)

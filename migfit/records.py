@@ -1,0 +1,147 @@
+"""Compact records of Nodes and Pods, and a node's instance accounting.
+
+What migfit keeps of an API object (never the whole object) and the per-node figures the
+store (``migfit.cluster``) recomputes when the node or a pod on it changes. Decoding API
+objects into these records lives in ``migfit.decoding``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+
+from migfit import keys, profiles
+
+TERMINATED_PHASES = frozenset({"Succeeded", "Failed"})
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Taint:
+    key: str
+    value: str
+    effect: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class NodeRecord:
+    """What migfit keeps of a Node."""
+
+    name: str
+    resource_version: str
+    model: profiles.ModelId | None
+    model_error: str | None  # why the GPU model is unknown, when it is
+    gpu_count: int
+    strategy: str | None  # none | single | mixed (nvidia.com/mig.strategy)
+    # per profile, from nvidia.com/mig-<p> (mixed) or nvidia.com/gpu + product label (single)
+    capacity: Mapping[profiles.ProfileName, int]
+    allocatable: Mapping[profiles.ProfileName, int]
+    memory_mib: Mapping[profiles.ProfileName, int]  # nvidia.com/mig-<p>.memory labels
+    whole_gpus: int  # allocatable nvidia.com/gpu that is not a MIG device (mixed strategy)
+    config: str | None
+    config_state: str | None
+    unschedulable: bool
+    taints: tuple[Taint, ...]
+    labels: Mapping[str, str]
+    annotations: Mapping[str, str]  # migfit.io/* only
+    cpu_milli: int
+    memory_bytes: int
+    ready: bool
+
+    def resource_for(self, profile: str) -> str:
+        """The extended resource a pod requests for ``profile`` on this node."""
+        if self.strategy == "single":
+            return profiles.GPU_RESOURCE
+        return profiles.resource_name(profile)
+
+    @property
+    def advertised(self) -> dict[profiles.ProfileName, int]:
+        """Profiles with allocatable > 0 (a zero leftover counts as not advertised)."""
+        return {p: n for p, n in self.allocatable.items() if n > 0}
+
+    @property
+    def relayout_tainted(self) -> bool:
+        return any(t.key == keys.TAINT_RELAYOUT for t in self.taints)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class PodRecord:
+    """What migfit keeps of a Pod: only pods with GPU requests or migfit annotations."""
+
+    uid: str
+    namespace: str
+    name: str
+    resource_version: str
+    node: str | None
+    phase: str
+    scheduler_name: str
+    # effective pod-level request per GPU resource (nvidia.com/mig-* and nvidia.com/gpu)
+    requests: Mapping[str, int]
+    # (container, resource, count) for regular, init and sidecar containers
+    container_requests: tuple[tuple[str, str, int], ...]
+    annotations: Mapping[str, str]  # migfit.io/* only
+    unschedulable_since: float | None  # PodScheduled=False, reason Unschedulable
+    deleting: bool
+    created: float | None
+    cpu_milli: int
+    memory_bytes: int
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    @property
+    def holds_instances(self) -> bool:
+        """Bound and not terminated; a deleting pod holds its instance until it is gone."""
+        return self.node is not None and self.phase not in TERMINATED_PHASES
+
+    @property
+    def mig_requests(self) -> dict[profiles.ProfileName, int]:
+        """Requested MIG profiles (mixed-strategy resources) and counts."""
+        out: dict[profiles.ProfileName, int] = {}
+        for res, n in self.requests.items():
+            name = profiles.parse_resource(res)
+            if name is not None and n > 0:
+                out[profiles.ProfileName(name)] = n
+        return out
+
+    @property
+    def pending(self) -> bool:
+        return self.node is None and self.phase == "Pending" and not self.deleting
+
+    @property
+    def unschedulable(self) -> bool:
+        """The scheduler said so: PodScheduled=False with reason Unschedulable."""
+        return self.unschedulable_since is not None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class NodeState:
+    """A node with its accounting, recomputed whenever the node or a pod on it changes."""
+
+    node: NodeRecord
+    used: Mapping[profiles.ProfileName, int]
+    free: Mapping[profiles.ProfileName, int]
+    overcommit: Mapping[profiles.ProfileName, int]  # used beyond allocatable, per profile
+    alloc_total: int
+    used_total: int
+    free_total: int
+    repartitioning: bool  # MIG Manager busy or a migfit re-layout in progress
+
+    @property
+    def name(self) -> str:
+        return self.node.name
+
+    @property
+    def idle(self) -> bool:
+        return self.used_total == 0
+
+
+@dataclasses.dataclass(slots=True)
+class ProfileStats:
+    """Cluster-wide figures of one (model, profile): what the webhook's candidates read."""
+
+    nodes: int = 0  # schedulable nodes advertising it
+    allocatable: int = 0
+    free: int = 0
+    memory_mib: int | None = None  # the least usable memory reported by a node label
+

@@ -8,32 +8,33 @@ DESIGN.md §3 fixes the annotation keys; values are Kubernetes quantities (WIRE.
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections.abc import Mapping, Sequence
-from typing import Any, Final, Literal, TypedDict
+from typing import Final
 
-from migfit import errors, quantity
+from migfit import errors, keys, quantity
 
 # ---------------------------------------------------------------- annotation keys
+# Spelled in migfit.keys, the one home of every key; re-exported here under the names the
+# request contract's users know.
 
-PREFIX: Final = "migfit.io/"
-GPU_MEMORY: Final = "migfit.io/gpu-memory"
+PREFIX: Final = keys.ANNOTATION_PREFIX
+GPU_MEMORY: Final = keys.GPU_MEMORY
 #: ``migfit.io/gpu-memory.<container>``: the same for one named container (overrides GPU_MEMORY).
-GPU_MEMORY_PREFIX: Final = GPU_MEMORY + "."
-GPU_COMPUTE: Final = "migfit.io/gpu-compute"
-GPU_COMPUTE_PREFIX: Final = GPU_COMPUTE + "."
-GPU_MEDIA: Final = "migfit.io/gpu-media"
-GPU_MEDIA_PREFIX: Final = GPU_MEDIA + "."
+GPU_MEMORY_PREFIX: Final = keys.GPU_MEMORY_PREFIX
+GPU_COMPUTE: Final = keys.GPU_COMPUTE
+GPU_COMPUTE_PREFIX: Final = keys.GPU_COMPUTE_PREFIX
+GPU_MEDIA: Final = keys.GPU_MEDIA
+GPU_MEDIA_PREFIX: Final = keys.GPU_MEDIA_PREFIX
 #: Written by the webhook: the chosen profile (comma-joined in container order if several).
-PROFILE: Final = "migfit.io/profile"
+PROFILE: Final = keys.PROFILE
 #: Written by the webhook: the JSON decision record (``DecisionRecord``).
-DECISION: Final = "migfit.io/decision"
+DECISION: Final = keys.DECISION
 #: kubectl's default-container annotation; the pod-wide key applies to the container it names.
-DEFAULT_CONTAINER: Final = "kubectl.kubernetes.io/default-container"
+DEFAULT_CONTAINER: Final = keys.DEFAULT_CONTAINER
 
-DECISION_VERSION: Final = 1
-Strategy = Literal["mixed", "single"]
-STRATEGIES: Final[tuple[Strategy, ...]] = ("mixed", "single")
+DECISION_VERSION: Final = keys.DECISION_VERSION
+Strategy = keys.Strategy
+STRATEGIES: Final = keys.STRATEGIES
 
 _TRUE: Final = frozenset({"true", "yes", "1"})
 _FALSE: Final = frozenset({"false", "no", "0", ""})
@@ -194,78 +195,18 @@ def parse_media(key: str, value: str) -> bool:
 
 
 # ---------------------------------------------------------------- the decision record
+# Its schema, writer and reader live in migfit.keys (the home of migfit's JSON annotations).
 
-
-class DecisionContainer(TypedDict):
-    """One container's decision: its request, the profile chosen and where it fits."""
-
-    container: str
-    request_mib: int
-    profile: str
-    resource: str
-    models: list[str]  # GPU models on which the request fits the profile; empty = any model
-
-
-class DecisionRecord(TypedDict):
-    """The JSON of ``migfit.io/decision``."""
-
-    v: int
-    strategy: Strategy
-    containers: list[DecisionContainer]
-
-
-def encode_decision(record: DecisionRecord) -> str:
-    """Compact, deterministic JSON for the annotation."""
-    return json.dumps(record, separators=(",", ":"), ensure_ascii=True)
-
-
-def profile_annotation(record: DecisionRecord) -> str:
-    """The ``migfit.io/profile`` value: the chosen profiles comma-joined in container order."""
-    return ",".join(c["profile"] for c in record["containers"])
-
-
-_CONTAINER_FIELDS: Final = {"container": str, "request_mib": int, "profile": str,
-                            "resource": str, "models": list}
+DecisionContainer = keys.DecisionContainer
+DecisionRecord = keys.DecisionRecord
+encode_decision = keys.encode_decision
+profile_annotation = keys.profile_annotation
+decision_of = keys.decision_of
 
 
 def decode_decision(text: str) -> DecisionRecord:
     """Parse and validate a ``migfit.io/decision`` value; RequestError when it is not one."""
     try:
-        raw: Any = json.loads(text)
-    except (ValueError, RecursionError):
-        raise RequestError(f"{DECISION} is not JSON; remove it and let migfit re-decide") from None
-    where = f"{DECISION} is not a migfit decision record"
-    if not isinstance(raw, dict) or set(raw) != {"v", "strategy", "containers"}:
-        raise RequestError(f"{where} (expected keys v, strategy, containers)")
-    if raw["v"] != DECISION_VERSION or isinstance(raw["v"], bool):
-        raise RequestError(f"{where} (version {raw['v']!r}; this migfit writes {DECISION_VERSION})")
-    if raw["strategy"] not in STRATEGIES:
-        raise RequestError(f"{where} (strategy {raw['strategy']!r})")
-    if not isinstance(raw["containers"], list):
-        raise RequestError(f"{where} (containers is not a list)")
-    containers: list[DecisionContainer] = []
-    for item in raw["containers"]:
-        if not isinstance(item, dict) or set(item) != set(_CONTAINER_FIELDS):
-            raise RequestError(f"{where} (each container needs {', '.join(_CONTAINER_FIELDS)})")
-        for field, kind in _CONTAINER_FIELDS.items():
-            value = item[field]
-            if not isinstance(value, kind) or isinstance(value, bool):
-                raise RequestError(f"{where} ({field} is not a {kind.__name__})")
-        if not all(isinstance(m, str) for m in item["models"]):
-            raise RequestError(f"{where} (models must be strings)")
-        containers.append(DecisionContainer(
-            container=item["container"], request_mib=item["request_mib"],
-            profile=item["profile"], resource=item["resource"], models=list(item["models"]),
-        ))
-    return DecisionRecord(v=DECISION_VERSION, strategy=raw["strategy"], containers=containers)
-
-
-def decision_of(annotations: Mapping[str, str]) -> DecisionRecord | None:
-    """The pod's decision record, or None when absent or not a valid record."""
-    text = annotations.get(DECISION)
-    if text is None:
-        return None
-    try:
-        return decode_decision(text)
-    except RequestError:
-        return None
+        return keys.decode_decision(text)
+    except keys.AnnotationError as exc:
+        raise RequestError(exc.message) from None

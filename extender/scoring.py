@@ -73,6 +73,19 @@ W_PACK = 0.0
 W_FRESH = 0.0
 W_TIGHT = 0.0
 W_SLACK = 0.0
+# The terms of ``raw`` as they enter its sum, by name, each in [0, 1] with 1 the better place:
+# raw = Σ WEIGHTS[t] · terms(s)[t]. The scoring log writes both, so that an operator (or a
+# test) can recompute every node's raw score from one log line; change them together with
+# the sum in ``score_nodes``.
+WEIGHTS: dict[str, float] = {
+    "no_strand": W_STRAND,  # 1 − strand
+    "host_free": W_HOST,  # 1 − host
+    "not_scarce": W_SCARCE,  # 1 − scarce
+    "pack": W_PACK,
+    "busy": W_FRESH,  # 0 on a node with no MIG pod (fresh), else 1
+    "tight": W_TIGHT,
+    "snug": W_SLACK,  # 1 − slack
+}
 TIE = 0.1
 MAX_SCORE = 10  # k8s.io/kube-scheduler/extender/v1 MaxExtenderPriority
 MIN_SCORE = 0
@@ -95,6 +108,13 @@ class NodeScore(NamedTuple):
     raw: float = 0.0
     strand: float = 0.0
     host: float = 0.0
+
+
+def terms(s: NodeScore) -> dict[str, float]:
+    """The value of each term of ``WEIGHTS`` for a node that fits (what ``raw`` sums)."""
+    return {"no_strand": 1.0 - s.strand, "host_free": 1.0 - s.host,
+            "not_scarce": 1.0 - s.scarce, "pack": s.pack, "busy": 0.0 if s.fresh else 1.0,
+            "tight": s.tight, "snug": 1.0 - s.slack}
 
 
 _ZEROS = ("scoring", "zeros")

@@ -1,7 +1,10 @@
 """The scoring log: one JSON line and one short human line per prioritize call, for operators.
 
-The JSON line carries the pod, its profile, each node's score and the figures behind it
-(``scoring.NodeScore``), and the call's duration. kube-scheduler may send thousands of nodes,
+The JSON line carries the pod, its profile, the formula's ``weights`` (``scoring.WEIGHTS``,
+the weighted terms only), each node's score with its weighted ``terms`` and the figures behind
+them (``scoring.NodeScore``), and the call's duration: ``raw = Σ weights[t] · terms[t]`` can be
+recomputed from the line alone. The human line names, per node, the terms that weigh most
+(weight × value). kube-scheduler may send thousands of nodes,
 so at most ``max_nodes`` of the best are written in full (0: all), with a histogram of all
 scores and the number left out. Lines go to the ``migfit.scoring`` logger; the command
 line attaches a handler that writes the bare message.
@@ -25,12 +28,29 @@ LOG_FORMATS: tuple[LogFormat, ...] = ("json", "text", "both")
 logger = logging.getLogger("migfit.scoring")
 
 
-def _figures(s: scoring.NodeScore) -> dict[str, Any]:
+def weights() -> dict[str, float]:
+    """The terms the score weighs (weight > 0), from ``scoring.WEIGHTS``."""
+    return {t: w for t, w in scoring.WEIGHTS.items() if w}
+
+
+def _figures(s: scoring.NodeScore, weighted: dict[str, float]) -> dict[str, Any]:
     if not s.fits:
         return {"node": s.node, "score": s.score, "fits": False}
-    return {"node": s.node, "score": s.score, "fits": True, "pack": round(s.pack, 3),
+    values = scoring.terms(s)
+    return {"node": s.node, "score": s.score, "fits": True, "raw": round(s.raw, 4),
+            "terms": {t: round(values[t], 4) for t in weighted},
+            "strand": round(s.strand, 3), "host": round(s.host, 3), "pack": round(s.pack, 3),
             "fresh": s.fresh, "scarce": round(s.scarce, 3), "tight": round(s.tight, 3),
-            "slack": round(s.slack, 3), "raw": round(s.raw, 4)}
+            "slack": round(s.slack, 3)}
+
+
+def _deciding(s: scoring.NodeScore, weighted: dict[str, float], shown: int = 3) -> str:
+    """``raw 0.955 = 0.60×no_strand 1.00 + 0.30×host_free 0.85 + …``: the largest terms."""
+    values = scoring.terms(s)
+    top = sorted(weighted, key=lambda t: (-weighted[t] * values[t], t))
+    parts = [f"{weighted[t]:.2f}×{t} {values[t]:.2f}" for t in top[:shown]]
+    more = " + …" if len(top) > shown else ""
+    return f"raw {s.raw:.3f} = {' + '.join(parts)}{more}"
 
 
 def _rank(s: scoring.NodeScore) -> tuple[float, str]:
@@ -81,6 +101,7 @@ class ScoringLog:
                   summary: _Summary | None = None) -> str:
         summary = summary or _summarize(scores, self.max_nodes)
         best = summary.best if self.max_nodes <= 0 else summary.best[:self.max_nodes]
+        weighted = weights()
         when = (now or datetime.datetime.now(datetime.UTC)).isoformat(timespec="milliseconds")
         record = {
             "time": when.replace("+00:00", "Z"),
@@ -91,7 +112,8 @@ class ScoringLog:
             "nodes": len(scores),
             "fit": summary.fit,
             "duration_ms": round(duration_s * 1000, 3),
-            "scores": [_figures(s) for s in best],
+            "weights": weighted,
+            "scores": [_figures(s, weighted) for s in best],
             "omitted": len(scores) - len(best),
             "histogram": {str(k): v for k, v in summary.histogram.items()},
         }
@@ -102,14 +124,9 @@ class ScoringLog:
         summary = summary or _summarize(scores, 3)
         best = summary.best[:3]
         fit = summary.fit
-        parts = []
-        for s in best:
-            if not s.fits:
-                parts.append(f"{s.node}=0 (does not fit)")
-                continue
-            idle = "idle node" if s.fresh else "busy node"
-            parts.append(f"{s.node}={s.score} (pack {s.pack:.2f}, {idle}, scarce {s.scarce:.2f},"
-                         f" tight {s.tight:.2f}, slack {s.slack:.2f})")
+        weighted = weights()
+        parts = [f"{s.node}={s.score} ({_deciding(s, weighted)})" if s.fits
+                 else f"{s.node}=0 (does not fit)" for s in best]
         top = "; ".join(parts) or "no nodes"
         return (f"prioritize {request.key} {request.describe()}: {top} — {len(scores)} nodes, "
                 f"{fit} fit, {duration_s * 1000:.2f} ms")

@@ -5,13 +5,15 @@ from __future__ import annotations
 import datetime
 import json
 import logging
+from pathlib import Path
+from typing import Any
 
 import pytest
 from extender_builders import build, node, pod
 
-from migfit import errors
+from migfit import errors, snapshots
 from migfit.commands import extender as cli
-from migfit.extender import filtering, scoring, scoring_log
+from migfit.extender import filtering, scoring, scoring_log, server
 
 
 def _scored() -> tuple[filtering.PodRequest, list[scoring.NodeScore]]:
@@ -42,6 +44,53 @@ def test_text_line_is_short_and_names_the_best_node() -> None:
     assert line.startswith("prioritize default/want 1g.10gb: b=")
     assert "3 nodes, 2 fit, 2.00 ms" in line
     assert "\n" not in line
+
+
+REQUESTS = Path(__file__).parents[2] / "examples" / "requests"
+
+
+async def test_json_line_of_a_real_prioritize_call_recomputes_every_raw_score(
+        aiohttp_client: Any, caplog: pytest.LogCaptureFixture) -> None:
+    # It carried pack, fresh, scarce, tight, slack (weighted 0 but scarce) and no host or
+    # strand, which carry 0.90 of the weight: nobody could tell why a node won.
+    app = server.make_app(settings=server.ExtenderSettings(log_format="both", log_nodes=0),
+                          cluster=snapshots.load(snapshots.EXAMPLE_CLUSTER))
+    client = await aiohttp_client(app)
+    with caplog.at_level(logging.INFO, logger="migfit.scoring"):
+        resp = await client.post("/prioritize",
+                                 data=(REQUESTS / "prioritize-3g40gb.json").read_bytes())
+        assert resp.status == 200
+        answered = {h["Host"]: h["Score"] for h in await resp.json()}
+    json_line, text_line = (r.getMessage() for r in caplog.records)
+    record = json.loads(json_line)
+    weights = record["weights"]
+    assert weights == {t: w for t, w in scoring.WEIGHTS.items() if w}
+    assert {"no_strand", "host_free"} <= set(weights)  # the 0.90 that was missing
+    assert sum(weights.values()) == pytest.approx(1.0)
+    fitting = [s for s in record["scores"] if s["fits"]]
+    assert len(fitting) >= 2
+    for s in fitting:
+        assert set(s["terms"]) == set(weights)
+        recomputed = sum(w * s["terms"][t] for t, w in weights.items())
+        assert recomputed == pytest.approx(s["raw"], abs=1e-3), s["node"]
+        assert s["score"] == answered[s["node"]]
+    # The human line names the weighted terms with their weights, never a zero-weighted one.
+    best = max(fitting, key=lambda s: (s["score"], s["raw"]))
+    assert f"{best['node']}={best['score']} (raw {best['raw']:.3f} = " in text_line
+    assert "0.60×no_strand" in text_line and "0.30×host_free" in text_line
+    assert "pack" not in text_line and "slack" not in text_line
+
+
+def test_raw_is_the_weighted_sum_of_the_terms_for_every_node() -> None:
+    # One source of truth: the sum score_nodes computes is the one WEIGHTS and terms() state.
+    model = snapshots.load(snapshots.EXAMPLE_CLUSTER)
+    for want in ([{"1g.10gb": 1}], [{"3g.40gb": 1}], [{"1g.10gb": 2}]):
+        request = filtering.decode_pod(pod("want", want))
+        for s in scoring.score_nodes(model, request, list(model.node_names())):
+            if s.fits:
+                values = scoring.terms(s)
+                assert sum(w * values[t] for t, w in scoring.WEIGHTS.items()) == \
+                    pytest.approx(s.raw, abs=1e-9)
 
 
 @pytest.mark.parametrize(("fmt", "lines"), [("json", 1), ("text", 1), ("both", 2)])
@@ -78,6 +127,6 @@ def test_cli_rejects_bad_advisor_flags_before_starting(flags: list[str]) -> None
 
     parser = argparse.ArgumentParser()
     cli.add_arguments(parser)
-    args = parser.parse_args(["--cluster", "examples/cluster.yaml", "--port", "0", *flags])
+    args = parser.parse_args(["--cluster", "examples/cluster.yaml", "--port", "1", *flags])
     with pytest.raises(errors.UsageError, match=flags[0]):
         cli.run(args)  # raised before serving: the test would otherwise hang

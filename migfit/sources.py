@@ -87,8 +87,8 @@ def open_source(
 def add_source_arguments(parser: argparse.ArgumentParser) -> None:
     """The standard ``--cluster FILE`` / ``--kubeconfig PATH`` flags (neither: in-cluster)."""
     group = parser.add_argument_group(
-        "cluster", "where the cluster view comes from (neither flag: the in-cluster service "
-                   "account)")
+        "cluster", "where the cluster view comes from (neither flag: as kubectl, $KUBECONFIG, "
+                   "else ~/.kube/config, else the in-cluster service account)")
     exclusive = group.add_mutually_exclusive_group()
     exclusive.add_argument(
         "--cluster", metavar="FILE", dest="cluster_file",
@@ -99,15 +99,37 @@ def add_source_arguments(parser: argparse.ArgumentParser) -> None:
         help="list and watch the cluster of this kubeconfig (its current context)")
     group.add_argument("--context", metavar="NAME",
                        help="kubeconfig context to use instead of the current one")
+    group.add_argument("--request-timeout", metavar="DURATION", type=_duration,
+                       help="how long one Kubernetes API request may take: 30s, 1m, 500ms; "
+                            "0: no limit (default 30s)")
+
+
+def _duration(text: str) -> float:
+    from migfit import kube  # the Kubernetes client loads only when it is needed
+
+    return kube.parse_duration(text)
 
 
 def source_from_args(model: cluster.Cluster, args: argparse.Namespace) -> Source:
     """``open_source`` for a namespace parsed with ``add_source_arguments``."""
     cluster_file = getattr(args, "cluster_file", None)
     kubeconfig = getattr(args, "kubeconfig", None)
+    check_source_args(args)
     return open_source(model, cluster_file=cluster_file, kubeconfig=kubeconfig,
                        in_cluster=cluster_file is None and kubeconfig is None,
                        context=getattr(args, "context", None))
+
+
+def check_source_args(args: argparse.Namespace) -> None:
+    """Flags that would be ignored are an error: ``--context`` or ``--request-timeout`` with
+    ``--cluster`` (a snapshot file has no contexts and makes no requests)."""
+    if getattr(args, "cluster_file", None) is None:
+        return
+    for flag, value in (("--context", getattr(args, "context", None)),
+                        ("--request-timeout", getattr(args, "request_timeout", None))):
+        if value is not None:
+            raise errors.UsageError(f"{flag} applies to a Kubernetes API; it means nothing with "
+                                    "--cluster FILE: drop one of them")
 
 
 def load_snapshot(path: str | os.PathLike[str]) -> cluster.Cluster:
@@ -141,6 +163,7 @@ async def list_once(model: cluster.Cluster, source: Source, *,
 
 def load_from_args(args: argparse.Namespace, *, timeout_s: float = 60.0) -> cluster.Cluster:
     """A synced Cluster for a one-shot command: the file read once, or the API listed once."""
+    check_source_args(args)
     cluster_file = getattr(args, "cluster_file", None)
     if cluster_file is not None:
         return load_snapshot(cluster_file)

@@ -1,18 +1,24 @@
-"""``migfit advise``: which nodes to re-partition so that waiting MIG pods can run."""
+"""``migfit advise``: which nodes to re-partition so that waiting MIG pods can run.
+
+A summary by default (one line per recommended node: what it becomes, whom it unblocks, the
+command); ``--details`` or ``-o wide`` adds each GPU's change and the mig-parted config to add;
+``-o json|yaml`` prints the data.
+"""
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import sys
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from migfit import advisor, cluster, errors, migparted, sources
+from migfit.commands import workstation
 
 HELP = "re-layout advice: which idle GPUs to re-partition so that waiting MIG pods can run"
 
@@ -35,10 +41,18 @@ def add_common_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--now", metavar="EPOCH", type=float, help=argparse.SUPPRESS)
 
 
+SUMMARY_ROWS = 50
+"""Recommendations the summary lists; the rest are counted (all of them with --details)."""
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_common_arguments(parser)
     parser.add_argument("--json", action="store_true",
-                        help='print {"recommendations": [...]} as JSON')
+                        help='print {"recommendations": [...]} as JSON (the same as -o json)')
+    parser.add_argument("--details", action="store_true",
+                        help="each GPU's change and the mig-parted config to add, per node "
+                             "(the same as -o wide)")
+    workstation.add_output_argument(parser, wide="details per node")
 
 
 def settings_from_args(args: argparse.Namespace) -> advisor.Settings:
@@ -62,38 +76,106 @@ def _config_file(path: str) -> migparted.Config:
     return migparted.parse_data(raw, where=str(p))
 
 
-async def _read_configmap(args: argparse.Namespace) -> tuple[migparted.Config | None,
-                                                              str | None]:
-    from migfit.extender import advice, kubeapi
-
+def configmap_ref(args: argparse.Namespace) -> tuple[str, str]:
     ns, _, name = str(args.configmap).partition("/")
-    if not name:
+    if not ns or not name or "/" in name:
         raise errors.UsageError(f"--configmap {args.configmap!r} is not NAMESPACE/NAME")
+    return ns, name
+
+
+async def read_configmap(client: Any, namespace: str,
+                         name: str) -> tuple[migparted.Config | None, str | None]:
+    """The mig-parted ConfigMap through ``client`` (a migfit.kube.KubeClient), parsed
+    strictly; (None, why) when it cannot be read or parsed."""
+    from migfit import kube
+
     try:
-        api = await kubeapi.api_client(kubeconfig=args.kubeconfig, context=args.context)
+        raw = await client.read_config_map(namespace, name)
+    except kube.ApiError as exc:
+        return None, f"cannot read ConfigMap {namespace}/{name}: {exc}"
+    try:
+        return migparted.parse_configmap(raw), None
     except errors.ConfigError as exc:
         return None, exc.message
-    async with api:
-        return await advice.read_config(api, name=name, namespace=ns)
 
 
-def load(args: argparse.Namespace) -> tuple[cluster.Cluster, migparted.Config | None]:
-    """The cluster and the mig-parted config for one run of advise/explain."""
-    state = sources.load_from_args(args)
-    if args.mig_parted_config:
-        return state, _config_file(args.mig_parted_config)
+Reader = Callable[[Any], Awaitable[cluster.Cluster]]
+
+
+def load(args: argparse.Namespace, *, reader: Reader | None = None,
+         ) -> tuple[cluster.Cluster, migparted.Config | None]:
+    """The cluster and the mig-parted config for one run of advise/explain.
+
+    Against an API server both come through one connection: ``reader(client)`` reads the
+    cluster (default: one list of every Node and Pod), then the ConfigMap is read unless
+    ``--mig-parted-config`` gives the config.
+    """
+    sources.check_source_args(args)
+    file_config = _config_file(args.mig_parted_config) if args.mig_parted_config else None
     if getattr(args, "cluster_file", None) is not None:
-        return state, None
-    config, why = asyncio.run(_read_configmap(args))
+        return sources.load_snapshot(args.cluster_file), file_config
+    ref = configmap_ref(args)
+
+    async def work(client: Any) -> tuple[cluster.Cluster, migparted.Config | None,
+                                         str | None]:
+        from migfit import watching
+
+        if reader is not None:
+            state = await reader(client)
+        else:
+            state = cluster.Cluster()
+            await watching.list_once(state, client)
+        if args.mig_parted_config:
+            return state, file_config, None
+        config, why = await read_configmap(client, *ref)
+        return state, config, why
+
+    state, config, why = workstation.run_api(work, args)
     if why is not None:
         print(f"migfit: note: {why}; layouts are inferred from allocatable", file=sys.stderr)
     return state, config
 
 
-def render_text(advice: advisor.Advice) -> str:
+def _summary(advice: advisor.Advice) -> list[str]:
+    recs = advice.recommendations
+    disruptive = sum(r.disruptive for r in recs)
+    served = len({k for r in recs for k in r.unblocks})
+    lines = [f"{len(advice.waiting)} pod(s) wait for a MIG profile no node has free; "
+             f"{len(recs)} re-layout(s) ({len(recs) - disruptive} safe, {disruptive} "
+             f"disruptive) would unblock {served} of them."]
+    if not recs:
+        return lines
+    rows = [("NODE", "MODEL", "KIND", "TARGET", "UNBLOCKS", "DISRUPTS", "APPLY")]
+    for rec in recs[:SUMMARY_ROWS]:
+        rows.append((rec.node, rec.model, "DISRUPTIVE" if rec.disruptive else "safe",
+                     rec.target + ("" if rec.config else " (custom)"),
+                     str(len(rec.unblocks)), str(len(rec.disrupts)),
+                     f"kubectl label node {rec.node} {advisor.LABEL_CONFIG}={rec.target} "
+                     "--overwrite"))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
+    lines.append("")
+    lines.extend("  ".join([*(c.ljust(w) for c, w in zip(r, widths, strict=False)), r[-1]])
+                 for r in rows)
+    if len(recs) > SUMMARY_ROWS:
+        lines.append(f"... and {len(recs) - SUMMARY_ROWS} more node(s)")
+    lines.append("")
+    lines.append("Each GPU's change and the mig-parted config to add: migfit advise --details "
+                 "(or -o wide, -o json)")
+    return lines
+
+
+def render_text(advice: advisor.Advice, *, details: bool = True) -> str:
+    """The advice for people: every node in full (``details``), or a summary table."""
     if not advice.waiting:
         return "No pod waits for a MIG profile that no node has free: nothing to re-lay out."
-    lines: list[str] = []
+    if not details:
+        lines = _summary(advice)
+        if advice.unserved:
+            lines.append(f"{len(advice.unserved)} waiting pod(s) no re-layout can serve now: "
+                         f"{', '.join(advice.unserved[:10])}"
+                         + (" ..." if len(advice.unserved) > 10 else ""))
+        return "\n".join(lines)
+    lines = []
     for rec in advice.recommendations:
         kind = "DISRUPTIVE" if rec.disruptive else "safe"
         lines.append(f"node {rec.node} ({rec.model}, {kind}): -> {rec.target}"
@@ -126,6 +208,8 @@ def run(args: argparse.Namespace) -> int:
     result = advisor.advise(state, now=now, settings=settings, config=config)
     if args.json:
         print(json.dumps(result.to_json()))
+    elif args.output in ("json", "yaml"):
+        workstation.print_data(result.to_json(), args.output)
     else:
-        print(render_text(result))
+        print(render_text(result, details=args.details or args.output == "wide"))
     return 0

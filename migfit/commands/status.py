@@ -11,7 +11,8 @@ import json
 import sys
 from typing import TypedDict
 
-from migfit import cluster, profiles, sources
+from migfit import cluster, keys, profiles, records, sources
+from migfit.commands import workstation
 
 HELP = "show MIG instances per node and profile: allocatable, used, free, config state"
 
@@ -37,13 +38,16 @@ class StatusJson(TypedDict):
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     sources.add_source_arguments(parser)
-    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of a table "
+                        "(the same as -o json)")
+    workstation.add_output_argument(parser)
+    # Kept for old scripts: the list is one request per page now, each bounded by
+    # --request-timeout, and fails at once on an error that will not go away.
     parser.add_argument("--timeout", type=float, default=60.0, metavar="SECONDS",
-                        help="with --kubeconfig: how long to wait for the first full list "
-                             "(default 60)")
+                        help=argparse.SUPPRESS)
 
 
-def _profile_names(state: cluster.NodeState, catalog: profiles.Catalog) -> list[str]:
+def _profile_names(state: records.NodeState, catalog: profiles.Catalog) -> list[str]:
     names = set(state.node.allocatable) | set(state.used)
     model = catalog.get(state.node.model) if state.node.model else None
 
@@ -76,12 +80,12 @@ def status_json(model: cluster.Cluster) -> StatusJson:
     return StatusJson(nodes=out)
 
 
-def _notes(state: cluster.NodeState) -> str:
+def _notes(state: records.NodeState) -> str:
     node = state.node
     notes: list[str] = []
     if node.unschedulable:
         notes.append("cordoned")
-    if node.config_state in cluster.REPARTITIONING_STATES:
+    if node.config_state in keys.REPARTITIONING_STATES:
         notes.append(f"re-partitioning ({node.config_state})")
     elif node.relayout_tainted:
         notes.append("migfit re-layout in progress")
@@ -136,10 +140,12 @@ def render_table(model: cluster.Cluster) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    model = sources.load_from_args(args, timeout_s=args.timeout)
+    model = workstation.load_cluster(args)
     if args.json:
         json.dump(status_json(model), sys.stdout, indent=2)
         sys.stdout.write("\n")
+    elif args.output in ("json", "yaml"):
+        workstation.print_data(status_json(model), args.output)
     else:
         print(render_table(model))
     return 0

@@ -1,0 +1,82 @@
+"""What the workstation commands (``status``, ``advise``, ``explain``) share: the cluster flags,
+``-o/--output``, and reading the cluster once, the way kubectl does.
+
+Against an API server a command connects with migfit.kube (``--kubeconfig``, else
+``$KUBECONFIG``, else ``~/.kube/config``, else in-cluster; ``--context``;
+``--request-timeout``), lists what it needs once (no watch) and fails at once, in one line
+naming the server and what to fix, on an error that will not go away (a refused connection
+after the client's short retries, 401, 403, 404).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import yaml
+
+from migfit import cluster, errors, sources
+
+T = TypeVar("T")
+
+OUTPUTS = ("text", "wide", "json", "yaml")
+
+
+def add_output_argument(parser: argparse.ArgumentParser, *, wide: str | None = None) -> None:
+    """``-o/--output text|json|yaml`` (and ``wide`` when the command has details to add)."""
+    choices = [o for o in OUTPUTS if o != "wide" or wide]
+    parser.add_argument(
+        "-o", "--output", choices=choices, default="text",
+        help="text (default)" + (f", wide ({wide})" if wide else "")
+             + ", or the data as json or yaml")
+
+
+def print_data(doc: Any, output: str) -> None:
+    """``doc`` as one JSON document or YAML."""
+    if output == "yaml":
+        sys.stdout.write(yaml.safe_dump(doc, sort_keys=False))
+    else:
+        print(json.dumps(doc))
+
+
+def connection_args(args: argparse.Namespace) -> dict[str, Any]:
+    """kube.connect's keyword arguments from the cluster flags."""
+    return {"kubeconfig": getattr(args, "kubeconfig", None),
+            "context": getattr(args, "context", None),
+            "request_timeout": getattr(args, "request_timeout", None)}
+
+
+def run_api(work: Callable[[Any], Awaitable[T]], args: argparse.Namespace) -> T:
+    """Connect as the flags say, run ``work(client)``, close; API errors become one line."""
+    from migfit import kube  # the Kubernetes client loads only for the API
+
+    async def main() -> T:
+        client = await kube.connect(**connection_args(args))
+        async with client:
+            return await work(client)
+
+    try:
+        return asyncio.run(main())
+    except kube.ApiError as exc:
+        raise errors.MigfitError(str(exc)) from None
+
+
+def load_cluster(args: argparse.Namespace) -> cluster.Cluster:
+    """The whole cluster once: a snapshot file, or one list of Nodes and Pods (no watch)."""
+    sources.check_source_args(args)
+    cluster_file = getattr(args, "cluster_file", None)
+    if cluster_file is not None:
+        return sources.load_snapshot(cluster_file)
+
+    async def work(client: Any) -> cluster.Cluster:
+        from migfit import watching
+
+        model = cluster.Cluster()
+        await watching.list_once(model, client)
+        return model
+
+    return run_api(work, args)

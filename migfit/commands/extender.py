@@ -6,15 +6,13 @@ import argparse
 import asyncio
 import logging
 import os
-import sys
 from pathlib import Path
 from typing import Any
 
-import prometheus_client
-
-from migfit import advisor, cluster, errors, profiles, sources
+from migfit import advisor, cluster, errors, kube, logs, profiles, sources
+from migfit import metrics as common_metrics
 from migfit.commands import options
-from migfit.extender import kubeapi, scoring_log, server
+from migfit.extender import scoring_log, server
 
 HELP = "run the scheduler extender: filter and score nodes by free MIG instances"
 
@@ -37,8 +35,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     tls.add_argument("--reload-interval", type=float, default=10.0, metavar="SECONDS",
                      help="how often the TLS files are checked for changes (default 10)")
     parser.add_argument("--log-format", choices=scoring_log.LOG_FORMATS, default="both",
-                        help="scoring log lines per prioritize call: json, text or both "
-                             "(default both)")
+                        help="json: every log line one JSON object (the scoring log's too); "
+                             "text: human lines; both: human lines plus the scoring log's "
+                             "JSON line per prioritize call (default both)")
     parser.add_argument("--log-nodes", type=int, default=50, metavar="N",
                         help="nodes written in full per scoring-log JSON line, best first "
                              "(0: all; default 50)")
@@ -100,28 +99,23 @@ def settings_from(args: argparse.Namespace) -> server.ExtenderSettings:
     )
 
 
-def _configure_logging(level: str) -> None:
-    logging.basicConfig(level=level.upper(),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    # The scoring log is for operators and tools: bare lines on stdout.
-    handler = logging.StreamHandler(sys.stdout)
-    handler.setFormatter(logging.Formatter("%(message)s"))
-    scoring_log.logger.addHandler(handler)
-    scoring_log.logger.setLevel(logging.INFO)
-    scoring_log.logger.propagate = False
-
-
 async def _serve(args: argparse.Namespace, settings: server.ExtenderSettings,
                  view: cluster.Cluster, source: sources.Source) -> None:
     from migfit.extender import advice
 
-    registry = prometheus_client.CollectorRegistry(auto_describe=True)
-    metrics = advice.Metrics(registry)
+    registry = common_metrics.registry()
     cache = advice.configure(settings=advisor.Settings(grace_s=args.grace))
+    # Computed at scrape time from the cache /advice reads: they agree with /advice, with a
+    # publisher (API mode) or without one (--cluster FILE, --no-publish).
+    metrics = advice.Metrics(registry, state=view, cache=cache)
     background: list[tuple[str, Any]] = []
-    api = None
+    client = None
     if getattr(args, "cluster_file", None) is None and not args.no_publish:
-        api = await kubeapi.api_client(kubeconfig=args.kubeconfig, context=args.context)
+        # One client for the writes, found as kubectl finds it, with its credentials kept
+        # fresh (exec/OIDC) and --request-timeout.
+        client = await kube.connect(kubeconfig=args.kubeconfig, context=args.context,
+                                    request_timeout=args.request_timeout)
+        api = client.api
         ns, _, name = str(args.configmap).partition("/")
         config, why = await advice.read_config(api, name=name, namespace=ns)
         if why is not None:
@@ -133,7 +127,7 @@ async def _serve(args: argparse.Namespace, settings: server.ExtenderSettings,
         if args.apply_relayout:
             from migfit.extender import leader, relayout
 
-            elector = leader.LeaseElector(api, namespace=args.lease_namespace)
+            elector = leader.LeaseElector(client, namespace=args.lease_namespace)
             applier = relayout.Relayouter(
                 view, api, elector=elector, cache=cache, metrics=metrics,
                 settings=relayout.Settings(max_concurrent=args.max_relayouts,
@@ -146,8 +140,8 @@ async def _serve(args: argparse.Namespace, settings: server.ExtenderSettings,
         await server.serve(settings, view, source=source, registry=registry,
                            background=background)
     finally:
-        if api is not None:
-            await api.close()
+        if client is not None:
+            await client.close()
 
 
 def run(args: argparse.Namespace) -> int:
@@ -165,7 +159,7 @@ def run(args: argparse.Namespace) -> int:
     if args.relayout_timeout <= 0:
         raise errors.UsageError(f"--relayout-timeout {args.relayout_timeout}: use more than "
                                 "0 seconds")
-    _configure_logging(args.log_level)
+    logs.configure(level=args.log_level, style=logs.style_of(args.log_format))
     view = cluster.Cluster(profiles.load(args.catalog))
     source = sources.source_from_args(view, args)
     asyncio.run(_serve(args, settings, view, source))

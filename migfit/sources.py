@@ -62,6 +62,7 @@ def open_source(
     in_cluster: bool,
     context: str | None = None,
     poll_interval_s: float = snapshots.DEFAULT_POLL_INTERVAL_S,
+    request_timeout_s: float | None = None,
 ) -> Source:
     """The source for one of: a snapshot file, a kubeconfig, or the pod's service account."""
     if cluster_file is not None and kubeconfig is not None:
@@ -81,7 +82,10 @@ def open_source(
             "export) or --kubeconfig PATH, or run inside a pod to use its service account")
     from migfit import watching  # the Kubernetes client loads only when it is needed
 
-    return WatchSource(watching.KubernetesSource(model, kubeconfig=kubeconfig, context=context))
+    settings = (watching.WatchSettings(read_timeout_s=request_timeout_s)
+                if request_timeout_s else None)  # --request-timeout: a list page's limit
+    return WatchSource(watching.KubernetesSource(model, kubeconfig=kubeconfig, context=context,
+                                                 settings=settings))
 
 
 def add_source_arguments(parser: argparse.ArgumentParser) -> None:
@@ -117,7 +121,8 @@ def source_from_args(model: cluster.Cluster, args: argparse.Namespace) -> Source
     check_source_args(args)
     return open_source(model, cluster_file=cluster_file, kubeconfig=kubeconfig,
                        in_cluster=cluster_file is None and kubeconfig is None,
-                       context=getattr(args, "context", None))
+                       context=getattr(args, "context", None),
+                       request_timeout_s=getattr(args, "request_timeout", None))
 
 
 def check_source_args(args: argparse.Namespace) -> None:

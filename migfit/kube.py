@@ -33,7 +33,8 @@ model classes, which cost too much for 150,000 pods).
 Stable API (other modules rely on it: add to it, do not rename): :func:`connect`,
 :class:`KubeClient` (``patch_node``, ``read_node``, ``read_pod``, ``list_nodes``,
 ``list_pods``, ``create_event``, ``read_config_map``, ``read_lease``, ``create_lease``,
-``update_lease``, ``open_get``, ``close``), :func:`as_client`, :class:`ApiError`
+``update_lease``, ``open_get``, ``close``), :func:`as_client`, :func:`read_json`,
+:class:`ApiError`
 (``.status``, ``.final``, ``.retryable``, ``.conflict``, ``.not_found``), :class:`Connection`,
 :func:`discover`, :func:`parse_duration`, :func:`add_request_timeout_argument`.
 """
@@ -192,6 +193,8 @@ class Connection:
     """How often a retryable failure is retried inside one call before it is raised."""
     backoff_base_s: float = 0.2
     backoff_cap_s: float = 5.0
+    refresh_interval_s: float = REFRESH_INTERVAL_S
+    """How often the kubeconfig user's exec plugin / OIDC / GCP token is checked."""
 
     def backoff(self, attempt: int) -> float:
         """Jittered exponential delay before retry number ``attempt`` (0-based)."""
@@ -514,7 +517,8 @@ def _selectors(label_selector: str | None, field_selector: str | None) -> list[t
     return query
 
 
-async def _refresh_credentials(loader: Any, configuration: k8s.Configuration) -> None:
+async def _refresh_credentials(loader: Any, configuration: k8s.Configuration,
+                               interval_s: float) -> None:
     """Re-run the kubeconfig user's token source before it expires, until cancelled.
 
     exec plugins re-run only when their credential nears expiry (or carries none); OIDC and
@@ -525,7 +529,7 @@ async def _refresh_credentials(loader: Any, configuration: k8s.Configuration) ->
     if provider not in ("gcp", "oidc") and not (user is not None and "exec" in user):
         return
     while True:
-        await asyncio.sleep(REFRESH_INTERVAL_S)
+        await asyncio.sleep(interval_s)
         try:
             if provider == "gcp":
                 await loader.load_gcp_token()
@@ -546,6 +550,26 @@ def _in_cluster_namespace() -> str:
             or "default"
     except OSError:
         return "default"
+
+
+async def read_json(raw: Any) -> dict[str, Any]:
+    """The body of a kubernetes-asyncio ``_preload_content=False`` response (the generated
+    API classes' raw answer); an ApiError for an error status (the library does not raise for
+    those when it does not preload)."""
+    status = int(getattr(raw, "status", 200))
+    body: bytes = await raw.read()
+    if status >= 400:
+        reason, detail = _status_detail(body)
+        url = getattr(raw, "url", None)
+        server = f"{url.scheme}://{url.host}:{url.port}" if url is not None and url.host \
+            else "the API server"
+        raise ApiError(status=status, reason=reason or _REASONS.get(status, ""), server=server,
+                       action=f"{getattr(raw, 'method', 'request')} {getattr(url, 'path', '')}"
+                       .strip(), detail=detail)
+    doc = json.loads(body)
+    if not isinstance(doc, dict):
+        raise ValueError("the API answered with something that is not an object")
+    return doc
 
 
 def as_client(api: KubeClient | k8s.ApiClient, *,
@@ -598,14 +622,28 @@ async def connect(kubeconfig: str | os.PathLike[str] | None = None,
     refresher = None
     if loader is not None:
         refresher = asyncio.get_running_loop().create_task(
-            _refresh_credentials(loader, configuration), name="kube credential refresh")
+            _refresh_credentials(loader, configuration, connection.refresh_interval_s),
+            name="kube credential refresh")
     api = k8s.ApiClient(configuration)
     return KubeClient(api, origin=origin, server=str(configuration.host), namespace=namespace,
                       connection=connection, refresher=refresher)
 
 
 __all__ = [
-    "DEFAULT_REQUEST_TIMEOUT_S", "JSON_PATCH", "MERGE_PATCH", "STRATEGIC_PATCH",
-    "TRANSPORT_ERRORS", "ApiError", "Connection", "KubeClient", "Origin", "PatchType",
-    "add_request_timeout_argument", "as_client", "connect", "discover", "parse_duration",
+    "DEFAULT_REQUEST_TIMEOUT_S",
+    "JSON_PATCH",
+    "MERGE_PATCH",
+    "STRATEGIC_PATCH",
+    "TRANSPORT_ERRORS",
+    "ApiError",
+    "Connection",
+    "KubeClient",
+    "Origin",
+    "PatchType",
+    "add_request_timeout_argument",
+    "as_client",
+    "connect",
+    "discover",
+    "parse_duration",
+    "read_json",
 ]

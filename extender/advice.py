@@ -17,11 +17,13 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import prometheus_client
 from kubernetes_asyncio import client as k8s
+from prometheus_client.metrics_core import GaugeMetricFamily
+from prometheus_client.registry import Collector
 
 from migfit import advisor, cluster, errors, keys, migparted
 from migfit.extender import kubeapi
@@ -91,20 +93,46 @@ def advice_json(state: cluster.Cluster, *, now: float | None = None) -> dict[str
     return dict(_DEFAULT.get(state, now=now).to_json())
 
 
-class Metrics:
-    """Gauges of the advice (and counters the apply mode uses)."""
+class _AdviceCollector(Collector):
+    """The advice's gauges, read at scrape time from what ``Metrics.current`` returns."""
 
-    def __init__(self, registry: prometheus_client.CollectorRegistry) -> None:
-        self.recommendations = prometheus_client.Gauge(
-            "migfit_relayout_recommendations", "Nodes recommended for a MIG re-layout",
-            ["disruptive"], registry=registry)
-        self.waiting = prometheus_client.Gauge(
+    def __init__(self, metrics: Metrics) -> None:
+        self._metrics = metrics
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        advice = self._metrics.current()
+        recs = advice.recommendations if advice is not None else ()
+        disruptive = sum(r.disruptive for r in recs)
+        family = GaugeMetricFamily("migfit_relayout_recommendations",
+                                   "Nodes recommended for a MIG re-layout", labels=["disruptive"])
+        family.add_metric(["false"], len(recs) - disruptive)
+        family.add_metric(["true"], disruptive)
+        yield family
+        yield GaugeMetricFamily(
             "migfit_relayout_waiting_pods",
             "Pods waiting past the grace period for a MIG profile no node has free",
-            registry=registry)
-        self.unserved = prometheus_client.Gauge(
+            value=len(advice.waiting) if advice is not None else 0)
+        yield GaugeMetricFamily(
             "migfit_relayout_unserved_pods",
-            "Waiting pods that no recommended re-layout would unblock", registry=registry)
+            "Waiting pods that no recommended re-layout would unblock",
+            value=len(advice.unserved) if advice is not None else 0)
+
+
+class Metrics:
+    """Gauges of the advice (and counters the apply mode uses).
+
+    With ``state`` the advice gauges are computed when scraped, from ``cache`` (default: the
+    cache ``GET /advice`` reads), so they agree with ``/advice`` whether or not a publisher
+    runs (``migfit extender --cluster FILE`` has none); without it they show the advice last
+    passed to ``observe``.
+    """
+
+    def __init__(self, registry: prometheus_client.CollectorRegistry, *,
+                 state: cluster.Cluster | None = None, cache: AdviceCache | None = None) -> None:
+        self._state = state
+        self._cache = cache or _DEFAULT
+        self._observed: advisor.Advice | None = None
+        registry.register(_AdviceCollector(self))
         self.applied = prometheus_client.Counter(
             "migfit_relayout_applied", "Re-layouts driven by the apply mode, by outcome",
             ["result"], registry=registry)
@@ -115,12 +143,13 @@ class Metrics:
             "migfit_relayout_in_progress", "Re-layouts being applied now", registry=registry)
 
     def observe(self, advice: advisor.Advice) -> None:
-        disruptive = sum(r.disruptive for r in advice.recommendations)
-        self.recommendations.labels(disruptive="true").set(disruptive)
-        self.recommendations.labels(disruptive="false").set(
-            len(advice.recommendations) - disruptive)
-        self.waiting.set(len(advice.waiting))
-        self.unserved.set(len(advice.unserved))
+        self._observed = advice
+
+    def current(self) -> advisor.Advice | None:
+        """The advice the gauges show now."""
+        if self._state is not None:
+            return self._cache.get(self._state)
+        return self._observed
 
 
 def annotation_value(rec: advisor.Recommendation) -> str:

@@ -33,6 +33,8 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from migfit import cluster, errors, lifecycle
+from migfit import metrics as common_metrics
+from migfit.certs import metrics as cert_metrics
 from migfit.certs import reloading
 from migfit.extender import advice, figures, filtering, scoring, scoring_log
 
@@ -186,7 +188,8 @@ class _ClusterCollector(Collector):
             for p, a, f in fig.advertised:
                 free.add_metric([name, p], f)
                 alloc.add_metric([name, p], a)
-            frag.add_metric([name], fig.fragmentation)
+            if fig.total_slices:  # a node without MIG instances has nothing to fragment
+                frag.add_metric([name], fig.fragmentation)
         demand = GaugeMetricFamily("migfit_extender_pending_instances",
                                    "MIG instances requested by pending pods, per profile",
                                    labels=["profile"])
@@ -209,11 +212,11 @@ class Metrics:
 def _metrics(model: cluster.Cluster,
              registry: prometheus_client.CollectorRegistry | None = None) -> Metrics:
     if registry is None:
-        registry = prometheus_client.CollectorRegistry(auto_describe=True)
+        registry = common_metrics.registry()
     calls = prometheus_client.Counter("migfit_extender_requests", "Extender calls per verb",
                                       ["verb", "code"], registry=registry)
     latency = prometheus_client.Histogram(
-        "migfit_extender_request_seconds", "Extender call latency per verb", ["verb"],
+        "migfit_extender_request_duration_seconds", "Extender call latency per verb", ["verb"],
         buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0),
         registry=registry)
     filtered = prometheus_client.Counter(
@@ -403,11 +406,13 @@ def make_app(
     cluster: cluster.Cluster,
     source: Source | None = None,
     registry: prometheus_client.CollectorRegistry | None = None,
+    certificate: cert_metrics.HasExpiry | None = None,
 ) -> web.Application:
     """The extender application over ``cluster``; ``source`` (when given) runs for its lifetime.
 
-    ``registry`` (default: a new one) is where the metrics go, so that the advisor's and the
-    re-layout's gauges share the extender's ``/metrics``.
+    ``registry`` (default: ``migfit.metrics.registry()``) is where the metrics go, so that the
+    advisor's and the re-layout's gauges share the extender's ``/metrics``. ``certificate``
+    (the ``CertificateReloader`` when serving TLS) adds the certificate-expiry gauge.
 
     Routes: ``POST /filter``, ``POST /prioritize``, ``GET /healthz``, ``/readyz``, ``/metrics``,
     ``/advice``. It can be mounted under a prefix with ``add_subapp`` (``migfit serve``).
@@ -416,6 +421,8 @@ def make_app(
     app[SETTINGS] = settings
     app[CLUSTER] = cluster
     app[METRICS] = _metrics(cluster, registry)
+    if certificate is not None:
+        cert_metrics.register(app[METRICS].registry, server="extender", source=certificate)
     app[SCORING_LOG] = scoring_log.ScoringLog(log_format=settings.log_format,
                                               max_nodes=settings.log_nodes)
     figures.index_of(cluster)  # subscribe to the cache before the first call
@@ -475,7 +482,8 @@ async def serve(
     the server's life and are cancelled on shutdown.
     """
     reloader = tls_reloader(settings)
-    app = make_app(settings=settings, cluster=model, source=source, registry=registry)
+    app = make_app(settings=settings, cluster=model, source=source, registry=registry,
+                   certificate=reloader)
     for name, make in background:
         app.cleanup_ctx.append(_background(name, make))
     app.cleanup_ctx.append(_background("GC freeze", lambda: freeze_after_sync(model)))

@@ -1,7 +1,8 @@
 """How the servers log: one line per record, text or JSON, UTC timestamps, nothing forgeable.
 
-Both servers and ``migfit serve`` configure logging here, so operational lines and the
-extender's scoring log share one stream and one format. In ``json`` every line is one JSON
+Both servers and ``migfit serve`` configure logging here (``--log-format`` and
+``--log-level``), so operational lines and the extender's scoring log share one stream
+(stderr, as Kubernetes components log) and one format. In ``json`` every line is one JSON
 object (``time``, ``level``, ``logger``, ``message``); a scoring-log record that already is a
 JSON object is written as it is, so ``jq`` reads the whole stream. In ``text`` the message's
 control characters (newlines included) and lone surrogates are escaped, so a client-supplied
@@ -21,6 +22,18 @@ LOG_STYLES: tuple[LogStyle, ...] = ("text", "json")
 
 # The logger of the extender's scoring log (extender/scoring_log.py writes bare lines to it).
 SCORING_LOGGER = "migfit.scoring"
+
+
+def style_of(log_format: str) -> LogStyle:
+    """The stream's style for a server's ``--log-format``: ``json`` is JSON; ``text`` and
+    ``both`` are text (``both`` adds the scoring log's JSON line, written bare, to its human
+    line: the extender's choice, not the stream's)."""
+    if log_format == "json":
+        return "json"
+    if log_format in ("text", "both"):
+        return "text"
+    raise ValueError(f"log format {log_format!r}: use json, text or both")
+
 
 _NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 

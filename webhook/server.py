@@ -25,6 +25,7 @@ from prometheus_client.exposition import generate_latest
 
 from migfit import cluster as cluster_mod
 from migfit import errors, lifecycle
+from migfit import metrics as common_metrics
 from migfit.certs import metrics as cert_metrics
 from migfit.certs import reloading
 from migfit.webhook import decision, view
@@ -262,12 +263,12 @@ def make_app(
     """The webhook's aiohttp application: ``POST /mutate``, ``GET /healthz|/readyz|/metrics``.
 
     ``cluster`` is the live view a source keeps current (None: decide from
-    ``settings.policy.fallback_models``). ``registry`` defaults to a fresh CollectorRegistry;
+    ``settings.policy.fallback_models``). ``registry`` defaults to ``migfit.metrics.registry()``;
     pass a shared one to expose several servers' metrics together. ``certificate`` (a
     ``CertificateReloader``) adds the certificate-expiry gauge.
     """
     if registry is None:
-        registry = CollectorRegistry(auto_describe=True)
+        registry = common_metrics.registry()
     app = web.Application(client_max_size=settings.max_body_bytes, middlewares=[_json_errors])
     app[STATE] = State(
         settings=settings,

@@ -12,17 +12,18 @@ import argparse
 import asyncio
 import contextlib
 import logging
-import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 from aiohttp import web
 
-from migfit import cluster, errors, lifecycle, snapshots, sources
+from migfit import cluster, errors, lifecycle, logs, snapshots, sources
+from migfit import metrics as common_metrics
 from migfit.certs import certificates, reloading
 from migfit.commands import options
 from migfit.commands import webhook as webhook_cli
+from migfit.extender import advice
 from migfit.extender import server as extender_server
 from migfit.webhook import decision
 from migfit.webhook import server as webhook_server
@@ -45,7 +46,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="where to write the throwaway CA and certificate (default: a new "
                              "temporary folder)")
     parser.add_argument("--log-format", choices=["json", "text", "both"], default="text",
-                        help="scoring log lines (default: %(default)s)")
+                        help="json: every log line one JSON object (the scoring log's too); "
+                             "text: human lines; both: human lines plus the scoring log's "
+                             "JSON line per prioritize call (default: %(default)s)")
     sources.add_source_arguments(parser)
     webhook_cli.add_policy_arguments(parser)
 
@@ -130,10 +133,14 @@ async def _serve_with(
 
     hook_settings = webhook_server.Settings(policy=policy, host=args.host,
                                             port=args.webhook_port, tls_cert=cert, tls_key=key)
-    hook_app = webhook_server.make_app(hook_settings, model, certificate=reloader)
+    # One registry per server: each /metrics shows its own server (and migfit_build_info).
+    hook_app = webhook_server.make_app(hook_settings, model, certificate=reloader,
+                                       registry=common_metrics.registry())
+    ext_registry = common_metrics.registry()
+    advice.Metrics(ext_registry, state=model)  # the gauges /advice agrees with
     ext_app = extender_server.make_app(
         settings=extender_server.ExtenderSettings(log_format=args.log_format),
-        cluster=model, source=source)
+        cluster=model, source=source, registry=ext_registry, certificate=reloader)
 
     runners: list[web.AppRunner] = []
     stop = asyncio.Event()
@@ -169,7 +176,6 @@ async def _serve_with(
 
 
 def run(args: argparse.Namespace) -> int:
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logs.configure(level="info", style=logs.style_of(args.log_format))
     asyncio.run(_serve(args))
     return 0

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import logging
 from pathlib import Path
 
-from migfit import cluster, errors, profiles, sources
+from migfit import cluster, errors, logs, profiles, sources
 from migfit.webhook import decision, server
 
 HELP = "run the mutating admission webhook: gpu-memory annotations in, MIG resources out"
@@ -36,6 +35,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--access-log", action="store_true", help="log every HTTP request")
     parser.add_argument("--log-level", default="info",
                         choices=["debug", "info", "warning", "error"])
+    parser.add_argument("--log-format", choices=logs.LOG_STYLES, default="text",
+                        help="json: every log line one JSON object; text: human lines "
+                             "(default text)")
 
 
 def add_policy_arguments(parser: argparse.ArgumentParser) -> None:
@@ -76,8 +78,7 @@ def policy_from(args: argparse.Namespace) -> tuple[profiles.Catalog, decision.Po
 
 
 def run(args: argparse.Namespace) -> int:
-    logging.basicConfig(level=args.log_level.upper(),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logs.configure(level=args.log_level, style=args.log_format)
     catalog, policy = policy_from(args)
     for path, what in ((args.tls_cert, "--tls-cert"), (args.tls_key, "--tls-key")):
         if not path.is_file():

@@ -173,7 +173,7 @@ async def test_metrics_count_calls_and_show_cluster_gauges(client: Client) -> No
     assert resp.status == 200
     text = await resp.text()
     assert 'migfit_extender_requests_total{code="200",verb="filter"} 1.0' in text
-    assert 'migfit_extender_request_seconds_count{verb="prioritize"} 1.0' in text
+    assert 'migfit_extender_request_duration_seconds_count{verb="prioritize"} 1.0' in text
     assert ('migfit_extender_filtered_nodes_total{outcome="unresolvable",'
             'reason="not-advertised"} 1.0') in text
     assert 'migfit_extender_free_instances{node="free-1g",profile="1g.10gb"} 6.0' in text

@@ -6,8 +6,8 @@ them (``scoring.NodeScore``), and the call's duration: ``raw = Σ weights[t] · 
 recomputed from the line alone. The human line names, per node, the terms that weigh most
 (weight × value). kube-scheduler may send thousands of nodes,
 so at most ``max_nodes`` of the best are written in full (0: all), with a histogram of all
-scores and the number left out. Lines go to the ``migfit.scoring`` logger; the command
-line attaches a handler that writes the bare message.
+scores and the number left out. Lines go to the ``migfit.scoring`` logger, which
+``migfit.logs`` writes bare in text (they are the report) and as they are in JSON.
 """
 
 from __future__ import annotations
@@ -20,12 +20,13 @@ import logging
 from collections.abc import Sequence
 from typing import Any, Literal
 
+from migfit import logs
 from migfit.extender import filtering, scoring
 
 LogFormat = Literal["json", "text", "both"]
 LOG_FORMATS: tuple[LogFormat, ...] = ("json", "text", "both")
 
-logger = logging.getLogger("migfit.scoring")
+logger = logging.getLogger(logs.SCORING_LOGGER)
 
 
 def weights() -> dict[str, float]:

@@ -1,7 +1,11 @@
 """``migfit simulate``: replay a GPU trace through migfit and the baselines, and report.
 
 By default it replays the Alibaba GPU trace's default pod list (cluster-trace-gpu-v2023,
-FGD's ATC '23 workload) on its 1,213 GPU nodes, every GPU treated as an A100-80GB.
+FGD's ATC '23 workload; public repository alibaba/clusterdata, folder
+cluster-trace-gpu-v2023/csv) on its 1,213 GPU nodes, every GPU treated as an A100-80GB
+(``--model-map``), with initial layouts sized from the first half of the pod list and the
+second half replayed (``--layout history``). ``--example`` runs a small synthetic cluster and
+workload shipped with migfit, without the trace.
 """
 
 from __future__ import annotations
@@ -13,12 +17,13 @@ import os
 import shlex
 import sys
 import time
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from migfit import errors, profiles
-from migfit.simulate import adapters, engine, initial, metrics, report, spec, workload
+from migfit.simulate import adapters, engine, initial, metrics, policies, report, spec, workload
 
 HELP = ("replay a workload through the webhook's decision, the extender's filter and score "
         "and the advisor's planner, against kube-scheduler baselines; compare policies")
@@ -27,6 +32,10 @@ TRACE_ENV = "MIGFIT_TRACE_DIR"
 NODE_CSV = "openb_node_list_gpu_node.csv"
 POD_CSV = "openb_pod_list_default.csv"
 DEFAULT_PICTURES = ("default", "migfit+advisor")
+HISTORY = "history"
+DEFAULT_LAYOUT = HISTORY
+EXAMPLE_CLUSTER = Path(__file__).resolve().parent / "example-cluster.yaml"
+EXAMPLE_PODS = 600
 
 
 def default_trace_dir() -> Path:
@@ -48,19 +57,36 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                           "layout or layouts) instead of the trace's node list")
     src.add_argument("--nodes", type=Path, default=None, metavar="CSV",
                      help=f"the trace's node list (default: TRACE_DIR/{NODE_CSV})")
-    src.add_argument("--model", default="A100-80GB",
-                     help="GPU model every GPU of the trace's node list is treated as (not "
-                          "used with --cluster, whose spec names the models)")
+    src.add_argument("--example", action="store_true",
+                     help=f"run without the trace: the small cluster shipped with migfit "
+                          f"({EXAMPLE_CLUSTER.name}) and {EXAMPLE_PODS} synthetic pods "
+                          f"(--synthetic to change)")
+    src.add_argument("--model", default=spec.DEFAULT_MODEL,
+                     help="MIG model the trace's GPU models are treated as unless "
+                          "--model-map names them (not used with --cluster)")
+    src.add_argument("--model-map", default="", metavar="TRACE=MIG,...",
+                     help="the trace's GPU models (node list column model: P100, T4, V100M16, "
+                          "V100M32, G2, G3, A10) as MIG models, e.g. "
+                          "V100M32=A100-80GB,T4=A30-24GB (*=MODEL for the rest); unnamed "
+                          "models are --model. Nodes keep their trace model for the pods' "
+                          "gpu_spec")
     src.add_argument("--layout", default=None,
-                     help="initial layout of the GPUs: demand-matched (per-GPU layouts "
-                          "derived from the workload's profile mix, see "
-                          "migfit/simulate/initial.py; the default for the trace's node "
-                          "list), a mig-parted config name (all-balanced, all-1g.10gb, "
+                     help="initial layout of the GPUs: history (the default for the trace's "
+                          "node list: demand-matched on the first --history-share of the pod "
+                          "list, which is then not replayed), named configs in proportions "
+                          "of the GPUs, whole nodes each (all-balanced=50%%,all-1g.10gb=25%%,"
+                          "all-7g.80gb=25%%), demand-matched (an oracle: per-GPU layouts "
+                          "derived from the replayed workload's own profile mix, see "
+                          "migfit/simulate/initial.py), a mig-parted config name "
+                          "(all-balanced, all-1g.10gb, "
                           "all-3g, ...), a comma-separated profile list such as "
                           "3g.40gb,2g.20gb,1g.10gb,1g.10gb, or per-GPU layouts separated by "
                           "';' that the cluster's GPUs take in turn, e.g. "
                           "'7g.80gb;7g.80gb;4g.40gb,3g.40gb'. With --cluster it replaces the "
                           "spec's layouts")
+    src.add_argument("--history-share", type=float, default=0.5, metavar="F",
+                     help="--layout history: the first F of the pod list (creation order) "
+                          "sizes the layouts; the rest is replayed")
     src.add_argument("--pods", type=Path, default=None, metavar="CSV",
                      help=f"the trace's pod list (default: TRACE_DIR/{POD_CSV})")
     src.add_argument("--synthetic", type=int, default=None, metavar="N",
@@ -97,21 +123,33 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                           "whose profile no node has free, safe nodes); planner = "
                           "migfit.planner.plan_cluster on every pending pod's instances over "
                           "idle nodes (for comparison)")
-    run.add_argument("--advisor-grace", type=float, default=0.0, metavar="S",
+    run.add_argument("--advisor-grace", type=float, default=policies.SERVER_ADVISOR.grace_s,
+                     metavar="S",
                      help="seconds a pod must have been unschedulable before the advisor "
-                          "counts it (the server's --grace)")
-    run.add_argument("--advisor-free-grace", type=float, default=300.0, metavar="S",
+                          "counts it (default: the server's --grace default)")
+    run.add_argument("--advisor-free-grace", type=float,
+                     default=policies.SERVER_ADVISOR.free_grace_s, metavar="S",
                      help="seconds after which the advisor counts an unschedulable pod even "
                           "though free instances of its profile exist somewhere (they are of "
-                          "no use to it: cpu, memory, taints). 300 = one flush of "
-                          "kube-scheduler's unschedulable queue "
-                          "(podMaxInUnschedulablePodsDuration, 5 min); the server's default "
-                          "is 900")
+                          "no use to it: cpu, memory, taints); default: the server's")
+    run.add_argument("--percentage-of-nodes-to-score", type=int, default=0, metavar="P",
+                     help="kube-scheduler's percentageOfNodesToScore: 0 = adaptive (50 - "
+                          "nodes/125 %%, at least 5 %%, at least 100 nodes; the shipped "
+                          "config), 100 = every feasible node")
+    run.add_argument("--allocation", choices=("distributed", "packed"),
+                     default="distributed",
+                     help="the device plugin's choice of instance inside a node: from the "
+                          "GPU with the fewest (distributed) or most (packed) instances in use")
+    run.add_argument("--gpu-weight", type=int, default=3, metavar="W",
+                     help="binpack-gpu: the MIG resource's weight in MostAllocated (cpu and "
+                          "memory weigh 1)")
     run.add_argument("--extender-weight", type=int, default=5,
                      help="the extender's weight in the scheduler config (score × weight × 10)")
     run.add_argument("--policies", default=",".join(p.name for p in engine.ALL_POLICIES),
-                     help="comma-separated policies: default, binpack, random, migfit, each "
-                          "optionally +advisor, and upper-bound")
+                     help="comma-separated policies: default, binpack, binpack-gpu, random, "
+                          "fgd, migfit, each optionally +advisor; bound (the LP relaxation no "
+                          "policy can beat, any re-layout) and bound-static (initial layouts "
+                          "fixed); upper-bound (instances on demand, best fit: not a bound)")
     run.add_argument("--seeds", type=int, default=1, metavar="N",
                      help="run every policy with seeds BASE..BASE+N-1")
     run.add_argument("--seed", type=int, default=0, metavar="BASE", help="the first seed")
@@ -152,33 +190,45 @@ def _inputs(args: argparse.Namespace, catalog: profiles.Catalog
             ) -> tuple[list[spec.NodeSpec], list[workload.PodSpec], dict[str, Any]]:
     trace_dir: Path = args.trace_dir or default_trace_dir()
     info: dict[str, Any] = {}
-    if args.cluster is not None:
-        nodes = spec.load_spec(args.cluster, catalog)
-        info["cluster"] = str(args.cluster)
+    cluster_file: Path | None = args.cluster
+    if args.example and cluster_file is None:
+        cluster_file = EXAMPLE_CLUSTER
+    if cluster_file is not None:
+        nodes = spec.load_spec(cluster_file, catalog)
+        info["cluster"] = str(cluster_file)
     else:
         path = args.nodes or trace_dir / NODE_CSV
         if not path.exists():
-            raise errors.UsageError(f"no node list at {path}; give --trace-dir, --nodes or "
-                                    f"--cluster (or set ${TRACE_ENV})")
+            raise errors.UsageError(
+                f"no node list at {path}; give --trace-dir, --nodes or --cluster (or set "
+                f"${TRACE_ENV}), or try --example. The trace is Alibaba's "
+                f"cluster-trace-gpu-v2023 (public repository alibaba/clusterdata, folder "
+                f"cluster-trace-gpu-v2023/csv)")
         model = catalog.get(args.model)
-        nodes = spec.load_node_csv(path, model=model, layout="all-balanced")
-        info["cluster"] = f"{path} as {model.id}"
-    models = {n.model.id for n in nodes}
-    if len(models) != 1:
-        raise errors.UsageError(f"the simulated cluster mixes GPU models ({', '.join(models)}); "
-                                f"the trace mapping needs one reference model")
-    ref = nodes[0].model
-    if args.synthetic is not None:
-        if args.synthetic <= 0:
+        model_map = spec.parse_model_map(args.model_map, catalog)
+        nodes = spec.load_node_csv(path, model=model, layout="all-balanced",
+                                   model_map=model_map)
+        mapped = ", ".join(f"{k}={v.id}" for k, v in sorted(model_map.items()))
+        info["cluster"] = f"{path} as {model.id}" + (f" ({mapped})" if mapped else "")
+    gpu_models = Counter[str]()
+    for n in nodes:
+        gpu_models[n.model.id] += n.gpus
+    if not gpu_models or not any(n.gpus for n in nodes):
+        raise errors.UsageError("the simulated cluster has no GPU")
+    # The trace mapping needs one reference model: the one with the most GPUs.
+    ref = catalog.get(max(sorted(gpu_models), key=lambda m: gpu_models[m]))
+    synthetic = args.synthetic if args.synthetic is not None else (
+        EXAMPLE_PODS if args.example else None)
+    if synthetic is not None:
+        if synthetic <= 0:
             raise errors.UsageError("--synthetic needs a positive number of pods")
-        pods = workload.synthetic(args.synthetic, model=ref, mapping=args.mapping,
-                                  seed=args.seed)
-        info["workload"] = f"{args.synthetic} synthetic pods"
+        pods = workload.synthetic(synthetic, model=ref, mapping=args.mapping, seed=args.seed)
+        info["workload"] = f"{synthetic} synthetic pods"
     else:
         path = args.pods or trace_dir / POD_CSV
         if not path.exists():
             raise errors.UsageError(f"no pod list at {path}; give --trace-dir, --pods or "
-                                    f"--synthetic (or set ${TRACE_ENV})")
+                                    f"--synthetic (or set ${TRACE_ENV}), or try --example")
         pods = workload.load_trace(path, model=ref, mapping=args.mapping)
         info["workload"] = str(path)
     if args.limit_pods is not None:
@@ -186,26 +236,58 @@ def _inputs(args: argparse.Namespace, catalog: profiles.Catalog
     if not pods:
         raise errors.UsageError("the workload has no pods")
     layout: str | None = args.layout
-    if layout is None and args.cluster is None:
-        layout = initial.DEMAND_MATCHED
+    if layout is None and cluster_file is None:
+        layout = DEFAULT_LAYOUT
     if layout is not None:
-        nodes = _layouts(layout, nodes, pods)
+        nodes, pods = _layouts(layout, nodes, pods, history_share=args.history_share)
         info["cluster"] += f", initial layout {layout}"
+        if layout == HISTORY:
+            info["cluster"] += (f" (sized on the first {args.history_share:.0%} of the pod "
+                                f"list; the other {len(pods)} pods replayed)")
     info.update(layout=layout or "from the spec", nodes=len(nodes),
                 gpus=sum(n.gpus for n in nodes), model=ref.id,
+                models=", ".join(f"{m} ({g} GPUs)" for m, g in sorted(gpu_models.items())),
                 pods_in_workload=len(pods), mapping=args.mapping)
     return nodes, pods, info
 
 
-def _layouts(text: str, nodes: list[spec.NodeSpec], pods: Sequence[workload.PodSpec]
-             ) -> list[spec.NodeSpec]:
-    ref = nodes[0].model
+def _demand_matched(nodes: list[spec.NodeSpec], sizing: Sequence[workload.PodSpec]
+                    ) -> list[spec.NodeSpec]:
+    """Demand-matched layouts from ``sizing``'s mix, per GPU model (cpu-only nodes kept)."""
+    mix = initial.instance_mix(sizing)
+    out = list(nodes)
+    by_model: dict[str, list[int]] = {}
+    for i, n in enumerate(nodes):
+        if n.gpus:
+            by_model.setdefault(n.model.id, []).append(i)
+    for positions in by_model.values():
+        group = [nodes[i] for i in positions]
+        gpus = sum(n.gpus for n in group)
+        laid = initial.spread(group, initial.demand_matched(group[0].model, mix, gpus))
+        for i, n in zip(positions, laid, strict=True):
+            out[i] = n
+    return out
+
+
+def _layouts(text: str, nodes: list[spec.NodeSpec], pods: list[workload.PodSpec], *,
+             history_share: float) -> tuple[list[spec.NodeSpec], list[workload.PodSpec]]:
+    if text == HISTORY:
+        sizing, replayed = initial.history_split(pods, history_share)
+        return _demand_matched(nodes, sizing), replayed
     if text == initial.DEMAND_MATCHED:
-        gpus = sum(n.gpus for n in nodes)
-        return initial.spread(nodes, initial.demand_matched(ref, initial.instance_mix(pods),
-                                                            gpus))
-    return initial.assign(nodes, initial.resolve(ref, initial.parse_option(text),
-                                                 where="--layout"))
+        return _demand_matched(nodes, pods), pods
+    shares = initial.parse_proportions(text)
+    if shares is not None:
+        return initial.proportions(nodes, shares), pods
+    gpu_nodes = [n for n in nodes if n.gpus]
+    models = {n.model.id for n in gpu_nodes}
+    if len(models) != 1:
+        raise errors.UsageError(f"--layout {text!r} names one layout cycle for several GPU "
+                                f"models ({', '.join(sorted(models))}); use named configs in "
+                                f"proportions (all-balanced=50%,...) or history")
+    cycle = initial.resolve(gpu_nodes[0].model, initial.parse_option(text), where="--layout")
+    laid = iter(initial.assign(gpu_nodes, cycle))
+    return [next(laid) if n.gpus else n for n in nodes], pods
 
 
 def _run_one(job: tuple[Sequence[spec.NodeSpec], Sequence[workload.PodSpec], engine.Policy,
@@ -215,6 +297,20 @@ def _run_one(job: tuple[Sequence[spec.NodeSpec], Sequence[workload.PodSpec], eng
                       keep_snapshot=keep)
 
 
+def _check_outputs(args: argparse.Namespace) -> None:
+    """Fail before the simulation, not after it, when an output file cannot be written."""
+    for flag, path in (("--json", args.json), ("--report", args.report)):
+        if path is None:
+            continue
+        folder = path.parent if str(path.parent) else Path(".")
+        if not folder.is_dir():
+            raise errors.UsageError(f"{flag} {path}: no folder {folder}")
+        if path.is_dir():
+            raise errors.UsageError(f"{flag} {path}: is a folder")
+        if not os.access(folder, os.W_OK):
+            raise errors.UsageError(f"{flag} {path}: cannot write in {folder}")
+
+
 def run(args: argparse.Namespace) -> int:
     catalog = profiles.load(args.catalog)
     policies = _policies(args.policies)
@@ -222,8 +318,13 @@ def run(args: argparse.Namespace) -> int:
         raise errors.UsageError("--seeds must be at least 1")
     if args.target <= 0:
         raise errors.UsageError("--target must be positive (1.3 = 130 % of GPU capacity)")
+    _check_outputs(args)
+    if args.percentage_of_nodes_to_score < 0:
+        raise errors.UsageError("--percentage-of-nodes-to-score must be 0 (adaptive) to 100")
     nodes, pods, info = _inputs(args, catalog)
     options = engine.Options(
+        percentage_of_nodes_to_score=args.percentage_of_nodes_to_score,
+        allocation=args.allocation, gpu_weight=args.gpu_weight,
         mode=args.mode, target=args.target, order=args.order, fill_interval=args.fill_interval,
         relayout_seconds=args.relayout_seconds, advise_interval=args.advise_interval,
         max_relayouts=args.max_relayouts, advisor_grace=args.advisor_grace,
@@ -256,11 +357,15 @@ def run(args: argparse.Namespace) -> int:
         "command": command, **info, "mode": options.mode,
         "target": options.target if options.mode == "fill" else None,
         "order": options.order, "relayout_seconds": options.relayout_seconds,
-        "extender_weight": options.extender_weight, "advisor": options.advisor, "seeds": seeds,
+        "extender_weight": options.extender_weight, "advisor": options.advisor,
+        "advisor_grace_s": options.advisor_grace,
+        "advisor_free_grace_s": options.advisor_free_grace,
+        "percentage_of_nodes_to_score": options.percentage_of_nodes_to_score or "adaptive",
+        "allocation": options.allocation, "seeds": seeds,
         "code": adapters.sources(), "elapsed_s": round(elapsed, 2),
         "definitions": metrics.__doc__ or "",
     }
-    print(f"{info['nodes']} nodes, {info['gpus']} GPUs ({info['model']}); "
+    print(f"{info['nodes']} nodes, {info['gpus']} GPUs ({info['models']}); "
           f"{info['pods_in_workload']} pods, mapping={args.mapping}, mode={options.mode}"
           + (f", target {options.target:.0%} of GPUs requested" if options.mode == "fill"
              else "") + f"; seeds {seeds[0]}..{seeds[-1]}")

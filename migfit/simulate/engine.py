@@ -26,227 +26,79 @@ import random
 import time
 from collections import Counter
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import Any
 
-from migfit import advisor, cluster, migparted, placements, planner, profiles
-from migfit.simulate import adapters, metrics, objects, scheduler, spec, workload
-
-Mode = Literal["fill", "events"]
-Scorer = Literal["default", "binpack", "random", "migfit", "upper-bound"]
-SCORERS: tuple[Scorer, ...] = ("default", "binpack", "random", "migfit", "upper-bound")
-EPOCH = 1_767_225_600.0  # simulated time 0 = 2026-01-01T00:00:00Z (pod condition timestamps)
-RELAYOUT_TAINT = {"key": cluster.TAINT_RELAYOUT, "value": "pending", "effect": "NoSchedule"}
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class Policy:
-    """One scheduling policy: a scorer, with or without the advisor's re-layouts."""
-
-    scorer: Scorer
-    advisor: bool = False
-
-    @property
-    def name(self) -> str:
-        return self.scorer + ("+advisor" if self.advisor else "")
-
-    @staticmethod
-    def parse(text: str) -> Policy:
-        base, plus, extra = text.partition("+")
-        if base not in SCORERS or (plus and extra != "advisor"):
-            valid = ", ".join(SCORERS)
-            raise ValueError(f"unknown policy {text!r}; use one of {valid}, each optionally "
-                             f"with +advisor")
-        if base == "upper-bound" and plus:
-            raise ValueError("upper-bound creates any instance on demand; it takes no advisor")
-        scorer: Scorer = next(s for s in SCORERS if s == base)
-        return Policy(scorer=scorer, advisor=bool(plus))
-
-
-ALL_POLICIES: tuple[Policy, ...] = (
-    *(Policy(s, a) for s in ("default", "binpack", "random", "migfit") for a in (False, True)),
-    Policy("upper-bound"),
+from migfit import advisor, migparted, planner, profiles
+from migfit.simulate import (
+    adapters,
+    bound,
+    fgd,
+    metrics,
+    objects,
+    scheduler,
+    spec,
+    workload,
 )
+from migfit.simulate.policies import ALL_POLICIES, SCORERS, Mode, Options, Policy, Scorer
+from migfit.simulate.world import Counters, Gpu, Node, Pod, World, node_object, placement_of
+
+__all__ = ["ALL_POLICIES", "EPOCH", "SCORERS", "Mode", "Options", "Policy", "Scorer",
+           "Simulation"]
+EPOCH = 1_767_225_600.0  # simulated time 0 = 2026-01-01T00:00:00Z (pod condition timestamps)
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class Options:
-    mode: Mode = "fill"
-    target: float = 1.3  # fill: stop when requested GPUs reach this share of capacity
-    order: Literal["sample", "trace"] = "sample"  # fill: sample with replacement, or trace order
-    fill_interval: float = 1.0  # fill: seconds between arrivals
-    relayout_seconds: float = 180.0
-    advise_interval: float = 30.0
-    max_relayouts: int = 16  # re-layouts in flight at once
-    advisor: Literal["advisor", "planner"] = "advisor"  # see Simulation.advise
-    advisor_grace: float = 0.0  # seconds a pod must have been unschedulable to count
-    # ... and to count although free instances of its profile exist (CPU-blocked nodes): one
-    # flush of kube-scheduler's unschedulable queue (podMaxInUnschedulablePodsDuration).
-    advisor_free_grace: float = 300.0
-    extender_weight: int = 5
-    samples: int = 200  # points of each time series
-    snapshot_at: float | None = None  # events: time of the GPU picture (default: last arrival)
-
-
-# ---------------------------------------------------------------- the simulated world
-
-
-class Gpu:
-    """One GPU: its instances (placed) and which pod holds each."""
-
-    __slots__ = ("holders", "instances")
-
-    def __init__(self, instances: Sequence[placements.Instance]) -> None:
-        self.instances: list[placements.Instance] = sorted(instances)
-        self.holders: list[str | None] = [None] * len(self.instances)
-
-    def names(self) -> tuple[profiles.ProfileName, ...]:
-        return tuple(sorted(i.profile for i in self.instances))
-
-    def held(self) -> list[placements.Instance]:
-        return [i for i, h in zip(self.instances, self.holders, strict=True) if h is not None]
-
-
-class Node:
-    """A simulated node."""
-
-    __slots__ = ("busy_until", "config", "cpu_alloc", "cpu_used", "gpu_pods", "gpus",
-                 "mem_alloc", "mem_used", "model", "name", "pending_plan", "total_compute",
-                 "used_compute")
-
-    def __init__(self, s: spec.NodeSpec, *, on_demand: bool) -> None:
-        self.name = s.name
-        self.model = s.model
-        self.config = s.config
-        self.cpu_alloc = s.cpu_milli
-        self.mem_alloc = s.memory_mib
-        self.cpu_used = 0
-        self.mem_used = 0
-        self.gpus: list[Gpu] = []
-        for lay in s.gpu_layouts:
-            if on_demand:
-                self.gpus.append(Gpu(()))
-            else:
-                placement = _placement(s.model, lay)
-                self.gpus.append(Gpu(placement))
-        self.total_compute = s.model.compute_slices * len(self.gpus)
-        self.used_compute = 0
-        self.gpu_pods = 0
-        self.busy_until: float | None = None
-        self.pending_plan: advisor.Recommendation | None = None
-
-    @property
-    def free_compute(self) -> int:
-        return self.total_compute - self.used_compute
-
-    def layouts(self) -> list[tuple[profiles.ProfileName, ...]]:
-        return [g.names() for g in self.gpus]
-
-
-def _placement(model: profiles.GpuModel, names: Sequence[str]) -> tuple[placements.Instance, ...]:
-    fit = placements.fit(model, names)
-    if fit.placement is None:
-        raise ValueError(f"{names} does not fit {model.id}")
-    return fit.placement.instances
-
-
-class Pod:
-    """A pod in the simulation, from arrival to departure."""
-
-    __slots__ = ("arrival", "blocked", "compute", "held", "node", "obj", "profiles",
-                 "record", "request", "spec", "start", "uid", "usable_mib")
-
-    def __init__(self, s: workload.PodSpec, uid: str, arrival: float) -> None:
-        self.spec = s
-        self.uid = uid
-        self.arrival = arrival
-        self.obj: dict[str, Any] = {}
-        self.profiles: tuple[str, ...] = ()
-        self.record: cluster.PodRecord | None = None
-        self.request: Any = None
-        self.node: str | None = None
-        self.start: float | None = None
-        self.held: list[tuple[int, int]] = []  # (gpu index, instance index)
-        self.blocked = False
-        self.compute = 0
-        self.usable_mib = 0
-
-    @property
-    def wants(self) -> Counter[str]:
-        return Counter(self.profiles)
-
-
-@dataclasses.dataclass(slots=True)
-class _Counters:
-    arrived: int = 0
-    gpu_arrived: int = 0
-    placed: int = 0
-    gpu_placed: int = 0
-    denied: int = 0
-    mismatch: int = 0
-    blocked: int = 0
-    relayouts: int = 0
-    gpus_relaid: int = 0
-    disrupted: int = 0
-    demand_slices: int = 0
-    demand_trace_gpus: float = 0.0
-    wasted_mib: int = 0
-    usable_mib: int = 0
-    waits: list[float] = dataclasses.field(default_factory=list)
-
-
-class Simulation:
-    """One policy, one seed, one workload on one cluster."""
+class Simulation(World):
+    """One policy, one seed, one workload on one cluster: the event loop."""
 
     def __init__(self, nodes: Sequence[spec.NodeSpec], *, policy: Policy, seed: int,
-                 options: Options, catalog: profiles.Catalog) -> None:
+                 options: Options, catalog: profiles.Catalog,
+                 workload_pods: Sequence[workload.PodSpec] = ()) -> None:
+        # Upper bound: the nodes advertise nothing (instances are created on demand), so the
+        # webhook decides from the models present, as it does before a re-layout.
+        super().__init__(nodes, catalog=catalog, on_demand=policy.scorer == "upper-bound",
+                         allocation=options.allocation)
         self.policy = policy
         self.options = options
-        self.on_demand = policy.scorer == "upper-bound"
         self.rng = random.Random(f"ties-{seed}")
         self.now = 0.0
-        self.catalog = catalog
-        self.cluster = cluster.Cluster(catalog)
-        self.nodes: dict[str, Node] = {s.name: Node(s, on_demand=self.on_demand) for s in nodes}
-        self.capacity_slices = sum(n.total_compute for n in self.nodes.values())
-        self.capacity_memory = sum(n.model.memory_slices * len(n.gpus)
-                                   for n in self.nodes.values())
-        self.gpus = sum(len(n.gpus) for n in self.nodes.values())
-        self.free_hist: Counter[int] = Counter()
-        for n in self.nodes.values():
-            self.free_hist[n.free_compute] += 1
-            # Upper bound: the nodes advertise nothing (instances are created on demand), so
-            # the webhook decides from the models present, as it does before a re-layout.
-            self.cluster.apply("Node", "ADDED", self._node_object(n))
-        self.cluster.mark_synced()
         self.decider = adapters.Decider(self.cluster)
         self.extender = adapters.Extender(self.cluster)
-        self.kube = scheduler.KubeScheduler(self, rng=self.rng)
+        frag = (fgd.Fgd(self, fgd.classes_of(workload_pods))
+                if policy.scorer == "fgd" else None)
+        self.kube = scheduler.KubeScheduler(self, scorer=policy.scorer, options=options,
+                                            extender=self.extender, frag=frag, rng=self.rng)
         self.pods: dict[str, Pod] = {}
         self.pending: list[Pod] = []
         self.in_flight: dict[str, advisor.Recommendation] = {}
-        self.counters = _Counters()
-        self.allocated_slices = 0
-        self.allocated_memory = 0
-        self.classes: Counter[tuple[str, int]] = Counter()
+        self.counters = Counters()
         self.series: list[dict[str, float]] = []
         self.snapshot: list[dict[str, Any]] | None = None
         self._events: list[tuple[float, int, str, Any]] = []
         self._seq = 0
         self._last_advice = -math.inf
         self._advice_queued = False
-        self._fit_cache: dict[tuple[Any, ...], placements.Instance | None] = {}
         self.end_figures: dict[str, float] = {}
         self._no_advice = False
-
-    # ------------------------------------------------------------ objects
+        self._models = list({n.model.id: n.model for n in self.nodes.values() if n.gpus}.values())
+        self._profiles: dict[str, profiles.Profile | None] = {}
+        self.horizon = math.inf  # time-averaged figures stop here (the last arrival)
+        self._area_t = 0.0  # allocated slices integrated over time, up to _area_t
+        self.allocated_area = 0.0
+        self.idle_pending_area = 0.0  # slice-seconds (sampled, metrics.idle_for_pending)
+        self._idle_t = 0.0
+        self.settings = advisor.Settings(grace_s=options.advisor_grace,
+                                         free_grace_s=options.advisor_free_grace,
+                                         allow_disruptive=False)
 
     def _node_object(self, n: Node) -> dict[str, Any]:
-        busy = n.busy_until is not None
-        return objects.node_object(
-            name=n.name, model=n.model, gpu_layouts=n.layouts(), cpu_milli=n.cpu_alloc,
-            memory_mib=n.mem_alloc, config=n.config,
-            config_state="pending" if busy else "success",
-            taints=(RELAYOUT_TAINT,) if busy else ())
+        return node_object(n)
+
+    def _integrate(self) -> None:
+        """Add allocated slices × elapsed time (up to ``horizon``) before a change."""
+        t = min(self.now, self.horizon)
+        if t > self._area_t:
+            self.allocated_area += self.allocated_slices * (t - self._area_t)
+            self._area_t = t
 
     # ------------------------------------------------------------ events
 
@@ -259,7 +111,8 @@ class Simulation:
             at, _, kind, data = heapq.heappop(self._events)
             self.now = max(self.now, at)
             self._dispatch(kind, data)
-        self.now = max(self.now, t)
+        if math.isfinite(t):
+            self.now = max(self.now, t)
 
     def _dispatch(self, kind: str, data: Any) -> None:
         if kind == "arrive":
@@ -276,6 +129,7 @@ class Simulation:
         elif kind == "snapshot":
             self.take_snapshot()
         elif kind == "end":
+            self._integrate()
             self.end_figures = self.figures()
 
     # ------------------------------------------------------------ arrivals
@@ -308,11 +162,9 @@ class Simulation:
             pod.profiles = profs
             if any(p != s.expected for p in profs):
                 c.mismatch += 1
-            model = next(iter(self.nodes.values())).model
-            pod.compute = sum(model.profile(p).compute_slices for p in profs
-                              if model.has_profile(p))
-            pod.usable_mib = sum(model.profile(p).memory_mib for p in profs
-                                 if model.has_profile(p))
+            found = [self._profile(p) for p in profs]
+            pod.compute = sum(f.compute_slices for f in found if f is not None)
+            pod.usable_mib = sum(f.memory_mib for f in found if f is not None)
             c.demand_slices += pod.compute
             self.classes[(profs[0], len(profs))] += 1
             if not self.on_demand:
@@ -347,22 +199,25 @@ class Simulation:
 
     # ------------------------------------------------------------ binding
 
-    def _hist(self, n: Node, sign: int) -> None:
-        if n.busy_until is None:
-            self.free_hist[n.free_compute] += sign
-            if not self.free_hist[n.free_compute]:
-                del self.free_hist[n.free_compute]
+    def _profile(self, name: str) -> profiles.Profile | None:
+        """The profile ``name`` on a GPU model of the cluster (same slices on every model)."""
+        hit = self._profiles.get(name)
+        if hit is None and name not in self._profiles:
+            hit = next((m.profile(name) for m in self._models if m.has_profile(name)), None)
+            self._profiles[name] = hit
+        return hit
 
     def bind(self, pod: Pod, n: Node) -> None:
         c = self.counters
-        self._hist(n, -1)
+        self._integrate()
+        self.hist(n, -1)
         n.cpu_used += pod.spec.cpu_milli
         n.mem_used += pod.spec.memory_mib
         pod.node = n.name
         pod.start = self.now
         if pod.spec.gpu:
             for p in pod.profiles:
-                gi, ii = self._take_instance(n, p, pod.uid)
+                gi, ii = self.take_instance(n, p, pod.uid)
                 pod.held.append((gi, ii))
                 inst = n.gpus[gi].instances[ii]
                 prof = n.model.profile(inst.profile)
@@ -378,68 +233,21 @@ class Simulation:
                 obj["spec"]["nodeName"] = n.name
                 obj["status"]["phase"] = "Running"
                 self.cluster.apply("Pod", "MODIFIED", obj)
-        self._hist(n, +1)
+        self.hist(n, +1)
         c.placed += 1
         c.waits.append(self.now - pod.arrival)
+        if pod.spec.gpu:
+            c.gpu_waits.append(self.now - pod.arrival)
         if self.options.mode == "events" and math.isfinite(pod.spec.duration):
             self._push(self.now + pod.spec.duration, "depart", pod.uid)
-
-    def _take_instance(self, n: Node, profile: str, uid: str) -> tuple[int, int]:
-        if not self.on_demand:
-            for gi, g in enumerate(n.gpus):
-                for ii, inst in enumerate(g.instances):
-                    if inst.profile == profile and g.holders[ii] is None:
-                        g.holders[ii] = uid
-                        return gi, ii
-            raise AssertionError(f"{n.name} has no free {profile}")
-        best: tuple[int, int] | None = None
-        for gi, g in enumerate(n.gpus):
-            if self.add_on(n, g, profile) is not None:
-                used = sum(n.model.profile(i.profile).compute_slices for i in g.instances)
-                if best is None or used > best[0]:
-                    best = (used, gi)
-        assert best is not None
-        g = n.gpus[best[1]]
-        new = self.add_on(n, g, profile)
-        assert new is not None
-        g.instances.append(new)
-        g.holders.append(uid)
-        return best[1], len(g.instances) - 1
-
-    def add_on(self, n: Node, g: Gpu, profile: str) -> placements.Instance | None:
-        """Upper bound: where one more ``profile`` instance could be created on ``g``."""
-        key = (n.model.id, tuple(g.instances), profile)
-        if key in self._fit_cache:
-            return self._fit_cache[key]
-        out: placements.Instance | None = None
-        fit = placements.fit(n.model, [profile], fixed=g.instances)
-        if fit.placement is not None:
-            have = set(g.instances)
-            out = next(i for i in fit.placement.instances if i not in have)
-        self._fit_cache[key] = out
-        return out
-
-    def can_add(self, n: Node, wants: Sequence[str]) -> bool:
-        """Upper bound: whether the node's GPUs can grow instances for every wanted profile."""
-        if len(wants) == 1:
-            return any(self.add_on(n, g, wants[0]) is not None for g in n.gpus)
-        trial = [Gpu(g.instances) for g in n.gpus]
-        for p in wants:
-            for g in trial:
-                extra = self.add_on(n, g, p)
-                if extra is not None:
-                    g.instances = sorted([*g.instances, extra])
-                    break
-            else:
-                return False
-        return True
 
     def depart(self, uid: str) -> None:
         pod = self.pods.pop(uid, None)
         if pod is None or pod.node is None:
             return
         n = self.nodes[pod.node]
-        self._hist(n, -1)
+        self._integrate()
+        self.hist(n, -1)
         n.cpu_used -= pod.spec.cpu_milli
         n.mem_used -= pod.spec.memory_mib
         if pod.spec.gpu:
@@ -459,7 +267,7 @@ class Simulation:
             n.gpu_pods -= 1
             if not self.on_demand:
                 self.cluster.apply("Pod", "DELETED", pod.obj)
-        self._hist(n, +1)
+        self.hist(n, +1)
         self.retry()
 
     def retry(self) -> None:
@@ -467,7 +275,7 @@ class Simulation:
         if not self.pending:
             return
         still: list[Pod] = []
-        top = max((f for f, k in self.free_hist.items() if k), default=0)
+        top = self.top_free()
         for pod in self.pending:
             if pod.spec.gpu:
                 if pod.compute > top:
@@ -478,7 +286,7 @@ class Simulation:
                     still.append(pod)
                     continue
             if self.try_schedule(pod):
-                top = max((f for f, k in self.free_hist.items() if k), default=0)
+                top = self.top_free()
             else:
                 still.append(pod)
         self.pending = still
@@ -506,16 +314,17 @@ class Simulation:
             return
         self._last_advice = self.now
         room = self.options.max_relayouts - len(self.in_flight)
-        if room <= 0 or not any(p.spec.gpu for p in self.pending):
+        if not any(p.spec.gpu for p in self.pending):
+            return
+        if room <= 0:
+            if self.options.mode == "events" and self._events:
+                self._want_advice()
             return
         if self.options.advisor == "planner":
             recs = self._planner_advice(room)
         else:
-            settings = advisor.Settings(grace_s=self.options.advisor_grace,
-                                        free_grace_s=self.options.advisor_free_grace,
-                                        allow_disruptive=False)
             recs = list(advisor.advise(self.cluster, now=EPOCH + self.now,
-                                       settings=settings).recommendations)
+                                       settings=self.settings).recommendations)
         need: Counter[str] = Counter()
         for pod in self.pending:
             need.update(pod.profiles)
@@ -530,6 +339,10 @@ class Simulation:
             coming.update(rec.served)
             room -= 1
             self._start_relayout(self.nodes[rec.node], rec)
+        # The advisor runs every advise_interval while pods wait (their grace runs out with
+        # time alone), as long as anything else is still to happen.
+        if self.options.mode == "events" and self._events:
+            self._want_advice()
 
     def _planner_advice(self, room: int) -> list[advisor.Recommendation]:
         """``--advisor planner``: ``migfit.planner.plan_cluster`` on every pending pod's
@@ -570,7 +383,7 @@ class Simulation:
         c.relayouts += 1
         c.gpus_relaid += sum(1 for g in rec.gpus if g.changed)
         c.disrupted += n.gpu_pods  # the MIG Manager stops every GPU client of the node
-        self._hist(n, -1)
+        self.hist(n, -1)
         n.busy_until = self.now + self.options.relayout_seconds
         n.pending_plan = rec
         self.in_flight[n.name] = rec
@@ -583,12 +396,13 @@ class Simulation:
         assert rec is not None
         # The MIG Manager applies the whole config: every GPU gets its ``after`` layout.
         for g in rec.gpus:
-            n.gpus[g.index] = Gpu(_placement(n.model, g.after))
+            if g.changed:
+                n.gpus[g.index] = Gpu(placement_of(n.model, g.after))
         n.config = rec.target
         n.busy_until = None
         n.pending_plan = None
         del self.in_flight[name]
-        self._hist(n, +1)
+        self.hist(n, +1)
         self.cluster.apply("Node", "MODIFIED", self._node_object(n))
         self.retry()
         if self.pending:
@@ -597,12 +411,18 @@ class Simulation:
     # ------------------------------------------------------------ sampling
 
     def sample(self) -> None:
+        idle = metrics.idle_for_pending(self, self.pending)
+        t = min(self.now, self.horizon)
+        if self.series and t > self._idle_t:
+            self.idle_pending_area += self.series[-1]["idle_for_pending"] * (t - self._idle_t)
+        self._idle_t = max(self._idle_t, t)
         self.series.append({
             "t": self.now,
             "arrived_share": self.counters.demand_slices / self.capacity_slices,
             "requested_share": self.counters.demand_trace_gpus / max(1, self.gpus),
             "allocated_share": self.allocated_slices / self.capacity_slices,
             "pending": float(len(self.pending)),
+            "idle_for_pending": float(idle),
         })
 
     def take_snapshot(self) -> None:
@@ -619,11 +439,14 @@ class Simulation:
 
     def run_fill(self, arrivals: Sequence[workload.PodSpec]) -> None:
         every = max(1, len(arrivals) // max(1, self.options.samples))
+        self.horizon = max(0, len(arrivals) - 1) * self.options.fill_interval
         for i, s in enumerate(arrivals):
             self._run_until(i * self.options.fill_interval)
             self.arrive(s)
             if i % every == 0:
                 self.sample()
+        self._integrate()
+        self.end_figures = self.figures()  # when arrivals stop (time-averaged figures)
         self._advice_queued = True  # no new advice once arrivals stop
         self._no_advice = True
         self._run_until(math.inf)
@@ -634,6 +457,7 @@ class Simulation:
         for s in arrivals:
             self._push(s.arrival, "arrive", s)
         last = max((s.arrival for s in arrivals), default=0.0)
+        self.horizon = last
         snap_at = self.options.snapshot_at if self.options.snapshot_at is not None else last
         samples = max(1, self.options.samples)
         for k in range(samples + 1):
@@ -649,6 +473,12 @@ class Simulation:
     def figures(self) -> dict[str, float]:
         c = self.counters
         waits = sorted(c.waits)
+        # GPU pods still waiting count with the time waited so far (else the worst waits of
+        # a run that never places them would be missing).
+        gpu_waits = sorted([*c.gpu_waits,
+                            *(self.now - p.arrival for p in self.pending if p.spec.gpu)])
+        span = min(self.now, self.horizon)
+        avg_alloc = self.allocated_area / span if span > 0 else float(self.allocated_slices)
         return {
             "pods_arrived": c.arrived,
             "gpu_pods_arrived": c.gpu_arrived,
@@ -668,6 +498,10 @@ class Simulation:
             "fragmentation_share": metrics.fragmentation(self),
             "pending_p50_s": metrics.percentile(waits, 50),
             "pending_p99_s": metrics.percentile(waits, 99),
+            "gpu_pending_p50_s": metrics.percentile(gpu_waits, 50),
+            "gpu_pending_p95_s": metrics.percentile(gpu_waits, 95),
+            "unallocated_share_time_avg": 1 - avg_alloc / self.capacity_slices,
+            "idle_while_pending_slice_hours": self.idle_pending_area / 3600,
             "blocked_by_fragmentation": c.blocked,
             "relayouts": c.relayouts,
             "gpus_relaid": c.gpus_relaid,
@@ -675,30 +509,6 @@ class Simulation:
             "memory_wasted_gib": c.wasted_mib / 1024,
             "memory_wasted_share": c.wasted_mib / max(1, c.usable_mib),
         }
-
-
-def arrivals_for(pods: Sequence[workload.PodSpec], *, options: Options, seed: int,
-                 gpus: int) -> list[workload.PodSpec]:
-    """The arrival sequence of one seed. Fill: pods drawn (with replacement, or in trace order
-    and then drawn) until their GPU request reaches ``target`` × the cluster's GPUs."""
-    if options.mode == "events":
-        return list(pods)
-    rng = random.Random(f"workload-{seed}")
-    goal = options.target * gpus
-    out: list[workload.PodSpec] = []
-    total = 0.0
-    i = 0
-    if not any(p.gpu for p in pods):
-        raise ValueError("the workload has no GPU pods to fill the cluster with")
-    while total < goal:
-        if options.order == "trace" and i < len(pods):
-            s = pods[i]
-        else:
-            s = pods[rng.randrange(len(pods))]
-        i += 1
-        out.append(s)
-        total += s.trace_gpus
-    return out
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -714,21 +524,33 @@ class RunResult:
 def run(nodes: Sequence[spec.NodeSpec], pods: Sequence[workload.PodSpec], *, policy: Policy,
         seed: int, options: Options, catalog: profiles.Catalog,
         keep_snapshot: bool = True) -> RunResult:
-    """Simulate one policy with one seed."""
+    """Simulate one policy with one seed (``bound``/``bound-static``: solve the LP)."""
     started = time.perf_counter()
-    sim = Simulation(nodes, policy=policy, seed=seed, options=options, catalog=catalog)
-    arrivals = arrivals_for(pods, options=options, seed=seed, gpus=sim.gpus)
+    gpus = sum(n.gpus for n in nodes)
+    arrivals = workload.arrivals(pods, mode=options.mode, order=options.order,
+                                 target=options.target, seed=seed, gpus=gpus)
+    if policy.is_bound:
+        figs = bound.figures(nodes, arrivals, options=options, catalog=catalog,
+                             static=policy.scorer == "bound-static")
+        figs["wall_s"] = time.perf_counter() - started
+        return RunResult(policy=policy.name, seed=seed, figures=figs, series=[],
+                         snapshot=None, wall_s=figs["wall_s"])
+    sim = Simulation(nodes, policy=policy, seed=seed, options=options, catalog=catalog,
+                     workload_pods=pods)
     if options.mode == "fill":
         sim.run_fill(arrivals)
         figs = sim.figures()
+        figs["unallocated_share_at_last_arrival"] = sim.end_figures["unallocated_share"]
     else:
         sim.run_events(arrivals)
         figs = sim.end_figures or sim.figures()
         final = sim.figures()
         for k in ("pods_placed", "gpu_pods_placed", "pods_pending", "pending_p50_s",
-                  "pending_p99_s", "blocked_by_fragmentation", "relayouts", "gpus_relaid",
+                  "pending_p99_s", "gpu_pending_p50_s", "gpu_pending_p95_s",
+                  "blocked_by_fragmentation", "relayouts", "gpus_relaid",
                   "pods_disrupted", "memory_wasted_gib", "memory_wasted_share"):
             figs[k] = final[k]
+        figs["unallocated_share_at_last_arrival"] = figs["unallocated_share"]
     figs["wall_s"] = time.perf_counter() - started
     return RunResult(policy=policy.name, seed=seed, figures=figs, series=sim.series,
                      snapshot=sim.snapshot if keep_snapshot else None,

@@ -178,3 +178,65 @@ def assign(nodes: Sequence[spec.NodeSpec], cycle: Sequence[Layout]) -> list[spec
         out.append(dataclasses.replace(n, gpu_layouts=lays,
                                        config=migparted.custom_name(lays)))
     return out
+
+
+# ---------------------------------------------------------------- named configs in proportions
+
+
+def parse_proportions(text: str) -> list[tuple[str, float]] | None:
+    """``all-balanced=50%,all-1g.10gb=25%,all-7g.80gb=25%`` -> [(config, share)]; None when
+    ``text`` is not of that form. Shares are normalised (they need not add up to 100 %)."""
+    if "=" not in text:
+        return None
+    out: list[tuple[str, float]] = []
+    for item in text.split(","):
+        name, eq, share = item.strip().partition("=")
+        name, share = name.strip(), share.strip().removesuffix("%")
+        try:
+            value = float(share)
+        except ValueError:
+            value = -1.0
+        if not eq or not name or value < 0:
+            raise errors.UsageError(f"--layout {item.strip()!r}: use CONFIG=SHARE%, e.g. "
+                                    f"all-balanced=50%")
+        out.append((name, value))
+    if sum(v for _, v in out) <= 0:
+        raise errors.UsageError(f"--layout {text!r}: the shares add up to 0")
+    return out
+
+
+def proportions(nodes: Sequence[spec.NodeSpec], shares: Sequence[tuple[str, float]]
+                ) -> list[spec.NodeSpec]:
+    """Whole nodes take one named config each, so that each config's share of the GPUs
+    follows ``shares`` (to within one node's GPUs; ``spread``'s smooth round-robin), per
+    GPU model; a node keeps the config's name as its ``nvidia.com/mig.config``."""
+    total = sum(v for _, v in shares)
+    by_model: dict[str, list[int]] = {}
+    for i, n in enumerate(nodes):
+        if n.gpus:
+            by_model.setdefault(n.model.id, []).append(i)
+    out = list(nodes)
+    for positions in by_model.values():
+        group = [nodes[i] for i in positions]
+        model = group[0].model
+        gpus = sum(n.gpus for n in group)
+        names: dict[Layout, str] = {}
+        counts: Counter[Layout] = Counter()
+        for name, share in shares:
+            lay, _ = spec.resolve_layout(model, name, where="--layout")
+            names.setdefault(lay, name)
+            counts[lay] += round(gpus * share / total)
+        spread_out = spread(group, counts)
+        for i, n in zip(positions, spread_out, strict=True):
+            out[i] = dataclasses.replace(n, config=names[n.gpu_layouts[0]])
+    return out
+
+
+def history_split(pods: Sequence[workload.PodSpec], share: float
+                  ) -> tuple[list[workload.PodSpec], list[workload.PodSpec]]:
+    """The pod list (in creation order) cut in two: the first ``share`` sizes the layouts
+    (``history``), the rest is replayed."""
+    if not 0 < share < 1:
+        raise errors.UsageError(f"--history-share {share:g}: use a share between 0 and 1")
+    cut = max(1, min(len(pods) - 1, round(len(pods) * share)))
+    return list(pods[:cut]), list(pods[cut:])

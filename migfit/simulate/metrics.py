@@ -41,10 +41,8 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from migfit.simulate.engine import Simulation
+from migfit.simulate import world
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -55,7 +53,7 @@ def percentile(values: Sequence[float], q: float) -> float:
     return float(values[k])
 
 
-def fragmentation(sim: Simulation) -> float:
+def fragmentation(sim: world.World) -> float:
     """FGD's fragmentation measure on MIG compute slices (module docstring), 0..1."""
     total = sum(sim.classes.values())
     if not total or not sim.capacity_slices:
@@ -66,7 +64,7 @@ def fragmentation(sim: Simulation) -> float:
         amount = 0
         for n in sim.nodes.values():
             free = n.free_compute
-            if free <= 0:
+            if free <= 0 or not n.gpus:
                 continue
             if n.busy_until is not None or not n.model.has_profile(profile):
                 amount += free
@@ -92,6 +90,41 @@ def fragmentation(sim: Simulation) -> float:
                 amount += sum(f for f, ok in per_gpu if not ok)
         frag += w * amount
     return frag / sim.capacity_slices
+
+
+def idle_for_pending(sim: world.World, pending: Sequence[world.Pod]) -> int:
+    """Compute slices idle (free instances or unpartitioned) on GPUs that could serve a
+    pending GPU pod now: the node is not being re-laid out, has the pod's cpu and memory
+    free, and the GPU has a free instance of one of the pod's profiles or holds no pod at all
+    (a re-layout of the idle GPU could make one)."""
+    wanted: dict[str, list[tuple[int, int]]] = {}
+    for pod in pending:
+        if pod.spec.gpu:
+            for p in set(pod.profiles):
+                wanted.setdefault(p, []).append((pod.spec.cpu_milli, pod.spec.memory_mib))
+    if not wanted:
+        return 0
+    least = {p: sorted(set(v)) for p, v in wanted.items()}
+    total = 0
+    for n in sim.nodes.values():
+        if n.busy_until is not None or not n.gpus or n.free_compute <= 0:
+            continue
+        cpu_left, mem_left = n.cpu_alloc - n.cpu_used, n.mem_alloc - n.mem_used
+        usable = {p for p, needs in least.items() if n.model.has_profile(p)
+                  and any(c <= cpu_left and m <= mem_left for c, m in needs)}
+        if not usable:
+            continue
+        for g in n.gpus:
+            held = 0
+            serves = False
+            for inst, h in zip(g.instances, g.holders, strict=True):
+                if h is not None:
+                    held += n.model.profile(inst.profile).compute_slices
+                elif inst.profile in usable:
+                    serves = True
+            if held == 0 or serves:
+                total += n.model.compute_slices - held
+    return total
 
 
 def summarise(values: Sequence[float]) -> dict[str, float]:

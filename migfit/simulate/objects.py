@@ -14,10 +14,12 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from migfit import cluster, profiles
+from migfit import keys, profiles
 
 NAMESPACE = "sim"
 SCHEDULER = "default-scheduler"
+# The trace's own GPU model of a node (its node list's ``model`` column), for ``gpu_spec``.
+LABEL_TRACE_MODEL = "sim.migfit.io/trace-model"
 PRODUCTS: dict[str, str] = {
     "A100-40GB": "NVIDIA-A100-SXM4-40GB",
     "A100-80GB": "NVIDIA-A100-SXM4-80GB",
@@ -42,34 +44,45 @@ def product_label(model: profiles.GpuModel) -> str:
 def node_object(
     *,
     name: str,
-    model: profiles.GpuModel,
+    model: profiles.GpuModel | None,
     gpu_layouts: Sequence[Iterable[str]],
     cpu_milli: int,
     memory_mib: int,
     config: str,
     config_state: str = "success",
     taints: Sequence[Mapping[str, str]] = (),
+    trace_model: str = "",
 ) -> dict[str, Any]:
+    """A Node; ``model`` None (or no GPU) is a cpu-only node, with no NVIDIA label at all."""
     counts: Counter[str] = Counter()
     for lay in gpu_layouts:
         counts.update(lay)
-    labels = {
-        "kubernetes.io/hostname": name,
-        cluster.LABEL_PRODUCT: product_label(model),
-        cluster.LABEL_GPU_MEMORY: str(model.memory_mib),
-        cluster.LABEL_GPU_COUNT: str(len(gpu_layouts)),
-        cluster.LABEL_STRATEGY: "mixed",
-        cluster.LABEL_CONFIG: config,
-        cluster.LABEL_CONFIG_STATE: config_state,
-    }
+    labels = {"kubernetes.io/hostname": name}
+    if trace_model:
+        labels[LABEL_TRACE_MODEL] = trace_model
     resources: dict[str, str] = {"cpu": f"{cpu_milli}m", "memory": f"{memory_mib}Mi",
                                  "pods": "110"}
+    if model is None or not gpu_layouts:
+        return _node(name, labels, resources, taints)
+    labels.update({
+        keys.LABEL_PRODUCT: product_label(model),
+        keys.LABEL_GPU_MEMORY: str(model.memory_mib),
+        keys.LABEL_GPU_COUNT: str(len(gpu_layouts)),
+        keys.LABEL_STRATEGY: "mixed",
+        keys.LABEL_CONFIG: config,
+        keys.LABEL_CONFIG_STATE: config_state,
+    })
     for p, n in sorted(counts.items()):
         # GFD's labels and the device plugin's resource share one spelling (`.me` for `+me`).
         resource = profiles.resource_name(p)
         labels[f"{resource}.count"] = str(n)
         labels[f"{resource}.memory"] = str(model.profile(p).memory_mib)
         resources[resource] = str(n)
+    return _node(name, labels, resources, taints)
+
+
+def _node(name: str, labels: dict[str, str], resources: dict[str, str],
+          taints: Sequence[Mapping[str, str]]) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "Node",

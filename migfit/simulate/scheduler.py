@@ -2,44 +2,71 @@
 
 Filter: NodeResourcesFit on cpu, memory and the extended resources the pod requests
 (``nvidia.com/mig-*``: allocatable minus what bound pods request), the NoSchedule taint of a
-re-layout in progress (TaintToleration), then, for the ``migfit`` policy, the extender's filter
-on the nodes that passed (kube-scheduler calls extenders after its own filters).
+re-layout in progress (TaintToleration), NodeAffinity on the node's trace GPU model for pods
+whose trace ``gpu_spec`` names models. As upstream (``findNodesThatFitPod``), the filters stop
+once ``numFeasibleNodesToFind`` nodes passed, starting where the previous cycle stopped
+(``nextStartNodeIndex``, advanced by the nodes examined):
+
+- fewer than 100 nodes: every node;
+- percentageOfNodesToScore unset or 0 (the shipped config): adaptive, 50 − nodes/125 %
+  (at least 5 %); with 1,213 nodes 41 %, 497 nodes; a set value p: p % of the nodes;
+- never fewer than 100 nodes; 100 % or more: every node.
+
+Then, for ``migfit``, the extender's filter on the nodes found (kube-scheduler calls extenders
+after its own filters, on the same sample).
 
 Score (pkg/scheduler/framework/plugins/noderesources, integer arithmetic as there):
 
 - LeastAllocated: per resource ``(allocatable − requested) × 100 / allocatable``, weighted mean
   over cpu and memory (the default config's resources), requested including this pod;
 - MostAllocated: ``requested × 100 / allocatable``, over cpu, memory and the pod's MIG
-  resource (extended resources the pod does not request are skipped, as upstream does);
+  resource (extended resources the pod does not request are skipped, as upstream does),
+  weights 1, 1, 1 (``binpack``) or 1, 1, ``gpu_weight`` (``binpack-gpu``, default 3);
 - BalancedAllocation: ``(1 − std(requested/allocatable over cpu, memory)) × 100``;
-- extender: its 0..10 score × weight × (MaxNodeScore / MaxExtenderPriority = 10).
+- extender: its 0..10 score × weight × (MaxNodeScore / MaxExtenderPriority = 10);
+- ``fgd``: the fragmentation-gradient plugin (``fgd``) alone, as in FGD's own scheduler.
 
-``default`` = LeastAllocated + BalancedAllocation; ``binpack`` = MostAllocated +
-BalancedAllocation (the scoring strategy changed, the plugin set kept); ``migfit`` = default +
-the extender; ``random`` = any feasible node. Plugins whose score is the same on every node
-here (ImageLocality, NodeAffinity, PodTopologySpread, ...) are left out: they change no choice.
-The highest total wins; ties are broken at random (seeded), as ``selectHost`` does. Not
-modelled: percentageOfNodesToScore sampling (every feasible node is scored), preemption.
+``default`` = LeastAllocated + BalancedAllocation; ``binpack``/``binpack-gpu`` =
+MostAllocated + BalancedAllocation (the scoring strategy changed, the plugin set kept);
+``migfit`` = default + the extender; ``random`` = any feasible node. Plugins whose score is the
+same on every node here (ImageLocality, NodeAffinity, PodTopologySpread, ...) are left out:
+they change no choice. The highest total wins; ties are broken at random (seeded), as
+``selectHost`` does. Not modelled: preemption.
 
-``upper-bound`` is no scheduler: a node fits when its GPUs can *create* the pod's instances
-next to the ones in use (``placements.fit``), and the node whose GPUs are fullest wins.
+``upper-bound`` (kept for comparison; it is no bound, see ``bound``) is no scheduler: a node
+fits when its GPUs can *create* the pod's instances next to the ones in use
+(``placements.fit``), and the node whose GPUs are fullest wins.
 """
 
 from __future__ import annotations
 
+import bisect
 import random
-from typing import TYPE_CHECKING
+from collections.abc import Mapping, Sequence
 
 from migfit import profiles
-
-if TYPE_CHECKING:
-    from migfit.simulate.engine import Node, Pod, Simulation
+from migfit.simulate import adapters, fgd, policies, world
 
 MAX_NODE_SCORE = 100
 MAX_EXTENDER_PRIORITY = 10
+MIN_FEASIBLE_NODES = 100
+MIN_FEASIBLE_PERCENTAGE = 5
+BASE_PERCENTAGE = 50
 
 
-def least_allocated(n: Node, cpu: int, mem: int) -> int:
+def nodes_to_find(percentage: int | None, nodes: int) -> int:
+    """kube-scheduler's ``numFeasibleNodesToFind`` (module docstring)."""
+    if nodes < MIN_FEASIBLE_NODES:
+        return nodes
+    pct = percentage or 0
+    if pct >= 100:
+        return nodes
+    if pct <= 0:
+        pct = max(MIN_FEASIBLE_PERCENTAGE, BASE_PERCENTAGE - nodes // 125)
+    return max(MIN_FEASIBLE_NODES, nodes * pct // 100)
+
+
+def least_allocated(n: world.Node, cpu: int, mem: int) -> int:
     req_c = n.cpu_used + cpu
     req_m = n.mem_used + mem
     sc = (n.cpu_alloc - req_c) * MAX_NODE_SCORE // n.cpu_alloc if req_c <= n.cpu_alloc else 0
@@ -47,19 +74,20 @@ def least_allocated(n: Node, cpu: int, mem: int) -> int:
     return (sc + sm) // 2
 
 
-def most_allocated(n: Node, cpu: int, mem: int, mig: tuple[int, int] | None) -> int:
+def most_allocated(n: world.Node, cpu: int, mem: int, mig: tuple[int, int] | None,
+                   gpu_weight: int = 1) -> int:
     total = 0
     weights = 0
-    for req, alloc in ((n.cpu_used + cpu, n.cpu_alloc), (n.mem_used + mem, n.mem_alloc),
-                       mig or (0, 0)):
+    for req, alloc, w in ((n.cpu_used + cpu, n.cpu_alloc, 1), (n.mem_used + mem, n.mem_alloc, 1),
+                          (*(mig or (0, 0)), gpu_weight)):
         if alloc <= 0:
             continue
-        total += min(req, alloc) * MAX_NODE_SCORE // alloc
-        weights += 1
+        total += min(req, alloc) * MAX_NODE_SCORE // alloc * w
+        weights += w
     return total // weights if weights else 0
 
 
-def balanced(n: Node, cpu: int, mem: int) -> int:
+def balanced(n: world.Node, cpu: int, mem: int) -> int:
     fc = min(1.0, (n.cpu_used + cpu) / n.cpu_alloc)
     fm = min(1.0, (n.mem_used + mem) / n.mem_alloc)
     std = abs(fc - fm) / 2  # the population std of two fractions
@@ -67,95 +95,162 @@ def balanced(n: Node, cpu: int, mem: int) -> int:
 
 
 class KubeScheduler:
-    """Schedules one pod at a time on a ``Simulation``'s nodes."""
+    """Schedules one pod at a time on a ``World``'s nodes."""
 
-    def __init__(self, sim: Simulation, *, rng: random.Random) -> None:
-        self.sim = sim
+    def __init__(self, state: world.World, *, scorer: policies.Scorer,
+                 options: policies.Options, extender: adapters.Extender,
+                 frag: fgd.Fgd | None, rng: random.Random) -> None:
+        self.world = state
         self.rng = rng
-        self.scorer = sim.policy.scorer
-        self.weight = sim.options.extender_weight
+        self.scorer = scorer
+        self.options = options
+        self.weight = options.extender_weight
+        self.extender = extender
+        self.frag = frag
+        self.position = {name: i for i, name in enumerate(state.order)}
+        self.to_find = nodes_to_find(options.percentage_of_nodes_to_score, len(state.order))
+        self.next_start = 0
+        # (cpu, memory) -> node -> (its version, LeastAllocated + BalancedAllocation)
+        self._spread: dict[tuple[int, int], dict[str, tuple[int, int]]] = {}
 
-    def feasible(self, pod: Pod) -> list[str]:
-        """Nodes that pass kube-scheduler's own filters (before any extender)."""
-        sim = self.sim
-        cpu, mem = pod.spec.cpu_milli, pod.spec.memory_mib
-        nodes = sim.nodes
-        out: list[str] = []
-        if pod.spec.gpu and not sim.on_demand:
+    def _sample(self, feasible: list[str]) -> list[str]:
+        """The first ``to_find`` feasible nodes from ``next_start`` on; advances it."""
+        total = len(self.world.order)
+        if not total:
+            return feasible
+        start = self.next_start
+        if len(feasible) < self.to_find:
+            return feasible  # every node examined: a full round, the start stays
+        pos = self.position
+        ranked = sorted(map(pos.__getitem__, feasible))
+        cut = bisect.bisect_left(ranked, start)
+        chosen = (ranked[cut:] + ranked[:cut])[: self.to_find]
+        examined = (chosen[-1] - start) % total + 1
+        self.next_start = (start + examined) % total
+        order = self.world.order
+        return [order[p] for p in chosen]
+
+    def feasible(self, pod: world.Pod) -> list[str]:
+        """Nodes that pass kube-scheduler's own filters (before any extender), sampled."""
+        state = self.world
+        if pod.spec.gpu and not state.on_demand:
             wants = pod.wants
             first, k = next(iter(wants.items()))
             # NodeResourcesFit on nvidia.com/mig-<p>: the cluster's index holds the nodes with
             # a free instance (and excludes those being re-partitioned, which are tainted).
-            for name, free in sim.cluster.free_nodes(first).items():
-                if free < k:
-                    continue
-                n = nodes[name]
-                if n.busy_until is not None:
-                    continue
-                if n.cpu_used + cpu > n.cpu_alloc or n.mem_used + mem > n.mem_alloc:
-                    continue
-                if len(wants) > 1:
-                    state = sim.cluster.node(name)
-                    if state is None or any(state.free.get(profiles.ProfileName(p), 0) < c
-                                            for p, c in wants.items()):
-                        continue
+            free = state.cluster.free_nodes(first)
+            if len(free) > 2 * self.to_find:
+                # Dense: examine nodes in kube-scheduler's order until enough passed.
+                return self._scan(pod, free, k)
+            if len(pod.profiles) > 1 or pod.spec.gpu_spec:
+                return self._sample([name for name, f in free.items()
+                                     if f >= k and self._passes(pod, state.nodes[name])])
+            nodes = state.nodes
+            cpu, mem = pod.spec.cpu_milli, pod.spec.memory_mib
+            return self._sample([  # _passes, inlined for the common case (one instance)
+                name for name, f in free.items()
+                if f >= k and (n := nodes[name]).busy_until is None
+                and n.cpu_used + cpu <= n.cpu_alloc and n.mem_used + mem <= n.mem_alloc])
+        return self._sample([name for name, n in state.nodes.items()
+                             if self._passes(pod, n)])
+
+    def _passes(self, pod: world.Pod, n: world.Node) -> bool:
+        """The filters other than the free-instance count of the pod's first profile."""
+        s = pod.spec
+        if (n.busy_until is not None or n.cpu_used + s.cpu_milli > n.cpu_alloc
+                or n.mem_used + s.memory_mib > n.mem_alloc):
+            return False
+        if not s.gpu:
+            return True
+        if s.gpu_spec and n.trace_model not in s.gpu_spec:
+            return False
+        state = self.world
+        if state.on_demand:
+            return n.free_compute >= pod.compute and state.can_add(n, list(pod.profiles))
+        if len(pod.profiles) > 1 and len(wants := pod.wants) > 1:
+            ns = state.cluster.node(n.name)
+            if ns is None or any(ns.free.get(profiles.ProfileName(p), 0) < c
+                                 for p, c in wants.items()):
+                return False
+        return True
+
+    def _scan(self, pod: world.Pod, free: Mapping[str, int], k: int) -> list[str]:
+        """``findNodesThatFitPod``'s loop: from ``next_start``, stop at ``to_find`` nodes."""
+        order = self.world.order
+        nodes = self.world.nodes
+        total = len(order)
+        start = self.next_start
+        want = self.to_find
+        out: list[str] = []
+        examined = 0
+        for i in range(total):
+            name = order[(start + i) % total]
+            examined += 1
+            if free.get(name, 0) >= k and self._passes(pod, nodes[name]):
                 out.append(name)
-            return out
-        wanted = list(pod.profiles)
-        need = pod.compute
-        for name, n in nodes.items():
-            if n.busy_until is not None:
-                continue
-            if n.cpu_used + cpu > n.cpu_alloc or n.mem_used + mem > n.mem_alloc:
-                continue
-            if wanted and (n.free_compute < need or not sim.can_add(n, wanted)):
-                continue
-            out.append(name)
+                if len(out) >= want:
+                    break
+        if len(out) >= want:
+            self.next_start = (start + examined) % total
         return out
 
-    def schedule(self, pod: Pod) -> str | None:
+    def schedule(self, pod: world.Pod) -> str | None:
         """The chosen node, or None when no node passes the filters."""
         names = self.feasible(pod)
         if not names:
             return None
-        sim = self.sim
         scorer = self.scorer
-        if scorer == "migfit" and pod.spec.gpu and pod.request is not None:
-            names = sim.extender.filter(pod.request, names)
+        gpu = pod.spec.gpu and pod.request is not None
+        if scorer == "migfit" and gpu:
+            names = self.extender.filter(pod.request, names)
             if not names:
                 return None
         if len(names) == 1:
             return names[0]
         if scorer == "random":
             return self.rng.choice(names)
-        nodes = sim.nodes
+        scores = self._scores(pod, names)
+        best = max(scores)
+        top = [name for name, s in zip(names, scores, strict=True) if s == best]
+        return top[0] if len(top) == 1 else self.rng.choice(top)
+
+    def _scores(self, pod: world.Pod, names: Sequence[str]) -> list[float]:
+        nodes = self.world.nodes
         cpu, mem = pod.spec.cpu_milli, pod.spec.memory_mib
-        scores: list[int] = []
+        scorer = self.scorer
         if scorer == "upper-bound":
-            scores = [nodes[n].used_compute * MAX_NODE_SCORE // nodes[n].total_compute
-                      for n in names]
-        elif scorer == "binpack":
+            return [nodes[n].used_compute * MAX_NODE_SCORE // max(1, nodes[n].total_compute)
+                    for n in names]
+        if scorer == "fgd" and pod.spec.gpu and self.frag is not None:
+            return [-d for d in self.frag.deltas(pod, names)]
+        if scorer in ("binpack", "binpack-gpu"):
+            weight = self.options.gpu_weight if scorer == "binpack-gpu" else 1
             first = pod.profiles[0] if pod.profiles else None
             k = len(pod.profiles)
+            out: list[float] = []
             for name in names:
                 n = nodes[name]
                 mig: tuple[int, int] | None = None
                 if first is not None:
-                    state = sim.cluster.node(name)
-                    if state is not None:
+                    ns = self.world.cluster.node(name)
+                    if ns is not None:
                         pname = profiles.ProfileName(first)
-                        mig = (state.used.get(pname, 0) + k,
-                               state.node.allocatable.get(pname, 0))
-                scores.append(most_allocated(n, cpu, mem, mig) + balanced(n, cpu, mem))
-        else:
-            for name in names:
-                n = nodes[name]
-                scores.append(least_allocated(n, cpu, mem) + balanced(n, cpu, mem))
-            if scorer == "migfit" and pod.spec.gpu and pod.request is not None:
-                ext = sim.extender.score(pod.request, names)
-                factor = self.weight * (MAX_NODE_SCORE // MAX_EXTENDER_PRIORITY)
-                scores = [s + ext.get(name, 0) * factor
-                          for s, name in zip(scores, names, strict=True)]
-        best = max(scores)
-        top = [name for name, s in zip(names, scores, strict=True) if s == best]
-        return top[0] if len(top) == 1 else self.rng.choice(top)
+                        mig = (ns.used.get(pname, 0) + k, ns.node.allocatable.get(pname, 0))
+                out.append(most_allocated(n, cpu, mem, mig, weight) + balanced(n, cpu, mem))
+            return out
+        spread = self._spread.get((cpu, mem))
+        if spread is None:
+            spread = self._spread[(cpu, mem)] = {}
+        base: list[int] = []
+        for name in names:
+            n = nodes[name]
+            hit = spread.get(name)
+            if hit is None or hit[0] != n.version:
+                hit = spread[name] = (n.version, least_allocated(n, cpu, mem)
+                                      + balanced(n, cpu, mem))
+            base.append(hit[1])
+        if scorer == "migfit" and pod.spec.gpu and pod.request is not None:
+            ext = self.extender.score(pod.request, names)
+            factor = self.weight * (MAX_NODE_SCORE // MAX_EXTENDER_PRIORITY)
+            return [s + ext.get(name, 0) * factor for s, name in zip(base, names, strict=True)]
+        return [float(s) for s in base]

@@ -42,6 +42,7 @@ class NodeSpec:
     cpu_milli: int
     memory_mib: int
     config: str  # the mig-parted config name the node is labelled with
+    trace_model: str = ""  # the trace's GPU model of the node (node list ``model``), if any
 
     @property
     def gpus(self) -> int:
@@ -54,7 +55,7 @@ class _Group(pydantic.BaseModel):
     name: str = pydantic.Field(min_length=1)
     count: int = pydantic.Field(ge=1, le=100_000)
     model: str
-    gpus: int = pydantic.Field(ge=1, le=64)
+    gpus: int = pydantic.Field(ge=0, le=64)  # 0: a cpu-only node group
     cpu: str | int | float | None = None
     cpu_milli: int | None = pydantic.Field(default=None, ge=1)
     memory: str | int | None = None
@@ -118,7 +119,12 @@ def load_spec(path: Path, catalog: profiles.Catalog) -> list[NodeSpec]:
             raise errors.ConfigError(f"{where}: the name prefix is used twice")
         seen.add(group.name)
         model = catalog.get(group.model)
-        if group.layouts is not None:
+        if group.gpus == 0:
+            if group.layout is not None or group.layouts is not None:
+                raise errors.ConfigError(f"{where}: a cpu-only group (gpus: 0) has no layout")
+            gpu_layouts: tuple[tuple[profiles.ProfileName, ...], ...] = ()
+            config = ""
+        elif group.layouts is not None:
             if group.layout is not None:
                 raise errors.ConfigError(f"{where}: give layout or layouts, not both")
             if len(group.layouts) != group.gpus:
@@ -134,30 +140,62 @@ def load_spec(path: Path, catalog: profiles.Catalog) -> list[NodeSpec]:
         width = max(3, len(str(group.count - 1)))
         out.extend(NodeSpec(name=f"{group.name}-{k:0{width}d}", model=model,
                             gpu_layouts=gpu_layouts, cpu_milli=cpu, memory_mib=mem,
-                            config=config)
+                            config=config, trace_model=model.id if group.gpus else "")
                    for k in range(group.count))
     return out
 
 
-def load_node_csv(path: Path, *, model: profiles.GpuModel, layout: str | Sequence[str]
-                  ) -> list[NodeSpec]:
-    """The trace's node list (``sn,cpu_milli,memory_mib,gpu,model``), every GPU as ``model``."""
-    lay, config = resolve_layout(model, layout, where=str(path))
+# The trace's GPU models (node list ``model``) -> MIG models. None of them has MIG; by default
+# every one is treated as an A100-80GB so that the trace mapping has one reference model and
+# figures stay comparable with FGD's (who treat every GPU alike). ``--model-map`` changes it.
+DEFAULT_MODEL = "A100-80GB"
+
+
+def parse_model_map(text: str, catalog: profiles.Catalog) -> dict[str, profiles.GpuModel]:
+    """``--model-map V100M32=A100-80GB,T4=A30-24GB`` (``*=MODEL`` for every other model)."""
+    out: dict[str, profiles.GpuModel] = {}
+    for item in text.split(","):
+        item = item.strip()
+        if not item:
+            continue
+        trace, eq, mig = item.partition("=")
+        if not eq or not trace.strip() or not mig.strip():
+            raise errors.UsageError(f"--model-map {item!r}: use TRACE_MODEL=MIG_MODEL, e.g. "
+                                    f"V100M32=A100-80GB")
+        out[trace.strip()] = catalog.get(mig.strip())
+    return out
+
+
+def load_node_csv(path: Path, *, model: profiles.GpuModel, layout: str | Sequence[str],
+                  model_map: dict[str, profiles.GpuModel] | None = None) -> list[NodeSpec]:
+    """The trace's node list (``sn,cpu_milli,memory_mib,gpu,model``).
+
+    Each node keeps its trace model (``trace_model``, for the pods' ``gpu_spec``); its GPUs
+    are ``model_map[trace model]``, else ``model_map["*"]``, else ``model``. A node with no
+    GPU is kept as a cpu-only node (it takes cpu-only pods).
+    """
+    mapping = dict(model_map or {})
     out: list[NodeSpec] = []
     try:
         with path.open(encoding="utf-8", newline="") as fh:
             for row in csv.DictReader(fh):
                 gpus = int(row["gpu"])
-                if gpus <= 0:
-                    continue
-                out.append(NodeSpec(name=row["sn"], model=model, gpu_layouts=(lay,) * gpus,
+                trace = (row.get("model") or "").strip()
+                mig = mapping.get(trace, mapping.get("*", model))
+                if gpus > 0:
+                    lay, config = resolve_layout(mig, layout, where=str(path))
+                else:
+                    lay, config = (), ""
+                out.append(NodeSpec(name=row["sn"], model=mig,
+                                    gpu_layouts=(lay,) * max(0, gpus),
                                     cpu_milli=int(row["cpu_milli"]),
-                                    memory_mib=int(row["memory_mib"]), config=config))
+                                    memory_mib=int(row["memory_mib"]), config=config,
+                                    trace_model=trace if gpus > 0 else ""))
     except OSError as exc:
         raise errors.ConfigError(f"cannot read node list {path}: {exc.strerror}") from None
     except (KeyError, ValueError) as exc:
         raise errors.ConfigError(f"{path}: not the trace's node list "
                                  f"(sn,cpu_milli,memory_mib,gpu,model): {exc}") from None
-    if not out:
+    if not any(n.gpus for n in out):
         raise errors.ConfigError(f"{path}: no GPU nodes")
     return out

@@ -19,7 +19,7 @@ import csv
 import dataclasses
 import math
 import random
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Literal
 
@@ -46,6 +46,9 @@ class PodSpec:
     expected: profiles.ProfileName | None  # the profile the mapping names, per container
     gpu_memory_mib: int  # GPU memory the pod needs per container (for rounding waste)
     explicit: tuple[str, ...] = ()  # profiles requested directly (no annotation, no webhook)
+    # ``gpu_spec``: the trace GPU models the pod may run on ('|'-separated in the trace;
+    # empty = any). A node affinity on the node's trace model (``objects.LABEL_TRACE_MODEL``).
+    gpu_spec: frozenset[str] = frozenset()
 
     @property
     def gpu(self) -> bool:
@@ -96,9 +99,14 @@ def request_annotations(model: profiles.GpuModel, *, gpu_milli: int, mapping: Ma
     return {ANN_MEMORY: f"{max(below) + 1 if below else 1}Mi"}
 
 
+def parse_gpu_spec(text: str) -> frozenset[str]:
+    """The trace's ``gpu_spec`` ("V100M16|V100M32"; empty = any model)."""
+    return frozenset(m.strip() for m in text.split("|") if m.strip())
+
+
 def make_pod(model: profiles.GpuModel, *, name: str, cpu_milli: int, memory_mib: int,
              num_gpu: int, gpu_milli: int, arrival: float, duration: float,
-             mapping: Mapping_) -> PodSpec:
+             mapping: Mapping_, gpu_spec: frozenset[str] = frozenset()) -> PodSpec:
     if num_gpu <= 0 or gpu_milli <= 0:
         return PodSpec(name=name, cpu_milli=cpu_milli, memory_mib=memory_mib, num_gpu=0,
                        gpu_milli=0, arrival=arrival, duration=duration, annotations={},
@@ -118,7 +126,8 @@ def make_pod(model: profiles.GpuModel, *, name: str, cpu_milli: int, memory_mib:
     return PodSpec(name=name, cpu_milli=cpu_milli, memory_mib=memory_mib, num_gpu=num_gpu,
                    gpu_milli=gpu_milli, arrival=arrival, duration=duration, annotations=ann,
                    containers=containers, expected=exp.name,
-                   gpu_memory_mib=math.ceil(gpu_milli * model.memory_mib / 1000))
+                   gpu_memory_mib=math.ceil(gpu_milli * model.memory_mib / 1000),
+                   gpu_spec=gpu_spec)
 
 
 def explicit_pod(model: profiles.GpuModel, *, name: str, profile: str, count: int = 1,
@@ -146,7 +155,8 @@ def load_trace(path: Path, *, model: profiles.GpuModel, mapping: Mapping_) -> li
                     model, name=row["name"], cpu_milli=int(row["cpu_milli"]),
                     memory_mib=int(row["memory_mib"]), num_gpu=int(row["num_gpu"]),
                     gpu_milli=int(row["gpu_milli"]), arrival=created,
-                    duration=max(1.0, end - start) if end else math.inf, mapping=mapping))
+                    duration=max(1.0, end - start) if end else math.inf, mapping=mapping,
+                    gpu_spec=parse_gpu_spec(row.get("gpu_spec") or "")))
     except OSError as exc:
         raise errors.ConfigError(f"cannot read pod list {path}: {exc.strerror}") from None
     except (KeyError, ValueError) as exc:
@@ -180,4 +190,26 @@ def synthetic(n: int, *, model: profiles.GpuModel, mapping: Mapping_, seed: int,
                             memory_mib=cpu * 4, num_gpu=num, gpu_milli=milli, arrival=t,
                             duration=max(1.0, rng.expovariate(1 / mean_duration)),
                             mapping=mapping))
+    return out
+
+
+def arrivals(pods: Sequence[PodSpec], *, mode: str, order: str, target: float, seed: int,
+             gpus: int) -> list[PodSpec]:
+    """The arrival sequence of one seed. Events: the pods in trace order. Fill: pods drawn
+    (with replacement, or in trace order and then drawn) until their GPU request reaches
+    ``target`` × the cluster's GPUs."""
+    if mode == "events":
+        return list(pods)
+    rng = random.Random(f"workload-{seed}")
+    goal = target * gpus
+    out: list[PodSpec] = []
+    total = 0.0
+    i = 0
+    if not any(p.gpu for p in pods):
+        raise errors.UsageError("the workload has no GPU pods to fill the cluster with")
+    while total < goal:
+        s = pods[i] if order == "trace" and i < len(pods) else pods[rng.randrange(len(pods))]
+        i += 1
+        out.append(s)
+        total += s.trace_gpus
     return out

@@ -92,7 +92,8 @@ def test_seed_case_stays_pending_without_advisor(policy: str) -> None:
 @pytest.mark.parametrize("policy", ["default+advisor", "migfit+advisor", "binpack+advisor"])
 def test_seed_case_placed_after_one_relayout(policy: str) -> None:
     r = engine.run(SEED_NODE, SEED_POD, policy=engine.Policy.parse(policy), seed=0,
-                   options=engine.Options(mode="events", snapshot_at=1000.0), catalog=CATALOG)
+                   options=engine.Options(mode="events", snapshot_at=1000.0, advisor_grace=0.0),
+                   catalog=CATALOG)
     f = r.figures
     assert f["gpu_pods_placed"] == 1
     assert f["pods_pending"] == 0

@@ -39,7 +39,7 @@ import aiohttp
 from aiohttp import web
 
 from migfit import cluster, decoding, synthetic
-from migfit.extender import filtering, scoring, scoring_log, server
+from migfit.extender import figures, filtering, scoring, scoring_log, server
 
 
 def _load(nodes: int, pods: int, seed: int) -> tuple[cluster.Cluster, list[dict[str, Any]]]:
@@ -265,9 +265,10 @@ def main() -> int:
     names_500 = random.Random(a.seed).sample(names_all, min(500, len(names_all)))
     name_sets = {f"{len(names_all)} names": names_all, f"{len(names_500)} names": names_500}
 
-    # First call builds the index (once per process, then incremental).
+    # First call builds the index (once, then incremental).
+    index = figures.Index(model)
     t = time.perf_counter()
-    filtering.filter_nodes(model, filtering.decode_pod(pods[0]), names_all)
+    filtering.filter_nodes(index, filtering.decode_pod(pods[0]), names_all)
     print(f"index build on first call: {(time.perf_counter() - t) * 1000:.0f} ms")
 
     print("\nserver side (pure functions, pod decoded per call):")
@@ -277,11 +278,11 @@ def main() -> int:
 
         def f(names: list[str] = names, counter: Any = counter) -> object:
             pod = pods[next(counter) % len(pods)]
-            return filtering.filter_nodes(model, filtering.decode_pod(pod), names)
+            return filtering.filter_nodes(index, filtering.decode_pod(pod), names)
 
         def s(names: list[str] = names, counter: Any = counter) -> object:
             pod = pods[next(counter) % len(pods)]
-            return scoring.score_nodes(model, filtering.decode_pod(pod), names)
+            return scoring.score_nodes(index, filtering.decode_pod(pod), names)
 
         fs, ss = _time(f, a.iterations), _time(s, a.iterations)
         print(_row(f"filter {label}", fs))
@@ -313,9 +314,9 @@ def main() -> int:
     print("\nserver side, one pod changing between calls (index refresh + demand recount):")
     for label, names in name_sets.items():
         fs = _time(lambda names=names: filtering.filter_nodes(
-            model, filtering.decode_pod(pods[0]), names), a.iterations, churn)
+            index, filtering.decode_pod(pods[0]), names), a.iterations, churn)
         ss = _time(lambda names=names: scoring.score_nodes(
-            model, filtering.decode_pod(pods[0]), names), a.iterations, churn)
+            index, filtering.decode_pod(pods[0]), names), a.iterations, churn)
         print(_row(f"filter {label}", fs))
         print(_row(f"prioritize {label}", ss))
 

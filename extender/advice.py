@@ -71,26 +71,15 @@ class AdviceCache:
         return self._advice
 
 
-_DEFAULT = AdviceCache()
+def advice_json(state: cluster.Cluster, cache: AdviceCache | None = None, *,
+                now: float | None = None) -> dict[str, Any]:
+    """The ``GET /advice`` body: the ``migfit advise --json`` document.
 
-
-def default_cache() -> AdviceCache:
-    """The process-wide cache ``advice_json`` uses (configure it before serving)."""
-    return _DEFAULT
-
-
-def configure(*, settings: advisor.Settings | None = None,
-              config: migparted.Config | None = None) -> AdviceCache:
-    """Set the process-wide cache's settings (``--grace``) and mig-parted config."""
-    if settings is not None:
-        _DEFAULT.settings = settings
-    _DEFAULT.set_config(config)
-    return _DEFAULT
-
-
-def advice_json(state: cluster.Cluster, *, now: float | None = None) -> dict[str, Any]:
-    """The ``GET /advice`` body: the ``migfit advise --json`` document."""
-    return dict(_DEFAULT.get(state, now=now).to_json())
+    From ``cache`` (the server's, shared with its publisher) when given, else computed afresh
+    with the default settings. There is no process-wide cache: whoever assembles the
+    extender builds one ``AdviceCache`` and hands it to the app and the publisher.
+    """
+    return dict((cache if cache is not None else AdviceCache()).get(state, now=now).to_json())
 
 
 class _AdviceCollector(Collector):
@@ -121,8 +110,8 @@ class _AdviceCollector(Collector):
 class Metrics:
     """Gauges of the advice (and counters the apply mode uses).
 
-    With ``state`` the advice gauges are computed when scraped, from ``cache`` (default: the
-    cache ``GET /advice`` reads), so they agree with ``/advice`` whether or not a publisher
+    With ``state`` the advice gauges are computed when scraped, from ``cache`` (pass the
+    cache ``GET /advice`` reads; default: one of its own), so they agree with ``/advice`` whether or not a publisher
     runs (``migfit extender --cluster FILE`` has none); without it they show the advice last
     passed to ``observe``.
     """
@@ -130,7 +119,7 @@ class Metrics:
     def __init__(self, registry: prometheus_client.CollectorRegistry, *,
                  state: cluster.Cluster | None = None, cache: AdviceCache | None = None) -> None:
         self._state = state
-        self._cache = cache or _DEFAULT
+        self._cache = cache if cache is not None else AdviceCache()
         self._observed: advisor.Advice | None = None
         registry.register(_AdviceCollector(self))
         self.applied = prometheus_client.Counter(
@@ -227,7 +216,7 @@ class Publisher:
     ) -> None:
         self.state = state
         self.api = api
-        self.cache = cache or _DEFAULT
+        self.cache = cache if cache is not None else AdviceCache()
         self.metrics = metrics
         self.interval_s = interval_s
         self.event_interval_s = event_interval_s

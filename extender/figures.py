@@ -5,6 +5,11 @@ index only marks it dirty. The next filter or prioritize call rebuilds the dirty
 adjusts the cluster-wide free supply per model and profile incrementally), so the hot path is
 a few dict lookups per node. Demand (what pending pods ask for) depends on every pod, so it is
 recomputed only when the set of pending pods changes (``Cluster.pending_generation``).
+
+An ``Index`` belongs to whoever builds it (the command that assembles the extender, a test,
+the simulator): nothing here is process-wide, so two extenders in one process share nothing.
+Its memo tables hold entries for nodes of the cluster only, and forget a node when it is
+deleted, so their size is bounded by the cluster, never by the names a request carries.
 """
 
 from __future__ import annotations
@@ -12,7 +17,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
-import weakref
 import zlib
 from collections import Counter
 from collections.abc import Mapping
@@ -198,12 +202,14 @@ def wants_of(
 
 
 class Index:
-    """The extender's view of one ``cluster.Cluster``, kept current through its listener."""
+    """The extender's view of one ``cluster.Cluster``, kept current through its listener.
+
+    Build one per cluster and pass it to filter, score and the server; call ``refresh()``
+    before reading ``figures`` (``filter_nodes`` and ``score_nodes`` do).
+    """
 
     def __init__(self, model: cluster.Cluster) -> None:
-        # Weak: ``index_of`` keys its table weakly on the cluster, and a value holding its key
-        # strongly would keep every cluster (and its index) alive for ever.
-        self._cluster = weakref.ref(model)
+        self._cluster = model
         self._models: dict[str, profiles.GpuModel] = {m.id: m for m in model.catalog.models}
         self._figures: dict[str, NodeFigures] = {}
         self._dirty: set[str] = set(model.node_names())
@@ -219,10 +225,7 @@ class Index:
     @property
     def cluster(self) -> cluster.Cluster:
         """The cluster this index follows."""
-        model = self._cluster()
-        if model is None:
-            raise ReferenceError("the cluster of this index no longer exists")
-        return model
+        return self._cluster
 
     # ------------------------------------------------------------ nodes
 
@@ -237,8 +240,10 @@ class Index:
             old = self._figures.pop(name, None)
             if old is not None:
                 self._account(old, -1)
-            state = self.cluster.node(name)
+            state = self._cluster.node(name)
             if state is None:
+                for table in self._memos.values():  # a deleted node leaves no memo entry
+                    table.pop(name, None)
                 continue
             fig = _figures(state, self._models)
             self._figures[name] = fig
@@ -300,7 +305,9 @@ class Index:
         """A per-key scratch dict kept across calls (least recently used keys dropped).
 
         Filter and score keep each node's verdict for a request shape here, next to the
-        figures it was computed from, so an unchanged node costs one lookup.
+        figures it was computed from, so an unchanged node costs one lookup. Keys must be
+        names of nodes in ``figures`` (never a name a request merely carries): an entry is
+        dropped when its node is deleted.
         """
         table = self._memos.pop(key, None)
         if table is None:
@@ -309,6 +316,10 @@ class Index:
                 del self._memos[next(iter(self._memos))]
         self._memos[key] = table
         return table
+
+    def memo_entries(self) -> int:
+        """Entries in all memo tables (bounded by nodes × ``MEMO_KEYS``)."""
+        return sum(len(t) for t in self._memos.values())
 
     def demand(self, model_key: str, profile: str, *, exclude: str | None = None) -> int:
         """Instances of ``profile`` that pending pods (but ``exclude``, a uid) could use on
@@ -329,18 +340,6 @@ class Index:
         metrics)."""
         self._refresh_demand()
         return {p: n for p, n in self._demand_total.items() if n > 0}
-
-
-_INDEXES: weakref.WeakKeyDictionary[cluster.Cluster, Index] = weakref.WeakKeyDictionary()
-
-
-def index_of(model: cluster.Cluster) -> Index:
-    """The (single, shared) index of ``model``, created and subscribed on first use."""
-    index = _INDEXES.get(model)
-    if index is None:
-        index = _INDEXES[model] = Index(model)
-    index.refresh()
-    return index
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -22,7 +22,7 @@ import functools
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from migfit import cluster, decoding, keys, records
+from migfit import decoding, keys, records
 from migfit.extender import figures
 
 
@@ -152,7 +152,7 @@ class FilterResult:
         return Outcome.PASSED if name in self.passed else None
 
 
-_UNKNOWN = (_reason(code=Code.UNKNOWN_NODE),)
+_UNKNOWN: tuple[Reason, ...] = (_reason(code=Code.UNKNOWN_NODE),)
 _NO_REASONS: tuple[Reason, ...] = ()
 
 
@@ -222,13 +222,17 @@ def check(fig: figures.NodeFigures | None, request: PodRequest) -> tuple[Reason,
 
 
 def filter_nodes(
-    model: cluster.Cluster, request: PodRequest, names: Iterable[str]
+    index: figures.Index, request: PodRequest, names: Iterable[str]
 ) -> FilterResult:
-    """A verdict for every distinct name in ``names``, in input order."""
+    """A verdict for every distinct name in ``names``, in input order.
+
+    Verdicts of the index's nodes are memoised; a name the cluster does not know is answered
+    ``UNKNOWN_NODE`` and leaves nothing behind.
+    """
     unique = list(dict.fromkeys(names))
     if not request.mig:
         return FilterResult(passed=unique, failed={}, unresolvable={})
-    index = figures.index_of(model)
+    index.refresh()
     figs = index.figures
     memo = index.memo(request.wants)
     passed: list[str] = []
@@ -237,12 +241,15 @@ def filter_nodes(
     codes: dict[tuple[bool, Code], int] = {}
     for name in unique:
         fig = figs.get(name)
-        hit = memo.get(name)
-        if hit is not None and hit[0] is fig:
-            reasons = hit[1]
+        if fig is None:
+            reasons = _UNKNOWN
         else:
-            reasons = check(fig, request)
-            memo[name] = (fig, reasons)
+            hit = memo.get(name)
+            if hit is not None and hit[0] is fig:
+                reasons = hit[1]
+            else:
+                reasons = check(fig, request)
+                memo[name] = (fig, reasons)
         if not reasons:
             passed.append(name)
             continue
@@ -316,23 +323,35 @@ def message(reason: Reason) -> str:
 
 
 def node_message(reasons: Sequence[Reason]) -> str:
-    """All of a node's reasons as one string (what the extender's maps carry).
+    """All of a node's reasons as one string (what the extender's maps carry)."""
+    return _joined(tuple(reasons))
 
-    Verdict tuples are kept per node in the figures' memo and reused while the node is
+
+class Messages:
+    """``node_message`` with its answers kept by the verdict tuple's identity (per server).
+
+    Verdict tuples are kept per node in the index's memo and reused while the node is
     unchanged, so they are cached here by identity (hashing a Reason costs more than the
-    lookup); the entry holds the tuple, so its id cannot be reused while cached.
+    lookup); an entry holds its tuple, so its id cannot be reused while cached. At most
+    ``limit`` entries, then the table starts again.
     """
-    hit = _by_identity.get(id(reasons))
-    if hit is not None and hit[0] is reasons:
-        return hit[1]
-    text = _joined(tuple(reasons))
-    if len(_by_identity) >= 65536:
-        _by_identity.clear()
-    _by_identity[id(reasons)] = (reasons, text)
-    return text
 
+    def __init__(self, limit: int = 65536) -> None:
+        self._limit = limit
+        self._by_identity: dict[int, tuple[Sequence[Reason], str]] = {}
 
-_by_identity: dict[int, tuple[Sequence[Reason], str]] = {}
+    def of(self, reasons: Sequence[Reason]) -> str:
+        hit = self._by_identity.get(id(reasons))
+        if hit is not None and hit[0] is reasons:
+            return hit[1]
+        text = node_message(reasons)
+        if len(self._by_identity) >= self._limit:
+            self._by_identity.clear()
+        self._by_identity[id(reasons)] = (reasons, text)
+        return text
+
+    def __len__(self) -> int:
+        return len(self._by_identity)
 
 
 @functools.lru_cache(maxsize=16384)

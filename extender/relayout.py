@@ -97,7 +97,7 @@ class Relayouter:
         self.state = state
         self.api = api
         self.elector = elector
-        self.cache = cache or surfaces.default_cache()
+        self.cache = cache if cache is not None else surfaces.AdviceCache()
         self.metrics = metrics
         self.settings = settings or Settings()
         self.clock = clock

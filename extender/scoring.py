@@ -145,13 +145,17 @@ def _host_used(model: cluster.Cluster, name: str) -> tuple[int, int]:
 
 
 def score_nodes(
-    model: cluster.Cluster, request: filtering.PodRequest, names: Iterable[str]
+    index: figures.Index, request: filtering.PodRequest, names: Iterable[str]
 ) -> list[NodeScore]:
-    """A score for every distinct name in ``names``, in input order."""
+    """A score for every distinct name in ``names``, in input order.
+
+    A name the cluster does not know scores ``MIN_SCORE`` and leaves no memo entry behind.
+    """
     unique = list(dict.fromkeys(names))
     if not request.mig:
         return [NodeScore(n, MIN_SCORE, True) for n in unique]
-    index = figures.index_of(model)
+    index.refresh()
+    model = index.cluster
     figs = index.figures
     scarcity: dict[str, float] = {}  # per model: the same for every node of it
     wants = request.wants
@@ -167,13 +171,16 @@ def score_nodes(
     my_mem = me.memory_bytes if me is not None else 0
     for name in unique:
         fig = figs.get(name)
+        if fig is None:
+            append(NodeScore(name, MIN_SCORE, False))
+            continue
         hit = memo.get(name)
         if hit is not None and hit[0] is fig:
             reasons = hit[1]
         else:
             reasons = check(fig, request)
             memo[name] = (fig, reasons)
-        if fig is None or reasons:
+        if reasons:
             zero = zeros.get(name)
             if zero is None:
                 zero = zeros[name] = NodeScore(name, MIN_SCORE, False)

@@ -11,19 +11,21 @@ in the input; every input node gets exactly one outcome.
 
 ``make_app`` builds the application (typed ``web.AppKey`` state; the cluster source, when
 given, runs for the app's lifetime through ``cleanup_ctx``), so ``migfit extender`` and
-``migfit serve`` share it.
+``migfit serve`` share it. Everything it works on (the cluster, its ``figures.Index``, the
+advice cache) is handed in by the command that assembles it, or made for this app alone:
+nothing is process-wide, so two apps in one process share nothing. ``serve`` runs it through
+``migfit.serving`` (bounded connections, timeouts, graceful drain), as the webhook does.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import gc
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -32,7 +34,7 @@ from aiohttp import web
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from migfit import cluster, errors, lifecycle
+from migfit import cluster, errors, serving
 from migfit import metrics as common_metrics
 from migfit.certs import metrics as cert_metrics
 from migfit.certs import reloading
@@ -70,6 +72,10 @@ class ExtenderSettings:
     reload_interval: float = 10.0
     """Seconds between checks of the TLS files (Secret mounts give no inotify)."""
     shutdown_timeout: float = 10.0
+    drain_delay: float = 0.0
+    """On SIGTERM keep serving this long with /readyz failing before the listener closes."""
+    limits: serving.Limits = dataclasses.field(default_factory=serving.Limits)
+    """Connection bounds: keep-alive, body and handshake timeouts, connections at once."""
 
 
 # ---------------------------------------------------------------- the wire: ExtenderArgs
@@ -143,10 +149,13 @@ def decode_args(body: bytes) -> Args:
     return Args(pod=pod, names=names, node_list=nodes_raw, nodes=by_name)
 
 
-def filter_result(args: Args, result: filtering.FilterResult, error: str = "") -> dict[str, Any]:
-    """An ``ExtenderFilterResult`` in the mode of ``args``; reasons flattened to text here."""
-    failed = {n: filtering.node_message(r) for n, r in result.failed.items()}
-    unresolvable = {n: filtering.node_message(r) for n, r in result.unresolvable.items()}
+def filter_result(args: Args, result: filtering.FilterResult, error: str = "",
+                  messages: filtering.Messages | None = None) -> dict[str, Any]:
+    """An ``ExtenderFilterResult`` in the mode of ``args``; reasons flattened to text here
+    (through the app's ``messages`` cache when given)."""
+    text = filtering.node_message if messages is None else messages.of
+    failed = {n: text(r) for n, r in result.failed.items()}
+    unresolvable = {n: text(r) for n, r in result.unresolvable.items()}
     if args.cache_mode:
         nodes: Any = None
         names: Any = result.passed
@@ -169,11 +178,13 @@ def _error_filter_result(message: str) -> dict[str, Any]:
 class _ClusterCollector(Collector):
     """Gauges computed at scrape time from the cache, never on the request path."""
 
-    def __init__(self, model: cluster.Cluster) -> None:
-        self._cluster = model
+    def __init__(self, index: figures.Index) -> None:
+        self._index = index
+        self._cluster = index.cluster
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
-        index = figures.index_of(self._cluster)
+        index = self._index
+        index.refresh()
         free = GaugeMetricFamily("migfit_extender_free_instances",
                                  "Free MIG instances per node and profile",
                                  labels=["node", "profile"])
@@ -209,7 +220,7 @@ class Metrics:
     filtered: prometheus_client.Counter
 
 
-def _metrics(model: cluster.Cluster,
+def _metrics(index: figures.Index,
              registry: prometheus_client.CollectorRegistry | None = None) -> Metrics:
     if registry is None:
         registry = common_metrics.registry()
@@ -222,7 +233,7 @@ def _metrics(model: cluster.Cluster,
     filtered = prometheus_client.Counter(
         "migfit_extender_filtered_nodes", "Nodes filtered out, by outcome and reason code",
         ["outcome", "reason"], registry=registry)
-    registry.register(_ClusterCollector(model))
+    registry.register(_ClusterCollector(index))
     return Metrics(registry=registry, calls=calls, latency=latency, filtered=filtered)
 
 
@@ -232,6 +243,11 @@ SETTINGS = web.AppKey("settings", ExtenderSettings)
 CLUSTER = web.AppKey("cluster", cluster.Cluster)
 METRICS = web.AppKey("metrics", Metrics)
 SCORING_LOG = web.AppKey("scoring_log", scoring_log.ScoringLog)
+INDEX = web.AppKey("index", figures.Index)
+ADVICE = web.AppKey("advice", advice.AdviceCache)
+MESSAGES = web.AppKey("messages", filtering.Messages)
+DRAINING = web.AppKey("draining", asyncio.Event)
+_HOST_PREFIXES = ("wire", "host prefix")  # the index's memo of HostPriority prefixes
 
 
 def _json(data: Any, status: int = 200) -> web.Response:
@@ -239,23 +255,24 @@ def _json(data: Any, status: int = 200) -> web.Response:
                         content_type="application/json")
 
 
-_HOST_PREFIX: dict[str, str] = {}  # node name -> '{"Host":"<name>","Score":' (JSON-escaped)
-
-
-def host_priority_list(scores: Sequence[scoring.NodeScore]) -> str:
+def host_priority_list(scores: Sequence[scoring.NodeScore],
+                       index: figures.Index | None = None) -> str:
     """The ``HostPriorityList`` JSON, ``[{"Host": name, "Score": n}, ...]``.
 
-    Built from a cached, escaped prefix per node name: thousands of nodes arrive on every
-    call and the names barely change, so this is a join instead of encoding dicts each time.
+    With ``index``, built from an escaped prefix per node name kept in the index's memo:
+    thousands of nodes arrive on every call and the names barely change, so this is a join
+    instead of encoding dicts each time. Only names of the index's nodes are kept (a deleted
+    node's prefix goes with it); other names are encoded on each call.
     """
-    prefix = _HOST_PREFIX
-    if len(prefix) > 200_000:
-        prefix.clear()
+    prefix: dict[str, str] = {} if index is None else index.memo(_HOST_PREFIXES)
+    known: Mapping[str, object] = {} if index is None else index.figures
     parts = []
     for s in scores:
         head = prefix.get(s.node)
         if head is None:
-            head = prefix[s.node] = '{"Host":' + json.dumps(s.node) + ',"Score":'
+            head = '{"Host":' + json.dumps(s.node) + ',"Score":'
+            if s.node in known:
+                prefix[s.node] = head
         parts.append(f"{head}{s.score}}}")
     return "[" + ",".join(parts) + "]"
 
@@ -283,7 +300,7 @@ async def _body(request: web.Request) -> bytes:
     if request.content_length is not None and request.content_length > settings.max_body_bytes:
         raise web.HTTPRequestEntityTooLarge(max_size=settings.max_body_bytes,
                                             actual_size=request.content_length)
-    return await request.read()
+    return await serving.read_body(request, settings.limits.body_timeout)
 
 
 def _not_ready(model: cluster.Cluster) -> str | None:
@@ -322,10 +339,10 @@ async def _verb(request: web.Request, *, verb: str, error: Callable[[str], Any],
 
 
 async def _filter(request: web.Request) -> web.Response:
-    model, metrics = request.app[CLUSTER], request.app[METRICS]
+    index, metrics, messages = request.app[INDEX], request.app[METRICS], request.app[MESSAGES]
 
     def answer(args: Args, pod: filtering.PodRequest, start: float) -> web.Response:
-        result = filtering.filter_nodes(model, pod, args.names)
+        result = filtering.filter_nodes(index, pod, args.names)
         # One counter update per reason code, not per node (labels() costs microseconds).
         for (bad, reason_code), n in result.codes.items():
             metrics.filtered.labels("unresolvable" if bad else "failed", reason_code.value).inc(n)
@@ -335,19 +352,18 @@ async def _filter(request: web.Request) -> web.Response:
                       len(result.unresolvable))
             for group in (result.unresolvable, result.failed):
                 for name, reasons in group.items():
-                    log.debug("filter %s: %s: %s", pod.key, name,
-                              filtering.node_message(reasons))
-        return _json(filter_result(args, result))
+                    log.debug("filter %s: %s: %s", pod.key, name, messages.of(reasons))
+        return _json(filter_result(args, result, messages=messages))
 
     return await _verb(request, verb="filter", error=_error_filter_result, answer=answer)
 
 
 async def _prioritize(request: web.Request) -> web.Response:
-    model, scoring_log_ = request.app[CLUSTER], request.app[SCORING_LOG]
+    index, scoring_log_ = request.app[INDEX], request.app[SCORING_LOG]
 
     def answer(args: Args, pod: filtering.PodRequest, start: float) -> web.Response:
-        scores = scoring.score_nodes(model, pod, args.names)
-        response = web.Response(text=host_priority_list(scores), status=200,
+        scores = scoring.score_nodes(index, pod, args.names)
+        response = web.Response(text=host_priority_list(scores, index), status=200,
                                 content_type="application/json")
         if pod.mig:
             scoring_log_.record(pod, scores, time.perf_counter() - start)
@@ -362,7 +378,7 @@ async def _healthz(request: web.Request) -> web.Response:
 
 async def _readyz(request: web.Request) -> web.Response:
     model = request.app[CLUSTER]
-    ready = bool(model.synced)
+    ready = bool(model.synced) and not request.app[DRAINING].is_set()
     return _json({"ready": ready, "nodes": len(model)}, status=200 if ready else 503)
 
 
@@ -373,42 +389,24 @@ async def _metrics_handler(request: web.Request) -> web.Response:
 
 async def _advice(request: web.Request) -> web.Response:
     """Re-layout advice for the cluster (``advice.advice_json``, cached per generation)."""
-    return _json(advice.advice_json(request.app[CLUSTER]))
-
-
-def _background(
-    name: str, run: Callable[[], Awaitable[None]]
-) -> Callable[[web.Application], AsyncIterator[None]]:
-    """A cleanup_ctx entry running ``run()`` for the app's lifetime, cancelled at cleanup."""
-
-    async def main() -> None:
-        await run()
-
-    async def lifetime(app: web.Application) -> AsyncIterator[None]:
-        task = asyncio.create_task(main(), name=name)
-
-        def done(t: asyncio.Task[None]) -> None:
-            if not t.cancelled() and t.exception() is not None:
-                log.error("extender: %s stopped: %s", name, t.exception())
-
-        task.add_done_callback(done)
-        yield
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError, Exception):
-            await task
-
-    return lifetime
+    return _json(advice.advice_json(request.app[CLUSTER], request.app[ADVICE]))
 
 
 def make_app(
     *,
     settings: ExtenderSettings,
     cluster: cluster.Cluster,
+    index: figures.Index | None = None,
+    advice_cache: advice.AdviceCache | None = None,
     source: Source | None = None,
     registry: prometheus_client.CollectorRegistry | None = None,
     certificate: cert_metrics.HasExpiry | None = None,
 ) -> web.Application:
     """The extender application over ``cluster``; ``source`` (when given) runs for its lifetime.
+
+    ``index`` (the figures of ``cluster``) and ``advice_cache`` (what ``/advice`` answers
+    from, shared with the advice publisher) are the composition root's; when not given, this
+    app makes its own.
 
     ``registry`` (default: ``migfit.metrics.registry()``) is where the metrics go, so that the
     advisor's and the re-layout's gauges share the extender's ``/metrics``. ``certificate``
@@ -418,14 +416,21 @@ def make_app(
     ``/advice``. It can be mounted under a prefix with ``add_subapp`` (``migfit serve``).
     """
     app = web.Application(client_max_size=settings.max_body_bytes, middlewares=[_errors])
+    if index is None:
+        index = figures.Index(cluster)
+    elif index.cluster is not cluster:
+        raise ValueError("the figures index given follows another cluster")
     app[SETTINGS] = settings
     app[CLUSTER] = cluster
-    app[METRICS] = _metrics(cluster, registry)
+    app[INDEX] = index
+    app[ADVICE] = advice_cache if advice_cache is not None else advice.AdviceCache()
+    app[MESSAGES] = filtering.Messages()
+    app[DRAINING] = asyncio.Event()
+    app[METRICS] = _metrics(index, registry)
     if certificate is not None:
         cert_metrics.register(app[METRICS].registry, server="extender", source=certificate)
     app[SCORING_LOG] = scoring_log.ScoringLog(log_format=settings.log_format,
                                               max_nodes=settings.log_nodes)
-    figures.index_of(cluster)  # subscribe to the cache before the first call
     app.router.add_post("/filter", _filter)
     app.router.add_post("/prioritize", _prioritize)
     app.router.add_get("/healthz", _healthz)
@@ -433,7 +438,7 @@ def make_app(
     app.router.add_get("/metrics", _metrics_handler)
     app.router.add_get("/advice", _advice)
     if source is not None:
-        app.cleanup_ctx.append(_background("cluster source", source.run))
+        app.cleanup_ctx.append(serving.background("cluster source", source.run))
     return app
 
 
@@ -464,10 +469,21 @@ def tls_reloader(settings: ExtenderSettings) -> reloading.CertificateReloader | 
                                          client_ca=settings.client_ca)
 
 
+def listen_of(settings: ExtenderSettings,
+              reloader: reloading.CertificateReloader | None) -> serving.Listen:
+    """Where and how the extender of ``settings`` listens."""
+    return serving.Listen(host=settings.host, port=settings.port,
+                          ssl_context=None if reloader is None else reloader.context,
+                          limits=settings.limits, shutdown_timeout=settings.shutdown_timeout,
+                          drain_delay=settings.drain_delay)
+
+
 async def serve(
     settings: ExtenderSettings,
     model: cluster.Cluster,
     *,
+    index: figures.Index | None = None,
+    advice_cache: advice.AdviceCache | None = None,
     source: Source | None = None,
     stop: asyncio.Event | None = None,
     on_started: Callable[[int], None] | None = None,
@@ -479,31 +495,25 @@ async def serve(
     HTTPS when a certificate is given (re-read when the files change), else HTTP.
     ``on_started`` receives the bound port (``port`` 0 picks a free one). ``background``
     tasks (name, coroutine factory: the advice publisher, the re-layout apply loop) run for
-    the server's life and are cancelled on shutdown.
+    the server's life and are cancelled on shutdown. On stop, /readyz fails for
+    ``drain_delay`` s while calls are still answered (``serving.drain_and_stop``).
     """
     reloader = tls_reloader(settings)
-    app = make_app(settings=settings, cluster=model, source=source, registry=registry,
-                   certificate=reloader)
+    app = make_app(settings=settings, cluster=model, index=index, advice_cache=advice_cache,
+                   source=source, registry=registry, certificate=reloader)
     for name, make in background:
-        app.cleanup_ctx.append(_background(name, make))
-    app.cleanup_ctx.append(_background("GC freeze", lambda: freeze_after_sync(model)))
+        app.cleanup_ctx.append(serving.background(name, make))
+    app.cleanup_ctx.append(serving.background("GC freeze", lambda: freeze_after_sync(model)))
     if reloader is not None:
-        app.cleanup_ctx.append(_background(
+        app.cleanup_ctx.append(serving.background(
             "TLS reload", lambda: reloader.run(settings.reload_interval)))
-    runner = web.AppRunner(app, shutdown_timeout=settings.shutdown_timeout, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, settings.host, settings.port,
-                       ssl_context=None if reloader is None else reloader.context)
-    stop = stop or asyncio.Event()
-    try:
-        with lifecycle.stop_on_signals(stop):
-            await site.start()
-            port = runner.addresses[0][1] if runner.addresses else settings.port
-            scheme = "http" if reloader is None else "https"
-            log.info("extender serving %s://%s:%s (filter, prioritize)", scheme,
-                     settings.host, port)
-            if on_started is not None:
-                on_started(int(port))
-            await stop.wait()
-    finally:
-        await runner.cleanup()
+
+    def started(info: serving.Started) -> None:
+        scheme = "http" if reloader is None else "https"
+        log.info("extender serving %s://%s:%s (filter, prioritize)", scheme, settings.host,
+                 info.port)
+        if on_started is not None:
+            on_started(info.port)
+
+    await serving.serve(app, listen_of(settings, reloader), stop=stop, on_started=started,
+                        on_drain=app[DRAINING].set)

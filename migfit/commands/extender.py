@@ -9,10 +9,10 @@ import os
 from pathlib import Path
 from typing import Any
 
-from migfit import advisor, cluster, errors, kube, logs, profiles, sources
+from migfit import advisor, cluster, errors, kube, logs, profiles, serving, sources
 from migfit import metrics as common_metrics
 from migfit.commands import options
-from migfit.extender import scoring_log, server
+from migfit.extender import figures, scoring_log, server
 
 HELP = "run the scheduler extender: filter and score nodes by free MIG instances"
 
@@ -46,6 +46,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--log-level", default="info",
                         choices=["debug", "info", "warning", "error"],
                         help="debug also logs every filter verdict with its reasons")
+    conn = parser.add_argument_group(
+        "connections", "bounds on what clients may hold (kube-scheduler reconnects cheaply)")
+    serving.add_limit_arguments(conn)
+    conn.add_argument("--drain-delay", type=float, default=3.0, metavar="SECONDS",
+                      help="on SIGTERM keep answering this long with /readyz failing, so that "
+                           "the Service drops the pod first (default %(default)s)")
     adv = parser.add_argument_group(
         "advisor", "re-layout advice (GET /advice always; with a Kubernetes API: node "
                    "annotation and label, Events) and the optional apply mode")
@@ -86,7 +92,15 @@ def settings_from(args: argparse.Namespace) -> server.ExtenderSettings:
         raise errors.UsageError("give both --tls-cert and --tls-key for HTTPS")
     if args.client_ca is not None and args.tls_cert is None:
         raise errors.UsageError("--client-ca needs --tls-cert and --tls-key")
+    try:
+        limits = serving.limits_from(args)
+    except ValueError as exc:
+        raise errors.UsageError(str(exc)) from None
+    if not args.drain_delay >= 0:
+        raise errors.UsageError(f"--drain-delay {args.drain_delay}: use 0 or more seconds")
     return server.ExtenderSettings(
+        limits=limits,
+        drain_delay=args.drain_delay,
         max_body_bytes=args.max_body,
         log_format=args.log_format,
         log_nodes=args.log_nodes,
@@ -104,7 +118,10 @@ async def _serve(args: argparse.Namespace, settings: server.ExtenderSettings,
     from migfit.extender import advice
 
     registry = common_metrics.registry()
-    cache = advice.configure(settings=advisor.Settings(grace_s=args.grace))
+    # The composition root: the cluster (built by run), its figures index and the advice
+    # cache are made here and handed to the server and the publisher; nothing is global.
+    index = figures.Index(view)
+    cache = advice.AdviceCache(settings=advisor.Settings(grace_s=args.grace))
     # Computed at scrape time from the cache /advice reads: they agree with /advice, with a
     # publisher (API mode) or without one (--cluster FILE, --no-publish).
     metrics = advice.Metrics(registry, state=view, cache=cache)
@@ -115,13 +132,13 @@ async def _serve(args: argparse.Namespace, settings: server.ExtenderSettings,
         # fresh (exec/OIDC) and --request-timeout.
         client = await kube.connect(kubeconfig=args.kubeconfig, context=args.context,
                                     request_timeout=args.request_timeout)
-        api = client.api
+        api = client  # the one client of every write: advice, apply mode and Lease
         ns, _, name = str(args.configmap).partition("/")
         config, why = await advice.read_config(api, name=name, namespace=ns)
         if why is not None:
             logging.getLogger("migfit.advice").warning(
                 "%s; layouts are inferred from allocatable", why)
-        advice.configure(config=config)
+        cache.set_config(config)
         background.append(("advice publisher",
                            advice.Publisher(view, api, cache=cache, metrics=metrics).run))
         if args.apply_relayout:
@@ -137,8 +154,8 @@ async def _serve(args: argparse.Namespace, settings: server.ExtenderSettings,
         raise errors.UsageError("--apply-relayout needs a Kubernetes API (--kubeconfig or "
                                 "in-cluster), and advice publishing on")
     try:
-        await server.serve(settings, view, source=source, registry=registry,
-                           background=background)
+        await server.serve(settings, view, index=index, advice_cache=cache, source=source,
+                           registry=registry, background=background)
     finally:
         if client is not None:
             await client.close()

@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from migfit import advisor, cluster, profiles, records
-from migfit.extender import filtering, scoring
+from migfit.extender import figures, filtering, scoring
 from migfit.webhook import decision, view
 
 
@@ -98,7 +98,7 @@ class Extender:
     """The extender's filter and score on the simulated cluster (same objects as the server)."""
 
     def __init__(self, view: cluster.Cluster) -> None:
-        self._cluster = view
+        self._index = figures.Index(view)
 
     def request(self, pod: records.PodRecord) -> filtering.PodRequest:
         """The pod's decoded request (decoded once per scheduling cycle)."""
@@ -106,12 +106,12 @@ class Extender:
 
     def filter(self, request: filtering.PodRequest, names: Sequence[str]) -> list[str]:
         """The nodes that pass the extender's filter, in input order."""
-        return list(filtering.filter_nodes(self._cluster, request, names).passed)
+        return list(filtering.filter_nodes(self._index, request, names).passed)
 
     def score(self, request: filtering.PodRequest, names: Sequence[str]) -> dict[str, int]:
         """0..10 per node (MaxExtenderPriority)."""
         return {s.node: s.score
-                for s in scoring.score_nodes(self._cluster, request, names)}
+                for s in scoring.score_nodes(self._index, request, names)}
 
 
 def resource(profile: str) -> str:

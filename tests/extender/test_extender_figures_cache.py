@@ -9,14 +9,19 @@ import weakref
 
 from extender_builders import build, decision, node, pod
 
-from migfit import cluster, keys, profiles
+from migfit import keys, profiles
 from migfit.extender import figures
 
 A100 = profiles.builtin().get("A100-80GB")
 
 
-def _free(model: cluster.Cluster, name: str, profile: str = "1g.10gb") -> int | None:
-    fig = figures.index_of(model).figures.get(name)
+def _fresh(index: figures.Index) -> figures.Index:
+    index.refresh()
+    return index
+
+
+def _free(index: figures.Index, name: str, profile: str = "1g.10gb") -> int | None:
+    fig = _fresh(index).figures.get(name)
     if fig is None:
         return None
     return {p: free for p, _alloc, free in fig.advertised}.get(profiles.ProfileName(profile), 0)
@@ -24,44 +29,45 @@ def _free(model: cluster.Cluster, name: str, profile: str = "1g.10gb") -> int | 
 
 def test_node_add_modify_delete_refresh_the_figures_and_supply() -> None:
     model = build([node("a", {"1g.10gb": 2})])
-    index = figures.index_of(model)
-    assert _free(model, "a") == 2 and index.supply("a100-80gb", "1g.10gb") == 2
+    index = figures.Index(model)
+    assert _free(index, "a") == 2 and index.supply("a100-80gb", "1g.10gb") == 2
     model.apply("Node", "ADDED", node("b", {"1g.10gb": 3}))
-    assert _free(model, "b") == 3 and index.supply("a100-80gb", "1g.10gb") == 5
+    assert _free(index, "b") == 3 and index.supply("a100-80gb", "1g.10gb") == 5
     model.apply("Node", "MODIFIED", node("a", {"3g.40gb": 2}))
-    assert _free(model, "a") == 0 and _free(model, "a", "3g.40gb") == 2
+    assert _free(index, "a") == 0 and _free(index, "a", "3g.40gb") == 2
     assert index.supply("a100-80gb", "1g.10gb") == 3
     model.apply("Node", "DELETED", node("b", {}))
-    assert _free(model, "b") is None and index.supply("a100-80gb", "1g.10gb") == 0
+    assert _free(index, "b") is None and index.supply("a100-80gb", "1g.10gb") == 0
 
 
 def test_annotation_and_label_changes_refresh_the_figures() -> None:
     model = build([node("a", {"1g.10gb": 2})])
-    assert figures.index_of(model).figures["a"].repartitioning is None
+    index = figures.Index(model)
+    assert _fresh(index).figures["a"].repartitioning is None
     busy = json.dumps({"state": "applying"})
     model.apply("Node", "MODIFIED", node("a", {"1g.10gb": 2},
                                          annotations={keys.ANNOTATION_RELAYOUT: busy}))
-    assert figures.index_of(model).figures["a"].repartitioning is not None
-    assert figures.index_of(model).supply("a100-80gb", "1g.10gb") == 0
+    assert _fresh(index).figures["a"].repartitioning is not None
+    assert _fresh(index).supply("a100-80gb", "1g.10gb") == 0
     model.apply("Node", "MODIFIED", node("a", {"1g.10gb": 2}, state="pending"))
-    assert "pending" in (figures.index_of(model).figures["a"].repartitioning or "")
+    assert "pending" in (_fresh(index).figures["a"].repartitioning or "")
     model.apply("Node", "MODIFIED", node("a", {"1g.10gb": 2}))
-    assert figures.index_of(model).figures["a"].repartitioning is None
-    assert figures.index_of(model).supply("a100-80gb", "1g.10gb") == 2
+    assert _fresh(index).figures["a"].repartitioning is None
+    assert _fresh(index).supply("a100-80gb", "1g.10gb") == 2
 
 
 def test_pod_bind_unbind_and_termination_refresh_the_figures_and_demand() -> None:
     model = build([node("a", {"1g.10gb": 2}), pod("p")])
-    index = figures.index_of(model)
-    assert _free(model, "a") == 2 and index.demand_profiles() == {"1g.10gb": 1}
+    index = figures.Index(model)
+    assert _free(index, "a") == 2 and index.demand_profiles() == {"1g.10gb": 1}
     model.apply("Pod", "MODIFIED", pod("p", node_name="a"))  # bound
-    assert _free(model, "a") == 1 and index.demand_profiles() == {}
+    assert _free(index, "a") == 1 and index.demand_profiles() == {}
     model.apply("Pod", "MODIFIED", pod("p", node_name="a", phase="Succeeded"))  # terminated
-    assert _free(model, "a") == 2
+    assert _free(index, "a") == 2
     model.apply("Pod", "ADDED", pod("q", node_name="a"))
-    assert _free(model, "a") == 1
+    assert _free(index, "a") == 1
     model.apply("Pod", "DELETED", pod("q", node_name="a"))  # unbound by deletion
-    assert _free(model, "a") == 2
+    assert _free(index, "a") == 2
     model.apply("Pod", "ADDED", pod("r", ({"3g.40gb": 1},)))
     assert index.demand_profiles() == {"3g.40gb": 1}
     model.apply("Pod", "DELETED", pod("r", ({"3g.40gb": 1},)))
@@ -70,7 +76,7 @@ def test_pod_bind_unbind_and_termination_refresh_the_figures_and_demand() -> Non
 
 def test_a_pending_pods_annotation_change_refreshes_demand() -> None:
     model = build([node("a", {"1g.10gb": 2}), pod("p")])
-    index = figures.index_of(model)
+    index = figures.Index(model)
     assert index.demand("a100-80gb", "1g.10gb") == 1
     only_h100 = decision([("c0", "1g.10gb", 9000, ["H100-80GB"])])
     model.apply("Pod", "MODIFIED", pod("p", annotations={"migfit.io/decision": only_h100}))
@@ -80,7 +86,7 @@ def test_a_pending_pods_annotation_change_refreshes_demand() -> None:
 
 def test_an_index_does_not_keep_its_cluster_alive() -> None:
     model = build([node("a", {"1g.10gb": 2})])
-    figures.index_of(model)
+    _fresh(figures.Index(model))
     ref = weakref.ref(model)
     del model
     gc.collect()

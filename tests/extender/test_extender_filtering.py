@@ -7,13 +7,13 @@ from typing import Any
 from extender_builders import build, decision, node, pod
 
 from migfit import cluster
-from migfit.extender import filtering
+from migfit.extender import figures, filtering
 from migfit.extender.filtering import Code, Outcome, Relayout
 
 
 def _verdicts(model: cluster.Cluster, pod_obj: dict[str, Any], names: list[str]
               ) -> filtering.FilterResult:
-    return filtering.filter_nodes(model, filtering.decode_pod(pod_obj), names)
+    return filtering.filter_nodes(figures.Index(model), filtering.decode_pod(pod_obj), names)
 
 
 def _seed_cluster() -> cluster.Cluster:
@@ -95,7 +95,8 @@ def test_multi_container_pod_needs_all_profiles_on_one_node() -> None:
     want = pod("multi", [{"1g.10gb": 1}, {"3g.40gb": 1}, {"1g.10gb": 1}])
     request = filtering.decode_pod(want)
     assert {(w.profile, w.count) for w in request.wants} == {("1g.10gb", 2), ("3g.40gb", 1)}
-    result = filtering.filter_nodes(model, request, ["both", "only-1g", "both-but-3g-used"])
+    result = filtering.filter_nodes(figures.Index(model), request,
+                                    ["both", "only-1g", "both-but-3g-used"])
     assert result.passed == ["both"]
     assert result.unresolvable["only-1g"][0].code is Code.NOT_ADVERTISED
     assert result.failed["both-but-3g-used"][0].profile == "3g.40gb"
@@ -113,7 +114,7 @@ def test_pod_without_mig_request_passes_every_node() -> None:
     request = filtering.decode_pod(plain)
     assert not request.mig
     names = ["idle-3g", "full-1g", "relayout", "ghost"]
-    assert filtering.filter_nodes(model, request, names).passed == names
+    assert filtering.filter_nodes(figures.Index(model), request, names).passed == names
 
 
 def test_recorded_request_above_usable_memory_is_unresolvable() -> None:
@@ -169,11 +170,12 @@ def test_model_without_the_profile_says_no_relayout_can_help() -> None:
 def test_verdicts_follow_cache_changes() -> None:
     model = build([node("n", {"1g.10gb": 1})])
     request = filtering.decode_pod(pod("want"))
-    assert filtering.filter_nodes(model, request, ["n"]).passed == ["n"]
+    index = figures.Index(model)  # one index, following the changes
+    assert filtering.filter_nodes(index, request, ["n"]).passed == ["n"]
     model.apply("Pod", "ADDED", pod("taker", node_name="n"))
-    assert filtering.filter_nodes(model, request, ["n"]).outcome("n") is Outcome.FAILED
+    assert filtering.filter_nodes(index, request, ["n"]).outcome("n") is Outcome.FAILED
     model.apply("Pod", "DELETED", pod("taker", node_name="n"))
-    assert filtering.filter_nodes(model, request, ["n"]).passed == ["n"]
+    assert filtering.filter_nodes(index, request, ["n"]).passed == ["n"]
 
 
 def test_nodes_in_the_same_situation_get_the_same_message() -> None:
@@ -186,7 +188,8 @@ def test_nodes_in_the_same_situation_get_the_same_message() -> None:
         *[pod(f"c-{i}", node_name="c") for i in range(7)],
         *[pod(f"d-{i}", node_name="d") for i in range(7)],
     ])
-    result = filtering.filter_nodes(model, filtering.decode_pod(pod("new")), list("abcd"))
+    result = filtering.filter_nodes(figures.Index(model), filtering.decode_pod(pod("new")),
+                                    list("abcd"))
     messages = {n: filtering.node_message(r)
                 for n, r in {**result.failed, **result.unresolvable}.items()}
     assert messages["a"] != "" and messages["c"] == messages["d"]

@@ -9,12 +9,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from migfit import cluster
-from migfit.extender import filtering, scoring
+from migfit.extender import figures, filtering, scoring
 
 
 def _scores(model: cluster.Cluster, pod_obj: dict[str, Any], names: list[str]) -> dict[str, int]:
     request = filtering.decode_pod(pod_obj)
-    return {s.node: s.score for s in scoring.score_nodes(model, request, names)}
+    return {s.node: s.score for s in scoring.score_nodes(figures.Index(model), request, names)}
 
 
 def test_idle_node_scores_below_a_partly_used_node_for_a_small_request() -> None:
@@ -52,7 +52,8 @@ def test_last_free_instance_of_an_in_demand_profile_is_penalised() -> None:
     flexible = pod("flexible", annotations={"migfit.io/decision": decision(
         [("c0", "1g.10gb", 9000, ["A100-80GB", "H100-80GB"])])})
     request = filtering.decode_pod(flexible)
-    by_node = {s.node: s for s in scoring.score_nodes(model, request, ["a100", "h100"])}
+    by_node = {s.node: s
+               for s in scoring.score_nodes(figures.Index(model), request, ["a100", "h100"])}
     assert by_node["h100"].scarce == 1.0
     assert by_node["a100"].scarce == 0.0
     assert by_node["a100"].score > by_node["h100"].score
@@ -61,7 +62,7 @@ def test_last_free_instance_of_an_in_demand_profile_is_penalised() -> None:
 def test_the_pod_itself_is_not_counted_as_demand() -> None:
     pending = pod("me")
     model = build([node("n", {"1g.10gb": 1}), pending])
-    (only,) = scoring.score_nodes(model, filtering.decode_pod(pending), ["n"])
+    (only,) = scoring.score_nodes(figures.Index(model), filtering.decode_pod(pending), ["n"])
     assert only.fits
     assert only.scarce == 0.0
 
@@ -81,7 +82,7 @@ def test_pod_without_mig_request_scores_zero_everywhere() -> None:
 def test_every_input_node_is_scored_once_in_input_order() -> None:
     model = build([node(f"n{i}", {"1g.10gb": 7}) for i in range(5)])
     names = ["n3", "n1", "ghost", "n3", "n0"]
-    scored = scoring.score_nodes(model, filtering.decode_pod(pod("x")), names)
+    scored = scoring.score_nodes(figures.Index(model), filtering.decode_pod(pod("x")), names)
     assert [s.node for s in scored] == ["n3", "n1", "ghost", "n0"]
 
 

@@ -13,14 +13,14 @@ from extender_builders import build, node, pod
 
 from migfit import errors, snapshots
 from migfit.commands import extender as cli
-from migfit.extender import filtering, scoring, scoring_log, server
+from migfit.extender import figures, filtering, scoring, scoring_log, server
 
 
 def _scored() -> tuple[filtering.PodRequest, list[scoring.NodeScore]]:
     model = build([node("a", {"1g.10gb": 7}), node("b", {"1g.10gb": 7}),
                    pod("x", node_name="b"), node("c", {"3g.40gb": 2})])
     request = filtering.decode_pod(pod("want"))
-    return request, scoring.score_nodes(model, request, ["a", "b", "c"])
+    return request, scoring.score_nodes(figures.Index(model), request, ["a", "b", "c"])
 
 
 def test_json_line_has_pod_profile_scores_figures_and_duration() -> None:
@@ -86,7 +86,7 @@ def test_raw_is_the_weighted_sum_of_the_terms_for_every_node() -> None:
     model = snapshots.load(snapshots.EXAMPLE_CLUSTER)
     for want in ([{"1g.10gb": 1}], [{"3g.40gb": 1}], [{"1g.10gb": 2}]):
         request = filtering.decode_pod(pod("want", want))
-        for s in scoring.score_nodes(model, request, list(model.node_names())):
+        for s in scoring.score_nodes(figures.Index(model), request, list(model.node_names())):
             if s.fits:
                 values = scoring.terms(s)
                 assert sum(w * values[t] for t, w in scoring.WEIGHTS.items()) == \

@@ -1,0 +1,402 @@
+"""Serving one aiohttp application: bounded connections, timeouts, graceful drain, one line per
+client mistake. The webhook and the extender both serve through ``serve``.
+
+Its own layer, between the two servers and ``migfit.certs`` (the core imports no HTTP server):
+both servers import it, it imports neither.
+
+What it bounds, so that idle or hostile clients cannot take the memory every pod needs
+(``Limits``; the flags of ``add_limit_arguments``):
+
+- **Connections.** At most ``max_connections`` open at once, TLS handshakes in progress
+  included; a connection beyond it is closed as soon as it is accepted (the client reconnects
+  later or elsewhere), so memory stays bounded whatever the number of clients.
+- **Idle and slow-header connections.** aiohttp's keep-alive timer runs from the connection's
+  start and after every response; when it fires while the connection waits for a complete
+  request head it is closed. ``keepalive_timeout`` thus bounds both idleness and how long a
+  request's headers may take to arrive.
+- **Slow bodies.** ``read_body`` reads a request's body within ``body_timeout`` (408 after).
+- **TLS handshakes** must finish within ``handshake_timeout``.
+- **Per-connection memory.** asyncio's TLS layer allocates a 256 KiB receive buffer per
+  connection (``asyncio.sslproto.SSLProtocol.max_size``); ``SmallBufferTLS`` uses 32 KiB
+  (two TLS records), enough for the largest record a client sends.
+
+Client misbehaviour (malformed HTTP, a client gone mid-body, a failed handshake) is logged as
+one line at warning (malformed) or debug (disconnects), never an ERROR with a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import asyncio.sslproto
+import contextlib
+import dataclasses
+import logging
+import socket
+import ssl
+from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
+from typing import Any
+
+from aiohttp import web
+
+from migfit import lifecycle
+
+log = logging.getLogger("migfit.http")
+
+DEFAULT_KEEPALIVE_S = 60.0
+DEFAULT_BODY_TIMEOUT_S = 10.0
+DEFAULT_HANDSHAKE_TIMEOUT_S = 10.0
+DEFAULT_MAX_CONNECTIONS = 1000
+TLS_BUFFER_BYTES = 32 * 1024
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Limits:
+    """Bounds on what clients may hold of a server (see the module's docstring)."""
+
+    keepalive_timeout: float = DEFAULT_KEEPALIVE_S
+    body_timeout: float = DEFAULT_BODY_TIMEOUT_S
+    handshake_timeout: float = DEFAULT_HANDSHAKE_TIMEOUT_S
+    max_connections: int = DEFAULT_MAX_CONNECTIONS
+
+    def check(self) -> None:
+        """ValueError naming the flag when a bound cannot work."""
+        for flag, value in (("--keepalive-timeout", self.keepalive_timeout),
+                            ("--body-timeout", self.body_timeout),
+                            ("--handshake-timeout", self.handshake_timeout)):
+            if not value > 0:
+                raise ValueError(f"{flag} {value}: use a positive number of seconds")
+        if self.max_connections < 1:
+            raise ValueError(f"--max-connections {self.max_connections}: use 1 or more")
+
+
+def add_limit_arguments(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+    """The flags of ``Limits``, with the defaults a production cluster needs."""
+    parser.add_argument(
+        "--keepalive-timeout", type=float, default=DEFAULT_KEEPALIVE_S, metavar="SECONDS",
+        help="close a connection idle this long, or whose request headers have not all "
+             "arrived by then (kube-apiserver and kube-scheduler reconnect cheaply; "
+             "default %(default)s)")
+    parser.add_argument(
+        "--body-timeout", type=float, default=DEFAULT_BODY_TIMEOUT_S, metavar="SECONDS",
+        help="answer 408 and close when a request body takes longer to arrive "
+             "(default %(default)s)")
+    parser.add_argument(
+        "--handshake-timeout", type=float, default=DEFAULT_HANDSHAKE_TIMEOUT_S,
+        metavar="SECONDS", help="close a connection whose TLS handshake takes longer "
+                                "(default %(default)s)")
+    parser.add_argument(
+        "--max-connections", type=int, default=DEFAULT_MAX_CONNECTIONS, metavar="N",
+        help="connections open at once; more are closed when accepted (default %(default)s)")
+
+
+def limits_from(args: argparse.Namespace) -> Limits:
+    """The ``Limits`` of parsed ``add_limit_arguments`` flags; ValueError for bad values."""
+    limits = Limits(keepalive_timeout=args.keepalive_timeout, body_timeout=args.body_timeout,
+                    handshake_timeout=args.handshake_timeout,
+                    max_connections=args.max_connections)
+    limits.check()
+    return limits
+
+
+# ---------------------------------------------------------------- request bodies
+
+
+async def read_body(request: web.Request, timeout_s: float) -> bytes:
+    """The request's body, read within ``timeout_s`` (the app's ``client_max_size`` applies).
+
+    408 when it takes longer; a client that disconnects mid-body is logged at debug and gets
+    a 400 it will never read.
+    """
+    try:
+        async with asyncio.timeout(timeout_s):
+            return await request.read()
+    except TimeoutError:
+        log.warning("%s %s from %s: body not received within %ss; closing", request.method,
+                    request.path, request.remote, timeout_s)
+        raise web.HTTPRequestTimeout(text="request body too slow",
+                                     headers={"Connection": "close"}) from None
+    except (ConnectionError, web.RequestPayloadError) as exc:
+        log.debug("%s %s from %s: client gone mid-body (%s)", request.method, request.path,
+                  request.remote, exc or type(exc).__name__)
+        raise web.HTTPBadRequest(text="incomplete request body") from None
+
+
+# ---------------------------------------------------------------- connections
+
+
+class _Gate:
+    """Counts open connections and refuses those beyond the limit."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.open = 0
+        self.refused = 0
+
+    def admit(self) -> bool:
+        if self.open >= self.limit:
+            self.refused += 1
+            if self.refused == 1 or self.refused % 1000 == 0:
+                log.warning("connection limit (%d) reached: refusing new connections "
+                            "(%d refused so far)", self.limit, self.refused)
+            return False
+        self.open += 1
+        return True
+
+    def release(self) -> None:
+        self.open -= 1
+
+
+class _Refused(asyncio.Protocol):
+    """What a connection beyond the limit gets: closed at once, nothing read."""
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        if isinstance(transport, asyncio.Transport):
+            transport.abort()
+        else:
+            transport.close()
+
+
+class _Counted(asyncio.Protocol):
+    """A plain-TCP connection's protocol, releasing its slot in the gate when it closes."""
+
+    def __init__(self, inner: asyncio.Protocol, gate: _Gate) -> None:
+        self._inner = inner
+        self._gate = gate
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._inner.connection_made(transport)
+
+    def data_received(self, data: bytes) -> None:
+        self._inner.data_received(data)
+
+    def eof_received(self) -> bool | None:
+        return self._inner.eof_received()
+
+    def pause_writing(self) -> None:
+        self._inner.pause_writing()
+
+    def resume_writing(self) -> None:
+        self._inner.resume_writing()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._gate.release()
+        self._inner.connection_lost(exc)
+
+
+class SmallBufferTLS(asyncio.sslproto.SSLProtocol):
+    """asyncio's server-side TLS protocol with a 32 KiB receive buffer instead of 256 KiB.
+
+    It is the raw socket's protocol, so it sees every connection close (a failed handshake
+    too) and frees the connection's slot in the gate.
+    """
+
+    max_size = TLS_BUFFER_BYTES
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, app_protocol: asyncio.BaseProtocol,
+                 context: ssl.SSLContext, gate: _Gate, handshake_timeout: float) -> None:
+        # No waiter (None, as asyncio's own servers may pass): nobody awaits the handshake,
+        # and a waiter's unread failure would be logged when collected.
+        super().__init__(loop, app_protocol, context, None,  # type: ignore[arg-type]
+                         server_side=True,
+                         ssl_handshake_timeout=handshake_timeout)  # type: ignore[arg-type]
+        self._gate = gate
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        self._gate.release()
+        super().connection_lost(exc)
+
+
+class BoundedSite(web.BaseSite):
+    """A TCP site whose connections pass through a ``_Gate`` (and ``SmallBufferTLS``)."""
+
+    def __init__(self, runner: web.BaseRunner, host: str, port: int, *,
+                 ssl_context: ssl.SSLContext | None, limits: Limits) -> None:
+        super().__init__(runner)
+        self._host, self._port = host, port
+        self._tls = ssl_context
+        self._limits = limits
+        self.gate = _Gate(limits.max_connections)
+
+    @property
+    def name(self) -> str:
+        return f"{'https' if self._tls else 'http'}://{self._host}:{self._port}"
+
+    def _protocol(self) -> asyncio.BaseProtocol:
+        server = self._runner.server
+        assert server is not None
+        if not self.gate.admit():
+            return _Refused()
+        if self._tls is None:
+            return _Counted(server(), self.gate)
+        return SmallBufferTLS(asyncio.get_running_loop(), server(), self._tls, self.gate,
+                              self._limits.handshake_timeout)
+
+    async def start(self) -> None:
+        await super().start()
+        loop = asyncio.get_running_loop()
+        # No ``ssl=`` here: TLS is the protocol's own layer (``SmallBufferTLS``).
+        self._server = await loop.create_server(
+            self._protocol, self._host, self._port, reuse_address=True,
+            backlog=min(socket.SOMAXCONN, 1024))
+
+
+# ---------------------------------------------------------------- logging client mistakes
+
+
+class ClientErrorLog(logging.LoggerAdapter):  # type: ignore[type-arg]
+    """aiohttp's connection logger: a client's malformed request is one warning line.
+
+    aiohttp logs a request it cannot parse as an ERROR with a traceback ("Error handling
+    request"); that is the client's mistake, not the server's, and one line says it all.
+    """
+
+    def __init__(self) -> None:
+        super().__init__(logging.getLogger("migfit.http"), {})
+
+    def exception(self, msg: object, *args: object, exc_info: Any = True,
+                  **kwargs: Any) -> None:
+        self._one_line(logging.WARNING, msg, args, exc_info)
+
+    def error(self, msg: object, *args: object, exc_info: Any = None, **kwargs: Any) -> None:
+        self._one_line(logging.WARNING, msg, args, exc_info)
+
+    def debug(self, msg: object, *args: object, exc_info: Any = None, **kwargs: Any) -> None:
+        self._one_line(logging.DEBUG, msg, args, exc_info)
+
+    def _one_line(self, level: int, msg: object, args: tuple[object, ...],
+                  exc_info: Any) -> None:
+        if not self.logger.isEnabledFor(level):
+            return
+        text = str(msg) % args if args else str(msg)
+        if isinstance(exc_info, BaseException):
+            detail = str(exc_info).replace("\n", " ").replace("\r", " ")[:200]
+            text = f"{text}: {type(exc_info).__name__}: {detail}"
+        self.logger.log(level, "%s", text)
+
+    def process(self, msg: Any, kwargs: MutableMapping[str, Any]
+                ) -> tuple[Any, MutableMapping[str, Any]]:
+        return msg, kwargs
+
+
+# ---------------------------------------------------------------- background tasks
+
+
+def background(name: str, run: Callable[[], Awaitable[None]]
+               ) -> Callable[[web.Application], AsyncIterator[None]]:
+    """A ``cleanup_ctx`` entry running ``run()`` for the app's life, cancelled at cleanup; a
+    failure is logged as one line (the server keeps serving)."""
+
+    async def main() -> None:
+        try:
+            await run()
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.error("%s stopped: %s", name, exc)
+
+    async def lifetime(app: web.Application) -> AsyncIterator[None]:
+        task = asyncio.create_task(main(), name=name)
+        yield
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+    return lifetime
+
+
+# ---------------------------------------------------------------- serving
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Listen:
+    """Where and how one application listens."""
+
+    host: str
+    port: int
+    ssl_context: ssl.SSLContext | None = None
+    limits: Limits = dataclasses.field(default_factory=Limits)
+    shutdown_timeout: float = 10.0
+    """Seconds requests still being handled get once the listener has closed."""
+    drain_delay: float = 0.0
+    """Seconds to keep serving after the stop signal, with ``on_drain`` called first (the
+    app's /readyz then fails, so that the Service's endpoints drop the pod first)."""
+    access_log: bool = False
+
+
+class Started:
+    """A serving application: its bound port and the gate counting its connections."""
+
+    def __init__(self, port: int, site: BoundedSite) -> None:
+        self.port = port
+        self._site = site
+
+    @property
+    def open_connections(self) -> int:
+        return self._site.gate.open
+
+    @property
+    def refused_connections(self) -> int:
+        return self._site.gate.refused
+
+
+async def start(app: web.Application, listen: Listen) -> tuple[web.AppRunner, Started]:
+    """Set up ``app`` and start listening; the caller cleans the runner up.
+
+    A port in use or an address this host lacks ends in ``OSError`` from the bind.
+    """
+    runner = web.AppRunner(
+        app, shutdown_timeout=listen.shutdown_timeout,
+        access_log=logging.getLogger("aiohttp.access") if listen.access_log else None,
+        keepalive_timeout=listen.limits.keepalive_timeout, logger=ClientErrorLog())
+    await runner.setup()
+    site = BoundedSite(runner, listen.host, listen.port, ssl_context=listen.ssl_context,
+                       limits=listen.limits)
+    try:
+        await site.start()
+    except BaseException:
+        await runner.cleanup()
+        raise
+    port = runner.addresses[0][1] if runner.addresses else listen.port
+    return runner, Started(int(port), site)
+
+
+async def drain_and_stop(runner: web.AppRunner, listen: Listen,
+                         on_drain: Callable[[], None] | None = None) -> None:
+    """Graceful shutdown: ``on_drain``, serve on for ``drain_delay`` s, then close the
+    listener, close idle keep-alive connections and give in-flight requests
+    ``shutdown_timeout`` s (aiohttp stops reading then: the drain delay is what keeps a body
+    still being uploaded from being cut)."""
+    try:
+        if listen.drain_delay > 0:
+            if on_drain is not None:
+                on_drain()
+            log.info("shutting down: draining for %ss", listen.drain_delay)
+            await asyncio.sleep(listen.drain_delay)
+    finally:
+        await runner.cleanup()
+
+
+async def serve(
+    app: web.Application,
+    listen: Listen,
+    *,
+    stop: asyncio.Event | None = None,
+    on_started: Callable[[Started], None] | None = None,
+    on_drain: Callable[[], None] | None = None,
+) -> None:
+    """Serve ``app`` until ``stop`` is set or SIGTERM/SIGINT arrives, then drain and stop."""
+    stop = stop or asyncio.Event()
+    runner, started = await start(app, listen)
+    stopped = False
+    try:
+        with lifecycle.stop_on_signals(stop):
+            if on_started is not None:
+                on_started(started)
+            await stop.wait()
+            stopped = True
+            await drain_and_stop(runner, listen, on_drain)
+    finally:
+        if not stopped:
+            await runner.cleanup()
+

@@ -44,6 +44,9 @@ def gpu_view(labels: Mapping[str, str], capacity_raw: Mapping[str, Any],
             model = catalog.resolve(product, gpu_mem)
         except errors.UnknownModelError as exc:
             model_error = exc.message
+    invalid = profiles.invalid_layout_message(product or "")
+    if invalid is not None:  # …-MIG-INVALID: flag the node, never a profile named "invalid"
+        model, model_error = None, invalid
 
     capacity: dict[profiles.ProfileName, int] = {}
     allocatable: dict[profiles.ProfileName, int] = {}
@@ -79,6 +82,7 @@ def gpu_view(labels: Mapping[str, str], capacity_raw: Mapping[str, Any],
     if strategy == "single" and model is not None and allocatable:
         # Under single, gpu.count is the number of MIG devices (reference/MIG.md 4).
         (pname, devices), = capacity.items() or allocatable.items()
+        devices //= profiles.replicas(labels)  # time-slicing/MPS replicas multiply it
         per_gpu = model.profile(pname).max_instances if model.has_profile(pname) else 1
         gpu_count = math.ceil(max(devices, gpu_count) / per_gpu) if per_gpu else gpu_count
     elif not gpu_count:

@@ -308,6 +308,34 @@ def parse_product(product: str) -> ProductLabel:
     return ProductLabel(name=name, profile=profile, invalid=False, shared=shared)
 
 
+def invalid_layout_message(product: str) -> str | None:
+    """Why a node labelled ``…-MIG-INVALID`` has no usable MIG devices, or None."""
+    if not parse_product(product).invalid:
+        return None
+    return (f"GPU Feature Discovery labels the product {product!r}: under the single MIG "
+            f"strategy its GPUs do not all hold one profile (a mixed layout, or MIG enabled "
+            f"with no instances), so the device plugin advertises none; apply a uniform "
+            f"config or use the mixed strategy")
+
+
+REPLICAS_SUFFIX = ".replicas"
+
+
+def replicas(labels: Mapping[str, str], profile: str | None = None) -> int:
+    """How many pods share one device of a resource (time-slicing or MPS), from GFD's labels.
+
+    GFD writes ``<resource>.replicas`` (``nvidia.com/gpu.replicas`` under the none and single
+    strategies, ``nvidia.com/mig-<p>.replicas`` under mixed): 1 unshared, 0 when sharing is
+    not configured at all (k8s-device-plugin internal/lm/resource.go, replicasLabel). The
+    device plugin advertises every device that many times, so allocatable is devices ×
+    replicas; a missing, 0 or unreadable label counts as 1.
+    """
+    resource = GPU_RESOURCE if profile is None else resource_name(profile)
+    text = labels.get(resource + REPLICAS_SUFFIX, "")
+    value = int(text) if text.isascii() and text.isdigit() else 1
+    return max(value, 1)
+
+
 def normalize_product(product: str) -> str:
     """Canonical form of a ``nvidia.com/gpu.product`` label for matching.
 

@@ -25,6 +25,11 @@ class ProfileJson(TypedDict):
     provisional: bool
 
 
+class VariantJson(TypedDict):
+    products: list[str]
+    device_ids: list[str]
+
+
 class ModelJson(TypedDict):
     id: str
     memory_slices: int
@@ -32,6 +37,7 @@ class ModelJson(TypedDict):
     memory_mib: int
     products: list[str]
     device_ids: list[str]
+    variants: list[VariantJson]
     provisional: bool
     source: str
     profiles: list[ProfileJson]
@@ -60,6 +66,8 @@ def model_json(m: profiles.GpuModel) -> ModelJson:
     return ModelJson(
         id=m.id, memory_slices=m.memory_slices, compute_slices=m.compute_slices,
         memory_mib=m.memory_mib, products=list(m.products), device_ids=list(m.device_ids),
+        variants=[VariantJson(products=list(v.products), device_ids=list(v.device_ids))
+                  for v in m.variants],
         provisional=m.provisional, source=m.source,
         profiles=[profile_json(p) for p in m.profiles],
     )
@@ -76,7 +84,8 @@ def render_table(models: tuple[profiles.GpuModel, ...]) -> str:
         mark = "*" if m.provisional else ""
         any_provisional |= m.provisional
         lines.append(f"{m.id}{mark}: {m.compute_slices} compute slices, {m.memory_slices} "
-                     f"memory slices, {m.memory_mib} MiB")
+                     f"memory slices, {m.memory_mib} MiB; PCI ids "
+                     f"{', '.join(m.device_ids) or 'not known'}")
         rows: list[tuple[str, ...]] = [_HEADER]
         for p in m.profiles:
             any_provisional |= p.provisional

@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import datetime
-import json
 import logging
 import time
 import uuid
@@ -21,12 +20,11 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import prometheus_client
-from kubernetes_asyncio import client as k8s
 from prometheus_client.metrics_core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from migfit import advisor, cluster, errors, keys, migparted
-from migfit.extender import kubeapi
+from migfit import advisor, cluster, errors, keys, kube, migparted, records
+from migfit.extender import relayout_machine
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +33,6 @@ LABEL = keys.LABEL_RELAYOUT_RECOMMENDED
 REASON_NODE = "MigRelayoutRecommended"
 REASON_POD = "WaitingForMigProfile"
 COMPONENT = "migfit-advisor"
-MERGE_PATCH = "application/merge-patch+json"
 
 
 class AdviceCache:
@@ -142,21 +139,18 @@ class Metrics:
 
 
 def annotation_value(rec: advisor.Recommendation) -> str:
-    """The ``migfit.io/relayout`` annotation: the recommendation as compact, stable JSON."""
-    doc = rec.to_json()
-    return json.dumps({
-        "target": doc["target"], "config": doc["config"], "mig_parted": doc["mig_parted"],
-        "gpus": doc["gpus"], "unblocks": doc["unblocks"], "disrupts": doc["disrupts"],
-        "disruptive": doc["disruptive"], "command": doc["command"],
-    }, sort_keys=True, separators=(",", ":"))
+    """The ``migfit.io/relayout`` annotation: the recommendation's ``recommended`` record."""
+    return keys.encode_relayout(relayout_machine.planned(rec))
 
 
-def core_api(api: k8s.ApiClient) -> Any:
-    """CoreV1Api, untyped: its stubs lack the ``_content_type`` and raw-dict bodies we use."""
-    return k8s.CoreV1Api(api)
-
-
-read_json = kubeapi.read_json  # the public name it had here before kubeapi held it
+def _apply_modes(record: records.NodeState | None) -> bool:
+    """The apply mode holds the node (its taint, or a record past ``recommended``): the
+    publisher neither overwrites nor removes its record, which a new leader adopts by."""
+    if record is None:
+        return False
+    mark = keys.relayout_of(record.node.annotations)
+    return record.node.relayout_tainted or (
+        mark is not None and mark.state is not keys.RelayoutState.RECOMMENDED)
 
 
 def _now_iso() -> str:
@@ -164,7 +158,7 @@ def _now_iso() -> str:
 
 
 async def emit_event(
-    api: k8s.ApiClient,
+    api: kube.KubeClient | Any,
     *,
     kind: str,
     name: str,
@@ -186,7 +180,7 @@ async def emit_event(
         "source": {"component": COMPONENT}, "reportingComponent": COMPONENT,
         "firstTimestamp": _now_iso(), "lastTimestamp": _now_iso(), "count": 1,
     }
-    await core_api(api).create_namespaced_event(ns, body)
+    await kube.as_client(api).create_event(ns, body)
 
 
 @dataclasses.dataclass(slots=True)
@@ -206,7 +200,7 @@ class Publisher:
     def __init__(
         self,
         state: cluster.Cluster,
-        api: k8s.ApiClient,
+        api: kube.KubeClient | Any,
         *,
         cache: AdviceCache | None = None,
         metrics: Metrics | None = None,
@@ -215,7 +209,8 @@ class Publisher:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.state = state
-        self.api = api
+        # A KubeClient (migfit.kube); a bare kubernetes-asyncio ApiClient is wrapped in one.
+        self.api = kube.as_client(api)
         self.cache = cache if cache is not None else AdviceCache()
         self.metrics = metrics
         self.interval_s = interval_s
@@ -249,16 +244,17 @@ class Publisher:
             self.metrics.observe(advice)
         self._prune_events()
         wanted = {r.node: r for r in advice.recommendations}
-        core = core_api(self.api)
         for name, rec in wanted.items():
             value = annotation_value(rec)
             st = self.state.node(name)
-            current = st.node.annotations.get(ANNOTATION) if st is not None else None
-            labelled = st is not None and st.node.labels.get(LABEL) == "true"
-            if self._marked.get(name) != value and not (current == value and labelled):
-                await core.patch_node(name, {"metadata": {
-                    "annotations": {ANNOTATION: value}, "labels": {LABEL: "true"}}},
-                    _content_type=MERGE_PATCH)
+            if st is None or _apply_modes(st):
+                continue
+            current = st.node.annotations.get(ANNOTATION)
+            labelled = st.node.labels.get(LABEL) == "true"
+            if (self._marked.get(name) != value and not (current == value and labelled)
+                    and not await self._mark(st, {"annotations": {ANNOTATION: value},
+                                                  "labels": {LABEL: "true"}})):
+                continue
             self._marked[name] = value
             changes = "; ".join(
                 f"GPU {g.index}: {' '.join(g.before) or '(none)'} -> "
@@ -270,10 +266,10 @@ class Publisher:
                               f"Re-layout to {rec.target} ({changes}) would unblock "
                               f"{len(rec.unblocks)} pod(s): {who}{hurt}. {rec.command}")
         for name in self._stale(wanted):
-            await core.patch_node(name, {"metadata": {
-                "annotations": {ANNOTATION: None}, "labels": {LABEL: None}}},
-                _content_type=MERGE_PATCH)
-            self._marked.pop(name, None)
+            st = self.state.node(name)
+            if st is not None and await self._mark(st, {"annotations": {ANNOTATION: None},
+                                                        "labels": {LABEL: None}}):
+                self._marked.pop(name, None)
         for w in advice.waiting:
             ns, _, pod_name = w.key.partition("/")
             helps = advice.for_pod(w.key)
@@ -289,6 +285,22 @@ class Publisher:
                               REASON_POD, msg)
         return advice
 
+    async def _mark(self, st: records.NodeState, metadata: dict[str, Any]) -> bool:
+        """Write the node's marks, on condition that it is still as this view has it: the
+        apply mode may have claimed it since (taint and record in one write), and a stale
+        view must not overwrite that record. False when it changed (a later pass decides)."""
+        version = st.node.resource_version
+        try:
+            await self.api.patch_node(st.name, {"metadata": {
+                **({"resourceVersion": version} if version else {}), **metadata}})
+        except kube.ApiError as exc:
+            if not exc.conflict:
+                raise
+            log.debug("advice: node %s changed since it was seen; marks left to a later pass",
+                      st.name)
+            return False
+        return True
+
     def _stale(self, wanted: Mapping[str, advisor.Recommendation]) -> list[str]:
         names = set(self._marked)
         for st in self.state.nodes():
@@ -300,9 +312,9 @@ class Publisher:
             if node is None:
                 self._marked.pop(n, None)
             # Leave alone what the apply mode is driving, including a node this publisher
-            # marked before the apply mode tainted it: the annotation then holds the
-            # "applying"/"failed" record a new leader adopts by.
-            elif n not in wanted and not node.node.relayout_tainted:
+            # marked before the apply mode claimed it: the annotation then holds the
+            # "tainted"/"applying"/"failed" record a new leader adopts by.
+            elif n not in wanted and not _apply_modes(node):
                 out.append(n)
         return out
 
@@ -334,16 +346,15 @@ class Publisher:
 
 
 async def read_config(
-    api: k8s.ApiClient,
+    api: kube.KubeClient | Any,
     *,
     name: str = migparted.DEFAULT_CONFIGMAP,
     namespace: str = migparted.DEFAULT_NAMESPACE,
 ) -> tuple[migparted.Config | None, str | None]:
     """The mig-parted ConfigMap, parsed strictly; (None, why) when it cannot be read."""
     try:
-        raw = await read_json(await core_api(api).read_namespaced_config_map(
-            name, namespace, _preload_content=False))
-    except Exception as exc:
+        raw = await kube.as_client(api).read_config_map(namespace, name)
+    except kube.ApiError as exc:
         return None, f"cannot read ConfigMap {namespace}/{name}: {exc}"
     try:
         return migparted.parse_configmap(raw), None

@@ -1,0 +1,627 @@
+"""The apply mode's state machine: one node's re-layout as pure transitions, no I/O.
+
+:func:`advance` takes where a re-layout stands (:class:`Run`) and what the last API call
+returned, and says what to do next. The calls are data (:class:`ReadNode`, :class:`ListPods`,
+:class:`Patch`, :class:`Sleep`; :class:`Emit` for Events; :class:`Done` at the end);
+``migfit.extender.relayout`` performs them against the API and feeds the answers back.
+:func:`plan` chooses, from the nodes as listed, which re-layouts to adopt and which to start.
+
+The node-level protocol (DESIGN.md §6), by phase; the record is ``migfit.io/relayout``
+(``keys.RelayoutRecord``), whose states are exactly the ones below:
+
+- ``READ``: a fresh read of a recommended node; nothing changed yet.
+- ``CLAIM``: one merge patch, with the resourceVersion read as precondition, that adds the
+  taint *and* writes the record (``tainted``). The taint never exists without its record, so
+  whichever replica leads adopts every tainted node. A 409 (someone wrote the node since the
+  read) is a retryable skip; so is a 5xx or no answer, after a re-read (``CONFIRM``) shows
+  whether the patch landed anyway (then the re-layout goes on).
+- ``CHECK``: list the node's pods. A GPU pod bound in the meantime (the taint does not stop a
+  pod that names the node, tolerates the taint or was bound just before) aborts: taint and
+  record are removed together, nothing else changed, and an Event says so.
+- ``LABEL``: set ``nvidia.com/mig.config`` and the record (``applying``, ``started``: the wall
+  clock, RFC 3339, so that a new leader keeps the timers running from then) in one patch.
+- ``WAIT``: poll the node and its pods until ``mig.config.state=success`` with the expected
+  allocatable; ``failed``, a changed label, ``pending`` for ``wedge_s``, ``timeout_s`` or a
+  pod bound meanwhile whose profile the new layout lacks fail it. Transient API errors are
+  retried with backoff until the timeout.
+- ``RELEASE``: read, then one conditional patch that removes taint and record (and on success
+  the recommended label) together; a 409 re-reads.
+- ``FAIL``: the record becomes ``failed`` and ``migfit.io/relayout-failed`` is set; the taint
+  stays, a Warning Event is sent, and the node is never retried until an operator clears it.
+
+Only the Lease holder acts: every transition made while not leading ends the run
+(``lost-leadership``) before the next call; what was written stays for the next leader.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from migfit import advisor, keys, records
+
+REASON_STARTED = "MigRelayoutStarted"
+REASON_DONE = "MigRelayoutSucceeded"
+REASON_FAILED = "MigRelayoutFailed"
+REASON_ABORTED = "MigRelayoutAborted"
+_STATES = keys.RelayoutState
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Settings:
+    max_concurrent: int = 1  # nodes being re-laid out at once, in the whole cluster
+    timeout_s: float = 1200.0  # from setting the label to success and the new allocatable
+    wedge_s: float = 600.0  # mig.config.state stuck at pending this long: wedged
+    poll_s: float = 5.0
+    backoff_max_s: float = 60.0  # longest wait between polls while the API keeps failing
+    interval_s: float = 30.0  # how often the advice is checked for new work
+    # How long a write (or the pod list) that fails transiently before the label is set, or
+    # while releasing or recording a failure, is retried before the run ends; what was
+    # written then stays for a later pass to adopt.
+    write_retry_s: float = 60.0
+
+    def backoff(self, failing: int) -> float:
+        """The wait after ``failing`` API errors in a row: doubling from ``poll_s``."""
+        return float(min(self.backoff_max_s, self.poll_s * 2 ** min(failing, 30)))
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Outcome:
+    node: str
+    # success | failed | timeout | wedged | aborted | skipped | error | interrupted |
+    # lost-leadership
+    result: str
+    reason: str = ""
+
+
+class Phase(enum.StrEnum):
+    READ = "read"
+    CLAIM = "claim"
+    CONFIRM = "confirm"
+    CHECK = "check"
+    LABEL = "label"
+    WAIT = "wait"
+    RELEASE = "release"
+    FAIL = "fail"
+    DONE = "done"
+
+
+# ---------------------------------------------------------------- what a call returned
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class NodeSeen:
+    """The node as just read: its record, its taints as the API spells them, its version."""
+
+    node: records.NodeRecord
+    taints: tuple[Mapping[str, Any], ...]
+    resource_version: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class PodsSeen:
+    """The pods bound to the node, as just listed (only those migfit decodes: GPU pods)."""
+
+    pods: tuple[records.PodRecord, ...]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Written:
+    """The patch was applied."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Slept:
+    """The wait asked for is over."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class CallFailed:
+    """The call failed: ``retryable`` (5xx, 429, no answer) or not; ``conflict``: 409."""
+
+    brief: str
+    retryable: bool = False
+    conflict: bool = False
+
+
+Seen = NodeSeen | PodsSeen | Written | Slept | CallFailed | None
+
+# ---------------------------------------------------------------- what to do next
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ReadNode:
+    pass
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ListPods:
+    pass
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Patch:
+    """A patch of the node: a merge patch (RFC 7386) body."""
+
+    body: Mapping[str, Any]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Sleep:
+    seconds: float
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Emit:
+    """An Event on the node (sent best effort: a failure to send changes nothing)."""
+
+    reason: str
+    type: str
+    message: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Done:
+    outcome: Outcome
+
+
+Action = ReadNode | ListPods | Patch | Sleep | Done
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Context:
+    """When a transition happens: ``now`` (monotonic), ``wall`` (POSIX, only for the record's
+    ``started`` stamp other replicas read), whether this replica holds the Lease, and the
+    settings."""
+
+    now: float
+    wall: float
+    leading: bool = True
+    settings: Settings = Settings()
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Run:
+    """Where one node's re-layout stands (in this replica's memory)."""
+
+    node: str
+    phase: Phase
+    record: keys.RelayoutRecord
+    since: float | None = None  # when the current phase's retries began (monotonic)
+    label_at: float | None = None  # when the label was set, by this replica's clock
+    pending_since: float | None = None
+    failing: int = 0  # API errors in a row
+    settled: bool = False  # WAIT: success with the expected allocatable seen; pods next
+    note: str = ""  # CONFIRM: the error the claim got
+    ending: Outcome | None = None  # RELEASE/FAIL: what is reported once written
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Step:
+    run: Run
+    action: Action
+    emits: tuple[Emit, ...] = ()
+
+
+# ---------------------------------------------------------------- records and nodes
+
+
+def planned(rec: advisor.Recommendation) -> keys.RelayoutRecord:
+    """The ``recommended`` record of a recommendation (what the advice publisher writes, and
+    what the apply mode starts from)."""
+    expected = Counter(p for g in rec.gpus for p in g.after)
+    return keys.RelayoutRecord(
+        target=rec.target, config=rec.config,
+        mig_parted=None if rec.mig_parted is None else dict(rec.mig_parted),
+        gpus=tuple(keys.GpuChange(index=g.index, before=tuple(g.before), after=tuple(g.after))
+                   for g in rec.gpus),
+        unblocks=tuple(rec.unblocks), disrupts=tuple(rec.disrupts),
+        disruptive=rec.disruptive, command=rec.command,
+        expected={str(p): n for p, n in sorted(expected.items())})
+
+
+def failed(node: records.NodeRecord) -> bool:
+    """The node's re-layout failed and waits for an operator."""
+    if keys.ANNOTATION_RELAYOUT_FAILED in node.annotations:
+        return True
+    record = keys.relayout_of(node.annotations)
+    return record is not None and record.state is _STATES.FAILED
+
+
+def in_flight(node: records.NodeRecord) -> bool:
+    """A re-layout is under way on the node (counted against ``max_concurrent``)."""
+    if failed(node):
+        return False
+    record = keys.relayout_of(node.annotations)
+    return node.relayout_tainted or (record is not None and record.active)
+
+
+def begin(rec: advisor.Recommendation) -> Run:
+    """A new re-layout of a recommended node."""
+    return Run(node=rec.node, phase=Phase.READ, record=planned(rec))
+
+
+def adopt(node: records.NodeRecord) -> Run | None:
+    """The re-layout to resume on a node found in flight, or None when there is none.
+
+    ``tainted``: re-check the pods, then set the label; ``applying``: wait (its timers run
+    from the record's ``started``). The taint without a record in flight (an older migfit, or
+    set by hand) cannot be resumed: it is recorded as failed, so an operator sees it.
+    """
+    if failed(node):
+        return None
+    record = keys.relayout_of(node.annotations)
+    if record is not None and record.state is _STATES.TAINTED:
+        if node.relayout_tainted:
+            return Run(node=node.name, phase=Phase.CHECK, record=record)
+        return Run(node=node.name, phase=Phase.RELEASE, record=record, ending=Outcome(
+            node.name, "aborted", f"the taint {keys.TAINT_RELAYOUT} was removed before "
+            f"{keys.LABEL_CONFIG} was set; nothing was changed"))
+    if record is not None and record.state is _STATES.APPLYING:
+        return Run(node=node.name, phase=Phase.WAIT, record=record)
+    if not node.relayout_tainted:
+        return None
+    reason = (f"the node carries the taint {keys.TAINT_RELAYOUT} without a re-layout record "
+              f"in {keys.ANNOTATION_RELAYOUT} (left by an older migfit, or set by hand), so "
+              "migfit cannot tell what it changed: check its MIG layout")
+    base = record or keys.RelayoutRecord()
+    return Run(node=node.name, phase=Phase.FAIL,
+               record=base.but(state=_STATES.FAILED, result="failed", reason=reason),
+               ending=Outcome(node.name, "failed", reason))
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Plan:
+    adopt: tuple[Run, ...]
+    start: tuple[Run, ...]
+    in_flight: frozenset[str]  # nodes under re-layout in the cluster, these included
+    failed: int  # nodes whose re-layout failed and wait for an operator
+
+
+def plan(
+    nodes: Iterable[records.NodeRecord],
+    *,
+    running: Iterable[str],
+    recommendations: Sequence[advisor.Recommendation],
+    settings: Settings,
+) -> Plan:
+    """Which re-layouts to adopt (in flight, not run here) and to start (within the bound).
+
+    ``nodes`` should be a fresh list of the cluster: the bound on re-layouts at once counts
+    what every replica ever started, from the nodes' taints and records. Pass no
+    ``recommendations`` when the nodes may be stale. Only safe recommendations to a named
+    config are started (custom configs must first be added to the ConfigMap by an operator).
+    """
+    listed = {n.name: n for n in nodes}
+    mine = set(running)
+    flight = {name for name, n in listed.items() if in_flight(n)} | mine
+    adopted = tuple(run for name, n in sorted(listed.items())
+                    if name not in mine and (run := adopt(n)) is not None)
+    room = settings.max_concurrent - len(flight)
+    started: list[Run] = []
+    for rec in recommendations:
+        if room <= 0:
+            break
+        node = listed.get(rec.node)
+        if (rec.disruptive or rec.config is None or rec.node in flight
+                or (node is not None and failed(node))):
+            continue
+        started.append(begin(rec))
+        flight.add(rec.node)
+        room -= 1
+    return Plan(adopt=adopted, start=tuple(started), in_flight=frozenset(flight),
+                failed=sum(failed(n) for n in listed.values()))
+
+
+# ---------------------------------------------------------------- transitions
+
+
+def advance(run: Run, seen: Seen, clock: Context) -> Step:
+    """The next step of ``run`` given what its last call returned (None: nothing yet)."""
+    if run.phase is Phase.DONE:
+        raise ValueError(f"the re-layout of {run.node} is over")
+    if not clock.leading:
+        return _done(run, "lost-leadership", "this replica no longer holds the Lease; what "
+                     "was written stays, and the next leader adopts the node")
+    return _PHASES[run.phase](run, seen, clock)
+
+
+def _done(run: Run, result: str, reason: str = "", *emits: Emit) -> Step:
+    outcome = Outcome(run.node, result, reason)
+    return Step(dataclasses.replace(run, phase=Phase.DONE, ending=outcome), Done(outcome),
+                emits)
+
+
+def _finish(run: Run, *emits: Emit) -> Step:
+    assert run.ending is not None
+    return Step(dataclasses.replace(run, phase=Phase.DONE), Done(run.ending), emits)
+
+
+def _unexpected(run: Run, seen: Seen) -> Step:
+    return _done(run, "error", f"internal: {type(seen).__name__} in phase {run.phase}")
+
+
+def _taint_text() -> str:
+    t = keys.relayout_taint()
+    return f"{t['key']}={t['value']}:{t['effect']}"
+
+
+def _annotate(record: keys.RelayoutRecord) -> dict[str, Any]:
+    return {keys.ANNOTATION_RELAYOUT: keys.encode_relayout(record)}
+
+
+def _precondition(resource_version: str) -> dict[str, Any]:
+    # A merge patch carrying metadata.resourceVersion is refused with 409 Conflict (and
+    # changes nothing) when the object was written since that version was read.
+    return {"resourceVersion": resource_version} if resource_version else {}
+
+
+def _retry(run: Run, brief: str, clock: Context, *, then: Phase, gave_up: str) -> Step:
+    """Back off and go on in phase ``then``, or end ``interrupted`` after ``write_retry_s``."""
+    settings = clock.settings
+    since = clock.now if run.since is None else run.since
+    if clock.now - since >= settings.write_retry_s:
+        return _done(run, "interrupted", f"{gave_up} ({brief}); what was written stays, and "
+                     "a later pass resumes the node")
+    failing = run.failing + 1
+    return Step(dataclasses.replace(run, phase=then, since=since, failing=failing),
+                Sleep(settings.backoff(failing)))
+
+
+def _read(run: Run, seen: Seen, clock: Context) -> Step:
+    if seen is None:
+        return Step(run, ReadNode())
+    if isinstance(seen, CallFailed):
+        return _done(run, "skipped", f"cannot read the node ({seen.brief}); nothing was "
+                     "changed, a later pass tries again")
+    if not isinstance(seen, NodeSeen):
+        return _unexpected(run, seen)
+    node = seen.node
+    record = keys.relayout_of(node.annotations)
+    if node.relayout_tainted or failed(node) or (record is not None and record.active):
+        return _done(run, "skipped", "already under re-layout or failed")
+    if node.config_state in keys.REPARTITIONING_STATES:
+        return _done(run, "skipped", "the MIG Manager is busy on it")
+    claim = run.record.but(state=_STATES.TAINTED, from_config=node.config)
+    body = {"metadata": {**_precondition(seen.resource_version), "annotations": _annotate(claim)},
+            "spec": {"taints": [*(dict(t) for t in seen.taints), keys.relayout_taint()]}}
+    return Step(dataclasses.replace(run, phase=Phase.CLAIM, record=claim), Patch(body))
+
+
+def _claim(run: Run, seen: Seen, clock: Context) -> Step:
+    if isinstance(seen, Written):
+        return Step(dataclasses.replace(run, phase=Phase.CHECK, since=clock.now, failing=0),
+                    ListPods())
+    if not isinstance(seen, CallFailed):
+        return _unexpected(run, seen)
+    if seen.conflict:
+        return _done(run, "skipped", "the node changed between reading it and tainting it "
+                     "(409 Conflict); nothing was changed, a later pass tries again")
+    if seen.retryable:
+        return Step(dataclasses.replace(run, phase=Phase.CONFIRM, note=seen.brief), ReadNode())
+    return _done(run, "error", f"the API refused the taint ({seen.brief}); nothing was changed")
+
+
+def _confirm(run: Run, seen: Seen, clock: Context) -> Step:
+    if isinstance(seen, CallFailed):
+        return _done(run, "skipped", f"tainting failed ({run.note}) and the node could not be "
+                     f"read again ({seen.brief}); had the taint landed, its record lets a later "
+                     "pass adopt the node")
+    if not isinstance(seen, NodeSeen):
+        return _unexpected(run, seen)
+    record = keys.relayout_of(seen.node.annotations)
+    if (seen.node.relayout_tainted and record is not None
+            and record.state is _STATES.TAINTED and record.target == run.record.target):
+        # The patch landed although its answer was lost: go on.
+        return Step(dataclasses.replace(run, phase=Phase.CHECK, since=clock.now, failing=0),
+                    ListPods())
+    if seen.node.relayout_tainted or (record is not None and record.active):
+        return _done(run, "skipped", f"tainting failed ({run.note}) and the node is now under "
+                     "another re-layout")
+    return _done(run, "skipped", f"tainting failed ({run.note}); nothing was changed, a later "
+                 "pass tries again")
+
+
+def _gpu_pods(run: Run, pods: Iterable[records.PodRecord]) -> list[records.PodRecord]:
+    return sorted((p for p in pods if p.node == run.node and p.holds_instances and p.requests),
+                  key=lambda p: p.key)
+
+
+def _check(run: Run, seen: Seen, clock: Context) -> Step:
+    if seen is None or isinstance(seen, Slept):
+        since = clock.now if run.since is None else run.since
+        return Step(dataclasses.replace(run, since=since), ListPods())
+    if isinstance(seen, CallFailed):
+        if seen.retryable:
+            return _retry(run, seen.brief, clock, then=Phase.CHECK,
+                          gave_up="listing the node's pods kept failing")
+        return _fail(run, clock, "error", f"cannot list the node's pods ({seen.brief})")
+    if not isinstance(seen, PodsSeen):
+        return _unexpected(run, seen)
+    busy = _gpu_pods(run, seen.pods)
+    if busy:
+        names = ", ".join(p.key for p in busy)
+        ending = Outcome(run.node, "aborted", f"GPU pods were bound to the node before its "
+                         f"layout changed: {names}; nothing was changed, the taint and the "
+                         "record are removed")
+        return Step(dataclasses.replace(run, phase=Phase.RELEASE, since=clock.now, failing=0,
+                                        ending=ending), ReadNode())
+    applying = run.record.but(state=_STATES.APPLYING, started=keys.rfc3339(clock.wall))
+    body = {"metadata": {"labels": {keys.LABEL_CONFIG: run.record.target},
+                         "annotations": _annotate(applying)}}
+    return Step(dataclasses.replace(run, phase=Phase.LABEL, record=applying), Patch(body))
+
+
+def _label(run: Run, seen: Seen, clock: Context) -> Step:
+    if isinstance(seen, Written):
+        started = Emit(REASON_STARTED, "Normal", f"Re-laying out to {run.record.target}: "
+                       f"tainted {_taint_text()}, set {keys.LABEL_CONFIG}")
+        return Step(dataclasses.replace(run, phase=Phase.WAIT, label_at=clock.now,
+                                        pending_since=clock.now, failing=0), ReadNode(),
+                    (started,))
+    if not isinstance(seen, CallFailed):
+        return _unexpected(run, seen)
+    if seen.retryable:
+        # Whether it landed or not, check the pods again before setting it again.
+        return _retry(run, seen.brief, clock, then=Phase.CHECK,
+                      gave_up=f"setting {keys.LABEL_CONFIG} kept failing")
+    return _fail(run, clock, "error", f"setting {keys.LABEL_CONFIG} failed ({seen.brief})")
+
+
+def _wait(run: Run, seen: Seen, clock: Context) -> Step:
+    settings = clock.settings
+    if run.label_at is None:
+        # Adopted: from when the label was set, by the record's stamp; a stamp from a clock
+        # ahead of ours counts as now. The MIG Manager sets pending as soon as it sees the
+        # label, so pending may have lasted since then too.
+        started = run.record.started_at()
+        elapsed = max(0.0, clock.wall - (clock.wall if started is None else started))
+        run = dataclasses.replace(run, label_at=clock.now - elapsed,
+                                  pending_since=clock.now - elapsed)
+    label_at = run.label_at
+    assert label_at is not None
+    if seen is None or isinstance(seen, Slept):
+        return Step(run, ReadNode())
+    target = run.record.target
+    expected = dict(run.record.expected)
+    if isinstance(seen, CallFailed):
+        if not seen.retryable:
+            return _fail(run, clock, "error", f"API error: {seen.brief}")
+        failing = run.failing + 1
+        left = settings.timeout_s - (clock.now - label_at)
+        if left <= 0:
+            return _fail(run, clock, "timeout", f"no success with the new allocatable within "
+                         f"{settings.timeout_s:.0f}s (the API kept failing: {seen.brief})")
+        return Step(dataclasses.replace(run, failing=failing),
+                    Sleep(min(left, settings.backoff(failing))))
+    if isinstance(seen, PodsSeen):
+        gone = []
+        for p in _gpu_pods(run, seen.pods):
+            missing = sorted(str(q) for q in p.mig_requests if str(q) not in expected)
+            if missing:
+                gone.append(f"{p.key} ({', '.join(missing)})")
+        if gone:
+            return _fail(run, clock, "failed", f"pods were bound to the node during the "
+                         f"re-layout with profiles the new layout {target} does not have: "
+                         f"{'; '.join(gone)}")
+        if run.settled:
+            ending = Outcome(run.node, "success")
+            return Step(dataclasses.replace(run, phase=Phase.RELEASE, since=clock.now,
+                                            failing=0, ending=ending), ReadNode())
+        return Step(run, Sleep(settings.poll_s))
+    if not isinstance(seen, NodeSeen):
+        return _unexpected(run, seen)
+    node = seen.node
+    run = dataclasses.replace(run, failing=0)
+    state = node.config_state
+    if node.config != target:
+        return _fail(run, clock, "failed", f"{keys.LABEL_CONFIG} was changed to "
+                     f"{node.config!r} by someone else")
+    if state == "failed":
+        return _fail(run, clock, "failed", "the MIG Manager reported mig.config.state=failed")
+    if state == "success" and dict(node.advertised) == expected:
+        return Step(dataclasses.replace(run, settled=True), ListPods())
+    pending_since = run.pending_since
+    if state == "pending":
+        pending_since = clock.now if pending_since is None else pending_since
+        if clock.now - pending_since >= settings.wedge_s:
+            return _fail(run, clock, "wedged", f"mig.config.state stuck at pending for "
+                         f"{clock.now - pending_since:.0f}s")
+    else:
+        pending_since = None
+    if clock.now - label_at >= settings.timeout_s:
+        return _fail(run, clock, "timeout", f"no success with the new allocatable within "
+                     f"{settings.timeout_s:.0f}s (state {state!r}, advertised "
+                     f"{dict(node.advertised)})")
+    return Step(dataclasses.replace(run, pending_since=pending_since, settled=False),
+                ListPods())
+
+
+def _release(run: Run, seen: Seen, clock: Context) -> Step:
+    ending = run.ending
+    assert ending is not None
+    since = clock.now if run.since is None else run.since
+    run = dataclasses.replace(run, since=since)
+    if seen is None or isinstance(seen, Slept):
+        return Step(run, ReadNode())
+    if isinstance(seen, NodeSeen):
+        node = seen.node
+        if not node.relayout_tainted and keys.ANNOTATION_RELAYOUT not in node.annotations:
+            return _finish(run, *_release_events(run))  # an earlier patch landed
+        labels = ({keys.LABEL_RELAYOUT_RECOMMENDED: None}
+                  if ending.result == "success" else {})
+        body = {"metadata": {**_precondition(seen.resource_version),
+                             "annotations": {keys.ANNOTATION_RELAYOUT: None},
+                             **({"labels": labels} if labels else {})},
+                "spec": {"taints": [dict(t) for t in seen.taints
+                                    if t.get("key") != keys.TAINT_RELAYOUT]}}
+        return Step(run, Patch(body))
+    if isinstance(seen, Written):
+        return _finish(run, *_release_events(run))
+    if not isinstance(seen, CallFailed):
+        return _unexpected(run, seen)
+    what = "removing the taint and the record"
+    if seen.conflict and clock.now - since < clock.settings.write_retry_s:
+        return Step(run, ReadNode())  # the node changed since the read: read it again
+    if seen.retryable:
+        return _retry(run, seen.brief, clock, then=Phase.RELEASE, gave_up=f"{what} kept failing")
+    return _done(run, "error", f"{what} failed ({seen.brief}); the node stays tainted with its "
+                 f"record (re-layout {ending.result}), and a later pass resumes it")
+
+
+def _release_events(run: Run) -> tuple[Emit, ...]:
+    assert run.ending is not None
+    if run.ending.result == "success":
+        return (Emit(REASON_DONE, "Normal",
+                     f"Re-laid out to {run.record.target}; taint removed"),)
+    return (Emit(REASON_ABORTED, "Warning", f"Re-layout to {run.record.target} aborted: "
+                 f"{run.ending.reason}"),)
+
+
+def _fail(run: Run, clock: Context, result: str, reason: str) -> Step:
+    record = run.record.but(state=_STATES.FAILED, result=result, reason=reason)
+    run = dataclasses.replace(run, phase=Phase.FAIL, record=record, since=clock.now, failing=0,
+                              ending=Outcome(run.node, result, reason))
+    return _failing(run, None, clock)
+
+
+def _failing(run: Run, seen: Seen, clock: Context) -> Step:
+    assert run.ending is not None
+    if seen is None or isinstance(seen, Slept):
+        since = clock.now if run.since is None else run.since
+        body = {"metadata": {"annotations": {
+            **_annotate(run.record),
+            keys.ANNOTATION_RELAYOUT_FAILED: keys.encode_failure(
+                result=run.ending.result, reason=run.ending.reason)}}}
+        return Step(dataclasses.replace(run, since=since), Patch(body))
+    if isinstance(seen, Written):
+        return _finish(run, Emit(
+            REASON_FAILED, "Warning", f"Re-layout to {run.record.target} {run.ending.result}: "
+            f"{run.ending.reason}. The taint {keys.TAINT_RELAYOUT} stays; remove it and the "
+            f"{keys.ANNOTATION_RELAYOUT_FAILED} annotation once the node is fixed"))
+    if not isinstance(seen, CallFailed):
+        return _unexpected(run, seen)
+    settings = clock.settings
+    assert run.since is not None
+    if seen.retryable and clock.now - run.since < settings.write_retry_s:
+        failing = run.failing + 1
+        return Step(dataclasses.replace(run, failing=failing), Sleep(settings.backoff(failing)))
+    ending = dataclasses.replace(run.ending, reason=(
+        f"{run.ending.reason}; recording the failure failed too ({seen.brief}): the node keeps "
+        "its taint and its re-layout record, and a later pass adopts it"))
+    return Step(dataclasses.replace(run, phase=Phase.DONE, ending=ending), Done(ending))
+
+
+_PHASES = {
+    Phase.READ: _read,
+    Phase.CLAIM: _claim,
+    Phase.CONFIRM: _confirm,
+    Phase.CHECK: _check,
+    Phase.LABEL: _label,
+    Phase.WAIT: _wait,
+    Phase.RELEASE: _release,
+    Phase.FAIL: _failing,
+}

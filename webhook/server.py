@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import contextlib
 import dataclasses
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, Final
 
@@ -24,7 +23,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, G
 from prometheus_client.exposition import generate_latest
 
 from migfit import cluster as cluster_mod
-from migfit import errors, lifecycle
+from migfit import errors, serving
 from migfit import metrics as common_metrics
 from migfit.certs import metrics as cert_metrics
 from migfit.certs import reloading
@@ -57,6 +56,8 @@ class Settings:
     #: drop the pod before its listener closes (endpoint removal is asynchronous).
     drain_delay: float = 0.0
     access_log: bool = False
+    #: Connection bounds (keep-alive, body and handshake timeouts, connections at once).
+    limits: serving.Limits = dataclasses.field(default_factory=serving.Limits)
 
 
 class Metrics:
@@ -199,7 +200,7 @@ async def mutate(request: web.Request) -> web.Response:
     if request.content_length is not None and request.content_length > limit:
         return _too_large(state, limit)
     try:
-        body = await request.read()
+        body = await serving.read_body(request, state.settings.limits.body_timeout)
     except web.HTTPRequestEntityTooLarge:
         return _too_large(state, limit)
     status, out = answer(body, state=state)
@@ -285,18 +286,6 @@ def make_app(
     return app
 
 
-def _background(name: str, make: Callable[[], Coroutine[Any, Any, None]]
-                ) -> Callable[[web.Application], AsyncIterator[None]]:
-    """A cleanup_ctx that runs ``make()`` as a task for the app's life and cancels it after."""
-    async def ctx(app: web.Application) -> AsyncIterator[None]:
-        task: asyncio.Task[None] = asyncio.create_task(make(), name=name)
-        yield
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError, Exception):
-            await task
-    return ctx
-
-
 async def serve(
     settings: Settings,
     cluster: cluster_mod.Cluster | None,
@@ -310,39 +299,32 @@ async def serve(
     The TLS files are polled every ``reload_interval`` s and reloaded into the live context
     (new connections get the new certificate; open ones keep theirs). ``source_run`` (a
     cluster source's ``run``) is run alongside; if it fails the webhook keeps serving from
-    the fallback models. On shutdown /readyz fails for ``drain_delay`` seconds while requests
-    are still served; then the listener closes, idle keep-alive connections are closed and
-    requests being handled get ``shutdown_timeout`` seconds to finish (aiohttp stops reading
-    from connections at that point, so a body still being uploaded then is cut: the drain
-    delay is what keeps that from happening). ``on_started`` receives the bound port.
+    the fallback models. Shutdown is ``migfit.serving``'s: /readyz fails for ``drain_delay``
+    seconds while requests are still served, then the listener closes and requests being
+    handled get ``shutdown_timeout`` seconds. ``on_started`` receives the bound port.
     """
     cert_file, key_file = _check(settings)
     reloader = reloading.CertificateReloader(cert_file=cert_file, key_file=key_file)
     app = make_app(settings, cluster, certificate=reloader)
-    app.cleanup_ctx.append(_background(
-        "webhook-tls-reload", lambda: reloader.run(settings.reload_interval)))
+    app.cleanup_ctx.append(serving.background(
+        "webhook TLS reload", lambda: reloader.run(settings.reload_interval)))
     if source_run is not None:
-        app.cleanup_ctx.append(_background("webhook-cluster-source", _logged(source_run)))
-    runner = web.AppRunner(app, shutdown_timeout=settings.shutdown_timeout,
-                           access_log=logging.getLogger("aiohttp.access")
-                           if settings.access_log else None)
-    await runner.setup()
-    site = web.TCPSite(runner, settings.host, settings.port, ssl_context=reloader.context)
-    stop = stop or asyncio.Event()
-    try:
-        with lifecycle.stop_on_signals(stop):
-            await site.start()
-            port = runner.addresses[0][1] if runner.addresses else settings.port
-            log.info("webhook serving https://%s:%s%s", settings.host, port, MUTATE_PATH)
-            if on_started is not None:
-                on_started(int(port))
-            await stop.wait()
-            if settings.drain_delay > 0:
-                app[STATE].draining = True
-                log.info("shutting down: draining for %ss", settings.drain_delay)
-                await asyncio.sleep(settings.drain_delay)
-    finally:
-        await runner.cleanup()
+        app.cleanup_ctx.append(serving.background(
+            "the cluster source (deciding from --gpu-models from now on)", source_run))
+    listen = serving.Listen(host=settings.host, port=settings.port,
+                            ssl_context=reloader.context, limits=settings.limits,
+                            shutdown_timeout=settings.shutdown_timeout,
+                            drain_delay=settings.drain_delay, access_log=settings.access_log)
+
+    def started(info: serving.Started) -> None:
+        log.info("webhook serving https://%s:%s%s", settings.host, info.port, MUTATE_PATH)
+        if on_started is not None:
+            on_started(info.port)
+
+    def drain() -> None:
+        app[STATE].draining = True
+
+    await serving.serve(app, listen, stop=stop, on_started=started, on_drain=drain)
 
 
 def _check(settings: Settings) -> tuple[Path, Path]:
@@ -361,15 +343,3 @@ def _check(settings: Settings) -> tuple[Path, Path]:
         if not value >= 0:
             raise errors.UsageError(f"{flag} {value}: use 0 or more seconds")
     return settings.tls_cert, settings.tls_key
-
-
-def _logged(run: Callable[[], Awaitable[None]]) -> Callable[[], Coroutine[Any, Any, None]]:
-    async def wrapper() -> None:
-        try:
-            await run()
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            log.error("the cluster source stopped (%s); deciding from --gpu-models from now on",
-                      exc)
-    return wrapper

@@ -6,7 +6,7 @@ import argparse
 import asyncio
 from pathlib import Path
 
-from migfit import cluster, errors, logs, profiles, sources
+from migfit import cluster, errors, logs, profiles, serving, sources
 from migfit.webhook import decision, server
 
 HELP = "run the mutating admission webhook: gpu-memory annotations in, MIG resources out"
@@ -33,6 +33,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="on SIGTERM keep serving this long with /readyz failing, so that "
                              "the Service stops routing here first (default 3)")
     parser.add_argument("--access-log", action="store_true", help="log every HTTP request")
+    serving.add_limit_arguments(parser.add_argument_group(
+        "connections", "bounds on what clients may hold (kube-apiserver reconnects cheaply)"))
     parser.add_argument("--log-level", default="info",
                         choices=["debug", "info", "warning", "error"])
     parser.add_argument("--log-format", choices=logs.LOG_STYLES, default="text",
@@ -85,7 +87,12 @@ def run(args: argparse.Namespace) -> int:
             raise errors.UsageError(f"{what} {path}: no such file")
     if not 0 < args.port < 65536:
         raise errors.UsageError(f"--port {args.port}: use 1..65535")
+    try:
+        limits = serving.limits_from(args)
+    except ValueError as exc:
+        raise errors.UsageError(str(exc)) from None
     settings = server.Settings(
+        limits=limits,
         policy=policy,
         host=args.host,
         port=args.port,

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import json
 import zlib
 from collections import Counter
 from collections.abc import Mapping
@@ -108,9 +107,9 @@ def _figures(state: records.NodeState, models: Mapping[str, profiles.GpuModel]) 
     )
 
 
-# Values of the ``state`` field of the ``migfit.io/relayout`` annotation that mean the
-# advisor's apply mode is changing the node's layout right now (DESIGN.md 6).
-RELAYOUT_ACTIVE_STATES = frozenset({"applying", "pending", "in-progress", "rebooting"})
+# States of the ``migfit.io/relayout`` record that mean the advisor's apply mode is changing
+# the node's layout right now (DESIGN.md 6): the state machine's in-flight states.
+RELAYOUT_ACTIVE_STATES = keys.ACTIVE_STATES
 
 
 def _repartitioning(state: records.NodeState) -> str | None:
@@ -126,15 +125,9 @@ def _repartitioning(state: records.NodeState) -> str | None:
         return f"{keys.LABEL_CONFIG_STATE}={record.config_state}{target}"
     if record.relayout_tainted:
         return f"taint {keys.TAINT_RELAYOUT} (a migfit re-layout is in progress)"
-    text = record.annotations.get(keys.ANNOTATION_RELAYOUT)
-    if text:
-        try:
-            data = json.loads(text)
-        except ValueError:
-            return None
-        phase = data.get("state") if isinstance(data, dict) else None
-        if isinstance(phase, str) and phase.lower() in RELAYOUT_ACTIVE_STATES:
-            return f"annotation {keys.ANNOTATION_RELAYOUT} state={phase}"
+    mark = keys.relayout_of(record.annotations)
+    if mark is not None and mark.state in RELAYOUT_ACTIVE_STATES:
+        return f"annotation {keys.ANNOTATION_RELAYOUT} state={mark.state}"
     return None
 
 

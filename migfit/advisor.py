@@ -296,8 +296,10 @@ def current_layout(
     note = ""
     if config is not None and rec.config:
         try:
+            # mig-parted filters on the GPU's own PCI id: the ids the product label pins.
+            ids = model.device_ids_for(rec.labels.get(keys.LABEL_PRODUCT))
             resolved = migparted.resolve(config, rec.config, model=model,
-                                         gpu_count=rec.gpu_count)
+                                         gpu_count=rec.gpu_count, device_ids=ids)
         except errors.ConfigError as exc:
             note = f"{exc.message}; "
         else:

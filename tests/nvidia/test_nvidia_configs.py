@@ -308,3 +308,30 @@ def test_every_nvidia_device_id_is_in_the_catalog() -> None:
     unknown = [f"0x{d:08X}" for d in DEVICE_IDS
                if CATALOG.by_device_id(f"0x{d:08X}") is None]
     assert unknown == ["0x1FB010DE"]  # the DGX Station's display GPU, disabled by NVIDIA
+
+
+def _stock_layouts() -> set[tuple[str, tuple[str, ...]]]:
+    out: set[tuple[str, tuple[str, ...]]] = set()
+    cfg = _parsed(STOCK)
+    for config in cfg.names():
+        for device in DEVICE_IDS:
+            hexid = f"0x{device:08X}"
+            model = CATALOG.by_device_id(hexid)
+            if model is None:
+                continue
+            for a in migparted.apply(cfg, config, device_ids=(hexid,), gpu_count=1):
+                if a is not None and a.names and all(model.has_profile(n) for n in a.names):
+                    out.add((model.id, a.names))
+    return out
+
+
+def test_migfit_layout_check_accepts_every_layout_of_the_stock_configmap(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """The command an operator runs (``migfit layout check --gpu MODEL PROFILE...``) agrees."""
+    from migfit import cli
+
+    stock = sorted(_stock_layouts())
+    assert len(stock) > 60
+    for model, names in stock:
+        assert cli.main(["layout", "check", "--gpu", model, *names]) == 0, (model, names)
+    assert "@" in capsys.readouterr().out

@@ -18,12 +18,12 @@ from pathlib import Path
 
 from aiohttp import web
 
-from migfit import cluster, errors, lifecycle, logs, snapshots, sources
+from migfit import cluster, errors, lifecycle, logs, serving, snapshots, sources
 from migfit import metrics as common_metrics
 from migfit.certs import certificates, reloading
 from migfit.commands import options
 from migfit.commands import webhook as webhook_cli
-from migfit.extender import advice
+from migfit.extender import advice, figures
 from migfit.extender import server as extender_server
 from migfit.webhook import decision
 from migfit.webhook import server as webhook_server
@@ -51,6 +51,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "JSON line per prioritize call (default: %(default)s)")
     sources.add_source_arguments(parser)
     webhook_cli.add_policy_arguments(parser)
+    serving.add_limit_arguments(parser.add_argument_group(
+        "connections", "bounds on what clients may hold, for both servers"))
 
 
 @contextlib.contextmanager
@@ -128,31 +130,45 @@ async def _serve_with(
     key: Path,
     ca: Path,
 ) -> None:
-    """Both servers over ``model`` with the given certificate files, until a signal."""
+    """Both servers over ``model`` with the given certificate files, until a signal.
+
+    The composition root of both: the cluster (``model``), the extender's figures index and
+    advice cache are built here and handed in; each server listens through
+    ``migfit.serving`` (the connection bounds of the flags) and stops through its drain.
+    """
     reloader = reloading.CertificateReloader(cert_file=cert, key_file=key)
+    try:
+        limits = serving.limits_from(args)
+    except ValueError as exc:
+        raise errors.UsageError(str(exc)) from None
 
     hook_settings = webhook_server.Settings(policy=policy, host=args.host,
-                                            port=args.webhook_port, tls_cert=cert, tls_key=key)
+                                            port=args.webhook_port, tls_cert=cert, tls_key=key,
+                                            limits=limits)
     # One registry per server: each /metrics shows its own server (and migfit_build_info).
     hook_app = webhook_server.make_app(hook_settings, model, certificate=reloader,
                                        registry=common_metrics.registry())
     ext_registry = common_metrics.registry()
-    advice.Metrics(ext_registry, state=model)  # the gauges /advice agrees with
+    index = figures.Index(model)
+    cache = advice.AdviceCache()
+    advice.Metrics(ext_registry, state=model, cache=cache)  # the gauges /advice agrees with
+    ext_settings = extender_server.ExtenderSettings(log_format=args.log_format, limits=limits)
     ext_app = extender_server.make_app(
-        settings=extender_server.ExtenderSettings(log_format=args.log_format),
-        cluster=model, source=source, registry=ext_registry, certificate=reloader)
+        settings=ext_settings, cluster=model, index=index, advice_cache=cache, source=source,
+        registry=ext_registry, certificate=reloader)
 
-    runners: list[web.AppRunner] = []
+    listens = [serving.Listen(host=args.host, port=port, ssl_context=reloader.context,
+                              limits=limits) for port in (args.webhook_port, args.extender_port)]
+    runners: list[tuple[web.AppRunner, serving.Listen]] = []
     stop = asyncio.Event()
     reload_task = asyncio.create_task(reloader.run(reloading.DEFAULT_INTERVAL))
     try:
-        for app, port in ((hook_app, args.webhook_port), (ext_app, args.extender_port)):
-            runner = web.AppRunner(app, access_log=None)
-            await runner.setup()
-            runners.append(runner)
+        for app, listen in zip((hook_app, ext_app), listens, strict=True):
             try:
-                await web.TCPSite(runner, args.host, port, ssl_context=reloader.context).start()
+                runner, _ = await serving.start(app, listen)
+                runners.append((runner, listen))
             except OSError as exc:
+                port = listen.port
                 raise errors.UsageError(
                     f"cannot listen on {args.host}:{port} ({exc.strerror}); pass "
                     f"--webhook-port/--extender-port with free ports") from None
@@ -169,8 +185,8 @@ async def _serve_with(
             await stop.wait()
     finally:
         reload_task.cancel()
-        for runner in reversed(runners):
-            await runner.cleanup()
+        for runner, listen in reversed(runners):
+            await serving.drain_and_stop(runner, listen)
         with contextlib.suppress(asyncio.CancelledError):
             await reload_task
 

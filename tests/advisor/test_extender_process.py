@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import pathlib
 import socket
 import sys
@@ -54,18 +55,27 @@ async def _until(check: Any, timeout: float = 30.0) -> Any:
     raise AssertionError("timed out")
 
 
+@pytest.mark.parametrize("how", ["flag", "env"])
 async def test_extender_process_serves_and_publishes_advice(
-        server: kmock.KubernetesEmulator, tmp_path: pathlib.Path) -> None:
+        server: kmock.KubernetesEmulator, tmp_path: pathlib.Path, how: str) -> None:
+    """``how``: --kubeconfig, or $KUBECONFIG found as kubectl finds it (the watch and the
+    write client both)."""
     store(server, node("idle", alloc={"3g.40gb": 2}))
     store(server, node("busy", alloc={"1g.10gb": 7}))
     for i in range(7):
         store(server, pod(f"run-{i}", "1g.10gb", namespace="ml", node="busy"))
     store(server, pod("small", "1g.10gb", namespace="ml"))
     port = _free_port()
+    kc = str(_kubeconfig(server, tmp_path / "kc"))
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("KUBECONFIG", "KUBERNETES_SERVICE_HOST")}
+    env["HOME"] = str(tmp_path)
+    if how == "env":
+        env["KUBECONFIG"] = kc
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "migfit.cli", "extender", "--host", "127.0.0.1",
-        "--port", str(port), "--kubeconfig", str(_kubeconfig(server, tmp_path / "kc")),
-        "--grace", "0", "--log-level", "warning", cwd=ROOT,
+        "--port", str(port), *(["--kubeconfig", kc] if how == "flag" else []),
+        "--grace", "0", "--log-level", "warning", cwd=ROOT, env=env,
         stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE)
     api = api_for(server)
     try:

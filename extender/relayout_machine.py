@@ -13,8 +13,8 @@ The node-level protocol (DESIGN.md §6), by phase; the record is ``migfit.io/rel
 - ``CLAIM``: one merge patch, with the resourceVersion read as precondition, that adds the
   taint *and* writes the record (``tainted``). The taint never exists without its record, so
   whichever replica leads adopts every tainted node. A 409 (someone wrote the node since the
-  read) is a retryable skip; so is a 5xx or no answer, after a re-read (``CONFIRM``) shows
-  whether the patch landed anyway (then the re-layout goes on).
+  read), a 5xx or no answer is a retryable skip, once a re-read (``CONFIRM``) shows that the
+  patch did not land after all (when it did, the re-layout goes on).
 - ``CHECK``: list the node's pods. A GPU pod bound in the meantime (the taint does not stop a
   pod that names the node, tolerates the taint or was bound just before) aborts: taint and
   record are removed together, nothing else changed, and an Event says so.
@@ -397,19 +397,20 @@ def _claim(run: Run, seen: Seen, clock: Context) -> Step:
                     ListPods())
     if not isinstance(seen, CallFailed):
         return _unexpected(run, seen)
-    if seen.conflict:
-        return _done(run, "skipped", "the node changed between reading it and tainting it "
-                     "(409 Conflict); nothing was changed, a later pass tries again")
-    if seen.retryable:
-        return Step(dataclasses.replace(run, phase=Phase.CONFIRM, note=seen.brief), ReadNode())
+    if seen.conflict or seen.retryable:
+        # Nothing changed, or the patch landed and its answer was lost (a 409 then comes from
+        # a retry of it): a read tells which.
+        note = ("the node changed between reading it and tainting it (409 Conflict)"
+                if seen.conflict else f"tainting failed ({seen.brief})")
+        return Step(dataclasses.replace(run, phase=Phase.CONFIRM, note=note), ReadNode())
     return _done(run, "error", f"the API refused the taint ({seen.brief}); nothing was changed")
 
 
 def _confirm(run: Run, seen: Seen, clock: Context) -> Step:
     if isinstance(seen, CallFailed):
-        return _done(run, "skipped", f"tainting failed ({run.note}) and the node could not be "
-                     f"read again ({seen.brief}); had the taint landed, its record lets a later "
-                     "pass adopt the node")
+        return _done(run, "skipped", f"{run.note}, and the node could not be read again "
+                     f"({seen.brief}); had the taint landed, its record lets a later pass adopt "
+                     "the node")
     if not isinstance(seen, NodeSeen):
         return _unexpected(run, seen)
     record = keys.relayout_of(seen.node.annotations)
@@ -419,10 +420,8 @@ def _confirm(run: Run, seen: Seen, clock: Context) -> Step:
         return Step(dataclasses.replace(run, phase=Phase.CHECK, since=clock.now, failing=0),
                     ListPods())
     if seen.node.relayout_tainted or (record is not None and record.active):
-        return _done(run, "skipped", f"tainting failed ({run.note}) and the node is now under "
-                     "another re-layout")
-    return _done(run, "skipped", f"tainting failed ({run.note}); nothing was changed, a later "
-                 "pass tries again")
+        return _done(run, "skipped", f"{run.note}, and the node is now under another re-layout")
+    return _done(run, "skipped", f"{run.note}; nothing was changed, a later pass tries again")
 
 
 def _gpu_pods(run: Run, pods: Iterable[records.PodRecord]) -> list[records.PodRecord]:

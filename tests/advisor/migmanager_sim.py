@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Callable
 from typing import Any, Literal
 
 import attrs
@@ -17,6 +18,46 @@ NODES = kmock.resource("v1", "nodes")
 PODS = kmock.resource("v1", "pods")
 
 
+Match = Callable[[Any], bool]
+
+
+@attrs.define
+class Fault:
+    res: Any
+    name: str
+    match: Match
+    status: int
+    times: int
+    after_write: bool
+
+
+@attrs.define
+class Hook:
+    res: Any
+    name: str
+    match: Match
+    then: Callable[[], None]
+
+
+def sets_label(key: str) -> Match:
+    """A write that sets the node label ``key``."""
+    return lambda data: isinstance(data, dict) and bool(
+        ((data.get("metadata") or {}).get("labels") or {}).get(key))
+
+
+def sets_annotation(key: str) -> Match:
+    """A write that sets the annotation ``key``."""
+    return lambda data: isinstance(data, dict) and bool(
+        ((data.get("metadata") or {}).get("annotations") or {}).get(key))
+
+
+def adds_taint(key: str) -> Match:
+    """A write whose taint list holds ``key``."""
+    return lambda data: isinstance(data, dict) and any(
+        isinstance(t, dict) and t.get("key") == key
+        for t in (data.get("spec") or {}).get("taints") or [])
+
+
 @attrs.define(kw_only=True)
 class VersionedEmulator(kmock.KubernetesEmulator):
     """kmock's emulator plus what the API server does with ``resourceVersion``: every write of
@@ -27,15 +68,52 @@ class VersionedEmulator(kmock.KubernetesEmulator):
 
     _races: dict[Any, list[dict[str, Any]]] = attrs.field(factory=dict, init=False)
     _version: int = attrs.field(default=100, init=False)
+    _faults: list[Fault] = attrs.field(factory=list, init=False)
+    _hooks: list[Hook] = attrs.field(factory=list, init=False)
 
     def race(self, res: Any, namespace: str | None, name: str, patch: dict[str, Any]) -> None:
         self._races.setdefault((res, namespace, name), []).append(patch)
+
+    def fail(self, res: Any, name: str, match: Match, *, status: int, times: int = 1,
+             after_write: bool = False) -> None:
+        """Answer the next ``times`` writes of the object whose body ``match`` accepts with
+        ``status``: before changing anything, or (``after_write``) once the write is done,
+        as when the answer is lost on the way back."""
+        self._faults.append(Fault(res, name, match, status, times, after_write))
+
+    def after(self, res: Any, name: str, match: Match, then: Callable[[], None]) -> None:
+        """Call ``then`` once, right after the first write of the object that ``match``
+        accepts (someone else acting between two of migfit's calls)."""
+        self._hooks.append(Hook(res, name, match, then))
+
+    def _fault(self, request: Any, *, after_write: bool) -> None:
+        for fault in self._faults:
+            if (fault.times > 0 and fault.after_write == after_write
+                    and (fault.res, fault.name) == (request.resource, request.name)
+                    and fault.match(request.data)):
+                fault.times -= 1
+                raise kmock.KubernetesError(status=fault.status, reason="Injected",
+                                            message=f"injected {fault.status}")
 
     def _bump(self) -> str:
         self._version += 1
         return str(self._version)
 
     async def _handle(self, request: Any) -> Any:
+        writing = request.action == kmock.action.UPDATE and request.name is not None
+        if writing:
+            self._fault(request, after_write=False)
+        answer = await self._versioned(request)
+        if writing:
+            for hook in list(self._hooks):
+                if (hook.res, hook.name) == (request.resource, request.name) and \
+                        hook.match(request.data):
+                    self._hooks.remove(hook)
+                    hook.then()
+            self._fault(request, after_write=True)
+        return answer
+
+    async def _versioned(self, request: Any) -> Any:
         if request.action == kmock.action.UPDATE and request.name is not None:
             key = (request.resource, request.namespace, request.name)
             for patch in self._races.pop(key, []):

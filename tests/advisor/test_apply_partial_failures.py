@@ -1,0 +1,307 @@
+"""Apply mode under partial failure (issue 12 item 7), against kmock with a simulated MIG
+Manager: the bound on re-layouts is the cluster's, a tainted node always carries its record,
+a GPU pod bound meanwhile is noticed, a transient error on the taint is retried."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import kmock
+import pytest
+from advisor_scene import node, pod
+from kubernetes_asyncio import client as k8s
+from migmanager_sim import (
+    NODES,
+    MigManager,
+    VersionedEmulator,
+    adds_taint,
+    api_for,
+    events,
+    read_node,
+    sets_annotation,
+    sets_label,
+    snapshot,
+    store,
+)
+
+from migfit import keys, kube, migparted
+from migfit.extender import advice, leader, relayout
+
+CONFIG = migparted.parse("""
+version: v1
+mig-configs:
+  all-3g.40gb:
+    - devices: all
+      mig-enabled: true
+      mig-devices: {"3g.40gb": 2}
+  all-1g.10gb:
+    - devices: all
+      mig-enabled: true
+      mig-devices: {"1g.10gb": 7}
+""")
+LAYOUTS = {"all-1g.10gb": {"1g.10gb": 7}, "all-3g.40gb": {"3g.40gb": 2}}
+FAST = relayout.Settings(max_concurrent=1, timeout_s=5.0, wedge_s=3.0, poll_s=0.02,
+                         interval_s=0.02, write_retry_s=0.5)
+NOW = 2_000_000_000.0
+
+
+@pytest.fixture()
+def server(kmock: kmock.KubernetesEmulator) -> kmock.KubernetesEmulator:
+    for res in ("v1/pods", "v1/nodes", "v1/events", "coordination.k8s.io/v1/leases"):
+        kmock.resources[res] = {}  # type: ignore[assignment]
+    return kmock
+
+
+@pytest.fixture()
+async def api(server: kmock.KubernetesEmulator) -> AsyncIterator[k8s.ApiClient]:
+    client = api_for(server)
+    yield client
+    await client.close()
+
+
+def _cache() -> advice.AdviceCache:
+    return advice.AdviceCache(config=CONFIG, clock=lambda: NOW)
+
+
+async def _relayouter(api: k8s.ApiClient, elector: leader.LeaseElector | None = None,
+                      settings: relayout.Settings = FAST, *,
+                      client: kube.KubeClient | None = None) -> relayout.Relayouter:
+    return relayout.Relayouter(await snapshot(api), client or api, elector=elector,
+                               cache=_cache(), settings=settings)
+
+
+def _taints(obj: dict[str, Any]) -> list[str]:
+    return [t["key"] for t in obj.get("spec", {}).get("taints") or []]
+
+
+def _record(obj: dict[str, Any]) -> dict[str, Any] | None:
+    text = obj["metadata"].get("annotations", {}).get(keys.ANNOTATION_RELAYOUT)
+    return None if text is None else dict(json.loads(text))
+
+
+def _seed(server: kmock.KubernetesEmulator) -> None:
+    store(server, node("idle", alloc={"3g.40gb": 2}, config="all-3g.40gb"))
+    store(server, pod("small", "1g.10gb", namespace="ml"))
+
+
+async def _until(probe: Any, *, timeout_s: float = 10.0) -> Any:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while loop.time() < deadline:
+        found = await probe()
+        if found:
+            return found
+        await asyncio.sleep(0.01)
+    raise AssertionError("timed out")
+
+
+async def _stop(r: relayout.Relayouter) -> None:
+    for t in r._tasks.values():
+        t.cancel()
+    await asyncio.gather(*r._tasks.values(), return_exceptions=True)
+
+
+# ---------------------------------------------------------------- --max-relayouts, the Lease
+
+
+async def test_the_bound_counts_the_cluster_not_this_replicas_memory(
+    server: kmock.KubernetesEmulator, api: k8s.ApiClient,
+) -> None:
+    # Replica a leads, re-lays out one node, and loses the Lease mid-way. Replica b leads next
+    # with a watch cache that has not caught up with that node: it must count the node from
+    # the cluster (and adopt it), not start a second re-layout with a limit of 1.
+    store(server, node("idle", alloc={"3g.40gb": 2}, config="all-3g.40gb"))
+    store(server, node("idle2", alloc={"3g.40gb": 2}, config="all-3g.40gb"))
+    for i in range(10):
+        store(server, pod(f"s{i}", "1g.10gb"))
+    a = leader.LeaseElector(api, namespace="default", identity="a", lease_s=1.0, renew_s=0.2)
+    b = leader.LeaseElector(api, namespace="default", identity="b", lease_s=1.0, renew_s=0.2)
+    assert await a.try_acquire() and not await b.try_acquire()
+    slow = dataclasses.replace(FAST, timeout_s=60.0, wedge_s=60.0)
+    first = await _relayouter(api, a, slow)
+    (taken,) = await first.step()
+    other = "idle2" if taken == "idle" else "idle"
+
+    async def applying() -> bool:
+        record = _record(await read_node(api, taken))
+        return record is not None and record["state"] == "applying"
+
+    await _until(applying)
+    a.resign_locally()
+    (outcome,) = await first.wait()
+    assert outcome.result == "lost-leadership"
+    await asyncio.sleep(1.1)  # a's lease expires
+    assert await b.try_acquire()
+    second = await _relayouter(api, b, slow)
+    lagging = await read_node(api, taken)
+    second.state.apply("Node", "DELETED", lagging)  # b's cache has not seen it yet
+    assert [r.node for r in second.cache.get(second.state).recommendations] == [other]
+    try:
+        assert await second.step() == [taken]  # adopted from the cluster's records
+        assert _taints(await read_node(api, other)) == []
+        assert second.in_flight == [taken]
+    finally:
+        await _stop(second)
+
+
+async def test_a_replica_that_lost_the_lease_writes_nothing(
+    server: kmock.KubernetesEmulator, api: k8s.ApiClient,
+) -> None:
+    _seed(server)
+    a = leader.LeaseElector(api, namespace="default", identity="a", lease_s=5.0, renew_s=1.0)
+    assert await a.try_acquire()
+    r = await _relayouter(api, a)
+    assert await r.step() == ["idle"]
+    a.resign_locally()  # before the re-layout's first call
+    (outcome,) = await r.wait()
+    assert outcome.result == "lost-leadership"
+    obj = await read_node(api, "idle")
+    assert _taints(obj) == [] and _record(obj) is None
+    assert obj["metadata"]["labels"][keys.LABEL_CONFIG] == "all-3g.40gb"
+    assert await r.step() == []  # and a follower starts nothing
+
+
+# ---------------------------------------------------------------- never a taint without a record
+
+
+@pytest.mark.kmock(cls=VersionedEmulator)
+async def test_a_tainted_node_keeps_its_record_when_the_label_and_failure_writes_fail(
+    server: VersionedEmulator, api: k8s.ApiClient,
+) -> None:
+    _seed(server)
+    server.fail(NODES, "idle", sets_label(keys.LABEL_CONFIG), status=403)
+    server.fail(NODES, "idle", sets_annotation(keys.ANNOTATION_RELAYOUT_FAILED), status=403)
+    r = await _relayouter(api)
+    assert await r.step() == ["idle"]
+    (outcome,) = await r.wait()
+    assert outcome.result == "error" and "403" in outcome.reason, outcome
+    obj = await read_node(api, "idle")
+    assert _taints(obj) == [keys.TAINT_RELAYOUT]
+    record = _record(obj)
+    assert record is not None and record["state"] == "tainted"
+    assert record["target"] == "all-1g.10gb"
+    # Whichever replica leads next adopts it (here a fresh one) and finishes it.
+    mm = MigManager(api, "idle", layouts=LAYOUTS, mode="success")
+    mm.start()
+    try:
+        again = await _relayouter(api)
+        assert await again.step() == ["idle"]
+        (done,) = await again.wait()
+        assert done.result == "success", done.reason
+    finally:
+        await mm.stop()
+    obj = await read_node(api, "idle")
+    assert _taints(obj) == [] and _record(obj) is None
+    assert mm.applied == ["all-1g.10gb"]
+
+
+@pytest.mark.kmock(cls=VersionedEmulator)
+async def test_a_lost_answer_to_the_taint_is_confirmed_and_the_relayout_goes_on(
+    server: VersionedEmulator, api: k8s.ApiClient,
+) -> None:
+    _seed(server)
+    server.fail(NODES, "idle", adds_taint(keys.TAINT_RELAYOUT), status=503, after_write=True)
+    mm = MigManager(api, "idle", layouts=LAYOUTS, mode="success")
+    mm.start()
+    try:
+        # No retries inside the client: the 503 reaches the re-layout.
+        client = kube.as_client(api, connection=kube.Connection(retries=0))
+        r = await _relayouter(api, client=client)
+        assert await r.step() == ["idle"]
+        (outcome,) = await r.wait()
+        assert outcome.result == "success", outcome.reason
+    finally:
+        await mm.stop()
+    assert mm.applied == ["all-1g.10gb"]
+    assert _taints(await read_node(api, "idle")) == []
+
+
+# ---------------------------------------------------------------- a GPU pod bound meanwhile
+
+
+@pytest.mark.kmock(cls=VersionedEmulator)
+async def test_a_gpu_pod_bound_after_the_taint_aborts_before_the_label(
+    server: VersionedEmulator, api: k8s.ApiClient,
+) -> None:
+    # The pod names the node (or tolerates the taint): the taint does not stop it.
+    _seed(server)
+    server.after(NODES, "idle", adds_taint(keys.TAINT_RELAYOUT),
+                 lambda: store(server, pod("runner", "3g.40gb", namespace="t", node="idle")))
+    mm = MigManager(api, "idle", layouts=LAYOUTS, mode="success")
+    mm.start()
+    try:
+        r = await _relayouter(api)
+        assert await r.step() == ["idle"]
+        (outcome,) = await r.wait()
+    finally:
+        await mm.stop()
+    assert outcome.result == "aborted" and "t/runner" in outcome.reason, outcome
+    assert mm.applied == []
+    obj = await read_node(api, "idle")
+    assert obj["metadata"]["labels"][keys.LABEL_CONFIG] == "all-3g.40gb"
+    assert _taints(obj) == [] and _record(obj) is None
+    assert keys.ANNOTATION_RELAYOUT_FAILED not in obj["metadata"].get("annotations", {})
+    assert any(e["reason"] == relayout.REASON_ABORTED and e["type"] == "Warning"
+               and "t/runner" in e["message"] for e in await events(api))
+
+
+@pytest.mark.kmock(cls=VersionedEmulator)
+async def test_a_pod_whose_profile_the_relayout_removes_is_never_a_success(
+    server: VersionedEmulator, api: k8s.ApiClient,
+) -> None:
+    # Bound just as the label is set: its 3g.40gb instance disappears under it.
+    _seed(server)
+    server.after(NODES, "idle", sets_label(keys.LABEL_CONFIG),
+                 lambda: store(server, pod("runner", "3g.40gb", namespace="t", node="idle")))
+    mm = MigManager(api, "idle", layouts=LAYOUTS, mode="success")
+    mm.start()
+    try:
+        r = await _relayouter(api)
+        assert await r.step() == ["idle"]
+        (outcome,) = await r.wait()
+    finally:
+        await mm.stop()
+    assert outcome.result == "failed", outcome
+    assert "t/runner (3g.40gb)" in outcome.reason
+    obj = await read_node(api, "idle")
+    assert _taints(obj) == [keys.TAINT_RELAYOUT]
+    assert json.loads(obj["metadata"]["annotations"][keys.ANNOTATION_RELAYOUT_FAILED])[
+        "result"] == "failed"
+    assert any(e["reason"] == relayout.REASON_FAILED for e in await events(api))
+    assert not any(e["reason"] == relayout.REASON_DONE for e in await events(api))
+
+
+# ---------------------------------------------------------------- a transient error on the taint
+
+
+@pytest.mark.kmock(cls=VersionedEmulator)
+async def test_a_transient_error_on_the_taint_is_retried_like_a_conflict(
+    server: VersionedEmulator, api: k8s.ApiClient,
+) -> None:
+    # More 503s than the API client retries on its own: the re-layout must skip (nothing was
+    # changed), not mark the node failed for ever.
+    _seed(server)
+    server.fail(NODES, "idle", adds_taint(keys.TAINT_RELAYOUT), status=503, times=3)
+    mm = MigManager(api, "idle", layouts=LAYOUTS, mode="success")
+    mm.start()
+    try:
+        r = await _relayouter(api)
+        assert await r.step() == ["idle"]
+        (outcome,) = await r.wait()
+        assert outcome.result == "skipped" and "503" in outcome.reason, outcome
+        obj = await read_node(api, "idle")
+        notes = obj["metadata"].get("annotations", {})
+        assert _taints(obj) == [] and keys.ANNOTATION_RELAYOUT_FAILED not in notes
+        assert keys.ANNOTATION_RELAYOUT not in notes
+        assert not any(e["reason"] == relayout.REASON_FAILED for e in await events(api))
+        r.state = await snapshot(api)
+        assert await r.step() == ["idle"]  # the next pass tries again
+        (done,) = await r.wait()
+        assert done.result == "success", done.reason
+    finally:
+        await mm.stop()
+    assert mm.applied == ["all-1g.10gb"]

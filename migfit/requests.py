@@ -11,7 +11,7 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Final
 
-from migfit import errors, keys, quantity
+from migfit import errors, keys, logs, quantity
 
 # ---------------------------------------------------------------- annotation keys
 # Spelled in migfit.keys, the one home of every key; re-exported here under the names the
@@ -39,6 +39,18 @@ STRATEGIES: Final = keys.STRATEGIES
 _TRUE: Final = frozenset({"true", "yes", "1"})
 _FALSE: Final = frozenset({"false", "no", "0", ""})
 _MIB: Final = 2**20
+
+#: Longest ``gpu-compute``/``gpu-media`` value read (``"7"``, ``"true"``); longer ones are
+#: refused before any conversion (``int()`` of 4,301 digits raises, of millions is slow).
+MAX_VALUE_LENGTH: Final = 16
+#: Most compute slices a value may name (a whole GPU has at most 8 in today's catalog).
+MAX_COMPUTE: Final = 999
+#: At most this many characters of client input are quoted back in a message or a log line.
+QUOTE_LIMIT: Final = 40
+#: Keys are quoted longer: a per-container key holds a container name after the prefix.
+_KEY_LIMIT: Final = 100
+#: At most this many container names are listed in a message.
+_LIST_LIMIT: Final = 8
 
 
 class RequestError(errors.UsageError):
@@ -68,6 +80,29 @@ class PodRequest:
     notes: tuple[str, ...] = ()  # non-fatal remarks worth a warning (e.g. an unknown default)
 
 
+def quote(text: str, limit: int = QUOTE_LIMIT) -> str:
+    """``text`` quoted for a message: at most ``limit`` characters, as ``repr`` writes them
+    (control characters, lone surrogates and line separators escaped), and how long it was."""
+    if len(text) <= limit:
+        return repr(text)
+    return f"{text[:limit]!r}… ({len(text)} characters)"
+
+
+def shorten(text: str, limit: int = QUOTE_LIMIT) -> str:
+    """``text`` unquoted for a message or a log line: on one line (control characters and
+    lone surrogates escaped) and cut after ``limit`` characters."""
+    if len(text) <= limit:
+        return logs.escape(text)
+    return f"{logs.escape(text[:limit])}… ({len(text)} characters)"
+
+
+def quote_list(names: Sequence[str]) -> str:
+    """Names for a message: each one shortened, at most a few, and how many more there are."""
+    shown = ", ".join(shorten(n) for n in names[:_LIST_LIMIT])
+    more = len(names) - _LIST_LIMIT
+    return shown + (f" and {more} more" if more > 0 else "")
+
+
 def has_request(annotations: Mapping[str, str]) -> bool:
     """True when the pod carries a gpu-memory annotation (pod-wide or per container)."""
     return any(k == GPU_MEMORY or k.startswith(GPU_MEMORY_PREFIX) for k in annotations)
@@ -85,8 +120,8 @@ def default_container(
     if named in containers:
         return named, None
     return first, (
-        f"{DEFAULT_CONTAINER}={named!r} names no container; {GPU_MEMORY} applies to the first "
-        f"container {first!r}"
+        f"{DEFAULT_CONTAINER}={quote(named)} names no container; {GPU_MEMORY} applies to the "
+        f"first container {quote(first or '')}"
     )
 
 
@@ -117,11 +152,12 @@ def parse(
             return
         if name in init_containers:
             raise RequestError(
-                f"{key} names init container {name!r}; GPU memory can be given to regular "
-                f"containers only ({', '.join(containers)})"
+                f"{shorten(key, _KEY_LIMIT)} names init container {quote(name)}; GPU memory "
+                f"can be given to regular containers only ({quote_list(containers)})"
             )
         raise RequestError(
-            f"{key} names no container of this pod; use one of: {', '.join(containers)}"
+            f"{shorten(key, _KEY_LIMIT)} names no container of this pod; use one of: "
+            f"{quote_list(containers)}"
         )
 
     memory: dict[str, tuple[str, str]] = {}  # container -> (key, value)
@@ -156,42 +192,57 @@ def parse(
         ))
     for name in set(compute) | set(media):
         if name not in memory:
-            notes.append(f"{(compute.get(name) or media[name])[0]} has no effect without "
-                         f"{GPU_MEMORY_PREFIX}{name} or {GPU_MEMORY}")
+            notes.append(f"{shorten((compute.get(name) or media[name])[0], _KEY_LIMIT)} has "
+                         f"no effect without {shorten(GPU_MEMORY_PREFIX + name, _KEY_LIMIT)} "
+                         f"or {GPU_MEMORY}")
     return PodRequest(requests=tuple(out), notes=tuple(notes))
 
 
 def parse_memory(key: str, value: str) -> int:
-    """A positive memory amount in bytes from a quantity, or RequestError naming ``key``."""
+    """A memory amount of at least 1Mi in bytes from a quantity, or RequestError naming
+    ``key``. Below 1Mi is a unit forgotten (``"12"`` is 12 bytes), never a real request."""
     try:
         amount = quantity.parse_bytes(value)
     except errors.QuantityError as exc:
-        raise RequestError(f"{key}: {exc.message}") from None
+        raise RequestError(f"{shorten(key, _KEY_LIMIT)}: {exc.message}") from None
     if amount <= 0:
         raise RequestError(
-            f"{key}={value!r}: GPU memory must be more than zero; write an amount such as 12Gi"
+            f"{shorten(key, _KEY_LIMIT)}={quote(value)}: GPU memory must be more than zero; "
+            f"write an amount such as 12Gi"
+        )
+    if amount < _MIB:
+        bare = value.strip()
+        hint = (f"did you mean {bare}Gi?" if bare.isascii() and bare.isdigit()
+                else "write an amount with a unit such as 12Gi")
+        raise RequestError(
+            f"{shorten(key, _KEY_LIMIT)}={quote(value)} is {amount} byte"
+            f"{'' if amount == 1 else 's'}, less than 1Mi: GPU memory needs a unit; {hint}"
         )
     return amount
 
 
 def parse_compute(key: str, value: str) -> int:
-    """A positive whole number of compute slices, or RequestError naming ``key``."""
+    """A positive whole number of compute slices, or RequestError naming ``key``. The length
+    is checked before any conversion."""
     text = value.strip()
-    if not text.isascii() or not text.isdigit() or int(text) <= 0 or len(text) > 3:
+    if (len(text) > MAX_VALUE_LENGTH or not text.isascii() or not text.isdigit()
+            or not 0 < int(text) <= MAX_COMPUTE):
         raise RequestError(
-            f"{key}={value!r}: write the number of compute slices as a whole number such as 2"
+            f"{shorten(key, _KEY_LIMIT)}={quote(value)}: write the number of compute slices "
+            f"as a whole number such as 2"
         )
     return int(text)
 
 
 def parse_media(key: str, value: str) -> bool:
     """``true``/``false`` (also yes/no/1/0, any case), or RequestError naming ``key``."""
-    text = value.strip().lower()
+    text = value.strip().lower() if len(value) <= MAX_VALUE_LENGTH else None
     if text in _TRUE:
         return True
     if text in _FALSE:
         return False
-    raise RequestError(f"{key}={value!r}: write \"true\" or \"false\"")
+    raise RequestError(
+        f"{shorten(key, _KEY_LIMIT)}={quote(value)}: write \"true\" or \"false\"")
 
 
 # ---------------------------------------------------------------- the decision record

@@ -3,7 +3,10 @@
 Handlers parse, call ``decision.decide_review`` and serialise; nothing else. Bad input never
 produces a traceback or a 5xx: a body that is not an AdmissionReview gets a 400 JSON error, a
 too large one a 413, and a review that names a uid always gets a well-formed AdmissionReview
-back (WIRE.md §2.1: the uid echoed, ``patch`` base64 with ``patchType: JSONPatch``).
+back (WIRE.md §2.1: the uid echoed, ``patch`` base64 with ``patchType: JSONPatch``). A request
+like one answered before against the same supply is answered from the ``memo.DecisionMemo``
+the composition root hands in (only the uid is new). JSON goes through ``migfit.jsonwire``
+(orjson when installed), and every client-supplied value logged is shortened and escaped.
 """
 
 from __future__ import annotations
@@ -11,10 +14,9 @@ from __future__ import annotations
 import asyncio
 import base64
 import dataclasses
-import json
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any, Final
 
@@ -23,11 +25,11 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, G
 from prometheus_client.exposition import generate_latest
 
 from migfit import cluster as cluster_mod
-from migfit import errors, serving
+from migfit import errors, jsonwire, requests, serving
 from migfit import metrics as common_metrics
 from migfit.certs import metrics as cert_metrics
 from migfit.certs import reloading
-from migfit.webhook import decision, view
+from migfit.webhook import choice, decision, memo, reading, view
 
 log = logging.getLogger(__name__)
 
@@ -81,24 +83,43 @@ class Metrics:
             "they fall back on --gpu-models.", registry=registry)
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class Answer:
+    """A verdict with its AdmissionResponse encoded but for the uid (what the memo keeps)."""
+
+    verdict: decision.Verdict
+    tail: bytes  # ``,"allowed":…}}``: the response after its uid, and the review's end
+
+
 @dataclasses.dataclass(slots=True)
 class State:
-    """The app's state: settings, the cluster view and metrics."""
+    """The app's state: settings, the cluster view, its supply tracker, the memo, metrics."""
 
     settings: Settings
     cluster: cluster_mod.Cluster | None
     tracker: view.SupplyTracker | None
     metrics: Metrics
+    memo: memo.DecisionMemo[Answer] = dataclasses.field(default_factory=memo.DecisionMemo)
     draining: bool = False
     _fallback: view.Supply = dataclasses.field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         self._fallback = view.Supply.from_catalog(self.settings.policy.fallback_models)
 
+    @property
+    def synced(self) -> bool:
+        """Whether decisions use a synced cluster view."""
+        return self.tracker is not None and self.cluster is not None and self.cluster.synced
+
+    def can_decide(self) -> bool:
+        """False while every annotated pod would be denied for want of any GPU model to decide
+        against: no synced cluster view and no ``--gpu-models``."""
+        return self.synced or bool(self.settings.policy.fallback_models)
+
     def supply(self) -> view.Supply:
         """What to decide against now: the cluster's snapshot once synced, else the catalog
         of ``--gpu-models`` (built once)."""
-        if self.tracker is None or self.cluster is None or not self.cluster.synced:
+        if self.tracker is None or not self.synced:
             return self._fallback
         return self.tracker.supply()
 
@@ -110,8 +131,11 @@ STATE: Final = web.AppKey("migfit_webhook_state", State)
 
 
 def _json(body: Any, *, status: int = 200) -> web.Response:
-    return web.Response(body=json.dumps(body, separators=(",", ":")).encode(),
-                        status=status, content_type="application/json")
+    return _bytes(jsonwire.dumps(body), status=status)
+
+
+def _bytes(body: bytes, *, status: int = 200) -> web.Response:
+    return web.Response(body=body, status=status, content_type="application/json")
 
 
 def _error(status: int, message: str) -> web.Response:
@@ -120,9 +144,15 @@ def _error(status: int, message: str) -> web.Response:
 
 def review_response(uid: str, verdict: decision.Verdict) -> dict[str, Any]:
     """The AdmissionReview v1 answering ``uid`` with ``verdict``."""
-    response: dict[str, Any] = {"uid": uid, "allowed": verdict.allowed}
+    response: dict[str, Any] = {"uid": uid, **_response_fields(verdict)}
+    return {"apiVersion": API_VERSION, "kind": "AdmissionReview", "response": response}
+
+
+def _response_fields(verdict: decision.Verdict) -> dict[str, Any]:
+    """The AdmissionResponse of ``verdict`` but for its uid."""
+    response: dict[str, Any] = {"allowed": verdict.allowed}
     if verdict.allowed and verdict.patch:
-        patch = json.dumps(list(verdict.patch), separators=(",", ":")).encode()
+        patch = jsonwire.dumps(list(verdict.patch))
         response["patchType"] = "JSONPatch"
         response["patch"] = base64.b64encode(patch).decode("ascii")
     if not verdict.allowed:
@@ -131,7 +161,23 @@ def review_response(uid: str, verdict: decision.Verdict) -> dict[str, Any]:
     if verdict.warnings:
         response["warnings"] = [w if len(w) <= _WARNING_LIMIT else w[:_WARNING_LIMIT - 1] + "…"
                                 for w in verdict.warnings[:_MAX_WARNINGS]]
-    return {"apiVersion": API_VERSION, "kind": "AdmissionReview", "response": response}
+    return response
+
+
+# Every encoded review starts so; the uid follows, then an Answer's tail.
+_HEAD: Final = (jsonwire.dumps({"apiVersion": API_VERSION, "kind": "AdmissionReview"})[:-1]
+                + b',"response":{"uid":')
+
+
+def answer_for(verdict: decision.Verdict) -> Answer:
+    """``verdict`` with its response encoded but for the uid."""
+    fields = jsonwire.dumps(_response_fields(verdict))  # {"allowed":…}
+    return Answer(verdict=verdict, tail=b"," + fields[1:] + b"}")
+
+
+def encode_review(uid: str, ready: Answer) -> bytes:
+    """The AdmissionReview answering ``uid``: equal to ``review_response`` encoded."""
+    return _HEAD + jsonwire.dumps(uid) + ready.tail
 
 
 class _BadReview(Exception):
@@ -143,7 +189,7 @@ class _BadReview(Exception):
 
 def _parse_review(body: bytes) -> tuple[str, dict[str, Any]]:
     try:
-        review = json.loads(body)
+        review = jsonwire.loads(body)
     except (ValueError, RecursionError):
         raise _BadReview(400, "the body is not JSON; send an admission.k8s.io/v1 "
                               "AdmissionReview") from None
@@ -167,30 +213,62 @@ def _parse_review(body: bytes) -> tuple[str, dict[str, Any]]:
 def answer(body: bytes, *, state: State) -> tuple[int, dict[str, Any]]:
     """The HTTP status and JSON body for one /mutate request body: an AdmissionReview (200)
     or a 400 error. Never raises for any input."""
+    status, out = answer_bytes(body, state=state)
+    return status, jsonwire.loads(out)
+
+
+def answer_bytes(body: bytes, *, state: State) -> tuple[int, bytes]:
+    """``answer`` encoded: what ``POST /mutate`` sends."""
     started = time.perf_counter()
     try:
         uid, admission = _parse_review(body)
     except _BadReview as exc:
         state.metrics.bad_requests.labels(str(exc.status)).inc()
-        return exc.status, {"error": exc.message, "status": exc.status}
-    try:
-        verdict = decision.decide_review(admission, supply=state.supply(),
-                                         policy=state.settings.policy)
-    except Exception:  # a bug must not turn into a 500 that blocks every pod
-        log.exception("deciding admission %s failed", uid)
-        verdict = decision.Verdict(
-            outcome="invalid", allowed=False, code=500,
-            message="the migfit webhook failed to decide; see its log")
-    out = review_response(uid, verdict)
+        return exc.status, jsonwire.dumps({"error": exc.message, "status": exc.status})
+    ready = _decided(uid, admission, state)
+    verdict = ready.verdict
     dry_run = "true" if admission.get("dryRun") is True else "false"
     profile = ",".join(sorted(set(verdict.profiles)))  # bounded by the catalog's profiles
     state.metrics.admissions.labels(verdict.outcome, profile, dry_run).inc()
     state.metrics.latency.observe(time.perf_counter() - started)
     if verdict.outcome in ("patched", "denied", "invalid") and log.isEnabledFor(logging.INFO):
-        log.info("%s %s/%s: %s%s", verdict.outcome, admission.get("namespace", ""),
-                 admission.get("name", "") or "(generated)", ",".join(verdict.profiles),
-                 verdict.message)
-    return 200, out
+        log.info("%s %s/%s: %s", verdict.outcome, _shown(admission.get("namespace", "")),
+                 _shown(admission.get("name", "") or "(generated)"),
+                 verdict.message or ",".join(verdict.profiles))
+    return 200, encode_review(uid, ready)
+
+
+_IGNORED: Final = answer_for(decision.Verdict(outcome="ignored", allowed=True))
+
+
+def _decided(uid: str, admission: Mapping[str, Any], state: State) -> Answer:
+    """The answer to ``admission``: from the memo when the same request was decided against
+    the same supply, else decided (and remembered)."""
+    pod = decision.pod_to_decide(admission)
+    if pod is None:
+        return _IGNORED
+    supply = state.supply()
+    key = reading.memo_key(pod) if isinstance(pod, Mapping) else None
+    if key is not None:
+        hit = state.memo.get(key, supply)
+        if hit is not None:
+            return hit
+    try:
+        verdict = decision.decide_review(admission, supply=supply, policy=state.settings.policy)
+    except Exception:  # a bug must not turn into a 500 that blocks every pod
+        log.exception("deciding admission %s failed", _shown(uid))
+        return answer_for(decision.Verdict(
+            outcome="invalid", allowed=False, code=500,
+            message="the migfit webhook failed to decide; see its log"))
+    ready = answer_for(verdict)
+    if key is not None:
+        state.memo.put(key, supply, ready)
+    return ready
+
+
+def _shown(value: Any) -> str:
+    """A client-supplied value for a log line: short, on one line, escaped."""
+    return requests.shorten(value if isinstance(value, str) else repr(value), 80)
 
 
 async def mutate(request: web.Request) -> web.Response:
@@ -203,8 +281,8 @@ async def mutate(request: web.Request) -> web.Response:
         body = await serving.read_body(request, state.settings.limits.body_timeout)
     except web.HTTPRequestEntityTooLarge:
         return _too_large(state, limit)
-    status, out = answer(body, state=state)
-    return _json(out, status=status)
+    status, out = answer_bytes(body, state=state)
+    return _bytes(out, status=status)
 
 
 def _too_large(state: State, limit: int) -> web.Response:
@@ -217,14 +295,20 @@ async def healthz(request: web.Request) -> web.Response:
 
 
 async def readyz(request: web.Request) -> web.Response:
-    """Ready whenever serving (without a cluster view it decides from --gpu-models), until
-    shutdown begins."""
+    """Ready while it can decide (from the synced cluster view, or without one from
+    --gpu-models), until shutdown begins. Without either it would deny every annotated pod,
+    so it is not Ready: the Service sends kube-apiserver to a replica that can decide."""
     state = request.app[STATE]
-    synced = state.cluster is not None and state.cluster.synced
+    synced = state.synced
+    fallback = [m.id for m in state.settings.policy.fallback_models]
     if state.draining:
         return _json({"ready": False, "reason": "shutting down"}, status=503)
+    if not state.can_decide():
+        return _json({"ready": False, "clusterView": "unavailable", "fallbackModels": [],
+                      "reason": "no cluster view yet and no --gpu-models to decide from"},
+                     status=503)
     return _json({"ready": True, "clusterView": "synced" if synced else "unavailable",
-                  "fallbackModels": [m.id for m in state.settings.policy.fallback_models]})
+                  "fallbackModels": fallback})
 
 
 async def metrics(request: web.Request) -> web.Response:
@@ -260,22 +344,29 @@ def make_app(
     *,
     registry: CollectorRegistry | None = None,
     certificate: cert_metrics.HasExpiry | None = None,
+    tracker: view.SupplyTracker | None = None,
+    decisions: memo.DecisionMemo[Answer] | None = None,
 ) -> web.Application:
     """The webhook's aiohttp application: ``POST /mutate``, ``GET /healthz|/readyz|/metrics``.
 
     ``cluster`` is the live view a source keeps current (None: decide from
-    ``settings.policy.fallback_models``). ``registry`` defaults to ``migfit.metrics.registry()``;
+    ``settings.policy.fallback_models``); ``tracker`` its supply tracker and ``decisions``
+    the memo of answers, both made by the composition root (made here when not given: tests
+    and one-app callers). ``registry`` defaults to ``migfit.metrics.registry()``;
     pass a shared one to expose several servers' metrics together. ``certificate`` (a
     ``CertificateReloader``) adds the certificate-expiry gauge.
     """
     if registry is None:
         registry = common_metrics.registry()
     app = web.Application(client_max_size=settings.max_body_bytes, middlewares=[_json_errors])
+    if tracker is None and cluster is not None:
+        tracker = view.SupplyTracker(cluster)
     app[STATE] = State(
         settings=settings,
         cluster=cluster,
-        tracker=None if cluster is None else view.SupplyTracker(cluster),
+        tracker=tracker,
         metrics=Metrics(registry),
+        memo=memo.DecisionMemo() if decisions is None else decisions,
     )
     if certificate is not None:
         cert_metrics.register(registry, server="webhook", source=certificate)
@@ -293,6 +384,8 @@ async def serve(
     source_run: Callable[[], Awaitable[None]] | None = None,
     stop: asyncio.Event | None = None,
     on_started: Callable[[int], None] | None = None,
+    tracker: view.SupplyTracker | None = None,
+    decisions: memo.DecisionMemo[Answer] | None = None,
 ) -> None:
     """Serve the webhook over HTTPS until ``stop`` is set (or SIGTERM/SIGINT).
 
@@ -305,12 +398,13 @@ async def serve(
     """
     cert_file, key_file = _check(settings)
     reloader = reloading.CertificateReloader(cert_file=cert_file, key_file=key_file)
-    app = make_app(settings, cluster, certificate=reloader)
+    app = make_app(settings, cluster, certificate=reloader, tracker=tracker,
+                   decisions=decisions)
     app.cleanup_ctx.append(serving.background(
         "webhook TLS reload", lambda: reloader.run(settings.reload_interval)))
     if source_run is not None:
         app.cleanup_ctx.append(serving.background(
-            "the cluster source (deciding from --gpu-models from now on)", source_run))
+            "the cluster source", _reported(source_run, app[STATE])))
     listen = serving.Listen(host=settings.host, port=settings.port,
                             ssl_context=reloader.context, limits=settings.limits,
                             shutdown_timeout=settings.shutdown_timeout,
@@ -318,6 +412,9 @@ async def serve(
 
     def started(info: serving.Started) -> None:
         log.info("webhook serving https://%s:%s%s", settings.host, info.port, MUTATE_PATH)
+        if not settings.policy.fallback_models:
+            log.info("no --gpu-models: not Ready (/readyz 503) until the cluster view has "
+                     "synced")
         if on_started is not None:
             on_started(info.port)
 
@@ -343,3 +440,29 @@ def _check(settings: Settings) -> tuple[Path, Path]:
         if not value >= 0:
             raise errors.UsageError(f"{flag} {value}: use 0 or more seconds")
     return settings.tls_cert, settings.tls_key
+
+
+def without_source(state: State) -> str:
+    """What the webhook decides from once its cluster source has stopped, in words."""
+    fallback = state.settings.policy.fallback_models
+    if state.synced:
+        return ("deciding from the last view of the cluster, which no longer follows it; "
+                "restart the webhook")
+    if fallback:
+        return f"deciding from --gpu-models ({choice.names(fallback)}) from now on"
+    return ("no cluster view and no --gpu-models: /readyz fails and annotated pods are denied; "
+            "restart the webhook, or give --gpu-models to decide without a view")
+
+
+def _reported(run: Callable[[], Awaitable[None]], state: State
+              ) -> Callable[[], Awaitable[None]]:
+    """``run``, with a failure logged as one honest line (what decisions are made from now)."""
+    async def wrapper() -> None:
+        try:
+            await run()
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.error("the cluster source stopped (%s); %s",
+                      requests.shorten(str(exc), 200), without_source(state))
+    return wrapper

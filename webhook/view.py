@@ -44,6 +44,15 @@ class Supply:
     products: Mapping[profiles.ModelId, tuple[str, ...]]  # base product labels per model
     # (nvidia.com/gpu.product without a single-strategy -MIG-<profile> suffix)
     strategy: Mapping[profiles.ModelId, requests.Strategy]  # most common strategy per model
+    #: Changes exactly when the content above changes (a tracker's count of distinct
+    #: snapshots; 0 for a catalog's): what a memo of decisions keys on.
+    generation: int = 0
+
+    def same_content(self, other: Supply) -> bool:
+        """Equal in everything the decision reads (the generation aside)."""
+        return (self.available == other.available and self.models == other.models
+                and self.offers == other.offers and self.products == other.products
+                and self.strategy == other.strategy)
 
     @classmethod
     def from_catalog(cls, models: tuple[profiles.GpuModel, ...]) -> Supply:
@@ -74,7 +83,12 @@ def _entry(state: records.NodeState | None) -> _NodeEntry | None:
 
 
 class SupplyTracker:
-    """Builds ``Supply`` snapshots from a live ``Cluster``, cached per cluster generation."""
+    """Builds ``Supply`` snapshots from a live ``Cluster``, cached per cluster generation.
+
+    A cluster change that leaves the snapshot's content as it was (a pending pod created,
+    a status update) gives back the same snapshot object, so its ``generation`` moves only
+    when what the decision reads moves.
+    """
 
     def __init__(self, view: cluster.Cluster) -> None:
         self._cluster = view
@@ -82,6 +96,7 @@ class SupplyTracker:
         self._pending: set[str] = set(view.node_names())
         view.add_listener(self._changed)
         self._generation = -1
+        self._version = 0  # distinct snapshots so far: Supply.generation
         self._snapshot: Supply | None = None
         self._stale = True
         self._products: dict[profiles.ModelId, tuple[str, ...]] = {}
@@ -110,7 +125,7 @@ class SupplyTracker:
                 strategies=self._strategies.get(key, frozenset({"mixed"})),
                 mig_products=self._mig_products.get(key, ()),
             )
-        self._snapshot = Supply(
+        fresh = Supply(
             available=bool(view.synced),
             models=tuple(view.models_present()),
             offers=offers,
@@ -118,6 +133,9 @@ class SupplyTracker:
             strategy=dict(self._strategy),
         )
         self._generation = view.generation
+        if self._snapshot is None or not fresh.same_content(self._snapshot):
+            self._version += 1
+            self._snapshot = dataclasses.replace(fresh, generation=self._version)
         return self._snapshot
 
     def _absorb(self) -> None:

@@ -43,7 +43,7 @@ def assert_extended_requests_equal_limits(pod: dict[str, Any]) -> None:
     ("12G", "2g.20gb"),
     ("19968Mi", "2g.20gb"),
     ("30Gi", "3g.40gb"),
-    ("1", "1g.10gb"),
+    ("1Mi", "1g.10gb"),
 ])
 def test_smallest_advertised_profile_that_fits(memory: str, profile: str) -> None:
     verdict = decide(s.pod({requests.GPU_MEMORY: memory}))
@@ -58,9 +58,9 @@ def test_smallest_advertised_profile_that_fits(memory: str, profile: str) -> Non
     assert record["strategy"] == "mixed"
     assert record["containers"][0]["profile"] == profile
     assert record["containers"][0]["models"] == []
-    # Only one byte in a 9.5Gi instance warns, and only about the rounding.
+    # Only 1Mi in a 9.5Gi instance warns, and only about the rounding.
     rounding = [w for w in verdict.warnings if f"rounded up to {profile}" in w]
-    assert len(verdict.warnings) == len(rounding) == (1 if memory == "1" else 0)
+    assert len(verdict.warnings) == len(rounding) == (1 if memory == "1Mi" else 0)
 
 
 def test_more_than_the_largest_profile_is_denied_naming_it() -> None:

@@ -1,0 +1,425 @@
+"""Choosing a MIG profile: the smallest one that fits each container's request (DESIGN.md §4).
+
+Candidates are what schedulable nodes advertise now; when none fits, any profile of the GPU
+models present (a re-layout could create it); without a cluster view, the catalog of the
+configured models. A profile fits when its usable memory covers the request (a profile name
+is nominal: ``1g.10gb`` is 9728 MiB on an A100-80GB) and the compute and media constraints
+hold. Also here: the warnings about the choice, the device-plugin strategy, and the
+``nvidia.com/gpu.product`` values the pod must be restricted to. Pure: no I/O, no HTTP.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Final, Literal
+
+from migfit import profiles, quantity, requests
+from migfit.webhook import view
+from migfit.webhook.reading import Container, Denied
+
+MemoryMatch = Literal["label", "catalog", "nominal"]
+MEMORY_MATCHES: Final[tuple[MemoryMatch, ...]] = ("label", "catalog", "nominal")
+StrategyChoice = Literal["auto", "mixed", "single"]
+STRATEGY_CHOICES: Final[tuple[StrategyChoice, ...]] = ("auto", "mixed", "single")
+
+_NOMINAL: Final = re.compile(r"\.(\d+)gb")
+ANY_GPU: Final = "use a whole GPU (nvidia.com/gpu) instead"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Policy:
+    """How the webhook decides; the CLI flags map onto these fields."""
+
+    #: GPU models to decide against without a cluster view (``--gpu-models``).
+    fallback_models: tuple[profiles.GpuModel, ...] = ()
+    #: Usable memory of a profile: ``label`` = the node's nvidia.com/mig-<p>.memory label when
+    #: present, else the catalog's MiB; ``catalog`` = the catalog only; ``nominal`` = the GB of
+    #: the name read as GiB (``1g.10gb`` = 10 GiB; optimistic, for clusters without GFD labels).
+    memory_match: MemoryMatch = "label"
+    #: ``auto`` follows the nodes' nvidia.com/mig.strategy label; otherwise forced.
+    strategy: StrategyChoice = "auto"
+    #: Warn when more than this share of the chosen instance's memory would be unused.
+    waste_warning: float = 0.5
+    #: Hand annotated pods to this scheduler (the second-scheduler overlay's
+    #: ``migfit-scheduler``); pods that name a scheduler other than the default keep theirs.
+    scheduler_name: str | None = None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Plan:
+    """What one container gets."""
+
+    container: Container
+    request_mib: int
+    profile: str
+    models: tuple[profiles.ModelId, ...]  # models where it fits; () = wherever advertised
+    fit_models: tuple[profiles.ModelId, ...]
+
+
+def usable_mib(
+    model: profiles.GpuModel, profile: profiles.Profile, *, supply: view.Supply, policy: Policy
+) -> int:
+    """The memory a pod can count on in ``profile`` on ``model`` under ``policy``."""
+    if policy.memory_match == "nominal":
+        m = _NOMINAL.search(profile.name)
+        if m is not None:
+            return int(m.group(1)) * 1024
+    if policy.memory_match == "label":
+        offer = supply.offers.get((model.id, profile.name))
+        if offer is not None and offer.label_mib is not None:
+            return offer.label_mib
+    return profile.memory_mib
+
+
+def _meets(profile: profiles.Profile, req: requests.GpuRequest) -> bool:
+    if req.compute is not None and profile.compute_slices < req.compute:
+        return False
+    return not (req.media and not profile.media)
+
+
+_Candidate = tuple[profiles.GpuModel, profiles.Profile, int]
+
+
+def _order(c: _Candidate) -> tuple[Any, ...]:
+    model, p, usable = c
+    # Smallest = least memory, then fewest compute slices, then without +me (DESIGN §4).
+    return (usable, p.compute_slices, p.media, p.name, model.id)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Choice:
+    """The profile chosen for one request, and what the warnings need to know about it."""
+
+    model: profiles.GpuModel
+    profile: profiles.Profile
+    usable: int
+    advertised: bool
+    free: int
+    fit_models: tuple[profiles.ModelId, ...]
+    restricted: bool  # some model with this profile name cannot hold the request
+
+
+def _advertised(
+    req: requests.GpuRequest, *, pool: Sequence[profiles.GpuModel], supply: view.Supply,
+    policy: Policy,
+) -> list[_Candidate]:
+    """The advertised (model, profile)s that hold ``req``."""
+    by_id = {m.id: m for m in pool}
+    out: list[_Candidate] = []
+    for (mid, pname), _offer in supply.offers.items():
+        model = by_id.get(mid)
+        if model is None or not model.has_profile(pname):
+            continue
+        p = model.profile(pname)
+        usable = usable_mib(model, p, supply=supply, policy=policy)
+        if usable >= req.memory_mib and _meets(p, req):
+            out.append((model, p, usable))
+    return out
+
+
+def choose(
+    req: requests.GpuRequest,
+    *,
+    key: str,
+    value: str,
+    pool: Sequence[profiles.GpuModel],
+    supply: view.Supply,
+    policy: Policy,
+) -> Choice:
+    """The smallest profile that holds ``req`` (advertised first), or Denied naming the
+    largest one; ``key``/``value`` are the annotation the request came from."""
+    mib = req.memory_mib
+    advertised = _advertised(req, pool=pool, supply=supply, policy=policy)
+    if advertised:
+        model, p, usable = min(advertised, key=_order)
+    else:
+        anywhere = [(m, p, usable_mib(m, p, supply=supply, policy=policy))
+                    for m in pool for p in m.profiles]
+        fitting = [c for c in anywhere if c[2] >= mib and _meets(c[1], req)]
+        if not fitting:
+            raise Denied(_too_big(req, key=key, value=value, pool=pool, supply=supply,
+                                  policy=policy))
+        model, p, usable = min(fitting, key=_order)
+    fit = _fit_models(req, p.name, pool=pool, supply=supply, policy=policy)
+    having = [m for m in pool if m.has_profile(p.name)]
+    return Choice(
+        model=model,
+        profile=p,
+        usable=usable,
+        advertised=any((mid, p.name) in supply.offers for mid in fit),
+        free=_free(fit, p.name, supply),
+        fit_models=fit,
+        restricted=len(fit) < len(having),
+    )
+
+
+def _fit_models(
+    req: requests.GpuRequest, name: profiles.ProfileName, *,
+    pool: Sequence[profiles.GpuModel], supply: view.Supply, policy: Policy,
+) -> tuple[profiles.ModelId, ...]:
+    """The models whose profile ``name`` holds ``req``."""
+    return tuple(m.id for m in pool if m.has_profile(name)
+                 and usable_mib(m, m.profile(name), supply=supply, policy=policy)
+                 >= req.memory_mib and _meets(m.profile(name), req))
+
+
+def _free(fit: Iterable[profiles.ModelId], name: profiles.ProfileName,
+          supply: view.Supply) -> int:
+    return sum(supply.offers[(mid, name)].free for mid in fit if (mid, name) in supply.offers)
+
+
+def _too_big(
+    req: requests.GpuRequest,
+    *,
+    key: str,
+    value: str,
+    pool: Sequence[profiles.GpuModel],
+    supply: view.Supply,
+    policy: Policy,
+) -> str:
+    where = ("in this cluster" if supply.available and supply.models
+             else "configured (--gpu-models)")
+    constrained = [(m, p) for m in pool for p in m.profiles if _meets(p, req)]
+    wants = []
+    if req.compute is not None:
+        wants.append(f"at least {req.compute} compute slices")
+    if req.media:
+        wants.append("media engines (+me)")
+    if not constrained:
+        most = max((p.compute_slices for m in pool for p in m.profiles), default=0)
+        return (f"no MIG profile of the GPU models {where} ({names(pool)}) has "
+                f"{' and '.join(wants)} (the most is {most}g); lower "
+                f"{requests.GPU_COMPUTE} or remove {requests.GPU_MEDIA}")
+    model, p = max(constrained, key=lambda c: (
+        usable_mib(c[0], c[1], supply=supply, policy=policy), -c[1].compute_slices))
+    largest = usable_mib(model, p, supply=supply, policy=policy)
+    extra = f" with {' and '.join(wants)}" if wants else ""
+    shown = quantity.format_mib(req.memory_mib)
+    amount = (f"{requests.shorten(key, 100)}={requests.shorten(value)}"
+              + ("" if shown == value else f" ({shown})"))
+    return (f"{amount} is more than the largest "
+            f"MIG profile{extra} of the GPU models {where}: {p.name} on {model.id} "
+            f"({quantity.format_mib(largest)} usable); ask for at most "
+            f"{quantity.format_mib(largest)}, or {ANY_GPU}")
+
+
+def names(models: Iterable[profiles.GpuModel]) -> str:
+    """``A100-80GB, H100-80GB`` (``none`` for none)."""
+    return ", ".join(m.id for m in models) or "none"
+
+
+# ---------------------------------------------------------------- planning a pod
+
+
+def pool_of(supply: view.Supply, policy: Policy, warnings: list[str]
+            ) -> Sequence[profiles.GpuModel]:
+    """The GPU models to decide against, or Denied when there are none."""
+    if supply.available and supply.models:
+        return supply.models
+    if policy.fallback_models:
+        pool = policy.fallback_models
+        if supply.available:
+            warnings.append(f"no node has a known MIG GPU; decided from --gpu-models "
+                            f"({names(pool)})")
+        else:
+            warnings.append(f"migfit has no cluster view yet; decided from the catalog of "
+                            f"{names(pool)}")
+        return pool
+    if supply.available:
+        raise Denied("no node in the cluster has a MIG-capable GPU that migfit knows; label "
+                     "the GPU nodes (GPU Feature Discovery) or remove "
+                     f"{requests.GPU_MEMORY} and {ANY_GPU}")
+    raise Denied("migfit has no view of the cluster yet and no --gpu-models to fall back "
+                 "on; retry in a few seconds")
+
+
+def plan(
+    reqs: Sequence[requests.GpuRequest],
+    by_name: Mapping[str, Container],
+    *,
+    annotations: Mapping[str, str],
+    supply: view.Supply,
+    policy: Policy,
+    warnings: list[str],
+) -> tuple[list[Plan], requests.Strategy]:
+    """A profile per requesting container, and the strategy to ask for it under."""
+    pool = pool_of(supply, policy, warnings)
+    many = len(reqs) > 1
+    plans: list[Plan] = []
+    choices: list[Choice] = []
+    for r in reqs:
+        key = (requests.GPU_MEMORY_PREFIX + r.container
+               if requests.GPU_MEMORY_PREFIX + r.container in annotations
+               else requests.GPU_MEMORY)
+        value = annotations[key]
+        choice = choose(r, key=key, value=value, pool=pool, supply=supply, policy=policy)
+        choices.append(choice)
+        who = f"{requests.shorten(r.container)}: " if many else ""
+        _warn(choice, r, key=key, asked=value, who=who, pool=pool, supply=supply,
+              policy=policy, warnings=warnings)
+        plans.append(Plan(
+            container=by_name[r.container],
+            request_mib=r.memory_mib,
+            profile=choice.profile.name,
+            models=choice.fit_models if choice.restricted else (),
+            fit_models=choice.fit_models,
+        ))
+    return plans, _strategy(choices, supply=supply, policy=policy)
+
+
+def _warn(
+    choice: Choice,
+    req: requests.GpuRequest,
+    *,
+    key: str,
+    asked: str,
+    who: str,
+    pool: Sequence[profiles.GpuModel],
+    supply: view.Supply,
+    policy: Policy,
+    warnings: list[str],
+) -> None:
+    name = choice.profile.name
+    if supply.available and not choice.advertised:
+        warnings.append(f"{who}no node advertises {name} now; the pod stays Pending until a "
+                        f"GPU is re-partitioned (see migfit advise)")
+    elif supply.available and choice.free <= 0:
+        warnings.append(f"{who}every {name} instance is in use now; the pod waits for one "
+                        f"to be freed"
+                        + _free_alternative(choice, req, key=key, pool=pool, supply=supply,
+                                            policy=policy))
+    unused = 1 - req.memory_mib / choice.usable
+    if unused > policy.waste_warning:
+        warnings.append(f"{who}{requests.shorten(asked)} was rounded up to {name} "
+                        f"({quantity.format_mib(choice.usable)}): {int(unused * 100)}% of its "
+                        f"memory unused")
+
+
+def _free_alternative(
+    choice: Choice,
+    req: requests.GpuRequest,
+    *,
+    key: str,
+    pool: Sequence[profiles.GpuModel],
+    supply: view.Supply,
+    policy: Policy,
+) -> str:
+    """``; 5 1g.18gb that also fit are free: ask for one with migfit.io/gpu-memory: 10Gi``,
+    or "" when no free advertised profile holds the request (or no hint would get it).
+
+    The hint is checked: asked that way, ``choose`` really picks the free profile (a compute
+    hint when the free one has more slices, else the least larger request that gets it).
+    """
+    free = [c for c in _advertised(req, pool=pool, supply=supply, policy=policy)
+            if c[1].name != choice.profile.name
+            and _free(_fit_models(req, c[1].name, pool=pool, supply=supply, policy=policy),
+                      c[1].name, supply) > 0]
+    if not free:
+        return ""
+    _, alt, alt_usable = min(free, key=_order)
+    count = _free(_fit_models(req, alt.name, pool=pool, supply=supply, policy=policy),
+                  alt.name, supply)
+    container = key[len(requests.GPU_MEMORY_PREFIX):] if key != requests.GPU_MEMORY else None
+    hints: list[tuple[str, requests.GpuRequest]] = []
+    if alt.compute_slices > choice.profile.compute_slices:
+        ckey = (requests.GPU_COMPUTE if container is None
+                else requests.GPU_COMPUTE_PREFIX + container)
+        hints.append((f'{requests.shorten(ckey, 100)}: "{alt.compute_slices}"',
+                      dataclasses.replace(req, compute=alt.compute_slices)))
+    gib = -(-(choice.usable + 1) // 1024) * 1024  # the next whole GiB above the chosen one
+    for mib in dict.fromkeys((gib, alt_usable)):
+        if req.memory_mib < mib <= alt_usable:
+            hints.append((f"{requests.shorten(key, 100)}: {quantity.format_mib(mib)}",
+                          dataclasses.replace(req, memory_bytes=mib * 2**20)))
+    for text, hinted in hints:
+        got = choose(hinted, key=key, value="", pool=pool, supply=supply, policy=policy)
+        if got.profile.name == alt.name:
+            return (f"; {count} {alt.name} ({quantity.format_mib(alt_usable)}) that also "
+                    f"fit are free: ask for one with {text}")
+    return ""
+
+
+def _strategy(
+    choices: Sequence[Choice], *, supply: view.Supply, policy: Policy
+) -> requests.Strategy:
+    if policy.strategy != "auto":
+        return policy.strategy
+    seen: set[str] = set()
+    for c in choices:
+        for mid in c.fit_models:
+            offer = supply.offers.get((mid, c.profile.name))
+            if offer is not None:
+                seen |= offer.strategies
+            elif mid in supply.strategy:
+                seen.add(supply.strategy[mid])
+    # One node serves the whole pod and a node has one strategy: single only when nothing
+    # that could serve any container advertises under mixed.
+    return "single" if seen == {"single"} else "mixed"
+
+
+def resource(profile: str, strategy: requests.Strategy) -> str:
+    """The extended resource that asks for ``profile`` under ``strategy``."""
+    return profiles.GPU_RESOURCE if strategy == "single" else profiles.resource_name(profile)
+
+
+def reuse(
+    prior: requests.DecisionRecord | None,
+    reqs: Sequence[requests.GpuRequest],
+    by_name: Mapping[str, Container],
+) -> tuple[list[Plan], requests.Strategy] | None:
+    """The recorded decision, when it was made for exactly this request (reinvocation,
+    ``reinvocationPolicy: IfNeeded``): deciding again could pick differently if the cluster
+    changed in between, and a webhook called again must not change what it did."""
+    if prior is None:
+        return None
+    wanted = [(r.container, r.memory_mib) for r in reqs]
+    recorded = [(c["container"], c["request_mib"]) for c in prior["containers"]]
+    if wanted != recorded:
+        return None
+    plans = []
+    for c in prior["containers"]:
+        if c["resource"] != resource(c["profile"], prior["strategy"]):
+            return None
+        models = tuple(profiles.ModelId(m) for m in c["models"])
+        plans.append(Plan(container=by_name[c["container"]], request_mib=c["request_mib"],
+                          profile=c["profile"], models=models, fit_models=models))
+    return plans, prior["strategy"]
+
+
+def affinity_values(
+    plans: Sequence[Plan],
+    *,
+    strategy: requests.Strategy,
+    supply: view.Supply,
+    warnings: list[str],
+) -> list[str] | None:
+    """The nvidia.com/gpu.product values the pod must be restricted to, or None for none."""
+    sets: list[tuple[str, set[str]]] = []
+    for pl in plans:
+        if strategy == "single":
+            values: set[str] = set()
+            for mid in pl.fit_models or tuple(m.id for m in supply.models):
+                offer = supply.offers.get((mid, profiles.ProfileName(pl.profile)))
+                if offer is not None:
+                    values.update(offer.mig_products)
+                # supply.products holds base names already (view strips -MIG-<profile>).
+                values.update(f"{base}-MIG-{pl.profile}"
+                              for base in supply.products.get(mid, ()))
+            sets.append((pl.container.name, values))
+        elif pl.models:
+            values = {v for mid in pl.models for v in supply.products.get(mid, ())}
+            sets.append((pl.container.name, values))
+    if not sets:
+        return None
+    if not supply.available or any(not v for _, v in sets):
+        warnings.append("no GPU product labels are known yet; no nvidia.com/gpu.product node "
+                        "affinity was added")
+        return None
+    common = set.intersection(*(v for _, v in sets))
+    if not common:
+        detail = "; ".join(f"{requests.shorten(c)}: {', '.join(sorted(v))}" for c, v in sets)
+        raise Denied(f"the containers need GPUs no single node has ({detail}); give them "
+                     f"requests that fit the same profile and GPU model, or split the pod")
+    return sorted(common)

@@ -25,7 +25,7 @@ from migfit.commands import options
 from migfit.commands import webhook as webhook_cli
 from migfit.extender import advice, figures
 from migfit.extender import server as extender_server
-from migfit.webhook import decision
+from migfit.webhook import decision, memo, view
 from migfit.webhook import server as webhook_server
 
 HELP = ("run the webhook, the extender and the advisor on localhost (the bundled example "
@@ -147,7 +147,9 @@ async def _serve_with(
                                             limits=limits)
     # One registry per server: each /metrics shows its own server (and migfit_build_info).
     hook_app = webhook_server.make_app(hook_settings, model, certificate=reloader,
-                                       registry=common_metrics.registry())
+                                       registry=common_metrics.registry(),
+                                       tracker=view.SupplyTracker(model),
+                                       decisions=memo.DecisionMemo())
     ext_registry = common_metrics.registry()
     index = figures.Index(model)
     cache = advice.AdviceCache()

@@ -7,7 +7,7 @@ import asyncio
 from pathlib import Path
 
 from migfit import cluster, errors, logs, profiles, serving, sources
-from migfit.webhook import decision, server
+from migfit.webhook import decision, memo, server, view
 
 HELP = "run the mutating admission webhook: gpu-memory annotations in, MIG resources out"
 
@@ -33,6 +33,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="on SIGTERM keep serving this long with /readyz failing, so that "
                              "the Service stops routing here first (default 3)")
     parser.add_argument("--access-log", action="store_true", help="log every HTTP request")
+    parser.add_argument("--decision-memo", type=int, default=memo.DEFAULT_CAPACITY,
+                        metavar="N", help="answers remembered for repeated requests against "
+                        f"an unchanged supply (0: none; default {memo.DEFAULT_CAPACITY})")
     serving.add_limit_arguments(parser.add_argument_group(
         "connections", "bounds on what clients may hold (kube-apiserver reconnects cheaply)"))
     parser.add_argument("--log-level", default="info",
@@ -104,7 +107,11 @@ def run(args: argparse.Namespace) -> int:
         drain_delay=args.drain_delay,
         access_log=args.access_log,
     )
-    view = cluster.Cluster(catalog)
-    source = sources.source_from_args(view, args)
-    asyncio.run(server.serve(settings, view, source_run=source.run))
+    if args.decision_memo < 0:
+        raise errors.UsageError(f"--decision-memo {args.decision_memo}: use 0 or more")
+    model = cluster.Cluster(catalog)
+    source = sources.source_from_args(model, args)
+    asyncio.run(server.serve(settings, model, source_run=source.run,
+                             tracker=view.SupplyTracker(model),
+                             decisions=memo.DecisionMemo(args.decision_memo)))
     return 0

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import itertools
 import json
 import re
 from collections import Counter
@@ -382,6 +383,70 @@ def infer(
                         f"the {count} the node reports")
             return NodeLayout(gpus=tuple(found), source="inferred", note=note)
     raise errors.ConfigError(f"no arrangement of {' '.join(names)} fits {model.id} GPUs")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Spread:
+    """How many GPUs a node's instances in use need, and how many they may occupy."""
+
+    needed: int  # the fewest GPUs whose instances can hold every one in use
+    worst: int  # the most GPUs an allocation can spread them over (one each)
+
+
+def spread(model: profiles.GpuModel, allocatable: Mapping[ProfileName, int],
+           used: Mapping[ProfileName, int], gpu_count: int) -> Spread | None:
+    """The spread of a node's instances in use over its GPUs, or None when nothing is in use
+    or no arrangement of its allocatable is known.
+
+    Inside a node the device plugin, not the scheduler, picks the instance, and the API does
+    not say which GPU it is on: the answer is bounded on one arrangement consistent with the
+    allocatable (``infer``). ``worst > needed`` means an allocation that spreads pods can
+    leave fewer GPUs free of pods than packing them would.
+    """
+    wanted = {p: n for p, n in used.items() if n > 0}
+    if not wanted or any(not model.has_profile(p) for p in wanted):
+        return None
+    try:
+        lay = infer(model, {p: n for p, n in allocatable.items() if model.has_profile(p)},
+                    gpu_count)
+    except errors.ConfigError:
+        return None
+    held = [Counter(g) for g in lay.gpus]
+    needed = None
+    for k in range(1, len(held) + 1):
+        if any(all(sum(held[i][p] for i in pick) >= n for p, n in wanted.items())
+               for pick in itertools.combinations(range(len(held)), k)):
+            needed = k
+            break
+    if needed is None:
+        return None
+    # The most GPUs with one in-use instance each: a matching of instances to GPUs.
+    units = [p for p, n in sorted(wanted.items()) for _ in range(n)]
+    owner: dict[int, int] = {}
+
+    def augment(u: int, seen: set[int]) -> bool:
+        for g, counts in enumerate(held):
+            if counts[units[u]] and g not in seen:
+                seen.add(g)
+                if g not in owner or augment(owner[g], seen):
+                    owner[g] = u
+                    return True
+        return False
+
+    for u in range(len(units)):
+        augment(u, set())
+    return Spread(needed=needed, worst=len(owner))
+
+
+def spread_note(model: profiles.GpuModel, allocatable: Mapping[ProfileName, int],
+                used: Mapping[ProfileName, int], gpu_count: int) -> str:
+    """A note for ``migfit status`` when the instances in use may sit on more GPUs than they
+    need (see ``spread``), else ""."""
+    s = spread(model, allocatable, used, gpu_count)
+    if s is None or s.worst <= s.needed:
+        return ""
+    return (f"in-use instances fit on {s.needed} GPU(s) but may occupy {s.worst}: set the "
+            f"device plugin's packed allocation policy to keep whole GPUs free for re-layouts")
 
 
 def _pack(model: profiles.GpuModel, names: list[ProfileName], k: int,

@@ -11,7 +11,7 @@ import json
 import sys
 from typing import TypedDict
 
-from migfit import cluster, keys, profiles, records, sources
+from migfit import cluster, keys, migparted, profiles, records, sources
 from migfit.commands import workstation
 
 HELP = "show MIG instances per node and profile: allocatable, used, free, config state"
@@ -110,6 +110,10 @@ def render_table(model: cluster.Cluster) -> str:
                  node.config_state or "-")
         names = _profile_names(state, model.catalog)
         notes = _notes(state)
+        gpu = model.catalog.get(node.model) if node.model else None
+        if gpu is not None and node.strategy != "single":  # issue 13: allocation spread
+            hint = migparted.spread_note(gpu, node.allocatable, state.used, node.gpu_count)
+            notes = ", ".join(n for n in (notes, hint) if n)
         if not names:
             rows.append((*first, "-", "", "", "", notes))
             continue

@@ -229,6 +229,50 @@ def parse_configmap(obj: Mapping[str, Any]) -> Config:
     return parse(text, where=f"{name} data.{key}")
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class NodeConfigs:
+    """The mig-parted configs the MIG Manager applies, node by node.
+
+    From v0.15 the MIG Manager generates at start-up the configs valid for its own node's
+    GPUs (from the profiles NVML reports), writes them to a per-node ConfigMap and uses them
+    instead of the shared ConfigMap (NVIDIA/mig-parted PR 295, "dynamic MIG config
+    generation"). A node's own configs, when present, are therefore the ones its
+    ``nvidia.com/mig.config`` label names; other nodes use the shared ConfigMap.
+    """
+
+    shared: Config | None
+    per_node: Mapping[str, Config] = dataclasses.field(default_factory=dict)
+
+    def for_node(self, node: str) -> Config | None:
+        return self.per_node.get(node, self.shared)
+
+    @property
+    def names(self) -> list[str]:
+        """Every config name, the shared ConfigMap's first (candidates for re-layouts)."""
+        out = list(self.shared.configs) if self.shared is not None else []
+        for cfg in self.per_node.values():
+            out.extend(n for n in cfg.configs if n not in out)
+        return out
+
+
+def node_configs(shared: Config | None,
+                 per_node: Mapping[str, Mapping[str, Any]]) -> tuple[NodeConfigs, dict[str, str]]:
+    """The configs per node from the shared config and each node's own ConfigMap object.
+
+    A node's ConfigMap that does not parse is left out and reported (node -> what to fix):
+    that node falls back to the shared config, which the MIG Manager falls back to as well
+    when generation fails.
+    """
+    own: dict[str, Config] = {}
+    problems: dict[str, str] = {}
+    for node, obj in per_node.items():
+        try:
+            own[node] = parse_configmap(obj)
+        except errors.ConfigError as exc:
+            problems[node] = exc.message
+    return NodeConfigs(shared=shared, per_node=own), problems
+
+
 # ---------------------------------------------------------------- per-node layouts
 
 

@@ -64,3 +64,14 @@ def test_levels_below_the_chosen_one_are_dropped(stream: io.StringIO) -> None:
 def test_an_unknown_style_is_refused() -> None:
     with pytest.raises(ValueError, match="text, json"):
         logs.configure(style="yaml")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("log_format", "style"), [("json", "json"), ("text", "text"),
+                                                   ("both", "text")])
+def test_a_servers_log_format_names_the_streams_style(log_format: str, style: str) -> None:
+    assert logs.style_of(log_format) == style
+
+
+def test_an_unknown_log_format_is_refused() -> None:
+    with pytest.raises(ValueError, match="json, text or both"):
+        logs.style_of("yaml")

@@ -126,10 +126,13 @@ class ScoringLog:
         best = summary.best[:3]
         fit = summary.fit
         weighted = weights()
-        parts = [f"{s.node}={s.score} ({_deciding(s, weighted)})" if s.fits
-                 else f"{s.node}=0 (does not fit)" for s in best]
+        # Names come from the request: escaped, so that no handler can be fed a forged line
+        # or a lone surrogate it cannot encode.
+        parts = [f"{logs.escape(s.node)}={s.score} ({_deciding(s, weighted)})" if s.fits
+                 else f"{logs.escape(s.node)}=0 (does not fit)" for s in best]
         top = "; ".join(parts) or "no nodes"
-        return (f"prioritize {request.key} {request.describe()}: {top} — {len(scores)} nodes, "
+        return (f"prioritize {logs.escape(request.key)} {request.describe()}: {top} — "
+                f"{len(scores)} nodes, "
                 f"{fit} fit, {duration_s * 1000:.2f} ms")
 
     def record(self, request: filtering.PodRequest, scores: Sequence[scoring.NodeScore],

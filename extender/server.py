@@ -34,7 +34,7 @@ from aiohttp import web
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from migfit import cluster, errors, serving
+from migfit import cluster, errors, logs, serving
 from migfit import metrics as common_metrics
 from migfit.certs import metrics as cert_metrics
 from migfit.certs import reloading
@@ -290,7 +290,8 @@ async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
             return _json({"Error": exc.reason}, status=exc.status)
         raise
     except Exception as exc:
-        log.exception("extender: %s %s failed", request.method, request.path)
+        log.exception("extender: %s %s failed", logs.escape(request.method),
+                      logs.escape(request.path))
         return _json({"Error": f"internal error ({type(exc).__name__}); see the extender log"},
                      status=500)
 
@@ -347,12 +348,13 @@ async def _filter(request: web.Request) -> web.Response:
         for (bad, reason_code), n in result.codes.items():
             metrics.filtered.labels("unresolvable" if bad else "failed", reason_code.value).inc(n)
         if log.isEnabledFor(logging.DEBUG):
-            log.debug("filter %s %s: %d passed, %d failed, %d unresolvable", pod.key,
-                      pod.describe(), len(result.passed), len(result.failed),
+            log.debug("filter %s %s: %d passed, %d failed, %d unresolvable",
+                      logs.escape(pod.key), pod.describe(), len(result.passed), len(result.failed),
                       len(result.unresolvable))
             for group in (result.unresolvable, result.failed):
                 for name, reasons in group.items():
-                    log.debug("filter %s: %s: %s", pod.key, name, messages.of(reasons))
+                    log.debug("filter %s: %s: %s", logs.escape(pod.key), logs.escape(name),
+                              messages.of(reasons))
         return _json(filter_result(args, result, messages=messages))
 
     return await _verb(request, verb="filter", error=_error_filter_result, answer=answer)

@@ -1,0 +1,115 @@
+"""Hostile annotation values and names, through the real TLS server (issue 12 items 3-5).
+
+A ``gpu-compute`` of 5,000 digits crashed the decision (``int()`` refuses more than 4,300
+digits: a 500 and an ERROR traceback); long ``gpu-compute``/``gpu-media`` values were echoed
+whole; ``gpu-memory: "12"`` was 12 bytes and got a 1g.5gb; a name with a newline wrote a
+forged log line.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+import pytest
+import webhook_scenery as s
+from webhook_scenery import MakeClient
+
+from migfit import requests
+from migfit.extender import filtering, scoring, scoring_log
+
+
+async def post(make_client: MakeClient, review: dict[str, Any]) -> dict[str, Any]:
+    client = await make_client()
+    resp = await client.post("/mutate", data=json.dumps(review),
+                             headers={"Content-Type": "application/json"})
+    assert resp.status == 200
+    body: dict[str, Any] = await resp.json()
+    return body["response"]
+
+
+@pytest.mark.parametrize(("key", "value"), [
+    (requests.GPU_COMPUTE, "9" * 5000),
+    (requests.GPU_COMPUTE, "1" * 500_000),
+    (requests.GPU_MEDIA, "x" * 500_000),
+    (requests.GPU_COMPUTE, "٣"),  # a digit to str.isdigit, not to the catalog
+    (requests.GPU_MEMORY_PREFIX + "main", "1" * 500_000),
+], ids=["compute-5000-digits", "compute-500k-digits", "media-500k", "compute-arabic-digit",
+        "memory-500k-digits"])
+async def test_huge_or_odd_values_are_denied_briefly_without_an_error_log(
+        make_client: MakeClient, caplog: pytest.LogCaptureFixture, key: str, value: str
+) -> None:
+    annotations = {requests.GPU_MEMORY: "8Gi", key: value}
+    with caplog.at_level(logging.INFO):
+        response = await post(make_client, s.review(s.pod(annotations)))
+    assert response["allowed"] is False
+    assert response["status"]["code"] == 403
+    message = response["status"]["message"]
+    assert key in message and len(message) < 400
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+
+
+def test_long_keys_and_container_names_are_quoted_short() -> None:
+    name = "c" * 100_000
+    with pytest.raises(requests.RequestError) as raised:
+        requests.parse({requests.GPU_MEMORY_PREFIX + name: "1Gi"},
+                       containers=[f"n{i}" for i in range(1000)])
+    assert len(raised.value.message) < 600
+    assert "and 992 more" in raised.value.message
+
+
+@pytest.mark.parametrize(("value", "hint"), [
+    ("12", "did you mean 12Gi?"),
+    ("512", "did you mean 512Gi?"),
+    ("1023Ki", "with a unit such as 12Gi"),
+    ("1e5", "with a unit such as 12Gi"),
+])
+async def test_less_than_a_mebibyte_is_a_forgotten_unit(
+        make_client: MakeClient, value: str, hint: str) -> None:
+    response = await post(make_client, s.review(s.pod({requests.GPU_MEMORY: value})))
+    assert response["allowed"] is False
+    assert "less than 1Mi" in response["status"]["message"]
+    assert hint in response["status"]["message"]
+
+
+async def test_one_mebibyte_is_still_a_request(make_client: MakeClient) -> None:
+    response = await post(make_client, s.review(s.pod({requests.GPU_MEMORY: "1Mi"})))
+    assert response["allowed"] is True
+
+
+@pytest.mark.parametrize("name", [
+    "x\n2026-12-03T06:00:00.000Z CRITICAL migfit: forged",
+    "x\r\x1b[2Kforged",
+    "lone \ud800 surrogate\u2028line",
+], ids=["newline", "carriage-return-escape", "lone-surrogate"])
+async def test_logged_names_cannot_forge_lines(
+        make_client: MakeClient, caplog: pytest.LogCaptureFixture, name: str) -> None:
+    review = s.review(s.pod({requests.GPU_MEMORY: "12"}))
+    review["request"]["name"] = name
+    review["request"]["namespace"] = name
+    with caplog.at_level(logging.INFO, logger="migfit.webhook.server"):
+        response = await post(make_client, review)
+    assert response["allowed"] is False
+    lines = [r.getMessage() for r in caplog.records if r.name == "migfit.webhook.server"]
+    assert lines and all(line.isprintable() for line in lines)
+    assert all(line.encode("utf-8") for line in lines)  # no lone surrogate left
+
+
+async def test_a_uid_with_a_lone_surrogate_is_echoed(make_client: MakeClient) -> None:
+    review = s.review(s.pod({requests.GPU_MEMORY: "12Gi"}))
+    review["request"]["uid"] = "uid-\ud800"
+    response = await post(make_client, review)
+    assert response["uid"] == "uid-\ud800" and response["allowed"] is True
+
+
+def test_the_extender_text_line_escapes_node_names() -> None:
+    """kube-scheduler's node names are the client's: a lone surrogate made every text
+    scoring line fail to encode (248 times in one run), a newline forged a line."""
+    request = filtering.decode_pod({"metadata": {"name": "p\nforged", "namespace": "ml",
+                                                 "uid": "u"},
+                                    "spec": {"containers": [{"name": "c", "resources": {
+                                        "limits": {"nvidia.com/mig-1g.10gb": "1"}}}]}})
+    scores = [scoring.NodeScore(node="gpu-\ud800\nCRITICAL forged", score=0, fits=False)]
+    line = scoring_log.ScoringLog().text_line(request, scores, 0.001)
+    assert line.isprintable() and line.encode("utf-8")

@@ -1,0 +1,424 @@
+"""The apply mode's state machine, transition by transition (pure: no API, no clock)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any
+
+import pytest
+
+from migfit import advisor, cluster, decoding, keys, profiles, records
+from migfit.extender import relayout_machine as m
+
+CATALOG = cluster.Cluster().catalog
+SETTINGS = m.Settings(timeout_s=100.0, wedge_s=50.0, poll_s=1.0, backoff_max_s=8.0,
+                      write_retry_s=10.0)
+TAINT = keys.relayout_taint()
+WALL = 2_000_000_000.0
+
+
+def at(now: float = 0.0, *, leading: bool = True) -> m.Context:
+    return m.Context(now=now, wall=WALL + now, leading=leading, settings=SETTINGS)
+
+
+def recommendation(node: str = "n", *, disrupts: tuple[str, ...] = (),
+                   config: str | None = "all-1g.10gb") -> advisor.Recommendation:
+    return advisor.Recommendation(
+        node=node, model=profiles.ModelId("A100-SXM4-80GB"), config=config,
+        mig_parted=None if config else {"version": "v1", "mig-configs": {"custom-1": []}},
+        gpus=(advisor.GpuChange(index=0, before=("3g.40gb", "3g.40gb"),
+                                after=("1g.10gb",) * 7),),
+        unblocks=("ml/small",), disrupts=disrupts, before_config="all-3g.40gb",
+        before_source="config", note="", served={})
+
+
+def node(*, name: str = "n", alloc: dict[str, int] | None = None, config: str = "all-3g.40gb",
+         state: str = "success", taints: list[dict[str, str]] | None = None,
+         record: keys.RelayoutRecord | None = None,
+         annotations: dict[str, str] | None = None) -> dict[str, Any]:
+    notes = dict(annotations or {})
+    if record is not None:
+        notes[keys.ANNOTATION_RELAYOUT] = keys.encode_relayout(record)
+    res = {f"nvidia.com/mig-{p}": str(n) for p, n in (alloc or {"3g.40gb": 2}).items()}
+    return {
+        "metadata": {"name": name, "resourceVersion": "7", "annotations": notes,
+                     "labels": {keys.LABEL_PRODUCT: "NVIDIA-A100-SXM4-80GB",
+                                keys.LABEL_GPU_COUNT: "1", keys.LABEL_STRATEGY: "mixed",
+                                keys.LABEL_CONFIG: config, keys.LABEL_CONFIG_STATE: state}},
+        "spec": {"taints": taints or []},
+        "status": {"allocatable": res, "capacity": res,
+                   "conditions": [{"type": "Ready", "status": "True"}]},
+    }
+
+
+def record_of(obj: dict[str, Any]) -> records.NodeRecord:
+    return decoding.node_from_api(obj, CATALOG)
+
+
+def seen(obj: dict[str, Any]) -> m.NodeSeen:
+    return m.NodeSeen(record_of(obj), taints=tuple(obj["spec"]["taints"]),
+                      resource_version=obj["metadata"]["resourceVersion"])
+
+
+def gpu_pod(name: str, profile: str, *, on: str = "n") -> records.PodRecord:
+    p = decoding.pod_from_api({
+        "metadata": {"name": name, "namespace": "t", "uid": name},
+        "spec": {"nodeName": on, "containers": [{"name": "c", "resources": {
+            "limits": {f"nvidia.com/mig-{profile}": "1"}}}]},
+        "status": {"phase": "Running"}})
+    assert p is not None
+    return p
+
+
+def written_record(step: m.Step) -> keys.RelayoutRecord | None:
+    assert isinstance(step.action, m.Patch)
+    text = step.action.body["metadata"]["annotations"][keys.ANNOTATION_RELAYOUT]
+    return None if text is None else keys.decode_relayout(text)
+
+
+def claimed() -> tuple[m.Run, keys.RelayoutRecord]:
+    """A run that has read the node and tainted it (the claim was written)."""
+    run = m.begin(recommendation())
+    step = m.advance(run, None, at())
+    step = m.advance(step.run, seen(node()), at())
+    record = written_record(step)
+    assert record is not None
+    step = m.advance(step.run, m.Written(), at())
+    assert isinstance(step.action, m.ListPods) and step.run.phase is m.Phase.CHECK
+    return step.run, record
+
+
+def labelled(now: float = 0.0) -> m.Run:
+    run, _ = claimed()
+    step = m.advance(run, m.PodsSeen(()), at(now))
+    step = m.advance(step.run, m.Written(), at(now))
+    assert step.run.phase is m.Phase.WAIT
+    return step.run
+
+
+# ---------------------------------------------------------------- the happy path
+
+
+def test_a_whole_relayout_writes_taint_and_record_together_and_removes_them_together() -> None:
+    run = m.begin(recommendation())
+    step = m.advance(run, None, at())
+    assert isinstance(step.action, m.ReadNode)
+    step = m.advance(step.run, seen(node(taints=[{"key": "other", "effect": "NoSchedule"}])),
+                     at())
+    assert isinstance(step.action, m.Patch)
+    body = step.action.body
+    assert body["metadata"]["resourceVersion"] == "7"  # the precondition
+    assert body["spec"]["taints"] == [{"key": "other", "effect": "NoSchedule"}, TAINT]
+    claim = written_record(step)
+    assert claim is not None and claim.state is keys.RelayoutState.TAINTED
+    assert claim.target == "all-1g.10gb" and claim.from_config == "all-3g.40gb"
+    assert claim.expected == {"1g.10gb": 7} and claim.unblocks == ("ml/small",)
+    step = m.advance(step.run, m.Written(), at())
+    assert isinstance(step.action, m.ListPods)
+    step = m.advance(step.run, m.PodsSeen((gpu_pod("x", "1g.10gb", on="elsewhere"),)), at(1))
+    assert isinstance(step.action, m.Patch)
+    assert step.action.body["metadata"]["labels"] == {keys.LABEL_CONFIG: "all-1g.10gb"}
+    applying = written_record(step)
+    assert applying is not None and applying.state is keys.RelayoutState.APPLYING
+    assert applying.started == keys.rfc3339(WALL + 1)
+    step = m.advance(step.run, m.Written(), at(1))
+    assert [e.reason for e in step.emits] == [m.REASON_STARTED]
+    assert isinstance(step.action, m.ReadNode)
+    done = node(alloc={"1g.10gb": 7}, config="all-1g.10gb", taints=[TAINT], record=applying)
+    step = m.advance(step.run, seen(done), at(5))
+    assert isinstance(step.action, m.ListPods) and step.run.settled
+    step = m.advance(step.run, m.PodsSeen(()), at(5))
+    assert isinstance(step.action, m.ReadNode) and step.run.phase is m.Phase.RELEASE
+    done["spec"]["taints"] = [{"key": "other", "effect": "NoSchedule"}, TAINT]
+    step = m.advance(step.run, seen(done), at(6))
+    assert isinstance(step.action, m.Patch)
+    body = step.action.body
+    assert body["metadata"]["annotations"] == {keys.ANNOTATION_RELAYOUT: None}
+    assert body["metadata"]["labels"] == {keys.LABEL_RELAYOUT_RECOMMENDED: None}
+    assert body["metadata"]["resourceVersion"] == "7"
+    assert body["spec"]["taints"] == [{"key": "other", "effect": "NoSchedule"}]
+    step = m.advance(step.run, m.Written(), at(6))
+    assert step.action == m.Done(m.Outcome("n", "success"))
+    assert [e.reason for e in step.emits] == [m.REASON_DONE]
+    with pytest.raises(ValueError):
+        m.advance(step.run, None, at(7))
+
+
+def test_the_record_states_written_are_exactly_the_states_the_record_has() -> None:
+    # The publisher writes "recommended"; the machine "tainted", "applying" and "failed".
+    states = {m.planned(recommendation()).state}
+    run, claim = claimed()
+    states.add(claim.state)
+    step = m.advance(run, m.PodsSeen(()), at())
+    states.add(written_record(step).state)  # type: ignore[union-attr]
+    step = m.advance(step.run, m.Written(), at())
+    step = m.advance(step.run, seen(node(config="all-1g.10gb", state="failed")), at(1))
+    states.add(written_record(step).state)  # type: ignore[union-attr]
+    assert states == set(keys.RelayoutState)
+    assert {keys.RelayoutState.TAINTED, keys.RelayoutState.APPLYING} == keys.ACTIVE_STATES
+
+
+# ---------------------------------------------------------------- before anything changed
+
+
+@pytest.mark.parametrize("obj, why", [
+    (node(taints=[TAINT]), "already under re-layout"),
+    (node(annotations={keys.ANNOTATION_RELAYOUT_FAILED: "{}"}), "already under re-layout"),
+    (node(record=keys.RelayoutRecord(state=keys.RelayoutState.APPLYING)), "already under"),
+    (node(state="pending"), "MIG Manager is busy"),
+])
+def test_a_node_not_fit_to_claim_is_skipped(obj: dict[str, Any], why: str) -> None:
+    step = m.advance(m.advance(m.begin(recommendation()), None, at()).run, seen(obj), at())
+    assert isinstance(step.action, m.Done) and step.action.outcome.result == "skipped"
+    assert why in step.action.outcome.reason
+
+
+def test_an_unreadable_node_is_skipped() -> None:
+    run = m.advance(m.begin(recommendation()), None, at()).run
+    step = m.advance(run, m.CallFailed("HTTP 503", retryable=True), at())
+    assert isinstance(step.action, m.Done) and step.action.outcome.result == "skipped"
+    assert "nothing was changed" in step.action.outcome.reason
+
+
+def _claim_failed(failure: m.CallFailed) -> m.Run:
+    run = m.advance(m.begin(recommendation()), None, at()).run
+    step = m.advance(run, seen(node()), at())
+    step = m.advance(step.run, failure, at())
+    assert isinstance(step.action, m.ReadNode) and step.run.phase is m.Phase.CONFIRM
+    return step.run
+
+
+@pytest.mark.parametrize("failure, text", [
+    (m.CallFailed("HTTP 409 Conflict", conflict=True), "409 Conflict"),
+    (m.CallFailed("HTTP 503 Service Unavailable", retryable=True), "503"),
+    (m.CallFailed("no answer", retryable=True), "no answer"),
+])
+def test_a_claim_that_did_not_land_is_a_retryable_skip(failure: m.CallFailed,
+                                                       text: str) -> None:
+    step = m.advance(_claim_failed(failure), seen(node()), at())
+    assert isinstance(step.action, m.Done)
+    outcome = step.action.outcome
+    assert outcome.result == "skipped" and text in outcome.reason
+    assert "a later pass tries again" in outcome.reason
+
+
+def test_a_claim_whose_answer_was_lost_goes_on() -> None:
+    run = _claim_failed(m.CallFailed("HTTP 503", retryable=True))
+    landed = node(taints=[TAINT], record=run.record)
+    step = m.advance(run, seen(landed), at())
+    assert isinstance(step.action, m.ListPods) and step.run.phase is m.Phase.CHECK
+
+
+def test_a_claim_refused_for_good_changes_nothing() -> None:
+    run = m.advance(m.begin(recommendation()), None, at()).run
+    step = m.advance(run, seen(node()), at())
+    step = m.advance(step.run, m.CallFailed("HTTP 403 Forbidden"), at())
+    assert isinstance(step.action, m.Done) and step.action.outcome.result == "error"
+
+
+# ---------------------------------------------------------------- tainted: pods, label
+
+
+def test_a_gpu_pod_bound_after_the_taint_aborts_and_releases_taint_and_record() -> None:
+    run, claim = claimed()
+    step = m.advance(run, m.PodsSeen((gpu_pod("late", "3g.40gb"),)), at())
+    assert step.run.phase is m.Phase.RELEASE and isinstance(step.action, m.ReadNode)
+    tainted = node(taints=[TAINT], record=claim)
+    step = m.advance(step.run, seen(tainted), at())
+    assert isinstance(step.action, m.Patch)
+    assert step.action.body["spec"]["taints"] == []
+    assert "labels" not in step.action.body["metadata"]  # the advice's label is not ours
+    step = m.advance(step.run, m.Written(), at())
+    assert isinstance(step.action, m.Done)
+    assert step.action.outcome.result == "aborted" and "t/late" in step.action.outcome.reason
+    assert [(e.reason, e.type) for e in step.emits] == [(m.REASON_ABORTED, "Warning")]
+
+
+def test_listing_pods_is_retried_then_left_to_a_later_pass() -> None:
+    run, _ = claimed()
+    step = m.advance(run, m.CallFailed("HTTP 500", retryable=True), at(1))
+    assert step.action == m.Sleep(2.0)
+    step = m.advance(step.run, m.Slept(), at(3))
+    assert isinstance(step.action, m.ListPods)
+    step = m.advance(step.run, m.CallFailed("HTTP 500", retryable=True), at(20))
+    assert isinstance(step.action, m.Done)
+    assert step.action.outcome.result == "interrupted"
+
+
+def test_a_transient_error_setting_the_label_checks_the_pods_again() -> None:
+    run, _ = claimed()
+    step = m.advance(run, m.PodsSeen(()), at())
+    step = m.advance(step.run, m.CallFailed("HTTP 502", retryable=True), at())
+    assert isinstance(step.action, m.Sleep) and step.run.phase is m.Phase.CHECK
+    step = m.advance(step.run, m.Slept(), at(2))
+    assert isinstance(step.action, m.ListPods)
+
+
+def test_a_label_refused_for_good_is_a_failure_that_keeps_the_taint() -> None:
+    run, _ = claimed()
+    step = m.advance(run, m.PodsSeen(()), at())
+    step = m.advance(step.run, m.CallFailed("HTTP 403 Forbidden"), at())
+    assert step.run.phase is m.Phase.FAIL and isinstance(step.action, m.Patch)
+    notes = step.action.body["metadata"]["annotations"]
+    assert json.loads(notes[keys.ANNOTATION_RELAYOUT_FAILED])["result"] == "error"
+    assert "spec" not in step.action.body  # the taint stays
+    step = m.advance(step.run, m.Written(), at())
+    assert isinstance(step.action, m.Done) and step.action.outcome.result == "error"
+    assert [e.reason for e in step.emits] == [m.REASON_FAILED]
+
+
+def test_a_failure_that_cannot_be_recorded_leaves_the_record_to_adopt() -> None:
+    run, _ = claimed()
+    step = m.advance(run, m.PodsSeen(()), at())
+    step = m.advance(step.run, m.CallFailed("HTTP 403 Forbidden"), at())
+    step = m.advance(step.run, m.CallFailed("HTTP 500", retryable=True), at(1))
+    assert isinstance(step.action, m.Sleep)  # retried for write_retry_s
+    step = m.advance(step.run, m.Slept(), at(3))
+    assert isinstance(step.action, m.Patch)
+    step = m.advance(step.run, m.CallFailed("HTTP 500", retryable=True), at(30))
+    assert isinstance(step.action, m.Done)
+    assert "a later pass adopts it" in step.action.outcome.reason
+
+
+# ---------------------------------------------------------------- waiting
+
+
+def _applying_node(run: m.Run, **kw: Any) -> m.NodeSeen:
+    return seen(node(taints=[TAINT], record=run.record, **kw))
+
+
+@pytest.mark.parametrize("kw, now, result, text", [
+    ({"config": "all-1g.10gb", "state": "failed"}, 1, "failed", "mig.config.state=failed"),
+    ({"config": "other"}, 1, "failed", "changed to 'other' by someone else"),
+    ({"config": "all-1g.10gb", "state": "pending"}, 60, "wedged", "stuck at pending"),
+    ({"config": "all-1g.10gb", "state": "rebooting"}, 101, "timeout", "within 100s"),
+    ({"config": "all-1g.10gb", "alloc": {"1g.10gb": 6}}, 101, "timeout", "advertised"),
+])
+def test_waiting_ends_in_failure(kw: dict[str, Any], now: float, result: str,
+                                 text: str) -> None:
+    step = m.advance(labelled(), _applying_node(labelled(), **kw), at(now))
+    assert step.run.phase is m.Phase.FAIL, step
+    assert step.run.ending is not None
+    assert step.run.ending.result == result and text in step.run.ending.reason
+    failed = written_record(step)
+    assert failed is not None and failed.state is keys.RelayoutState.FAILED
+    assert failed.result == result and failed.started is not None
+
+
+def test_waiting_polls_node_then_pods_and_sleeps() -> None:
+    run = labelled()
+    step = m.advance(run, _applying_node(run, config="all-1g.10gb", state="pending"), at(1))
+    assert isinstance(step.action, m.ListPods) and not step.run.settled
+    step = m.advance(step.run, m.PodsSeen(()), at(1))
+    assert step.action == m.Sleep(SETTINGS.poll_s)
+    step = m.advance(step.run, m.Slept(), at(2))
+    assert isinstance(step.action, m.ReadNode)
+
+
+def test_a_pod_whose_profile_the_new_layout_lacks_fails_the_relayout() -> None:
+    run = labelled()
+    step = m.advance(run, _applying_node(run, config="all-1g.10gb", alloc={"1g.10gb": 7}),
+                     at(1))
+    assert step.run.settled
+    pods = (gpu_pod("fits", "1g.10gb"), gpu_pod("gone", "3g.40gb"))
+    step = m.advance(step.run, m.PodsSeen(pods), at(1))
+    assert step.run.phase is m.Phase.FAIL and step.run.ending is not None
+    assert "t/gone (3g.40gb)" in step.run.ending.reason
+    assert "t/fits" not in step.run.ending.reason
+
+
+def test_transient_errors_while_waiting_back_off_until_the_timeout() -> None:
+    run = labelled()
+    sleeps = []
+    step = m.Step(run, m.ReadNode())
+    for now in (1, 2, 3, 4, 5):
+        step = m.advance(step.run, m.CallFailed("HTTP 503", retryable=True), at(now))
+        assert isinstance(step.action, m.Sleep)
+        sleeps.append(step.action.seconds)
+    assert sleeps == [2.0, 4.0, 8.0, 8.0, 8.0]  # doubling, capped at backoff_max_s
+    step = m.advance(step.run, m.CallFailed("HTTP 503", retryable=True), at(100))
+    assert step.run.ending is not None and step.run.ending.result == "timeout"
+    assert "the API kept failing: HTTP 503" in step.run.ending.reason
+
+
+def test_an_adopted_relayout_keeps_its_timers_from_the_records_stamp() -> None:
+    started = keys.RelayoutRecord(state=keys.RelayoutState.APPLYING, target="all-1g.10gb",
+                                  started=keys.rfc3339(WALL - 90), expected={"1g.10gb": 7})
+    obj = node(config="all-1g.10gb", state="rebooting", taints=[TAINT], record=started)
+    run = m.adopt(record_of(obj))
+    assert run is not None and run.phase is m.Phase.WAIT
+    step = m.advance(run, None, at(0))
+    assert isinstance(step.action, m.ReadNode)
+    step = m.advance(step.run, seen(obj), at(11))  # 101 s since the label was set
+    assert step.run.ending is not None and step.run.ending.result == "timeout"
+
+
+def test_losing_the_lease_ends_the_run_before_the_next_call() -> None:
+    run, _ = claimed()
+    step = m.advance(run, m.PodsSeen(()), at(leading=False))
+    assert isinstance(step.action, m.Done)
+    assert step.action.outcome.result == "lost-leadership"
+
+
+def test_release_re_reads_on_a_conflict_and_is_idempotent() -> None:
+    run, claim = claimed()
+    step = m.advance(run, m.PodsSeen((gpu_pod("late", "1g.10gb"),)), at())
+    step = m.advance(step.run, seen(node(taints=[TAINT], record=claim)), at())
+    step = m.advance(step.run, m.CallFailed("HTTP 409", conflict=True), at(1))
+    assert isinstance(step.action, m.ReadNode)
+    step = m.advance(step.run, seen(node()), at(1))  # already released by the earlier patch
+    assert isinstance(step.action, m.Done) and step.action.outcome.result == "aborted"
+
+
+# ---------------------------------------------------------------- adoption and the bound
+
+
+def test_adoption_by_record_state() -> None:
+    claim = keys.RelayoutRecord(state=keys.RelayoutState.TAINTED, target="x")
+    applying = claim.but(state=keys.RelayoutState.APPLYING)
+    failed = claim.but(state=keys.RelayoutState.FAILED)
+    recommended = claim.but(state=keys.RelayoutState.RECOMMENDED)
+
+    def phase(**kw: Any) -> m.Phase | None:
+        run = m.adopt(record_of(node(**kw)))
+        return None if run is None else run.phase
+
+    assert phase(taints=[TAINT], record=claim) is m.Phase.CHECK
+    assert phase(record=claim) is m.Phase.RELEASE  # someone removed the taint: abort
+    assert phase(taints=[TAINT], record=applying) is m.Phase.WAIT
+    assert phase(record=applying) is m.Phase.WAIT
+    assert phase(taints=[TAINT], record=failed) is None
+    assert phase(taints=[TAINT], annotations={keys.ANNOTATION_RELAYOUT_FAILED: "{}"}) is None
+    assert phase(record=recommended) is None and phase() is None
+    # The taint without a record in flight: recorded as failed, for an operator.
+    orphan = m.adopt(record_of(node(taints=[TAINT], record=recommended)))
+    assert orphan is not None and orphan.phase is m.Phase.FAIL
+    step = m.advance(orphan, None, at())
+    assert isinstance(step.action, m.Patch)
+    assert keys.ANNOTATION_RELAYOUT_FAILED in step.action.body["metadata"]["annotations"]
+
+
+def test_the_bound_counts_every_node_in_flight_and_this_replicas_runs() -> None:
+    claim = keys.RelayoutRecord(state=keys.RelayoutState.TAINTED, target="x")
+    nodes = [record_of(node(name="a", taints=[TAINT], record=claim)),
+             record_of(node(name="b")), record_of(node(name="c")),
+             record_of(node(name="d", taints=[TAINT],
+                            annotations={keys.ANNOTATION_RELAYOUT_FAILED: "{}"}))]
+    recs = [recommendation("b"), recommendation("c")]
+    two = dataclasses.replace(SETTINGS, max_concurrent=2)
+    plan = m.plan(nodes, running=(), recommendations=recs, settings=two)
+    assert [r.node for r in plan.adopt] == ["a"] and [r.node for r in plan.start] == ["b"]
+    assert plan.in_flight == {"a", "b"} and plan.failed == 1
+    plan = m.plan(nodes, running=("a",), recommendations=recs, settings=two)
+    assert plan.adopt == () and [r.node for r in plan.start] == ["b"]
+    plan = m.plan(nodes, running=("c",), recommendations=recs, settings=two)
+    assert [r.node for r in plan.start] == []  # a (cluster) + c (here) = 2
+    assert m.plan(nodes, running=(), recommendations=recs, settings=SETTINGS).start == ()
+
+
+def test_only_safe_recommendations_to_named_configs_start() -> None:
+    nodes = [record_of(node(name="b")), record_of(node(name="c"))]
+    recs = [recommendation("b", disrupts=("t/p",)), recommendation("c", config=None)]
+    many = dataclasses.replace(SETTINGS, max_concurrent=5)
+    assert m.plan(nodes, running=(), recommendations=recs, settings=many).start == ()

@@ -14,7 +14,8 @@ What it bounds, so that idle or hostile clients cannot take the memory every pod
   start and after every response; when it fires while the connection waits for a complete
   request head it is closed. ``keepalive_timeout`` thus bounds both idleness and how long a
   request's headers may take to arrive.
-- **Slow bodies.** ``read_body`` reads a request's body within ``body_timeout`` (408 after).
+- **Slow bodies.** ``read_body`` reads a request's body within ``body_timeout`` (408 after,
+  then the connection closes within ``LINGER_S``).
 - **TLS handshakes** must finish within ``handshake_timeout``.
 - **Per-connection memory.** asyncio's TLS layer allocates a 256 KiB receive buffer per
   connection (``asyncio.sslproto.SSLProtocol.max_size``); ``SmallBufferTLS`` uses 32 KiB
@@ -48,6 +49,9 @@ DEFAULT_BODY_TIMEOUT_S = 10.0
 DEFAULT_HANDSHAKE_TIMEOUT_S = 10.0
 DEFAULT_MAX_CONNECTIONS = 1000
 TLS_BUFFER_BYTES = 32 * 1024
+# After an answer sent before the body was read in full (408, 413), the rest of the body is
+# read and dropped this long so that the client can read the answer (aiohttp's default: 10 s).
+LINGER_S = 1.0
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -348,7 +352,8 @@ async def start(app: web.Application, listen: Listen) -> tuple[web.AppRunner, St
     runner = web.AppRunner(
         app, shutdown_timeout=listen.shutdown_timeout,
         access_log=logging.getLogger("aiohttp.access") if listen.access_log else None,
-        keepalive_timeout=listen.limits.keepalive_timeout, logger=ClientErrorLog())
+        keepalive_timeout=listen.limits.keepalive_timeout, logger=ClientErrorLog(),
+        lingering_time=LINGER_S)
     await runner.setup()
     site = BoundedSite(runner, listen.host, listen.port, ssl_context=listen.ssl_context,
                        limits=listen.limits)

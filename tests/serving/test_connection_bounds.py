@@ -1,0 +1,197 @@
+"""migfit.serving over real sockets: idle, slow and surplus connections are closed; client
+mistakes are one log line, never an ERROR with a traceback.
+
+Before: aiohttp's defaults (a keep-alive of about an hour, no body timeout, no connection cap,
+a 256 KiB TLS buffer per connection) kept every idle or slow connection open, and a malformed
+request or a client gone mid-body logged ERROR with a traceback.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import ssl
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from aiohttp import web
+
+from migfit import serving
+from migfit.certs import certificates
+
+LIMITS = serving.Limits(keepalive_timeout=1.0, body_timeout=1.0, handshake_timeout=1.0,
+                        max_connections=8)
+SLACK = 1.5  # seconds beyond a timeout within which the close must come
+
+
+async def _echo(request: web.Request) -> web.Response:
+    body = await serving.read_body(request, LIMITS.body_timeout)
+    return web.Response(body=body)
+
+
+class Server:
+    def __init__(self, started: serving.Started, tls: ssl.SSLContext | None) -> None:
+        self.started = started
+        self.client_tls = tls
+
+    async def open(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        return await asyncio.open_connection("127.0.0.1", self.started.port,
+                                             ssl=self.client_tls)
+
+
+async def _start(tls: bool, tmp: Path) -> tuple[web.AppRunner, Server]:
+    app = web.Application()
+    app.router.add_post("/echo", _echo)
+    server_ctx = client_ctx = None
+    if tls:
+        cert, key, ca = certificates.self_signed_for_localhost()
+        (tmp / "tls.crt").write_bytes(cert)
+        (tmp / "tls.key").write_bytes(key)
+        server_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        server_ctx.load_cert_chain(tmp / "tls.crt", tmp / "tls.key")
+        client_ctx = ssl.create_default_context(cadata=ca.decode())
+    runner, started = await serving.start(app, serving.Listen(
+        host="127.0.0.1", port=0, ssl_context=server_ctx, limits=LIMITS))
+    return runner, Server(started, client_ctx)
+
+
+@pytest.fixture(params=[False, True], ids=["http", "https"])
+async def server(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Server]:
+    runner, srv = await _start(request.param, tmp_path)
+    yield srv
+    await runner.cleanup()
+
+
+async def _closed_within(reader: asyncio.StreamReader, seconds: float) -> bytes:
+    """Everything the server sends until it closes the connection; fails if it stays open."""
+    data = b""
+    deadline = time.monotonic() + seconds
+    while True:
+        left = deadline - time.monotonic()
+        assert left > 0, f"connection still open after {seconds}s (got {data[:80]!r})"
+        try:
+            chunk = await asyncio.wait_for(reader.read(65536), left)
+        except (ConnectionError, ssl.SSLError):
+            return data
+        if not chunk:
+            return data
+        data += chunk
+
+
+def _request(body: bytes) -> bytes:
+    return (b"POST /echo HTTP/1.1\r\nHost: localhost\r\nContent-Length: "
+            + str(len(body)).encode() + b"\r\n\r\n" + body)
+
+
+async def test_a_request_is_answered(server: Server) -> None:
+    reader, writer = await server.open()
+    writer.write(_request(b"hello"))
+    head = await reader.readuntil(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200")
+    writer.close()
+
+
+async def test_an_idle_connection_is_closed_after_the_keepalive_timeout(server: Server) -> None:
+    reader, writer = await server.open()
+    start = time.monotonic()
+    await _closed_within(reader, LIMITS.keepalive_timeout + SLACK)
+    assert time.monotonic() - start >= LIMITS.keepalive_timeout * 0.8
+    writer.close()
+
+
+async def test_an_idle_connection_after_a_response_is_closed(server: Server) -> None:
+    reader, writer = await server.open()
+    writer.write(_request(b"x"))
+    await reader.readuntil(b"\r\n\r\n")
+    await _closed_within(reader, LIMITS.keepalive_timeout + SLACK)
+    writer.close()
+
+
+async def test_slow_headers_are_cut_off(server: Server) -> None:
+    reader, writer = await server.open()
+    writer.write(b"POST /echo HTTP/1.1\r\nHost: localhost\r\n")
+
+    async def trickle() -> None:
+        with pytest.raises((ConnectionError, ssl.SSLError, RuntimeError)):
+            for i in range(100):
+                writer.write(f"X-Slow-{i}: y\r\n".encode())
+                await writer.drain()
+                await asyncio.sleep(0.1)
+
+    task = asyncio.create_task(trickle())
+    await _closed_within(reader, LIMITS.keepalive_timeout + SLACK)
+    task.cancel()
+    writer.close()
+
+
+async def test_a_slow_body_gets_408_and_the_connection_is_closed(server: Server) -> None:
+    reader, writer = await server.open()
+    writer.write(_request(b"0123456789" * 10)[:-90])  # headers and 10 of 100 bytes
+    data = await _closed_within(reader, LIMITS.body_timeout + serving.LINGER_S + SLACK)
+    assert data.startswith(b"HTTP/1.1 408")
+    writer.close()
+
+
+async def test_connections_beyond_the_cap_are_refused_and_the_rest_still_served(
+        server: Server) -> None:
+    held = [await server.open() for _ in range(LIMITS.max_connections)]
+    await asyncio.sleep(0.2)
+    assert server.started.open_connections == LIMITS.max_connections
+    extra_reader, extra_writer = await server.open() if server.client_tls is None else (
+        None, None)
+    if extra_reader is not None:
+        assert await _closed_within(extra_reader, 1.0) == b""
+        extra_writer.close()  # type: ignore[union-attr]
+    else:  # over TLS the refused handshake itself fails
+        with pytest.raises((ConnectionError, ssl.SSLError, asyncio.IncompleteReadError)):
+            await server.open()
+    assert server.started.refused_connections >= 1
+    reader, writer = held[0]
+    writer.write(_request(b"still here"))
+    assert (await reader.readuntil(b"\r\n\r\n")).startswith(b"HTTP/1.1 200")
+    for _, w in held:
+        w.close()
+    await asyncio.sleep(0.3)
+    assert server.started.open_connections == 0
+    reader, writer = await server.open()
+    writer.write(_request(b"room again"))
+    assert (await reader.readuntil(b"\r\n\r\n")).startswith(b"HTTP/1.1 200")
+    writer.close()
+
+
+async def test_malformed_http_is_one_warning_line(
+        server: Server, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG)
+    reader, writer = await server.open()
+    writer.write(b"POST /echo HTTP/1.1\r\nHost: localhost\r\nContent-Length: nope\r\n\r\n")
+    data = await _closed_within(reader, 2.0)
+    assert data.split(b" ")[1] == b"400"
+    writer.close()
+    await asyncio.sleep(0.1)
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert not [r for r in caplog.records if r.exc_info]
+    lines = [r for r in caplog.records if r.name == "migfit.http"
+             and r.levelno == logging.WARNING]
+    assert len(lines) == 1 and "\n" not in lines[0].getMessage()
+
+
+async def test_a_client_gone_mid_body_is_not_an_error(
+        server: Server, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG)
+    _reader, writer = await server.open()
+    writer.write(_request(b"x" * 1000)[:-990])
+    await writer.drain()
+    await asyncio.sleep(0.2)
+    writer.transport.abort()
+    await asyncio.sleep(0.5)
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert not [r for r in caplog.records if r.exc_info]
+
+
+def test_limits_refuse_values_that_cannot_work() -> None:
+    for bad in (serving.Limits(keepalive_timeout=0), serving.Limits(body_timeout=-1),
+                serving.Limits(max_connections=0)):
+        with pytest.raises(ValueError, match="--"):
+            bad.check()

@@ -96,8 +96,11 @@ class JsonFormatter(logging.Formatter):
 
 
 def configure(*, level: str = "info", style: LogStyle = "text",
-              stream: TextIO | None = None) -> logging.Handler:
-    """Send every record at ``level`` or above to ``stream`` (stderr) in ``style``."""
+              stream: TextIO | None = None, access_log: bool = False) -> logging.Handler:
+    """Send every record at ``level`` or above to ``stream`` (stderr) in ``style``.
+
+    aiohttp's access log (a line per request) is kept to warnings unless ``access_log``.
+    """
     if style not in LOG_STYLES:
         raise ValueError(f"log style {style!r}: use one of {', '.join(LOG_STYLES)}")
     handler = logging.StreamHandler(stream if stream is not None else sys.stderr)
@@ -112,6 +115,7 @@ def configure(*, level: str = "info", style: LogStyle = "text",
     for old in list(scoring.handlers):
         scoring.removeHandler(old)
     scoring.propagate = True
-    # aiohttp's access log would add a line per request; the servers keep their own metrics.
-    logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
+    # aiohttp's access log adds a line per request; the servers keep their own metrics.
+    logging.getLogger("aiohttp.access").setLevel(logging.NOTSET if access_log
+                                                 else logging.WARNING)
     return handler

@@ -83,7 +83,7 @@ def policy_from(args: argparse.Namespace) -> tuple[profiles.Catalog, decision.Po
 
 
 def run(args: argparse.Namespace) -> int:
-    logs.configure(level=args.log_level, style=args.log_format)
+    logs.configure(level=args.log_level, style=args.log_format, access_log=args.access_log)
     catalog, policy = policy_from(args)
     for path, what in ((args.tls_cert, "--tls-cert"), (args.tls_key, "--tls-key")):
         if not path.is_file():

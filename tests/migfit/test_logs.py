@@ -75,3 +75,12 @@ def test_a_servers_log_format_names_the_streams_style(log_format: str, style: st
 def test_an_unknown_log_format_is_refused() -> None:
     with pytest.raises(ValueError, match="json, text or both"):
         logs.style_of("yaml")
+
+
+@pytest.mark.parametrize("access_log", [False, True])
+def test_aiohttps_access_log_is_written_only_when_asked_for(stream: io.StringIO,
+                                                           access_log: bool) -> None:
+    # `migfit webhook --access-log` was silenced by the WARNING level set for it.
+    logs.configure(style="text", stream=stream, access_log=access_log)
+    logging.getLogger("aiohttp.access").info('127.0.0.1 "GET /readyz HTTP/1.1" 200')
+    assert ("GET /readyz" in stream.getvalue()) is access_log

@@ -306,7 +306,8 @@ def _free_alternative(
     supply: view.Supply,
     policy: Policy,
 ) -> str:
-    """``; 5 1g.18gb that also fit are free: ask for one with migfit.io/gpu-memory: 10Gi``,
+    """``; 1g.18gb (16Gi) also fits and has 5 free: ask for it with migfit.io/gpu-memory:
+    10Gi``,
     or "" when no free advertised profile holds the request (or no hint would get it).
 
     The hint is checked: asked that way, ``choose`` really picks the free profile (a compute
@@ -336,8 +337,8 @@ def _free_alternative(
     for text, hinted in hints:
         got = choose(hinted, key=key, value="", pool=pool, supply=supply, policy=policy)
         if got.profile.name == alt.name:
-            return (f"; {count} {alt.name} ({quantity.format_mib(alt_usable)}) that also "
-                    f"fit are free: ask for one with {text}")
+            return (f"; {alt.name} ({quantity.format_mib(alt_usable)}) also fits and has "
+                    f"{count} free: ask for it with {text}")
     return ""
 
 

@@ -38,7 +38,7 @@ ANNOTATION_RELAYOUT = keys.ANNOTATION_RELAYOUT
 LABEL_RELAYOUT_RECOMMENDED = keys.LABEL_RELAYOUT_RECOMMENDED
 # Written by the apply mode when a re-layout failed; the node is left alone until an operator
 # removes it (and the taint).
-ANNOTATION_RELAYOUT_FAILED = "migfit.io/relayout-failed"
+ANNOTATION_RELAYOUT_FAILED = keys.ANNOTATION_RELAYOUT_FAILED
 FAILED_STATE = "failed"
 
 

@@ -72,8 +72,9 @@ def gpu_view(labels: Mapping[str, str], capacity_raw: Mapping[str, Any],
         whole = fields.count(allocatable_raw.get(profiles.GPU_RESOURCE, 0))
         for key, val in labels.items():
             mib = fields.int_label(val)
-            if key.startswith("nvidia.com/mig-") and key.endswith(".memory") and mib is not None:
-                spelled = key[len("nvidia.com/mig-"):-len(".memory")]
+            if (key.startswith(keys.MIG_LABEL_PREFIX) and key.endswith(keys.MIG_MEMORY_LABEL_SUFFIX)
+                    and mib is not None):
+                spelled = key[len(keys.MIG_LABEL_PREFIX):-len(keys.MIG_MEMORY_LABEL_SUFFIX)]
                 memory[profiles.ProfileName(profiles.canonical_profile(spelled))] = mib
     for p in capacity:
         allocatable.setdefault(p, 0)

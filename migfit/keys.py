@@ -39,6 +39,9 @@ REPARTITIONING_STATES = frozenset({"pending", "rebooting"})
 
 # ---------------------------------------------------------------- more node keys
 
+LABEL_HOSTNAME: Final = "kubernetes.io/hostname"
+#: GFD: the node's GPUs support MIG.
+LABEL_MIG_CAPABLE: Final = "nvidia.com/mig.capable"
 #: GFD's usable-memory label of one MIG profile: ``nvidia.com/mig-<profile>.memory``.
 MIG_LABEL_PREFIX: Final = "nvidia.com/mig-"
 MIG_MEMORY_LABEL_SUFFIX: Final = ".memory"

@@ -17,7 +17,7 @@ from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from migfit import profiles, requests
+from migfit import keys, profiles, requests
 
 # (model id, product label as GFD writes it, share of nodes) — an A100/H100-heavy fleet.
 _FLEET: tuple[tuple[str, str, float], ...] = (
@@ -123,7 +123,7 @@ def node_object(spec: NodeSpec, *, rng: random.Random, full: bool = True,
         "beta.kubernetes.io/os": "linux",
         "feature.node.kubernetes.io/pci-10de.present": "true",
         "kubernetes.io/arch": "amd64",
-        "kubernetes.io/hostname": spec.name,
+        keys.LABEL_HOSTNAME: spec.name,
         "kubernetes.io/os": "linux",
         "node.kubernetes.io/instance-type": "p4de.24xlarge" if "A100" in spec.model.id
         else "p5.48xlarge",
@@ -137,7 +137,7 @@ def node_object(spec: NodeSpec, *, rng: random.Random, full: bool = True,
         "nvidia.com/gfd.timestamp": "1718000000",
         "nvidia.com/gpu.compute.major": "9" if "H" in spec.model.id else "8",
         "nvidia.com/gpu.compute.minor": "0",
-        "nvidia.com/gpu.count": str(sum(inst.values()) if single else spec.gpus),
+        keys.LABEL_GPU_COUNT: str(sum(inst.values()) if single else spec.gpus),
         "nvidia.com/gpu.deploy.container-toolkit": "true",
         "nvidia.com/gpu.deploy.dcgm": "true",
         "nvidia.com/gpu.deploy.dcgm-exporter": "true",
@@ -151,16 +151,16 @@ def node_object(spec: NodeSpec, *, rng: random.Random, full: bool = True,
         "nvidia.com/gpu.deploy.operator-validator": "true",
         "nvidia.com/gpu.family": "hopper" if "H" in spec.model.id else "ampere",
         "nvidia.com/gpu.machine": "DGX-H100" if "H" in spec.model.id else "DGX-A100",
-        "nvidia.com/gpu.memory": str(spec.model.profile(only).memory_mib if single and only
+        keys.LABEL_GPU_MEMORY: str(spec.model.profile(only).memory_mib if single and only
                                      else spec.model.memory_mib),
         "nvidia.com/gpu.present": "true",
-        "nvidia.com/gpu.product": product,
+        keys.LABEL_PRODUCT: product,
         "nvidia.com/gpu.replicas": "1",
         "nvidia.com/gpu.sharing-strategy": "none",
-        "nvidia.com/mig.capable": "true",
-        "nvidia.com/mig.config": spec.config,
-        "nvidia.com/mig.config.state": spec.config_state,
-        "nvidia.com/mig.strategy": spec.strategy,
+        keys.LABEL_MIG_CAPABLE: "true",
+        keys.LABEL_CONFIG: spec.config,
+        keys.LABEL_CONFIG_STATE: spec.config_state,
+        keys.LABEL_STRATEGY: spec.strategy,
     }
     if not single:
         for p, n in sorted(inst.items()):

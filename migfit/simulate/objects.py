@@ -57,7 +57,7 @@ def node_object(
     counts: Counter[str] = Counter()
     for lay in gpu_layouts:
         counts.update(lay)
-    labels = {"kubernetes.io/hostname": name}
+    labels = {keys.LABEL_HOSTNAME: name}
     if trace_model:
         labels[LABEL_TRACE_MODEL] = trace_model
     resources: dict[str, str] = {"cpu": f"{cpu_milli}m", "memory": f"{memory_mib}Mi",
@@ -121,9 +121,9 @@ def pod_object(
                       "resources": {"requests": req, "limits": lim}})
     ann = dict(annotations)
     if profile_per_container:
-        ann["migfit.io/profile"] = profile_per_container[0]
+        ann[keys.PROFILE] = profile_per_container[0]
     if decision is not None:
-        ann["migfit.io/decision"] = json.dumps(decision, sort_keys=True)
+        ann[keys.DECISION] = json.dumps(decision, sort_keys=True)
     spec: dict[str, Any] = {"schedulerName": SCHEDULER, "containers": conts}
     if node is not None:
         spec["nodeName"] = node

@@ -106,6 +106,8 @@ class ScoringLog:
         when = (now or datetime.datetime.now(datetime.UTC)).isoformat(timespec="milliseconds")
         record = {
             "time": when.replace("+00:00", "Z"),
+            "level": "INFO",  # the keys of every line of a JSON log (migfit.logs)
+            "logger": self.logger.name,
             "event": "prioritize",
             "pod": request.key,
             "uid": request.uid,

@@ -133,12 +133,22 @@ def _json_lines(lines: list[str]) -> list[dict[str, Any]]:
     return records
 
 
-def test_extender_metrics_and_json_log(tmp_path: Path, tls: Tls) -> None:
+class Scraped:
+    def __init__(self, tls: Tls, text: str, advice: dict[str, Any], lines: list[str]) -> None:
+        self.tls, self.text, self.advice, self.lines = tls, text, advice, lines
+
+
+@pytest.fixture(scope="module")
+def extender(tmp_path_factory: pytest.TempPathFactory) -> Scraped:
+    """One `migfit extender --cluster` run over TLS with --log-format json: one prioritize
+    call, then /metrics and /advice; its stderr once stopped."""
+    directory = tmp_path_factory.mktemp("extender")
+    tls = Tls(directory)
     port = _free_port()
     base = f"https://127.0.0.1:{port}"
     server = Server(["extender", "--cluster", str(CLUSTER), "--host", "127.0.0.1",
                      "--port", str(port), "--tls-cert", str(tls.cert), "--tls-key",
-                     str(tls.key), "--log-format", "json"], tls=tls, log=tmp_path / "err")
+                     str(tls.key), "--log-format", "json"], tls=tls, log=directory / "err")
     try:
         server.wait_ready(base)
         server.post(f"{base}/prioritize", (REQUESTS / "prioritize-3g40gb.json").read_bytes())
@@ -146,29 +156,48 @@ def test_extender_metrics_and_json_log(tmp_path: Path, tls: Tls) -> None:
         advice = json.loads(server.get(f"{base}/advice"))
     finally:
         lines = server.stop()
-    _check_common(text)
-    # It exported no certificate expiry (README says both servers do).
-    assert _samples(text, "migfit_certificate_expiry_timestamp_seconds") == {
-        '{server="extender"}': tls.expiry}
-    assert _samples(text, "migfit_extender_request_duration_seconds_count") == {
+    return Scraped(tls, text, advice, lines)
+
+
+def test_extender_exports_its_certificate_expiry(extender: Scraped) -> None:
+    # It exported none (README says both servers do).
+    assert _samples(extender.text, "migfit_certificate_expiry_timestamp_seconds") == {
+        '{server="extender"}': extender.tls.expiry}
+
+
+def test_extender_metrics_have_build_info_no_created_and_duration_histograms(
+        extender: Scraped) -> None:
+    _check_common(extender.text)
+    assert _samples(extender.text, "migfit_extender_request_duration_seconds_count") == {
         '{verb="prioritize"}': 1.0}
-    # No fragmentation gauge for the CPU-only node; one for every MIG node.
-    fragmentation = _samples(text, "migfit_extender_node_fragmentation")
+
+
+def test_no_fragmentation_gauge_for_a_cpu_only_node(extender: Scraped) -> None:
+    fragmentation = _samples(extender.text, "migfit_extender_node_fragmentation")
     assert '{node="cpu-0"}' not in fragmentation
-    assert '{node="gpu-a100-0"}' in fragmentation and len(fragmentation) == 7
-    # The re-layout gauges agree with /advice without a publisher (--cluster): they were 0.
-    recs = advice["recommendations"]
+    assert '{node="gpu-a100-0"}' in fragmentation and len(fragmentation) == 7  # the MIG nodes
+
+
+def test_relayout_gauges_agree_with_advice_without_a_publisher(extender: Scraped) -> None:
+    # With --cluster nothing published the advice, and the gauges stayed 0.
+    recs = extender.advice["recommendations"]
     assert recs
     disruptive = sum(bool(r["disruptive"]) for r in recs)
-    assert _samples(text, "migfit_relayout_recommendations") == {
+    assert _samples(extender.text, "migfit_relayout_recommendations") == {
         '{disruptive="false"}': len(recs) - disruptive, '{disruptive="true"}': disruptive}
-    assert _samples(text, "migfit_relayout_waiting_pods") == {"": len(advice["waiting"])}
-    assert _samples(text, "migfit_relayout_unserved_pods") == {"": len(advice["unserved"])}
-    # One JSON stream: operational lines and the scoring log's line together.
-    records = _json_lines(lines)
+    assert _samples(extender.text, "migfit_relayout_waiting_pods") == {
+        "": len(extender.advice["waiting"])}
+    assert _samples(extender.text, "migfit_relayout_unserved_pods") == {
+        "": len(extender.advice["unserved"])}
+
+
+def test_extender_json_log_is_one_stream_of_objects(extender: Scraped) -> None:
+    # Operational lines and the scoring log's line together, each one JSON object.
+    records = _json_lines(extender.lines)
     assert any(r.get("event") == "prioritize" and "weights" in r for r in records)
     assert any(r.get("logger") == "migfit.extender.server" and "serving https" in r["message"]
                for r in records)
+    assert all({"time", "level", "logger"} <= set(r) for r in records)
 
 
 def test_extender_text_log_keeps_both_scoring_lines_on_the_one_stream(

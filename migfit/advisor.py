@@ -500,7 +500,7 @@ def explain(
     key = f"{namespace}/{name}"
     if pod is None:
         return (f"{key}: not in migfit's view of the cluster. migfit tracks pods that request "
-                f"GPUs or carry migfit.io/ annotations; check the name with "
+                f"GPUs or carry {keys.ANNOTATION_PREFIX} annotations; check the name with "
                 f"kubectl get pod -n {namespace} {name}.")
     if pod.node is not None:
         return f"{key} is not pending: it is bound to node {pod.node} (phase {pod.phase})."
@@ -513,7 +513,7 @@ def explain(
         if gpu:
             return (f"{key} requests {gpu} × {profiles.GPU_RESOURCE}, not a MIG profile; "
                     f"migfit advises on mixed-strategy MIG resources (nvidia.com/mig-*). "
-                    f"To ask for memory instead, annotate it with migfit.io/gpu-memory.")
+                    f"To ask for memory instead, annotate it with {keys.GPU_MEMORY}.")
         return f"{key} requests no MIG profile; migfit has nothing to say about it."
     lines: list[str] = []
     want = ", ".join(f"{n} × {p}" for p, n in sorted(reqs.items()))
@@ -541,7 +541,7 @@ def explain(
         else:
             lines.append(f"- {p}: no node advertises it. The scheduler will not split a larger "
                          f"idle instance and preemption cannot create it: a node must be "
-                         f"re-partitioned (its nvidia.com/mig.config changed).")
+                         f"re-partitioned (its {keys.LABEL_CONFIG} changed).")
     if not blocked:
         return "\n".join(lines)
     waited = None if pod.unschedulable_since is None else now - pod.unschedulable_since

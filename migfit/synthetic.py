@@ -86,7 +86,7 @@ def profile_labels(model: profiles.GpuModel, profile: str, count: int) -> dict[s
         else "0",
         f"{pre}.engines.ofa": "1" if p.compute_slices == model.compute_slices or p.media
         else "0",
-        f"{pre}.memory": str(p.memory_mib),
+        pre + keys.MIG_MEMORY_LABEL_SUFFIX: str(p.memory_mib),
         f"{pre}.multiprocessors": str(sms),
         f"{pre}.product": f"{_product_base(model)}-MIG-{p.name}",
         f"{pre}.replicas": "1",

@@ -76,7 +76,7 @@ def node_object(
         # GFD's labels and the device plugin's resource share one spelling (`.me` for `+me`).
         resource = profiles.resource_name(p)
         labels[f"{resource}.count"] = str(n)
-        labels[f"{resource}.memory"] = str(model.profile(p).memory_mib)
+        labels[resource + keys.MIG_MEMORY_LABEL_SUFFIX] = str(model.profile(p).memory_mib)
         resources[resource] = str(n)
     return _node(name, labels, resources, taints)
 

@@ -108,9 +108,9 @@ class Metrics:
     """Gauges of the advice (and counters the apply mode uses).
 
     With ``state`` the advice gauges are computed when scraped, from ``cache`` (pass the
-    cache ``GET /advice`` reads; default: one of its own), so they agree with ``/advice`` whether or not a publisher
-    runs (``migfit extender --cluster FILE`` has none); without it they show the advice last
-    passed to ``observe``.
+    cache ``GET /advice`` reads; default: one of its own), so they agree with ``/advice``
+    whether or not a publisher runs (``migfit extender --cluster FILE`` has none); without it
+    they show the advice last passed to ``observe``.
     """
 
     def __init__(self, registry: prometheus_client.CollectorRegistry, *,

@@ -23,7 +23,7 @@ from migfit.simulate import objects, policies, spec, workload
 # The device plugin's choice of instance inside a node (which GPU's instance a pod gets):
 # distributed = the GPU with the fewest instances in use, packed = the one with the most.
 Allocation = policies.Allocation
-RELAYOUT_TAINT = {"key": keys.TAINT_RELAYOUT, "value": "pending", "effect": "NoSchedule"}
+RELAYOUT_TAINT = keys.relayout_taint()
 
 
 class Gpu:

@@ -406,3 +406,36 @@ async def test_pod_events_name_the_pod_by_uid_and_are_forgotten_with_it(
     await pub.publish_once()
     sent = await events(api)
     assert [o["uid"] for o in waiting()] == ["uid-ml-small", "uid-ml-small-2"]
+
+
+@pytest.mark.kmock(cls=VersionedEmulator)
+async def test_a_publisher_with_a_stale_view_never_overwrites_the_apply_modes_record(
+    server: VersionedEmulator, api: k8s.ApiClient,
+) -> None:
+    # The publisher's view predates the claim (a lagging watch, or another replica): its
+    # recommendation must not replace the record a new leader would adopt the node by.
+    _seed(server)
+    stale = advice.Publisher(await snapshot(api), api, cache=_cache())
+    mm = MigManager(api, "idle", layouts=LAYOUTS, mode="wedge")
+    mm.start()
+    try:
+        r = await _relayouter(api)
+        assert await r.step() == ["idle"]
+        for _ in range(500):  # until the label and the "applying" record are written
+            obj = await read_node(api, "idle")
+            if "applying" in obj["metadata"].get("annotations", {}).get(relayout.ANNOTATION, ""):
+                break
+            await asyncio.sleep(0.01)
+        await stale.publish_once()
+        obj = await read_node(api, "idle")
+        assert json.loads(obj["metadata"]["annotations"][relayout.ANNOTATION])["state"] == \
+            "applying"
+        (outcome,) = await r.wait()
+        assert outcome.result == "wedged"
+    finally:
+        await mm.stop()
+    # Once its view catches up, it leaves the failed record alone too.
+    stale.state = await snapshot(api)
+    await stale.publish_once()
+    obj = await read_node(api, "idle")
+    assert json.loads(obj["metadata"]["annotations"][relayout.ANNOTATION])["state"] == "failed"

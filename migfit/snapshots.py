@@ -16,10 +16,11 @@ import hashlib
 import json
 import logging
 import os
+import re
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Generator, Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Any, Protocol
 
 import yaml
 
@@ -37,19 +38,18 @@ _LOADER: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 class Sink(Protocol):
-    """What the file source feeds; the same shape as the watch source's sink (cluster.Cluster)."""
+    """What the file source feeds (cluster.Cluster): whole contents as decoded records."""
 
-    def replace(self, kind: Literal["Node", "Pod"], objects: list[dict[str, Any]]) -> None: ...
+    def load_records(self, nodes: Iterable[records.NodeRecord],
+                     pods: Iterable[records.PodRecord]) -> None: ...
 
     def mark_synced(self) -> None: ...
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Snapshot:
-    """A decoded, validated file: the raw objects by kind and their compact records."""
+    """A decoded, validated file: its compact records (the API objects are not kept)."""
 
-    nodes: list[dict[str, Any]]
-    pods: list[dict[str, Any]]
     node_records: list[records.NodeRecord]
     pod_records: list[records.PodRecord]
     digest: str
@@ -58,7 +58,7 @@ class Snapshot:
 # ---------------------------------------------------------------- parsing
 
 
-def _documents(text: str, where: str) -> Iterator[Any]:
+def _documents_whole(text: str, where: str) -> Iterator[Any]:
     stripped = text.lstrip()
     if stripped.startswith(("{", "[")):
         try:
@@ -77,6 +77,117 @@ def _documents(text: str, where: str) -> Iterator[Any]:
         ) from None
     except yaml.YAMLError as exc:
         raise errors.ConfigError(f"{where}: not valid YAML or JSON: {exc}") from None
+
+
+class _NotStreamable(Exception):
+    """The file is not in the shape the streaming reader knows: parse it whole instead."""
+
+
+_JSON_SPACE = re.compile(r"[ \t\n\r]*")
+_JSON = json.JSONDecoder()
+
+
+def _json_value(text: str, at: int) -> tuple[Any, int]:
+    try:
+        return _JSON.raw_decode(text, at)
+    except ValueError:
+        raise _NotStreamable from None
+
+
+def _json_array(text: str, at: int, *, wrap: bool) -> Generator[Any, None, int]:
+    """The elements of the JSON array opening at ``text[at]``; returns the index after it.
+
+    With ``wrap``, each element comes as ``{"__item__": element}`` (a List's item, taken as
+    it is), else bare (an array element, which may itself be a List)."""
+    at = _JSON_SPACE.match(text, at + 1).end()  # type: ignore[union-attr]
+    if text.startswith("]", at):
+        return at + 1
+    while True:
+        value, at = _json_value(text, at)
+        yield {"__item__": value} if wrap else value
+        at = _JSON_SPACE.match(text, at).end()  # type: ignore[union-attr]
+        if text.startswith("]", at):
+            return at + 1
+        if not text.startswith(",", at):
+            raise _NotStreamable
+        at = _JSON_SPACE.match(text, at + 1).end()  # type: ignore[union-attr]
+
+
+def _json_streamed(text: str) -> Iterator[Any]:
+    """A JSON List's items (or an array's elements) one at a time, never the whole tree.
+
+    A 90 MB ``kubectl get -o json`` export parsed whole leaves hundreds of MiB of freed small
+    objects that the allocator cannot give back; item by item, only one object is alive.
+    """
+    at = _JSON_SPACE.match(text).end()  # type: ignore[union-attr]
+    if text.startswith("[", at):
+        at = yield from _json_array(text, at, wrap=False)
+        if text[at:].strip():
+            raise _NotStreamable
+        return
+    if not text.startswith("{", at):
+        raise _NotStreamable
+    head: dict[str, Any] = {}
+    at = _JSON_SPACE.match(text, at + 1).end()  # type: ignore[union-attr]
+    streamed = False
+    while not text.startswith("}", at):
+        key, at = _json_value(text, at)
+        at = _JSON_SPACE.match(text, at).end()  # type: ignore[union-attr]
+        if not isinstance(key, str) or not text.startswith(":", at):
+            raise _NotStreamable
+        at = _JSON_SPACE.match(text, at + 1).end()  # type: ignore[union-attr]
+        if key == "items" and text.startswith("[", at) and not streamed:
+            streamed = True
+            at = yield from _json_array(text, at, wrap=True)
+        else:
+            head[key], at = _json_value(text, at)
+        at = _JSON_SPACE.match(text, at).end()  # type: ignore[union-attr]
+        if text.startswith(",", at):
+            at = _JSON_SPACE.match(text, at + 1).end()  # type: ignore[union-attr]
+        elif not text.startswith("}", at):
+            raise _NotStreamable
+    if text[at + 1:].strip():
+        raise _NotStreamable
+    if not streamed:
+        yield head  # a single object
+    elif not _is_list({**head, "items": []}):
+        raise _NotStreamable  # an "items" field of something that is not a List
+
+
+# kubectl's YAML List: top-level keys at column 0, each item a "- " entry at column 0.
+_YAML_ITEMS = re.compile(r"^items:[ \t]*\n", re.MULTILINE)
+_YAML_TOP_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*:", re.MULTILINE)
+
+
+def _yaml_streamed(text: str) -> Iterator[Any]:
+    """kubectl's YAML List item by item (each item parsed alone); anything else is refused."""
+    found = _YAML_ITEMS.search(text)
+    if found is None or text.startswith("---") or "\n---" in text or "\n..." in text:
+        raise _NotStreamable
+    end = _YAML_TOP_KEY.search(text, found.end())
+    stop = end.start() if end is not None else len(text)
+    body = text[found.end():stop]
+    head_text = text[:found.start()] + text[stop:]
+    try:
+        head = yaml.load(head_text, Loader=_LOADER)  # a SafeLoader
+    except yaml.YAMLError:
+        raise _NotStreamable from None
+    if not isinstance(head, dict) or not _is_list({**head, "items": []}):
+        raise _NotStreamable
+    starts = [m.start() for m in re.finditer(r"^- ", body, re.MULTILINE)]
+    if body.strip() and (not starts or body[:starts[0]].strip()):
+        raise _NotStreamable
+    for i, first in enumerate(starts):
+        chunk = body[first:starts[i + 1] if i + 1 < len(starts) else len(body)]
+        lines = chunk.split("\n")
+        if any(line and not line.startswith(("  ", "#")) for line in lines[1:]):
+            raise _NotStreamable
+        dedented = "\n".join(
+            line[2:] if line.startswith("  ") or k == 0 else line for k, line in enumerate(lines))
+        try:
+            yield {"__item__": yaml.load(dedented, Loader=_LOADER)}  # a SafeLoader
+        except yaml.YAMLError:
+            raise _NotStreamable from None
 
 
 def _is_list(doc: Any) -> bool:
@@ -183,58 +294,81 @@ def decode(data: bytes | str, *, where: str,
         raise errors.ConfigError(
             f"{where}: the file is empty; expected `kubectl get nodes,pods -A -o yaml` output "
             f"(an empty cluster is a List with 'items: []')")
-    nodes: list[dict[str, Any]] = []
-    pods: list[dict[str, Any]] = []
+    try:
+        return _decode_objects(_objects(_streamed(text), where), where=where, catalog=catalog,
+                               digest=digest)
+    except _NotStreamable:
+        return _decode_objects(_objects(_documents_whole(text, where), where), where=where,
+                               catalog=catalog, digest=digest)
+
+
+def _streamed(text: str) -> Iterator[Any]:
+    stripped = text.lstrip()
+    if stripped.startswith(("{", "[")):
+        return _json_streamed(text)
+    return _yaml_streamed(text)
+
+
+def _objects(documents: Iterator[Any], where: str) -> Iterator[Any]:
+    """Every object of the documents, in file order (List items, array elements, objects)."""
+    for doc_number, doc in enumerate(documents, start=1):
+        if isinstance(doc, dict) and "__item__" in doc and len(doc) == 1:
+            yield doc["__item__"]
+        else:
+            yield from _items(doc, where, doc_number)
+
+
+def _decode_objects(objects: Iterator[Any], *, where: str, catalog: profiles.Catalog,
+                    digest: str) -> Snapshot:
     node_records: list[records.NodeRecord] = []
     pod_records: list[records.PodRecord] = []
     seen: dict[tuple[str, str], int] = {}
     number = 0
-    for doc_number, doc in enumerate(_documents(text, where), start=1):
-        for obj in _items(doc, where, doc_number):
-            number += 1
-            try:
-                if not isinstance(obj, dict):
-                    raise errors.ConfigError(f"a {type(obj).__name__}, not a Kubernetes object")
-                kind = obj.get("kind")
-                if kind not in _KINDS:
-                    if not isinstance(kind, str) or not kind:
-                        raise errors.ConfigError(
-                            "no 'kind'; every object needs kind: Node or kind: Pod")
-                    continue
-                meta = obj.get("metadata")
-                if not isinstance(meta, dict) or not isinstance(meta.get("name"), str) \
-                        or not meta["name"]:
-                    raise errors.ConfigError("no metadata.name")
-                _check_quantities(obj, kind)
-                if kind == "Node":
-                    key = ("Node", meta["name"])
-                    node_records.append(decoding.node_from_api(obj, catalog))
-                    nodes.append(obj)
-                else:
-                    ns = meta.get("namespace") or ""
-                    key = ("Pod", str(meta.get("uid") or f"{ns}/{meta['name']}"))
-                    record = decoding.pod_from_api(obj)
-                    if record is not None:
-                        pod_records.append(record)
-                    pods.append(obj)
-                if key in seen:
-                    raise errors.ConfigError(f"a second copy of item {seen[key]}")
-                seen[key] = number
-            except errors.MigfitError as exc:
-                raise errors.ConfigError(
-                    f"{where}: item {number} ({_describe(obj)}): {exc.message}") from None
-            except Exception as exc:  # a shape the decoder did not expect: still name the item
-                raise errors.ConfigError(
-                    f"{where}: item {number} ({_describe(obj)}): cannot decode: "
-                    f"{type(exc).__name__}: {exc}") from None
+    nodes = pods = 0
+    for obj in objects:
+        number += 1
+        try:
+            if not isinstance(obj, dict):
+                raise errors.ConfigError(f"a {type(obj).__name__}, not a Kubernetes object")
+            kind = obj.get("kind")
+            if kind not in _KINDS:
+                if not isinstance(kind, str) or not kind:
+                    raise errors.ConfigError(
+                        "no 'kind'; every object needs kind: Node or kind: Pod")
+                continue
+            meta = obj.get("metadata")
+            if not isinstance(meta, dict) or not isinstance(meta.get("name"), str) \
+                    or not meta["name"]:
+                raise errors.ConfigError("no metadata.name")
+            _check_quantities(obj, kind)
+            if kind == "Node":
+                key = ("Node", meta["name"])
+                node_records.append(decoding.node_from_api(obj, catalog))
+                nodes += 1
+            else:
+                ns = meta.get("namespace") or ""
+                key = ("Pod", str(meta.get("uid") or f"{ns}/{meta['name']}"))
+                record = decoding.pod_from_api(obj)
+                if record is not None:
+                    pod_records.append(record)
+                pods += 1
+            if key in seen:
+                raise errors.ConfigError(f"a second copy of item {seen[key]}")
+            seen[key] = number
+        except errors.MigfitError as exc:
+            raise errors.ConfigError(
+                f"{where}: item {number} ({_describe(obj)}): {exc.message}") from None
+        except Exception as exc:  # a shape the decoder did not expect: still name the item
+            raise errors.ConfigError(
+                f"{where}: item {number} ({_describe(obj)}): cannot decode: "
+                f"{type(exc).__name__}: {exc}") from None
     if not nodes:
         # An empty cluster view would make every verb answer "unknown node" and the advisor
         # silent: almost always a `kubectl get pods` export instead of `nodes,pods`.
         raise errors.ConfigError(
-            f"{where}: no Node objects ({len(pods)} pods); migfit needs the nodes: export "
+            f"{where}: no Node objects ({pods} pods); migfit needs the nodes: export "
             f"with `kubectl get nodes,pods -A -o yaml`")
-    return Snapshot(nodes=nodes, pods=pods, node_records=node_records,
-                    pod_records=pod_records, digest=digest)
+    return Snapshot(node_records=node_records, pod_records=pod_records, digest=digest)
 
 
 def read(path: str | os.PathLike[str], *, catalog: profiles.Catalog | None = None) -> Snapshot:
@@ -250,12 +384,8 @@ def read(path: str | os.PathLike[str], *, catalog: profiles.Catalog | None = Non
 
 
 def install(sink: Sink, snapshot: Snapshot) -> None:
-    """Replace the sink's contents with the snapshot (a Cluster takes the decoded records)."""
-    if isinstance(sink, cluster.Cluster):
-        sink.load_records(snapshot.node_records, snapshot.pod_records)
-    else:
-        sink.replace("Node", snapshot.nodes)
-        sink.replace("Pod", snapshot.pods)
+    """Replace the sink's contents with the snapshot's records."""
+    sink.load_records(snapshot.node_records, snapshot.pod_records)
 
 
 def load(path: str | os.PathLike[str], *,
@@ -352,7 +482,8 @@ class FileSource:
         if self.last_error is not None:
             log.info("%s: loaded again after an error", self.path)
         self.last_error = None
-        log.info("%s: %d nodes, %d pods", self.path, len(snapshot.nodes), len(snapshot.pods))
+        log.info("%s: %d nodes, %d pods in the model", self.path, len(snapshot.node_records),
+                 len(snapshot.pod_records))
         if not self.synced.is_set():
             self._sink.mark_synced()
             self.synced.set()

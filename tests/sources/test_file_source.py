@@ -239,3 +239,73 @@ def test_the_bundled_example_names_each_object_once() -> None:
     keys = [(i["kind"], i["metadata"].get("namespace"), i["metadata"]["name"])
             for i in doc["items"]]
     assert len(keys) == len(set(keys)), sorted(k for k in keys if keys.count(k) > 1)
+
+
+# Big files are read item by item (the whole parse tree never exists); every shape gives the
+# same records as a whole parse, and shapes the streaming reader does not know fall back to it.
+
+_NODE_YAML = """- apiVersion: v1
+  kind: Node
+  metadata:
+    name: n{i}
+    labels:
+      nvidia.com/gpu.product: NVIDIA-A100-SXM4-80GB
+      nvidia.com/mig.strategy: mixed
+# a comment at column 0 inside the items
+  status:
+    allocatable:
+      nvidia.com/mig-3g.40gb: "2"
+    capacity: {{nvidia.com/mig-3g.40gb: "2"}}
+"""
+
+
+def _records(snap: snapshots.Snapshot) -> tuple[list[Any], list[Any]]:
+    return list(snap.node_records), list(snap.pod_records)
+
+
+def _whole(text: str) -> snapshots.Snapshot:
+    return snapshots._decode_objects(
+        snapshots._objects(snapshots._documents_whole(text, "w"), "w"), where="w",
+        catalog=cluster.Cluster().catalog, digest="d")
+
+
+@pytest.mark.parametrize("text", [
+    json.dumps(as_list(node("n1"), pod("p1"), node("n2", 1), pod("p2", "n2"))),
+    json.dumps({"kind": "List", "apiVersion": "v1", "metadata": {}, "items": [node("n1")]}),
+    json.dumps([as_list(node("n1")), pod("p1"), {"kind": "NodeList", "items": [node("n2")]}]),
+    json.dumps(node("n1"), indent="\t"),
+    "apiVersion: v1\nitems:\n" + "".join(_NODE_YAML.format(i=i) for i in range(3))
+    + "- apiVersion: v1\n  kind: Pod\n  metadata: {name: p, namespace: g, uid: u}\n"
+    + "  spec:\n    nodeName: n1\n    containers:\n    - name: c\n      resources:\n"
+    + "        limits: {nvidia.com/mig-3g.40gb: '1'}\n  status: {phase: Running}\n"
+    + "kind: List\nmetadata:\n  resourceVersion: ''\n",
+    "items:\n" + _NODE_YAML.format(i=0) + "kind: NodeList\n",
+    yaml.safe_dump(node("n1")) + "---\n" + yaml.safe_dump(as_list(node("n2"))),
+    "{kind: List, items: [" + json.dumps(node("n1")) + "]}",  # YAML flow style
+    "apiVersion: v1\nitems:\n  - " + json.dumps(node("n1")) + "\nkind: List\n",
+])
+def test_streamed_and_whole_reads_agree(text: str) -> None:
+    assert _records(snapshots.decode(text, where="s")) == _records(_whole(text))
+
+
+def test_a_broken_item_is_named_the_same_way_streamed(tmp_path: pathlib.Path) -> None:
+    bad = node("n2")
+    bad["status"]["allocatable"]["nvidia.com/mig-3g.40gb"] = "two"
+    for text in (json.dumps(as_list(node("n1"), bad)),
+                 yaml.safe_dump(as_list(node("n1"), bad), sort_keys=False)):
+        with pytest.raises(errors.ConfigError, match=r"item 2 \(Node n2\)"):
+            snapshots.decode(text, where="c")
+
+
+def test_truncated_json_is_an_error_not_a_partial_model() -> None:
+    text = json.dumps(as_list(node("n1"), node("n2")))
+    with pytest.raises(errors.ConfigError, match="not valid YAML or JSON"):
+        snapshots.decode(text[: len(text) // 2], where="half.json")
+
+
+def test_kubectl_exports_are_read_item_by_item() -> None:
+    listing = as_list(node("n1"), pod("p1"), node("n2"))
+    for text in (json.dumps(listing), json.dumps(listing, indent=4),
+                 yaml.safe_dump(listing, sort_keys=False)):
+        items = list(snapshots._streamed(text))
+        assert [i["__item__"]["metadata"]["name"] for i in items] == ["n1", "p1", "n2"]

@@ -1,8 +1,9 @@
 """JSON on the wire: orjson when it is installed, the standard library otherwise, same results.
 
 ``loads`` accepts exactly what ``json.loads`` accepts (orjson first; a body orjson refuses,
-such as one with a lone surrogate escape, ``NaN`` or an integer beyond 64 bits, is read again
-by the standard library, which has the last word), and ``dumps`` gives compact UTF-8 bytes
+such as one with a lone surrogate escape or ``NaN``, is read again by the standard library,
+which has the last word; one difference remains: orjson reads an integer beyond 64 bits as a
+float, which no Kubernetes object carries), and ``dumps`` gives compact UTF-8 bytes
 (anything orjson cannot encode, such as a lone surrogate, goes through the standard library
 with ASCII escapes). orjson is several times faster on AdmissionReview-sized bodies.
 """

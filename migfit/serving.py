@@ -18,8 +18,10 @@ What it bounds, so that idle or hostile clients cannot take the memory every pod
   then the connection closes within ``LINGER_S``).
 - **TLS handshakes** must finish within ``handshake_timeout``.
 - **Per-connection memory.** asyncio's TLS layer allocates a 256 KiB receive buffer per
-  connection (``asyncio.sslproto.SSLProtocol.max_size``); ``SmallBufferTLS`` uses 32 KiB
-  (two TLS records), enough for the largest record a client sends.
+  connection (``asyncio.sslproto.SSLProtocol.max_size``); ``SmallBufferTLS`` uses 16 KiB
+  (about one TLS record; OpenSSL reassembles records across reads, so any size is correct,
+  a smaller one only reads in more steps). 295 KiB per idle TLS connection became 73 KiB
+  (``bench/bench_connections.py``).
 
 Client misbehaviour (malformed HTTP, a client gone mid-body, a failed handshake) is logged as
 one line at warning (malformed) or debug (disconnects), never an ERROR with a traceback.
@@ -48,7 +50,7 @@ DEFAULT_KEEPALIVE_S = 60.0
 DEFAULT_BODY_TIMEOUT_S = 10.0
 DEFAULT_HANDSHAKE_TIMEOUT_S = 10.0
 DEFAULT_MAX_CONNECTIONS = 1000
-TLS_BUFFER_BYTES = 32 * 1024
+TLS_BUFFER_BYTES = 16 * 1024
 # After an answer sent before the body was read in full (408, 413), the rest of the body is
 # read and dropped this long so that the client can read the answer (aiohttp's default: 10 s).
 LINGER_S = 1.0
@@ -189,7 +191,7 @@ class _Counted(asyncio.Protocol):
 
 
 class SmallBufferTLS(asyncio.sslproto.SSLProtocol):
-    """asyncio's server-side TLS protocol with a 32 KiB receive buffer instead of 256 KiB.
+    """asyncio's server-side TLS protocol with a 16 KiB receive buffer instead of 256 KiB.
 
     It is the raw socket's protocol, so it sees every connection close (a failed handshake
     too) and frees the connection's slot in the gate.

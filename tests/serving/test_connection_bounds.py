@@ -93,6 +93,16 @@ async def test_a_request_is_answered(server: Server) -> None:
     writer.close()
 
 
+async def test_a_large_body_arrives_whole_through_the_small_tls_buffer(server: Server) -> None:
+    body = bytes(range(256)) * 4096  # 1 MiB, many TLS records
+    reader, writer = await server.open()
+    writer.write(_request(body))
+    head = await reader.readuntil(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200")
+    assert await reader.readexactly(len(body)) == body
+    writer.close()
+
+
 async def test_an_idle_connection_is_closed_after_the_keepalive_timeout(server: Server) -> None:
     reader, writer = await server.open()
     start = time.monotonic()

@@ -129,3 +129,46 @@ def test_serve_refuses_a_busy_port(served: Served) -> None:
     assert proc.returncode != 0
     assert "Traceback" not in proc.stderr
     assert "cannot listen" in proc.stderr
+
+
+# The README's walk-through shows real answers of this server (tests/cli/readme.py reads them).
+
+def test_the_readme_filter_example_is_the_real_answer(served: Served) -> None:
+    from readme import block_after
+    shown = json.loads(block_after("**A filter result.**").text)
+    real = served.post(f"{served.ext}/filter", (REQUESTS / "filter-1g10gb.json").read_bytes())
+    assert real == shown, f"README.md's filter example is stale; the answer is:\n" \
+                          f"{json.dumps(real, indent=2, ensure_ascii=False)}"
+
+
+def _next_line_with(proc: subprocess.Popen[str], text: str, timeout_s: float) -> str:
+    """The next line of the server's output containing ``text`` (read on a helper thread:
+    the pipe's text buffer may already hold it, which select() would not see)."""
+    import threading
+    assert proc.stdout is not None
+    stream = proc.stdout
+    found: list[str] = []
+
+    def read() -> None:
+        for line in stream:
+            if text in line:
+                found.append(line.rstrip("\n"))
+                return
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    reader.join(timeout_s)
+    assert found, f"migfit serve printed no line with {text!r}"
+    return found[0]
+
+
+def test_the_readme_scoring_line_is_the_real_one(served: Served) -> None:
+    from readme import block_after
+    shown = block_after("**Scoring log lines.**").text.strip()
+    served.post(f"{served.ext}/prioritize", (REQUESTS / "prioritize-3g40gb.json").read_bytes())
+    real = _next_line_with(served.proc, "prioritize ", timeout_s=10)
+    real = real[real.index("prioritize "):]
+    def durationless(line: str) -> str:
+        return re.sub(r"\d+\.\d+ ms$", "N ms", line)
+    assert durationless(real) == durationless(shown), (
+        f"README.md's scoring line is stale; the server prints:\n{real}")

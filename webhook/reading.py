@@ -17,6 +17,8 @@ from migfit import decoding, errors, keys, requests
 
 #: Deepest affinity structure a memo key is made for (deeper ones are decided afresh).
 _FREEZE_DEPTH: Final = 16
+#: Every GPU resource name starts so (``decoding.is_gpu_resource`` decides the rest).
+_GPU_VENDOR: Final = "nvidia.com/"
 
 
 class Denied(errors.UsageError):
@@ -103,39 +105,60 @@ class _Unkeyable(Exception):
 def _resources_shape(resources: Any) -> Hashable:
     """What ``patching`` reads of a container's resources: whether it and its limits/requests
     are objects, and their GPU entries. CPU, memory and the rest never change the answer."""
-    if not isinstance(resources, Mapping):
-        return None
+    if not isinstance(resources, dict):
+        return None if not isinstance(resources, Mapping) else _unkeyable()
     shape: list[Hashable] = []
     for field in ("limits", "requests"):
         section = resources.get(field)
-        if not isinstance(section, Mapping):
-            shape.append(None)
+        if not isinstance(section, dict):
+            shape.append(None if not isinstance(section, Mapping) else _unkeyable())
             continue
-        gpu = tuple((name, _freeze(v)) for name, v in section.items()
-                    if isinstance(name, str) and decoding.is_gpu_resource(name))
-        shape.append(("{", gpu))
+        shape.append(tuple((name, _freeze(v)) for name, v in section.items()
+                           if name.startswith(_GPU_VENDOR) and decoding.is_gpu_resource(name)))
     return tuple(shape)
 
 
-def memo_key(pod: Mapping[str, Any]) -> Hashable | None:
+def _unkeyable() -> Hashable:
+    raise _Unkeyable
+
+
+def memo_key(pod: Any) -> Hashable | None:
     """Everything of ``pod`` the decision reads, as a hashable key; None when the pod is not
     shaped as the API sends it (such pods are decided afresh and get their error).
 
     That is: migfit's annotations and the default-container one (in their order), each
     container's name and GPU resources (in order), the init containers' names,
     ``spec.affinity`` and ``spec.schedulerName``. Two pods with equal keys get equal
-    verdicts from the same supply and policy.
+    verdicts from the same supply and policy. Written for decoded JSON (dicts and lists, read
+    once each): it runs on every admission, the decision only on a miss.
     """
     try:
-        ours = tuple((k, v) for k, v in annotations_of(pod).items() if _is_ours(k))
-        found, init_names = containers_of(pod)
-        spec = pod["spec"]
-        return (
-            ours,
-            tuple((c.name, _resources_shape(c.resources)) for c in found),
-            tuple(init_names),
-            _freeze(spec.get("affinity")),
-            _freeze(spec.get("schedulerName")),
-        )
-    except (Malformed, _Unkeyable):
+        if not isinstance(pod, dict):
+            return None
+        meta = pod.get("metadata")
+        raw = {} if meta is None else meta.get("annotations") if isinstance(meta, dict) else 0
+        if raw is None:
+            raw = {}
+        if not isinstance(raw, dict) or not all(isinstance(v, str) for v in raw.values()):
+            return None  # Malformed: decided afresh
+        ours = tuple((k, v) for k, v in raw.items()
+                     if k.startswith(keys.ANNOTATION_PREFIX) or k == requests.DEFAULT_CONTAINER)
+        spec = pod.get("spec")
+        if not isinstance(spec, dict):
+            return None
+        found = spec.get("containers")
+        if not isinstance(found, list):
+            return None
+        shapes = []
+        for c in found:
+            name = c.get("name") if isinstance(c, dict) else None
+            if not isinstance(name, str):
+                return None
+            shapes.append((name, _resources_shape(c.get("resources"))))
+        init = spec.get("initContainers")
+        init_names = tuple(c["name"] for c in init if isinstance(c, dict)
+                           and isinstance(c.get("name"), str)) if isinstance(init, list) else ()
+        return (ours, tuple(shapes), init_names, _freeze(spec.get("affinity")),
+                _freeze(spec.get("schedulerName")))
+    except (_Unkeyable, AttributeError, TypeError):
         return None

@@ -9,6 +9,7 @@ returned, and says what to do next. The calls are data (:class:`ReadNode`, :clas
 The node-level protocol (DESIGN.md §6), by phase; the record is ``migfit.io/relayout``
 (``keys.RelayoutRecord``), whose states are exactly the ones below:
 
+- ``ADOPT``: a fresh read of a node found in flight, which says where to resume (below).
 - ``READ``: a fresh read of a recommended node; nothing changed yet.
 - ``CLAIM``: one merge patch, with the resourceVersion read as precondition, that adds the
   taint *and* writes the record (``tainted``). The taint never exists without its record, so
@@ -78,6 +79,7 @@ class Outcome:
 
 
 class Phase(enum.StrEnum):
+    ADOPT = "adopt"
     READ = "read"
     CLAIM = "claim"
     CONFIRM = "confirm"
@@ -196,6 +198,7 @@ class Run:
     failing: int = 0  # API errors in a row
     settled: bool = False  # WAIT: success with the expected allocatable seen; pods next
     note: str = ""  # CONFIRM: the error the claim got
+    resume: Phase | None = None  # ADOPT: where the view says the re-layout stands
     ending: Outcome | None = None  # RELEASE/FAIL: what is reported once written
 
 
@@ -298,7 +301,10 @@ def plan(
     listed = {n.name: n for n in nodes}
     mine = set(running)
     flight = {name for name, n in listed.items() if in_flight(n)} | mine
-    adopted = tuple(run for name, n in sorted(listed.items())
+    # Confirmed by a fresh read of the node before anything is written (the nodes may be a
+    # cache that has not seen this replica's own last writes yet).
+    adopted = tuple(Run(node=name, phase=Phase.ADOPT, record=run.record, resume=run.phase)
+                    for name, n in sorted(listed.items())
                     if name not in mine and (run := adopt(n)) is not None)
     room = settings.max_concurrent - len(flight)
     started: list[Run] = []
@@ -369,6 +375,25 @@ def _retry(run: Run, brief: str, clock: Context, *, then: Phase, gave_up: str) -
     failing = run.failing + 1
     return Step(dataclasses.replace(run, phase=then, since=since, failing=failing),
                 Sleep(settings.backoff(failing)))
+
+
+def _adopt(run: Run, seen: Seen, clock: Context) -> Step:
+    if seen is None:
+        return Step(run, ReadNode())
+    if isinstance(seen, CallFailed):
+        if run.resume is Phase.WAIT and seen.retryable:
+            # Waiting is what the view says: its timers and backoff apply while the API fails.
+            return _wait(dataclasses.replace(run, phase=Phase.WAIT), seen, clock)
+        return _done(run, "skipped", f"cannot read the node to adopt it ({seen.brief}); a "
+                     "later pass tries again")
+    if not isinstance(seen, NodeSeen):
+        return _unexpected(run, seen)
+    resumed = adopt(seen.node)
+    if resumed is None:
+        return _done(run, "skipped", "no longer under re-layout")
+    # WAIT and RELEASE go on from the node just read; CHECK and FAIL begin with their call.
+    first = seen if resumed.phase in (Phase.WAIT, Phase.RELEASE) else None
+    return _PHASES[resumed.phase](resumed, first, clock)
 
 
 def _read(run: Run, seen: Seen, clock: Context) -> Step:
@@ -516,6 +541,11 @@ def _wait(run: Run, seen: Seen, clock: Context) -> Step:
     node = seen.node
     run = dataclasses.replace(run, failing=0)
     state = node.config_state
+    mark = keys.relayout_of(node.annotations)
+    if mark is None or mark.state is not _STATES.APPLYING:
+        # An operator cleared it, or a view this run was adopted from was stale.
+        return _done(run, "skipped", f"no longer under re-layout ({keys.ANNOTATION_RELAYOUT} "
+                     f"is {'gone' if mark is None else mark.state.value})")
     if node.config != target:
         return _fail(run, clock, "failed", f"{keys.LABEL_CONFIG} was changed to "
                      f"{node.config!r} by someone else")
@@ -615,6 +645,7 @@ def _failing(run: Run, seen: Seen, clock: Context) -> Step:
 
 
 _PHASES = {
+    Phase.ADOPT: _adopt,
     Phase.READ: _read,
     Phase.CLAIM: _claim,
     Phase.CONFIRM: _confirm,

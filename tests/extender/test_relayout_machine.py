@@ -153,7 +153,8 @@ def test_the_record_states_written_are_exactly_the_states_the_record_has() -> No
     step = m.advance(run, m.PodsSeen(()), at())
     states.add(written_record(step).state)  # type: ignore[union-attr]
     step = m.advance(step.run, m.Written(), at())
-    step = m.advance(step.run, seen(node(config="all-1g.10gb", state="failed")), at(1))
+    step = m.advance(step.run, seen(node(config="all-1g.10gb", state="failed",
+                                         record=step.run.record)), at(1))
     states.add(written_record(step).state)  # type: ignore[union-attr]
     assert states == set(keys.RelayoutState)
     assert {keys.RelayoutState.TAINTED, keys.RelayoutState.APPLYING} == keys.ACTIVE_STATES
@@ -422,3 +423,30 @@ def test_only_safe_recommendations_to_named_configs_start() -> None:
     recs = [recommendation("b", disrupts=("t/p",)), recommendation("c", config=None)]
     many = dataclasses.replace(SETTINGS, max_concurrent=5)
     assert m.plan(nodes, running=(), recommendations=recs, settings=many).start == ()
+
+
+def test_adoption_is_confirmed_by_a_fresh_read() -> None:
+    # The view (a cache) still shows a re-layout this replica has just finished or failed.
+    applying = keys.RelayoutRecord(state=keys.RelayoutState.APPLYING, target="all-1g.10gb",
+                                   started=keys.rfc3339(WALL), expected={"1g.10gb": 7})
+    stale = record_of(node(taints=[TAINT], record=applying))
+    plan = m.plan([stale], running=(), recommendations=(), settings=SETTINGS)
+    (run,) = plan.adopt
+    step = m.advance(run, None, at())
+    assert isinstance(step.action, m.ReadNode) and step.run.phase is m.Phase.ADOPT
+    for fresh in (node(config="all-1g.10gb", alloc={"1g.10gb": 7}),
+                  node(taints=[TAINT], record=applying.but(state=keys.RelayoutState.FAILED),
+                       annotations={keys.ANNOTATION_RELAYOUT_FAILED: "{}"})):
+        done = m.advance(step.run, seen(fresh), at())
+        assert isinstance(done.action, m.Done) and done.action.outcome.result == "skipped"
+    # Still in flight: it resumes where the fresh read says, from that read.
+    going = m.advance(step.run, seen(node(config="all-1g.10gb", state="pending",
+                                          taints=[TAINT], record=applying)), at(1))
+    assert going.run.phase is m.Phase.WAIT and isinstance(going.action, m.ListPods)
+
+
+def test_waiting_stops_when_the_record_is_cleared() -> None:
+    run = labelled()
+    step = m.advance(run, seen(node(config="all-1g.10gb", taints=[TAINT])), at(1))
+    assert isinstance(step.action, m.Done) and step.action.outcome.result == "skipped"
+    assert "is gone" in step.action.outcome.reason

@@ -20,8 +20,6 @@ import yaml
 from migfit import advisor, cluster, errors, migparted, sources
 from migfit.commands import workstation
 
-HELP = "re-layout advice: which idle GPUs to re-partition so that waiting MIG pods can run"
-
 
 def add_common_arguments(parser: argparse.ArgumentParser) -> None:
     """Source, ConfigMap and grace flags shared by ``advise`` and ``explain``."""

@@ -12,8 +12,6 @@ import yaml
 from migfit import errors
 from migfit.certs import certificates, manifests, store
 
-HELP = "CA and serving certificates: init, rotate (and roll the CA), print the Secret and caBundle"
-
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="certs_command", metavar="ACTION", required=True)

@@ -19,8 +19,6 @@ import yaml
 
 from migfit import errors, profiles, schedulerconfig
 
-HELP = "generate the catalog-derived manifests under deploy/ (scheduler configuration)"
-
 SCHEDULER_NAME = "migfit-scheduler"
 EXTENDER_SERVICE = "migfit-extender.migfit-system.svc"
 EXTENDER_CA_FILE = "/etc/migfit/extender-ca/ca.crt"

@@ -19,8 +19,6 @@ from migfit import advisor, cluster, errors
 from migfit.commands import advise as advice_cli
 from migfit.commands import workstation
 
-HELP = "why a pod is pending, in plain words, and what would fix it"
-
 PARALLEL_NODE_LISTS = 8
 """Field-selected pod lists in flight at once (one per candidate node)."""
 

@@ -14,8 +14,6 @@ from migfit import metrics as common_metrics
 from migfit.commands import options
 from migfit.extender import figures, scoring_log, server
 
-HELP = "run the scheduler extender: filter and score nodes by free MIG instances"
-
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--host", default="0.0.0.0", help="address to listen on (default: all)")

@@ -17,7 +17,6 @@ from migfit import layouts, placements, profiles
 from migfit.commands import layout_plan
 from migfit.commands.gpu_args import InstanceJson, add_model_arguments, model_from_args
 
-HELP = "check whether MIG profiles fit one GPU, list a model's valid layouts, or plan one"
 
 class CheckJson(TypedDict):
     valid: bool

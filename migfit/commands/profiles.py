@@ -9,8 +9,6 @@ from typing import TypedDict
 
 from migfit import profiles
 
-HELP = "show the MIG catalog: every GPU model's profiles, sizes and allowed starts"
-
 
 class ProfileJson(TypedDict):
     name: str

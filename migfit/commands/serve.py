@@ -28,9 +28,6 @@ from migfit.extender import server as extender_server
 from migfit.webhook import decision, memo, view
 from migfit.webhook import server as webhook_server
 
-HELP = ("run the webhook, the extender and the advisor on localhost (the bundled example "
-        "cluster and a throwaway certificate by default)")
-
 log = logging.getLogger("migfit.serve")
 _REQUESTS = Path("examples/requests")
 

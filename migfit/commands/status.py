@@ -14,8 +14,6 @@ from typing import TypedDict
 from migfit import cluster, keys, migparted, profiles, records, sources
 from migfit.commands import workstation
 
-HELP = "show MIG instances per node and profile: allocatable, used, free, config state"
-
 
 class ProfileJson(TypedDict):
     allocatable: int

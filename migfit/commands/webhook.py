@@ -9,8 +9,6 @@ from pathlib import Path
 from migfit import cluster, errors, logs, profiles, serving, sources
 from migfit.webhook import decision, memo, server, view
 
-HELP = "run the mutating admission webhook: gpu-memory annotations in, MIG resources out"
-
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tls-cert", type=Path, required=True, metavar="FILE",

@@ -25,9 +25,6 @@ from typing import Any
 from migfit import errors, profiles
 from migfit.simulate import adapters, engine, initial, metrics, policies, report, spec, workload
 
-HELP = ("replay a workload through the webhook's decision, the extender's filter and score "
-        "and the advisor's planner, against kube-scheduler baselines; compare policies")
-
 TRACE_ENV = "MIGFIT_TRACE_DIR"
 NODE_CSV = "openb_node_list_gpu_node.csv"
 POD_CSV = "openb_pod_list_default.csv"

@@ -28,7 +28,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from migfit import cluster, decoding, keys, kube
+from migfit import cluster, decoding, keys, kube, records
 from migfit.extender import advice as surfaces
 from migfit.extender import leader as leadership
 from migfit.extender import relayout_machine as machine
@@ -87,7 +87,10 @@ class Relayouter:
         try:
             while True:
                 if self.leading:
-                    await self.step()
+                    try:
+                        await self.step()
+                    except kube.ApiError as exc:  # the next pass tries again
+                        log.warning("relayout: %s", exc)
                 await asyncio.sleep(self.settings.interval_s)
         finally:
             for t in self._tasks.values():
@@ -130,7 +133,7 @@ class Relayouter:
         done = await asyncio.gather(*self._tasks.values())
         return list(done)
 
-    async def _list_nodes(self) -> list[Any] | None:
+    async def _list_nodes(self) -> list[records.NodeRecord] | None:
         try:
             items, _ = await self.api.list_nodes()
         except kube.ApiError as exc:

@@ -1,4 +1,5 @@
-"""Builders for the extender tests: Node and Pod objects as the API server returns them."""
+"""Builders for the extender tests: Node and Pod objects as the API server returns them
+(through ``migfit.builders``, the one home of Node and Pod builders)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from migfit import cluster
+from migfit import builders, cluster, profiles
 
 PRODUCTS = {
     "A100-80GB": "NVIDIA-A100-SXM4-80GB",
@@ -30,40 +31,12 @@ def node(
     annotations: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """A GPU node advertising ``alloc`` (profile -> instances) under ``strategy``."""
-    product = PRODUCTS[model]
-    labels = {
-        "kubernetes.io/hostname": name,
-        "nvidia.com/gpu.product": product,
-        "nvidia.com/gpu.count": str(gpus),
-        "nvidia.com/gpu.memory": str(GPU_MEMORY[model]),
-        "nvidia.com/mig.strategy": strategy,
-        "nvidia.com/mig.config": "custom",
-        "nvidia.com/mig.config.state": state,
-    }
-    resources: dict[str, str] = {"cpu": "64", "memory": "512Gi", "pods": "110"}
-    if strategy == "single":
-        ((profile, count),) = alloc.items()
-        labels["nvidia.com/gpu.product"] = f"{product}-MIG-{profile}"
-        resources["nvidia.com/gpu"] = str(count)
-    else:
-        resources["nvidia.com/gpu"] = "0"
-        for p, n in alloc.items():
-            resources["nvidia.com/mig-" + p.replace("+", ".")] = str(n)
-            labels[f"nvidia.com/mig-{p}.count"] = str(n)
-    for p, mib in (memory or {}).items():
-        labels[f"nvidia.com/mig-{p}.memory"] = str(mib)
-    return {
-        "apiVersion": "v1",
-        "kind": "Node",
-        "metadata": {"name": name, "uid": f"uid-{name}", "resourceVersion": "1",
-                     "labels": labels, "annotations": dict(annotations or {})},
-        "spec": {"taints": [dict(t) for t in taints]},
-        "status": {
-            "capacity": dict(resources),
-            "allocatable": dict(resources),
-            "conditions": [{"type": "Ready", "status": "True"}],
-        },
-    }
+    labels = builders.mig_labels(product=PRODUCTS[model], instances=alloc, strategy=strategy,
+                                 gpus=gpus, gpu_memory_mib=GPU_MEMORY[model],
+                                 memory_mib=memory, config="custom", config_state=state)
+    return builders.node(name, labels=labels,
+                         resources=builders.mig_resources(alloc, strategy=strategy),
+                         taints=taints, annotations=annotations)
 
 
 def decision(
@@ -88,24 +61,14 @@ def pod(
     gpu: int = 0,
 ) -> dict[str, Any]:
     """A pod whose containers each request the given MIG profiles (or ``gpu`` nvidia.com/gpu)."""
-    specs = []
+    limits = []
     for i, wants in enumerate(containers):
-        limits = {"nvidia.com/mig-" + p.replace("+", "."): str(n) for p, n in wants.items()}
+        one = {profiles.resource_name(p): str(n) for p, n in wants.items()}
         if gpu and i == 0:
-            limits["nvidia.com/gpu"] = str(gpu)
-        specs.append({"name": f"c{i}", "image": "nvcr.io/nvidia/pytorch:24.05-py3",
-                      "resources": {"limits": limits}})
-    spec: dict[str, Any] = {"containers": specs, "schedulerName": "default-scheduler"}
-    if node_name is not None:
-        spec["nodeName"] = node_name
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "namespace": namespace, "uid": f"uid-{namespace}-{name}",
-                     "resourceVersion": "1", "annotations": dict(annotations or {})},
-        "spec": spec,
-        "status": {"phase": phase or ("Running" if node_name else "Pending")},
-    }
+            one[profiles.GPU_RESOURCE] = str(gpu)
+        limits.append(one)
+    return builders.pod(name, limits, namespace=namespace, node_name=node_name, phase=phase,
+                        annotations=annotations)
 
 
 def build(objects: Sequence[Mapping[str, Any]]) -> cluster.Cluster:

@@ -6,8 +6,9 @@ returned, and says what to do next. The calls are data (:class:`ReadNode`, :clas
 ``migfit.extender.relayout`` performs them against the API and feeds the answers back.
 :func:`plan` chooses, from the nodes as listed, which re-layouts to adopt and which to start.
 
-The node-level protocol (DESIGN.md §6), by phase; the record is ``migfit.io/relayout``
-(``keys.RelayoutRecord``), whose states are exactly the ones below:
+The node-level protocol (DESIGN.md §6), by phase. The record is ``migfit.io/relayout``
+(``keys.RelayoutRecord``); its states are exactly what this machine writes (``tainted``,
+``applying``, ``failed``) and the advice publisher's ``recommended``:
 
 - ``ADOPT``: a fresh read of a node found in flight, which says where to resume (below).
 - ``READ``: a fresh read of a recommended node; nothing changed yet.

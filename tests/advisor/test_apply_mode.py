@@ -24,7 +24,7 @@ from migmanager_sim import (
     store,
 )
 
-from migfit import advisor, migparted
+from migfit import advisor, keys, migparted
 from migfit.extender import advice, leader, relayout
 
 CONFIG = migparted.parse("""
@@ -439,3 +439,16 @@ async def test_a_publisher_with_a_stale_view_never_overwrites_the_apply_modes_re
     await stale.publish_once()
     obj = await read_node(api, "idle")
     assert json.loads(obj["metadata"]["annotations"][relayout.ANNOTATION])["state"] == "failed"
+
+
+async def test_the_publisher_writes_the_one_relayout_record(
+    server: kmock.KubernetesEmulator, api: k8s.ApiClient,
+) -> None:
+    # One schema for both writers: the advice's record is the apply mode's first state.
+    _seed(server)
+    await advice.Publisher(await snapshot(api), api, cache=_cache()).publish_once()
+    text = (await read_node(api, "idle"))["metadata"]["annotations"][advice.ANNOTATION]
+    record = keys.decode_relayout(text)
+    assert record.v == 1 and record.state is keys.RelayoutState.RECOMMENDED
+    assert record.target == "all-1g.10gb" and record.expected == {"1g.10gb": 7}
+    assert record.unblocks == ("ml/small",) and not record.active

@@ -1,0 +1,84 @@
+"""The extender served as ``migfit extender`` serves it: a client's mistakes are not ERRORs.
+
+Before: a malformed request logged "Error handling request" at ERROR with a traceback, and a
+client gone mid-body an ERROR traceback from the error middleware.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import AsyncIterator
+
+import pytest
+from extender_builders import args, build, node, pod
+
+from migfit import serving
+from migfit.extender import server
+
+LIMITS = serving.Limits(keepalive_timeout=2.0, body_timeout=0.5, max_connections=16)
+
+
+@pytest.fixture
+async def port() -> AsyncIterator[int]:
+    settings = server.ExtenderSettings(host="127.0.0.1", port=0, limits=LIMITS)
+    app = server.make_app(settings=settings, cluster=build([node("n", {"1g.10gb": 7})]))
+    runner, started = await serving.start(app, server.listen_of(settings, None))
+    yield started.port
+    await runner.cleanup()
+
+
+def _errors(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
+    return [r for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info]
+
+
+async def _exchange(port: int, data: bytes, *, abort: bool = False) -> bytes:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(data)
+    await writer.drain()
+    if abort:
+        await asyncio.sleep(0.2)
+        writer.transport.abort()
+        await asyncio.sleep(0.3)
+        return b""
+    answer = await asyncio.wait_for(reader.read(), 5)
+    writer.close()
+    return answer
+
+
+def _post(body: bytes, length: int | None = None) -> bytes:
+    return (b"POST /filter HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
+            b"Content-Length: " + str(len(body) if length is None else length).encode()
+            + b"\r\n\r\n" + body)
+
+
+async def test_a_filter_call_is_answered(port: int) -> None:
+    body = json.dumps(args(pod("x"), ["n"])).encode()
+    answer = await _exchange(port, _post(body).replace(b"HTTP/1.1\r\n",
+                                                      b"HTTP/1.1\r\nConnection: close\r\n"))
+    assert answer.startswith(b"HTTP/1.1 200") and b'"NodeNames":["n"]' in answer
+
+
+async def test_malformed_http_is_one_warning(port: int,
+                                             caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG)
+    answer = await _exchange(port, b"POST /filter HTTP/1.1\r\nHost: x\r\nContent-Length: -5"
+                                   b"\r\n\r\n")
+    assert answer.split(b" ")[1] == b"400"
+    assert not _errors(caplog)
+    assert len([r for r in caplog.records if r.levelno == logging.WARNING]) == 1
+
+
+async def test_a_client_gone_mid_body_is_no_error(port: int,
+                                                  caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG)
+    await _exchange(port, _post(b'{"Pod": {', length=5000), abort=True)
+    assert not _errors(caplog)
+
+
+async def test_a_slow_body_gets_408(port: int, caplog: pytest.LogCaptureFixture) -> None:
+    answer = await _exchange(port, _post(b'{"Pod": {', length=5000))
+    assert answer.startswith(b"HTTP/1.1 408")
+    assert not _errors(caplog)
+

@@ -454,3 +454,15 @@ def test_an_in_place_cpu_resize_renews_the_node_state() -> None:
     after = model.node("n1")
     assert after is not before
     assert [p.cpu_milli for p in model.pods_on("n1")] == [8000]
+
+
+def test_equal_request_maps_are_shared_within_a_cluster_not_between_clusters() -> None:
+    # The sharing table belonged to the module: every Cluster in the process (simulator runs,
+    # tests, two servers) filled one table, bounded for all of them together.
+    one = loaded(node("n1"), pod("a"), pod("b"))
+    other = loaded(node("n1"), pod("a"))
+    a, b = one.find_pod("ml", "a"), one.find_pod("ml", "b")
+    elsewhere = other.find_pod("ml", "a")
+    assert a is not None and b is not None and elsewhere is not None
+    assert a.requests is b.requests
+    assert elsewhere.requests == a.requests and elsewhere.requests is not a.requests

@@ -10,10 +10,28 @@ advice from the cluster model:
 - supply: schedulable, ready MIG nodes of a known model that are not being re-partitioned,
   with their layout per GPU (from the mig-parted config when the ConfigMap is readable and
   agrees with the allocatable, else inferred from the allocatable, and said so);
-- a node is safe when no bound, non-terminated pod uses a MIG instance on it; otherwise a
-  change lists every such pod as disrupted (the API does not say which GPU a pod uses, and
-  the MIG Manager pauses the node's GPU operands) and is marked disruptive. Instances in use
-  are kept in every proposed layout. Safe nodes are always used first.
+- a node is safe when no bound, non-terminated pod uses a MIG instance on it. On a busy node
+  (``Settings.busy_nodes``) only the GPUs that cannot hold an instance in use may change:
+  the API does not say which GPU the device plugin gave a pod, so a GPU is taken as busy
+  when any profile of its layout has an instance in use (the counts prove a GPU free only
+  when none of its profiles is in use), and a busy GPU keeps its exact layout (mig-parted
+  re-creates every instance of a GPU whose config changes). That needs the per-GPU layout
+  known exactly: from the node's mig-parted config, or inferred when the allocatable admits
+  one arrangement only and it is the same on every GPU; and no GPU with MIG disabled. Such a
+  recommendation disrupts no pod and lists the node's pods as ``running``
+  (docs/relayout.md says what the MIG Manager does on such a node);
+- otherwise, with ``allow_disruptive``, a change lists every MIG pod of the node as
+  disrupted and is marked disruptive; instances in use keep their profile. Safe nodes come
+  first, then busy nodes' idle GPUs, then disruptive changes;
+- a waiting pod counts toward a node only when the node can take it: its nodeSelector and
+  required node affinity (the webhook's model affinity included) match the node's labels,
+  it tolerates the node's NoSchedule and NoExecute taints, and its cpu and memory requests
+  fit in the node's allocatable less what the GPU pods bound there (and those the plan
+  sends there) request. Pods without GPU requests are not in migfit's view, so that room is
+  an upper bound;
+- hysteresis: a node re-laid out less than ``cooldown_s`` ago (``recent``) is planned last,
+  only for pods that became unschedulable after that re-layout, and only when the change
+  serves at least ``cooldown_min`` of their instances.
 
 The planner (``migfit.planner``) picks the layouts; a named config from the ConfigMap is
 preferred when one serves at least as much and keeps what is in use, else a custom config in
@@ -55,6 +73,20 @@ class Settings:
     weight_per_hour: float = 1.0  # weight of a waiting instance: 1 + hours waited × this
     allow_disruptive: bool = True  # also recommend changes that disrupt running pods
     max_recommendations: int | None = None
+    # Re-lay out the idle GPUs of nodes where pods run (their GPUs kept exactly; see the
+    # module docstring). Off by default here; the server and ``migfit advise`` turn it on.
+    busy_nodes: bool = False
+    cooldown_s: float = 900.0  # a node re-laid out this recently is planned last ...
+    cooldown_min: int = 2  # ... for at least this many instances of demand newer than that
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Choice:
+    """A node change from one planning pass, and whether it is a busy node's."""
+
+    change: planner.NodeChange
+    units: tuple[planner.Unit, ...]
+    disruptive: bool
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -65,6 +97,7 @@ class Waiting:
     requests: Mapping[ProfileName, int]
     waited_s: float
     weight: float
+    pod: records.PodRecord | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -93,10 +126,19 @@ class Recommendation:
     before_source: migparted.Source
     note: str
     served: Mapping[ProfileName, int]
+    # Pods running on the node's GPUs that the change leaves exactly as they are (a busy-node
+    # re-layout; the apply mode performs one only with --apply-busy-nodes).
+    running: tuple[str, ...] = ()
 
     @property
     def disruptive(self) -> bool:
         return bool(self.disrupts)
+
+    @property
+    def busy_node(self) -> bool:
+        """Pods run on the node: the change keeps their GPUs but the MIG Manager still pauses
+        the node's GPU operands while it applies it (docs/relayout.md)."""
+        return bool(self.running) or bool(self.disrupts)
 
     @property
     def target(self) -> str:
@@ -131,6 +173,8 @@ class Recommendation:
             before_config=self.before_config,
             before_source=self.before_source,
             note=self.note,
+            running=list(self.running),
+            busy_node=self.busy_node,
         )
 
 
@@ -154,6 +198,8 @@ class RecommendationJson(TypedDict):
     before_config: str | None
     before_source: str
     note: str
+    running: list[str]
+    busy_node: bool
 
 
 class AdviceJson(TypedDict):
@@ -223,7 +269,8 @@ def demand(state: cluster.Cluster, *, now: float, settings: Settings) -> list[Wa
         if waited < settings.free_grace_s and any(state.free_nodes(p) for p in reqs):
             continue
         weight = 1.0 + max(waited, 0.0) / 3600.0 * settings.weight_per_hour
-        out.append(Waiting(key=pod.key, requests=reqs, waited_s=waited, weight=weight))
+        out.append(Waiting(key=pod.key, requests=reqs, waited_s=waited, weight=weight,
+                           pod=pod))
     out.sort(key=lambda w: (-w.weight, w.key))
     return out
 
@@ -242,10 +289,19 @@ class NodeView:
     pods: tuple[str, ...]  # bound pods holding MIG instances here
     gpus: tuple[planner.GpuState, ...]
     label: str | None = None  # nvidia.com/mig.config now
+    busy: tuple[bool, ...] = ()  # per GPU: may hold an instance in use (see busy_gpus)
+    unknown: str | None = None  # why the per-GPU layout is not known exactly, or None
 
     @property
     def safe(self) -> bool:
         return not self.pods
+
+    def frozen(self) -> tuple[planner.GpuState, ...]:
+        """The GPUs for a busy-node re-layout: every busy GPU, and every GPU without
+        instances (its MIG mode is not known; enabling MIG resets all GPUs), frozen."""
+        return tuple(planner.GpuState(index=i, current=names,
+                                      frozen=self.busy[i] or not names)
+                     for i, names in enumerate(self.layout.gpus))
 
 
 def excluded(state: records.NodeState) -> str | None:
@@ -312,6 +368,77 @@ def current_layout(
     return layout
 
 
+def busy_gpus(gpus: Sequence[Sequence[str]], used: Mapping[ProfileName, int]
+              ) -> tuple[bool, ...]:
+    """Per GPU, whether it may hold an instance in use.
+
+    The scheduler counts instances per node; the device plugin picks which one a pod gets,
+    and the API does not say which. Any GPU with an instance of profile ``p`` may hold the
+    one in use, so a GPU counts as free only when no profile of its layout is in use.
+    """
+    return tuple(any(used.get(ProfileName(p), 0) > 0 for p in set(g)) for g in gpus)
+
+
+class _TooMany(Exception):
+    pass
+
+
+@functools.lru_cache(maxsize=4096)
+def _only_arrangement(model: profiles.GpuModel, alloc: tuple[tuple[ProfileName, int], ...],
+                      gpu_count: int, budget: int = 20_000) -> bool:
+    """Whether the allocatable admits exactly one arrangement over ``gpu_count`` GPUs, the
+    same layout on every GPU (then the inferred layout is each GPU's real one)."""
+    inferred = _inferred(model, alloc, gpu_count)
+    if gpu_count <= 0 or len(inferred.gpus) != gpu_count or len(set(inferred.gpus)) != 1:
+        return False
+    need: Counter[ProfileName] = Counter(dict(alloc))
+    keys_ = [k for k in layouts.of(model).by_key if all(need[p] >= n for p, n in k)]
+    keys_.append(())
+    found = 0
+    steps = 0
+
+    def walk(start: int, gpus_left: int) -> None:
+        nonlocal found, steps
+        steps += 1
+        if steps > budget:
+            raise _TooMany
+        if gpus_left == 0:
+            found += not any(v for v in need.values())
+            return
+        for i in range(start, len(keys_)):
+            k = keys_[i]
+            if all(need[p] >= n for p, n in k):
+                need.subtract(dict(k))
+                walk(i, gpus_left - 1)
+                need.update(dict(k))
+                if found > 1:
+                    return
+
+    try:
+        walk(0, gpu_count)
+    except _TooMany:
+        return False
+    return found == 1
+
+
+def unknown_layout(node: records.NodeState, model: profiles.GpuModel,
+                   layout: migparted.NodeLayout) -> str | None:
+    """Why a busy node's per-GPU layout is not known exactly enough to change some GPUs and
+    keep the others, or None when it is (see the module docstring)."""
+    rec = node.node
+    if rec.whole_gpus > 0:
+        return ("some of its GPUs run with MIG disabled (nvidia.com/gpu): enabling MIG makes "
+                "mig-parted reset every GPU of the node")
+    if layout.source == "config":
+        return None
+    alloc = tuple(sorted((p, n) for p, n in rec.allocatable.items() if n > 0))
+    if _only_arrangement(model, alloc, rec.gpu_count):
+        return None
+    return ("its per-GPU layout is inferred from the allocatable, which other arrangements "
+            "fit too: which GPU holds what is not known (make its mig-parted ConfigMap "
+            "readable)")
+
+
 def _pin_used(model: profiles.GpuModel, gpus: Sequence[tuple[ProfileName, ...]],
               used: Mapping[ProfileName, int]) -> tuple[planner.GpuState, ...]:
     """Assign the instances in use to GPUs holding their profile (packed onto few GPUs)."""
@@ -347,8 +474,11 @@ def view(
     pods = tuple(sorted(p.key for p in state.pods_on(rec.name)
                         if p.holds_instances and p.mig_requests))
     used = {p: n for p, n in node.used.items() if n > 0}
+    busy = busy_gpus(layout.gpus, used)
+    unknown = unknown_layout(node, model, layout) if any(busy) else None
     return NodeView(name=rec.name, model=model, layout=layout, used=used, pods=pods,
-                    gpus=_pin_used(model, layout.gpus, used), label=rec.config)
+                    gpus=_pin_used(model, layout.gpus, used), label=rec.config, busy=busy,
+                    unknown=unknown)
 
 
 # ---------------------------------------------------------------- named configs
@@ -396,22 +526,109 @@ def _prefer_named(
 # ---------------------------------------------------------------- advice
 
 
+# ---------------------------------------------------------------- can the node take the pod
+
+
+def _requirement_holds(req: records.Requirement, value: str | None) -> bool:
+    op = req.operator
+    if op == "In":
+        return value is not None and value in req.values
+    if op == "NotIn":
+        return value is None or value not in req.values
+    if op == "Exists":
+        return value is not None
+    if op == "DoesNotExist":
+        return value is None
+    if op in ("Gt", "Lt") and value is not None and len(req.values) == 1:
+        try:
+            have, bound = int(value), int(req.values[0])
+        except ValueError:
+            return False
+        return have > bound if op == "Gt" else have < bound
+    return False  # an unknown operator: kube-scheduler rejects the pod, so does this
+
+
+def _term_holds(term: records.SelectorTerm, name: str, labels: Mapping[str, str]) -> bool:
+    if not term.expressions and not term.fields:
+        return False  # an empty term matches no node
+    return (all(_requirement_holds(r, labels.get(r.key)) for r in term.expressions)
+            and all(_requirement_holds(r, name if r.key == "metadata.name" else None)
+                    for r in term.fields))
+
+
+def _tolerated(taint: records.Taint, tolerations: Sequence[records.Toleration]) -> bool:
+    for t in tolerations:
+        if t.effect and t.effect != taint.effect:
+            continue
+        if t.operator == "Exists":
+            if not t.key or t.key == taint.key:
+                return True
+        elif t.key == taint.key and t.value == taint.value:
+            return True
+    return False
+
+
+def excludes(node: records.NodeRecord, constraints: records.PodConstraints) -> str | None:
+    """Why a pod with ``constraints`` cannot run on ``node`` (selectors, affinity, taints),
+    or None. Host room is checked apart (it changes as pods are planned there)."""
+    labels = node.all_labels or node.labels
+    for key, value in constraints.node_selector:
+        if labels.get(key) != value:
+            return f"nodeSelector {key}={value}"
+    if constraints.affinity is not None and not any(
+            _term_holds(t, node.name, labels) for t in constraints.affinity):
+        return "required node affinity"
+    for taint in node.taints:
+        if taint.effect in ("NoSchedule", "NoExecute") and \
+                not _tolerated(taint, constraints.tolerations):
+            return f"taint {taint.key}={taint.value}:{taint.effect}"
+    return None
+
+
+def host_room(state: cluster.Cluster, node: records.NodeRecord) -> tuple[int, int] | None:
+    """cpu (milli) and memory (bytes) allocatable less what the bound pods migfit sees
+    request; None when the node reports neither."""
+    if node.cpu_milli <= 0 and node.memory_bytes <= 0:
+        return None
+    cpu = node.cpu_milli if node.cpu_milli > 0 else 1 << 62
+    mem = node.memory_bytes if node.memory_bytes > 0 else 1 << 62
+    for pod in state.pods_on(node.name):
+        if pod.holds_instances:
+            cpu -= pod.cpu_milli
+            mem -= pod.memory_bytes
+    return max(cpu, 0), max(mem, 0)
+
+
+# ---------------------------------------------------------------- advice
+
+
 def advise(
     state: cluster.Cluster,
     *,
     now: float,
     settings: Settings | None = None,
     config: migparted.Config | None = None,
+    recent: Mapping[str, float] | None = None,
 ) -> Advice:
-    """Recommendations for the cluster as it is at ``now`` (seconds since the epoch)."""
+    """Recommendations for the cluster as it is at ``now`` (seconds since the epoch).
+
+    ``recent``: node -> when (seconds since the epoch) it was last re-laid out, for the
+    cool-down (see the module docstring); nodes not in it are not cooling down.
+    """
     settings = settings or Settings()
     waiting = demand(state, now=now, settings=settings)
     if not waiting:
         return Advice(recommendations=(), waiting=(), unserved=(),
                       generation=state.generation)
+    recent = recent or {}
     wanted = {p for w in waiting for p in w.requests}
+    by_key = {w.key: w for w in waiting}
     views: dict[str, NodeView] = {}
-    supply: list[planner.NodeSupply] = []
+    records_: dict[str, records.NodeRecord] = {}
+    fresh: list[planner.NodeSupply] = []  # idle nodes and busy nodes' idle GPUs
+    cooling: list[planner.NodeSupply] = []
+    disruptive: list[planner.NodeSupply] = []
+    room: dict[str, tuple[int, ...]] = {}
     for node in state.nodes():
         rec = node.node
         if rec.model is None:
@@ -420,40 +637,76 @@ def advise(
         if not any(model.has_profile(p) for p in wanted):
             continue
         v = view(state, node, config)
-        if v is None or (not v.safe and not settings.allow_disruptive):
+        if v is None:
             continue
         views[v.name] = v
-        supply.append(planner.NodeSupply(name=v.name, model=v.model, gpus=v.gpus,
-                                         disruption=len(v.pods)))
-    units = planner.Demand.of_items(
-        (p, w.weight) for w in waiting for p, n in w.requests.items() for _ in range(n))
-    plan = planner.plan_cluster(supply, demand=units, max_nodes=settings.max_recommendations,
-                                prefer=_prefer_named(config))
+        records_[v.name] = rec
+        left = host_room(state, rec)
+        if left is not None:
+            room[v.name] = left
+        since = recent.get(v.name)
+        cool = since is not None and now - since < settings.cooldown_s
+        if v.safe:
+            (cooling if cool else fresh).append(
+                planner.NodeSupply(name=v.name, model=v.model, gpus=v.gpus))
+            continue
+        if settings.busy_nodes and v.unknown is None and not all(v.busy):
+            (cooling if cool else fresh).append(planner.NodeSupply(
+                name=v.name, model=v.model, gpus=v.frozen(), busy=len(v.pods)))
+        if settings.allow_disruptive and not cool:
+            disruptive.append(planner.NodeSupply(name=v.name, model=v.model, gpus=v.gpus,
+                                                 disruption=len(v.pods)))
 
-    # Hand served instances to pods heaviest first, as Demand.take does.
-    queues: dict[ProfileName, list[Waiting]] = {}
-    for w in waiting:
-        for p, n in w.requests.items():
-            queues.setdefault(p, []).extend([w] * n)
-    cursor: Counter[ProfileName] = Counter()
-    got: Counter[str] = Counter()
-    where: dict[str, list[str]] = {}
-    for change in plan.changes:
-        for p, n in change.plan.served.items():
-            q = queues.get(p, [])
-            for w in q[cursor[p]:cursor[p] + n]:
-                got[w.key] += 1
-                where.setdefault(change.name, []).append(w.key)
-            cursor[p] += n
-    need = {w.key: sum(w.requests.values()) for w in waiting}
-    done = {k for k, n in got.items() if n >= need[k]}
+    reasons: dict[tuple[str, records.PodConstraints], bool] = {}
+
+    def eligible(node: str, pod: str) -> bool:
+        w = by_key[pod]
+        cons = w.pod.constraints if w.pod is not None else records.NO_CONSTRAINTS
+        key = (node, cons)
+        if key not in reasons:
+            reasons[key] = excludes(records_[node], cons) is None
+        if not reasons[key]:
+            return False
+        since = recent.get(node)
+        if since is not None and now - since < settings.cooldown_s:
+            # Cooling down: only demand that arose after its last re-layout counts.
+            return w.pod is not None and (w.pod.unschedulable_since or 0.0) > since
+        return True
+
+    units = [planner.Unit(pod=w.key, profile=p, weight=w.weight,
+                          needs=() if w.pod is None else (w.pod.cpu_milli, w.pod.memory_bytes))
+             for w in waiting for p, n in w.requests.items() for _ in range(n)]
+    prefer = _prefer_named(config)
+    limit = settings.max_recommendations
+    chosen: list[_Choice] = []
+    for pool, hurts in ((fresh, False), (cooling, False), (disruptive, True)):
+        taken = {c.change.name for c in chosen}
+        pool = [n for n in pool if n.name not in taken]
+        if not pool or not units or (limit is not None and len(chosen) >= limit):
+            continue
+        left_n = None if limit is None else limit - len(chosen)
+        plan = planner.plan_pods(pool, units, eligible=eligible, room=room, max_nodes=left_n,
+                                 prefer=prefer)
+        kept = list(plan.unserved)
+        for change in plan.changes:
+            got = plan.assigned.get(change.name, ())
+            if pool is cooling and len(got) < settings.cooldown_min:
+                kept.extend(got)  # not a clear enough change of demand: stay put
+                continue
+            chosen.append(_Choice(change=change, units=got, disruptive=hurts))
+        units = sorted(kept, key=lambda u: -u.weight)
 
     recs: list[Recommendation] = []
-    for change in plan.changes:
+    unblocked: set[str] = set()
+    for choice in chosen:
+        change = choice.change
         v = views[change.name]
         gpus = tuple(GpuChange(index=g.index, before=tuple(g.before), after=g.after_names)
                      for g in change.plan.gpus)
-        unblocks = tuple(sorted({k for k in where.get(change.name, []) if k in done}))
+        here = Counter(u.pod for u in choice.units)
+        unblocks = tuple(sorted(k for k, n in here.items()
+                                if n >= sum(by_key[k].requests.values())))
+        unblocked.update(unblocks)
         if change.named is not None:
             cfg: str | None = change.named
             doc: Mapping[str, Any] | None = None
@@ -463,10 +716,11 @@ def advise(
                                               model=v.model)
         recs.append(Recommendation(
             node=change.name, model=v.model.id, config=cfg, mig_parted=doc, gpus=gpus,
-            unblocks=unblocks, disrupts=v.pods, before_config=v.label,
-            before_source=v.layout.source, note=v.layout.note,
-            served=dict(change.plan.served)))
-    unserved = tuple(sorted(w.key for w in waiting if w.key not in done))
+            unblocks=unblocks, disrupts=v.pods if choice.disruptive else (),
+            before_config=v.label, before_source=v.layout.source, note=v.layout.note,
+            served=dict(change.plan.served),
+            running=() if choice.disruptive else v.pods))
+    unserved = tuple(sorted(w.key for w in waiting if w.key not in unblocked))
     return Advice(recommendations=tuple(recs), waiting=tuple(waiting), unserved=unserved,
                   generation=state.generation)
 

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
 
-from migfit import errors, fields, gpulabels, keys, profiles
+from migfit import errors, fields, gpulabels, keys, profiles, records
 from migfit.records import NodeRecord, PodRecord, Taint
 
 
@@ -63,6 +63,7 @@ def node_from_api(obj: Mapping[str, Any], catalog: profiles.Catalog) -> NodeReco
         cpu_milli=cpu_milli,
         memory_bytes=memory_bytes,
         ready=ready,
+        all_labels=fields.intern_map(labels),
     )
 
 
@@ -161,6 +162,7 @@ class RequestMaps:
     def __init__(self, limit: int = 10_000) -> None:
         self._limit = limit
         self._maps: dict[tuple[tuple[str, int], ...], Mapping[str, int]] = {}
+        self._constraints: dict[records.PodConstraints, records.PodConstraints] = {}
 
     def share(self, requests: dict[str, int]) -> Mapping[str, int]:
         key = tuple(sorted(requests.items()))
@@ -174,6 +176,15 @@ class RequestMaps:
 
     def __len__(self) -> int:
         return len(self._maps)
+
+    def share_constraints(self, value: records.PodConstraints) -> records.PodConstraints:
+        """The table's copy of constraints equal to ``value`` (most pods share a few)."""
+        shared = self._constraints.get(value)
+        if shared is not None:
+            return shared
+        if len(self._constraints) < self._limit:
+            self._constraints[value] = value
+        return value
 
 
 def pod_from_api(obj: Mapping[str, Any],
@@ -196,6 +207,11 @@ def pod_from_api(obj: Mapping[str, Any],
             since = fields.timestamp(cond.get("lastTransitionTime")) or 0.0
     uid = uid_of(obj)
     node = spec.get("nodeName")
+    constraints = records.NO_CONSTRAINTS
+    if not (isinstance(node, str) and node):
+        constraints = pod_constraints(spec)
+        if shared is not None:
+            constraints = shared.share_constraints(constraints)
     return PodRecord(
         uid=uid,
         namespace=sys.intern(str(meta.get("namespace") or "default")),
@@ -212,7 +228,45 @@ def pod_from_api(obj: Mapping[str, Any],
         created=fields.timestamp(meta.get("creationTimestamp")),
         cpu_milli=int(cpu),
         memory_bytes=int(mem),
+        constraints=constraints,
     )
+
+
+def _requirements(items: Any) -> tuple[records.Requirement, ...]:
+    out = []
+    for r in fields.as_list(items):
+        if isinstance(r, dict):
+            values = tuple(str(v) for v in fields.as_list(r.get("values")))
+            out.append(records.Requirement(key=str(r.get("key", "")),
+                                           operator=str(r.get("operator", "")), values=values))
+    return tuple(out)
+
+
+def pod_constraints(spec: Mapping[str, Any]) -> records.PodConstraints:
+    """An unbound pod's nodeSelector, required node affinity and tolerations.
+
+    Only ``requiredDuringSchedulingIgnoredDuringExecution`` binds the scheduler; preferred
+    terms are left out. An affinity whose ``nodeSelectorTerms`` is empty keeps ``()``, which
+    no node satisfies, as kube-scheduler reads it.
+    """
+    selector = tuple(sorted(fields.str_map(spec.get("nodeSelector")).items()))
+    affinity: tuple[records.SelectorTerm, ...] | None = None
+    node_aff = fields.as_dict(fields.as_dict(spec.get("affinity")).get("nodeAffinity"))
+    required = node_aff.get("requiredDuringSchedulingIgnoredDuringExecution")
+    if isinstance(required, dict):
+        affinity = tuple(
+            records.SelectorTerm(expressions=_requirements(t.get("matchExpressions")),
+                                 fields=_requirements(t.get("matchFields")))
+            for t in fields.as_list(required.get("nodeSelectorTerms")) if isinstance(t, dict))
+    tolerations = tuple(
+        records.Toleration(key=str(t.get("key") or ""), operator=str(t.get("operator") or
+                                                                     "Equal"),
+                           value=str(t.get("value") or ""), effect=str(t.get("effect") or ""))
+        for t in fields.as_list(spec.get("tolerations")) if isinstance(t, dict))
+    if not selector and affinity is None and not tolerations:
+        return records.NO_CONSTRAINTS
+    return records.PodConstraints(node_selector=selector, affinity=affinity,
+                                  tolerations=tolerations)
 
 
 def uid_of(obj: Mapping[str, Any]) -> str:

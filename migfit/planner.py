@@ -289,6 +289,9 @@ class GpuState:
     index: int
     current: tuple[ProfileName, ...]
     fixed: tuple[placements.Instance, ...] = ()
+    # Keeps its exact layout: mig-parted re-creates every instance of a GPU whose config
+    # changes, so a GPU that may hold an instance in use is never changed at all.
+    frozen: bool = False
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -334,9 +337,10 @@ def plan_node(
     for g in gpus:  # what the current layouts already serve stays with them
         taken, remaining = remaining.take(serves(model, g.current, g.fixed, remaining))
         held[g.index] = taken
-    open_ = {g.index: g for g in gpus}
+    open_ = {g.index: g for g in gpus if not g.frozen}
     value_total = 0.0
-    while remaining and open_ and (max_gpus is None or len(gpus) - len(open_) < max_gpus):
+    changed = 0
+    while remaining and open_ and (max_gpus is None or changed < max_gpus):
         best: tuple[float, int, int] | None = None
         best_plan: GpuPlan | None = None
         seen: dict[tuple[tuple[ProfileName, ...], tuple[placements.Instance, ...]],
@@ -365,6 +369,7 @@ def plan_node(
         held[idx] = taken
         plans[idx] = best_plan
         del open_[idx]
+        changed += 1
     served_total: Counter[ProfileName] = Counter()
     for idx, plan in plans.items():
         counts = held[idx].counts()
@@ -387,6 +392,7 @@ class NodeSupply:
     model: profiles.GpuModel
     gpus: tuple[GpuState, ...]
     disruption: int = 0  # pods a change would disrupt; 0 = safe
+    busy: int = 0  # pods running on the node's frozen GPUs (not disrupted; planned after idle)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -431,15 +437,15 @@ def plan_cluster(
     changes: list[NodeChange] = []
     served: Counter[ProfileName] = Counter()
     potential: dict[tuple[object, ...], float] = {}
-    keyed: list[tuple[tuple[float, float, str], NodeSupply]] = []
+    keyed: list[tuple[tuple[float, int, float, str], NodeSupply]] = []
     for node in supply:
         if not any(model_has(node.model, p) for p in demand.weights):
             continue
-        sig = (node.model.id, tuple((g.current, _sorted_fixed(g.fixed)) for g in node.gpus))
+        sig = _signature(node)
         if sig not in potential:
             potential[sig] = plan_node(node.model, gpus=node.gpus, demand=demand).value
         if potential[sig] > 0:
-            keyed.append(((node.disruption, -potential[sig], node.name), node))
+            keyed.append(((node.disruption, node.busy, -potential[sig], node.name), node))
     keyed.sort(key=lambda kv: kv[0])
     for _, node in keyed:
         if not remaining or (max_nodes is not None and len(changes) >= max_nodes):
@@ -461,6 +467,133 @@ def plan_cluster(
 
 def model_has(model: profiles.GpuModel, profile: str) -> bool:
     return model.has_profile(profile)
+
+
+def _signature(node: NodeSupply) -> tuple[object, ...]:
+    return (node.model.id,
+            tuple((g.current, _sorted_fixed(g.fixed), g.frozen) for g in node.gpus))
+
+
+# ---------------------------------------------------------------- the cluster, pod by pod
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Unit:
+    """One instance a pod waits for: the pod, its profile, its weight and its host needs."""
+
+    pod: str
+    profile: ProfileName
+    weight: float
+    needs: tuple[int, ...] = ()  # e.g. (cpu milli, memory bytes); counted once per pod
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class PodsPlan:
+    """``plan_pods``' answer: the node changes (in order) and which units each one takes."""
+
+    changes: tuple[NodeChange, ...]
+    assigned: Mapping[str, tuple[Unit, ...]]  # node -> the units it serves
+    unserved: tuple[Unit, ...]
+
+
+# Whether pod ``pod`` may run on node ``node`` at all (affinity, selectors, taints).
+Eligible = Callable[[str, str], bool]
+
+
+def plan_pods(
+    supply: Sequence[NodeSupply],
+    units: Sequence[Unit],
+    *,
+    eligible: Eligible | None = None,
+    room: Mapping[str, tuple[int, ...]] | None = None,
+    max_nodes: int | None = None,
+    prefer: Prefer | None = None,
+) -> PodsPlan:
+    """``plan_cluster`` where each node is planned for the pods it can take (greedy).
+
+    A unit counts toward a node only when ``eligible(node, pod)`` holds and the pod's
+    ``needs`` fit in what is left of the node's ``room`` (its free cpu and memory, less what
+    the pods already assigned to it there need). Nodes are visited as in ``plan_cluster``
+    (no disruption, fewest busy pods, then what each could serve of the units it may take);
+    the units a changed node serves are its eligible, fitting ones, heaviest first.
+    """
+    remaining = list(units)  # heaviest first
+    remaining.sort(key=lambda u: -u.weight)
+    ok = eligible or (lambda _node, _pod: True)
+
+    def fits(node: str, unit: Unit, left: tuple[int, ...] | None) -> bool:
+        if left is None or not unit.needs:
+            return True
+        return all(n <= r for n, r in zip(unit.needs, left, strict=False))
+
+    def usable(node: NodeSupply, pool: Sequence[Unit]) -> list[Unit]:
+        left = None if room is None else room.get(node.name)
+        return [u for u in pool if model_has(node.model, u.profile) and ok(node.name, u.pod)
+                and fits(node.name, u, left)]
+
+    potential: dict[tuple[object, ...], float] = {}
+    keyed: list[tuple[tuple[float, int, float, str], NodeSupply]] = []
+    for node in supply:
+        mine = usable(node, remaining)
+        if not mine:
+            continue
+        sig = (_signature(node), tuple(sorted({(u.pod, u.profile) for u in mine})))
+        if sig not in potential:
+            demand = Demand.of_items((u.profile, u.weight) for u in mine)
+            potential[sig] = plan_node(node.model, gpus=node.gpus, demand=demand).value
+        if potential[sig] > 0:
+            keyed.append(((node.disruption, node.busy, -potential[sig], node.name), node))
+    keyed.sort(key=lambda kv: kv[0])
+    changes: list[NodeChange] = []
+    assigned: dict[str, tuple[Unit, ...]] = {}
+    for _, node in keyed:
+        if not remaining or (max_nodes is not None and len(changes) >= max_nodes):
+            break
+        mine = usable(node, remaining)
+        if not mine:
+            continue
+        demand = Demand.of_items((u.profile, u.weight) for u in mine)
+        plan = plan_node(node.model, gpus=node.gpus, demand=demand)
+        if plan.value <= 1e-9 or not plan.changed:
+            continue
+        named: str | None = None
+        if prefer is not None:
+            alternative = prefer(node, plan, demand)
+            if alternative is not None:
+                plan, named = alternative
+        taken = _take_units(mine, plan.served,
+                            None if room is None else room.get(node.name))
+        if not taken:
+            continue
+        gone = {id(u) for u in taken}
+        remaining = [u for u in remaining if id(u) not in gone]
+        assigned[node.name] = tuple(taken)
+        changes.append(NodeChange(name=node.name, plan=plan, disruption=node.disruption,
+                                  named=named))
+    return PodsPlan(changes=tuple(changes), assigned=assigned, unserved=tuple(remaining))
+
+
+def _take_units(pool: Sequence[Unit], served: Mapping[ProfileName, int],
+                left: tuple[int, ...] | None) -> list[Unit]:
+    """The units that ``served`` instances go to: heaviest first, a pod's host needs
+    subtracted from ``left`` once, when its first unit is taken (skipping pods that no
+    longer fit)."""
+    want = Counter(served)
+    budget = list(left) if left is not None else None
+    placed: set[str] = set()
+    out: list[Unit] = []
+    for u in pool:
+        if want[u.profile] <= 0:
+            continue
+        if u.pod not in placed and budget is not None and u.needs:
+            if any(n > r for n, r in zip(u.needs, budget, strict=False)):
+                continue
+            budget = [r - n for r, n in zip(budget, u.needs, strict=False)] + \
+                budget[len(u.needs):]
+        placed.add(u.pod)
+        want[u.profile] -= 1
+        out.append(u)
+    return out
 
 
 def plan_from_layouts(
@@ -494,6 +627,10 @@ def plan_from_layouts(
         if lost:
             raise errors.UsageError(f"GPU {g.index}: the layout drops instances in use: "
                                     f"{' '.join(sorted(lost.elements()))}")
+        if g.frozen and key != layouts.key_of(model, g.current):
+            raise errors.UsageError(f"GPU {g.index} may hold an instance in use: its layout "
+                                    f"({' '.join(sorted(g.current)) or 'empty'}) must stay "
+                                    f"exactly as it is")
         if g.fixed:
             extra = Counter(names) - Counter(str(i.profile) for i in g.fixed)
             fit = placements.fit(model, list(extra.elements()), fixed=g.fixed)

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
+from types import MappingProxyType
 
 from migfit import keys, profiles
 
 TERMINATED_PHASES = frozenset({"Succeeded", "Failed"})
+_NO_LABELS: Mapping[str, str] = MappingProxyType({})
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -20,6 +22,48 @@ class Taint:
     key: str
     value: str
     effect: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Requirement:
+    """One node selector requirement (``matchExpressions`` / ``matchFields`` item)."""
+
+    key: str
+    operator: str  # In | NotIn | Exists | DoesNotExist | Gt | Lt
+    values: tuple[str, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class SelectorTerm:
+    """One ``nodeSelectorTerms`` item: its requirements are ANDed."""
+
+    expressions: tuple[Requirement, ...] = ()
+    fields: tuple[Requirement, ...] = ()  # metadata.name only, as Kubernetes allows
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Toleration:
+    key: str
+    operator: str  # Equal | Exists
+    value: str
+    effect: str  # "" = every effect
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class PodConstraints:
+    """Where an unbound pod may go: nodeSelector, required node affinity, tolerations.
+
+    Kept for unbound pods only (the advisor counts a pending pod toward a node only when
+    the node can take it); bound pods carry ``NO_CONSTRAINTS``.
+    """
+
+    node_selector: tuple[tuple[str, str], ...] = ()
+    # requiredDuringSchedulingIgnoredDuringExecution terms (ORed); None = no such affinity
+    affinity: tuple[SelectorTerm, ...] | None = None
+    tolerations: tuple[Toleration, ...] = ()
+
+
+NO_CONSTRAINTS = PodConstraints()
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -46,6 +90,9 @@ class NodeRecord:
     cpu_milli: int
     memory_bytes: int
     ready: bool
+    # Every label of the node (``labels`` keeps the GPU and migfit ones only): what pods'
+    # nodeSelector and node affinity are matched against.
+    all_labels: Mapping[str, str] = dataclasses.field(default_factory=lambda: _NO_LABELS)
 
     def resource_for(self, profile: str) -> str:
         """The extended resource a pod requests for ``profile`` on this node."""
@@ -84,6 +131,7 @@ class PodRecord:
     created: float | None
     cpu_milli: int
     memory_bytes: int
+    constraints: PodConstraints = NO_CONSTRAINTS  # unbound pods only
 
     @property
     def key(self) -> str:

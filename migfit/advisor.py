@@ -298,10 +298,16 @@ class NodeView:
 
     def frozen(self) -> tuple[planner.GpuState, ...]:
         """The GPUs for a busy-node re-layout: every busy GPU, and every GPU without
-        instances (its MIG mode is not known; enabling MIG resets all GPUs), frozen."""
-        return tuple(planner.GpuState(index=i, current=names,
-                                      frozen=self.busy[i] or not names)
-                     for i, names in enumerate(self.layout.gpus))
+        instances (its MIG mode is not known; enabling MIG resets all GPUs), frozen. A
+        frozen busy GPU's instances all count as in use (which are is not known)."""
+        out = []
+        for i, names in enumerate(self.layout.gpus):
+            if self.busy[i] or not names:
+                out.append(planner.GpuState(index=i, current=names, frozen=True,
+                                            fixed=_placed(self.model, names)))
+            else:
+                out.append(planner.GpuState(index=i, current=names))
+        return tuple(out)
 
 
 def excluded(state: records.NodeState) -> str | None:

@@ -9,6 +9,7 @@ import yaml
 from advisor_scene import T0, build, node, pod
 
 from migfit import advisor, cluster, layouts, migparted, profiles
+from migfit.profiles import ProfileName
 
 NOW = T0 + 600
 A100 = profiles.builtin().get("A100-80GB")
@@ -186,3 +187,161 @@ def test_a_node_whose_allocatable_needs_more_gpus_than_it_reports_is_not_planned
     ok = build(node("two", alloc={"7g.80gb": 2}, gpus=2), pod("wants-small", "1g.10gb"))
     (rec,) = advisor.advise(ok, now=NOW).recommendations
     assert len(rec.gpus) == 2
+
+
+# ---------------------------------------------------------------- the seed scenario, per GPU
+
+SEED_CONFIG = migparted.parse("""
+version: v1
+mig-configs:
+  seed-layout:
+    - devices: [0]
+      mig-enabled: true
+      mig-devices: {"3g.40gb": 2}
+    - devices: [1]
+      mig-enabled: true
+      mig-devices: {"1g.10gb": 7}
+""")
+BUSY = advisor.Settings(busy_nodes=True, allow_disruptive=False)
+
+
+def _seed() -> cluster.Cluster:
+    """Two idle 3g.40gb on GPU 0; GPU 1's seven 1g.10gb all in use; a 1g.10gb pod waits."""
+    runners = [pod(f"r{i}", "1g.10gb", namespace="t", node="seed", phase="Running")
+               for i in range(7)]
+    return build(node("seed", gpus=2, alloc={"3g.40gb": 2, "1g.10gb": 7},
+                      config="seed-layout"),
+                 *runners, pod("wants-small", "1g.10gb", namespace="ml"))
+
+
+def _mig_manager(before: tuple[tuple[str, ...], ...], doc: dict[str, object], name: str,
+                 busy: tuple[bool, ...]) -> tuple[tuple[tuple[str, ...], ...], list[int]]:
+    """What mig-parted does with config ``name`` of ``doc``: per GPU, a GPU whose instance
+    counts already match is skipped; any other is cleared and re-created, which must never
+    happen to a GPU holding an instance in use. The new layouts and the GPUs it touched."""
+    wanted = migparted.resolve(migparted.parse_data(doc), name, model=A100,
+                               gpu_count=len(before))
+    touched = []
+    for i, (now_, want) in enumerate(zip(before, wanted.gpus, strict=True)):
+        if Counter(now_) != Counter(want):
+            assert not busy[i], f"GPU {i} holds instances in use and would be re-created"
+            touched.append(i)
+    return wanted.gpus, touched
+
+
+def test_seed_scenario_end_to_end_relays_out_gpu0_only_and_the_pod_runs() -> None:
+    from migfit.extender import figures, filtering
+
+    c = _seed()
+    advice = advisor.advise(c, now=NOW, settings=BUSY, config=SEED_CONFIG)
+    (rec,) = advice.recommendations
+    assert rec.node == "seed" and rec.unblocks == ("ml/wants-small",)
+    # A busy-node re-layout: it disrupts nobody and says who keeps running.
+    assert not rec.disruptive and rec.busy_node
+    assert rec.running == tuple(f"t/r{i}" for i in range(7))
+    g0, g1 = rec.gpus
+    assert g0.changed and "1g.10gb" in g0.after
+    assert not g1.changed and g1.after == ("1g.10gb",) * 7  # the busy GPU, exactly as it was
+    _valid(rec)
+    js = advice.to_json()["recommendations"][0]
+    assert js["busy_node"] is True and js["running"] == list(rec.running)
+    assert js["disruptive"] is False
+
+    # The custom config has one entry per GPU layout (devices: [0] and [1]); migfit's own
+    # mig-parted parser reads it back to exactly the proposed layouts.
+    assert rec.config is None and rec.mig_parted is not None
+    (entries,) = rec.mig_parted["mig-configs"].values()
+    assert sorted(e["devices"] for e in entries) == [[0], [1]]
+    state = c.node("seed")
+    assert state is not None
+    before = ((ProfileName("3g.40gb"),) * 2, (ProfileName("1g.10gb"),) * 7)
+    layout, touched = _mig_manager(before, rec.mig_parted, rec.target, busy=(False, True))
+    assert touched == [0] and layout[1] == before[1]
+    assert [tuple(g) for g in layout] == [g0.after, g1.after]
+
+    # The MIG Manager reports success: the node advertises the new instances under the new
+    # config (now in the ConfigMap), and the pod passes the extender's filter and is bound.
+    new_alloc = Counter(p for g in layout for p in g)
+    cfg = migparted.Config({**SEED_CONFIG.configs,
+                            **migparted.parse_data(rec.mig_parted).configs})
+    runners = [pod(f"r{i}", "1g.10gb", namespace="t", node="seed", phase="Running")
+               for i in range(7)]
+    after = build(node("seed", gpus=2, alloc=dict(new_alloc), config=rec.target), *runners,
+                  pod("wants-small", "1g.10gb", namespace="ml"))
+    waiting = after.find_pod("ml", "wants-small")
+    assert waiting is not None
+    verdict = filtering.filter_nodes(figures.Index(after), filtering.request_of(waiting),
+                                     ["seed"])
+    assert verdict.passed == ["seed"]
+    bound = build(node("seed", gpus=2, alloc=dict(new_alloc), config=rec.target), *runners,
+                  pod("wants-small", "1g.10gb", namespace="ml", node="seed", phase="Running"))
+    again = advisor.advise(bound, now=NOW + 60, settings=BUSY, config=cfg)
+    assert again.recommendations == () and again.waiting == ()
+    # Its layout now resolves from the config, GPU 1 still the seven 1g.10gb in use.
+    seed = bound.node("seed")
+    assert seed is not None
+    view = advisor.view(bound, seed, cfg)
+    assert view is not None and view.layout.source == "config"
+    assert view.layout.gpus[1] == before[1] and view.busy == (True, True)
+
+
+def test_seed_scenario_is_not_touched_when_which_gpu_is_busy_is_not_known() -> None:
+    # Without the ConfigMap the layout is inferred, and {3g.40gb: 2, 1g.10gb: 7} over two GPUs
+    # could be either way round: the advisor cannot tell GPU 0 from GPU 1, so it proposes no
+    # busy-node re-layout (and, without allow_disruptive, nothing).
+    c = _seed()
+    assert advisor.advise(c, now=NOW, settings=BUSY).recommendations == ()
+    seed = c.node("seed")
+    assert seed is not None
+    view = advisor.view(c, seed, None)
+    assert view is not None and view.unknown is not None and "inferred" in view.unknown
+    # Off by default: the library's Settings() propose the old, disruptive change only.
+    (rec,) = advisor.advise(c, now=NOW, config=SEED_CONFIG).recommendations
+    assert rec.disruptive and rec.running == ()
+
+
+def test_a_gpu_is_busy_when_any_of_its_profiles_is_in_use() -> None:
+    # One 3g.40gb of four in use over two identical GPUs: either GPU may hold it, so both
+    # are busy and nothing can change without disrupting it.
+    c = build(node("n", gpus=2, alloc={"3g.40gb": 4}),
+              pod("r", "3g.40gb", node="n", phase="Running"), pod("p", "1g.10gb"))
+    assert advisor.advise(c, now=NOW, settings=BUSY).recommendations == ()
+    assert advisor.busy_gpus([("3g.40gb", "3g.40gb"), ("1g.10gb",) * 7],
+                             {ProfileName("1g.10gb"): 1}) == (False, True)
+    assert advisor.busy_gpus([("3g.40gb", "3g.40gb")] * 2, {}) == (False, False)
+
+
+def test_uniform_unique_inferred_layout_counts_as_known() -> None:
+    # 7g.80gb on each of two GPUs, one in use: only one arrangement exists, so the idle GPU
+    # is re-laid out without a ConfigMap, and the busy one is kept.
+    c = build(node("n", gpus=2, alloc={"7g.80gb": 2}),
+              pod("big", "7g.80gb", node="n", phase="Running"), pod("p", "1g.10gb"))
+    # Both GPUs hold 7g.80gb, one in use: either may be it, so both are busy.
+    assert advisor.advise(c, now=NOW, settings=BUSY).recommendations == ()
+    c2 = build(node("n", gpus=2, alloc={"1g.10gb": 14}),
+               *[pod(f"r{i}", "1g.10gb", node="n", phase="Running") for i in range(14)],
+               pod("p", "3g.40gb"))
+    n2 = c2.node("n")
+    assert n2 is not None
+    v2 = advisor.view(c2, n2, None)
+    assert v2 is not None and v2.unknown is None  # 7 + 7 is the only arrangement
+    balanced = build(node("n", gpus=2, alloc={"3g.40gb": 2, "2g.20gb": 2, "1g.10gb": 4}),
+                     pod("r", "2g.20gb", node="n", phase="Running"))
+    nb = balanced.node("n")
+    assert nb is not None
+    vb = advisor.view(balanced, nb, None)
+    assert vb is not None and vb.unknown is not None  # 3g+3g | 2g+2g+2g+1g... also fits
+
+
+def test_whole_gpus_on_a_busy_node_forbid_a_per_gpu_relayout() -> None:
+    objs = node("n", gpus=2, alloc={"1g.10gb": 7}, config="seed-layout")
+    for key in ("capacity", "allocatable"):
+        objs["status"][key]["nvidia.com/gpu"] = "1"
+    c = build(objs, *[pod(f"r{i}", "1g.10gb", node="n", phase="Running") for i in range(7)],
+              pod("p", "1g.10gb"))
+    n = c.node("n")
+    assert n is not None
+    v = advisor.view(c, n, None)
+    assert v is None or (v.unknown is not None and "MIG disabled" in v.unknown)
+    assert all(r.running == () for r in
+               advisor.advise(c, now=NOW, settings=BUSY).recommendations)

@@ -685,9 +685,9 @@ def advise(
     prefer = _prefer_named(config)
     limit = settings.max_recommendations
     chosen: list[_Choice] = []
-    for pool, hurts in ((fresh, False), (cooling, False), (disruptive, True)):
+    for supply, hurts in ((fresh, False), (cooling, False), (disruptive, True)):
         taken = {c.change.name for c in chosen}
-        pool = [n for n in pool if n.name not in taken]
+        pool = [n for n in supply if n.name not in taken]
         if not pool or not units or (limit is not None and len(chosen) >= limit):
             continue
         left_n = None if limit is None else limit - len(chosen)
@@ -696,7 +696,7 @@ def advise(
         kept = list(plan.unserved)
         for change in plan.changes:
             got = plan.assigned.get(change.name, ())
-            if pool is cooling and len(got) < settings.cooldown_min:
+            if supply is cooling and len(got) < settings.cooldown_min:
                 kept.extend(got)  # not a clear enough change of demand: stay put
                 continue
             chosen.append(_Choice(change=change, units=got, disruptive=hurts))

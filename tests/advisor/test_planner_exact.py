@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 from collections import Counter
+from dataclasses import replace as dataclasses_replace
 
 import hypothesis
 import hypothesis.strategies as st
@@ -186,3 +187,65 @@ def test_named_layouts_never_move_an_instance_in_use() -> None:
     ok = planner.plan_from_layouts(model, gpus=[gpu], demand=planner.EMPTY,
                                    after=[["1g.10gb", "1g.10gb", "3g.40gb", "2g.20gb"]])
     assert pinned in ok.gpus[0].after.placement.instances
+
+
+# ---------------------------------------------------------------- frozen GPUs (busy nodes)
+
+P = profiles.ProfileName
+
+
+def test_a_frozen_gpu_keeps_its_exact_layout_even_when_changing_it_would_serve_more() -> None:
+    model = profiles.builtin().get("A100-80GB")
+    # GPU 0 (frozen, one 3g.40gb in use at 0, a free slot range at 4-7) could take three
+    # 1g.10gb beside the one in use; only GPU 1 may change.
+    in_use = placements.parse_instance(model, "3g.40gb@0")
+    gpus = [planner.GpuState(0, (P("3g.40gb"), P("3g.40gb")), fixed=(in_use,), frozen=True),
+            planner.GpuState(1, (P("7g.80gb"),))]
+    demand = planner.Demand.of_counts({"1g.10gb": 9})
+    plan = planner.plan_node(model, gpus=gpus, demand=demand)
+    assert not plan.gpus[0].changed
+    assert list(plan.gpus[0].after.profile_names()) == ["3g.40gb", "3g.40gb"]
+    assert plan.gpus[1].changed and plan.served == {"1g.10gb": 7}
+    # Fixed alone (not frozen) lets the planner add around the instance in use.
+    loose = planner.plan_node(model, gpus=[dataclasses_replace(gpus[0], frozen=False),
+                                           gpus[1]], demand=demand)
+    assert loose.gpus[0].changed and in_use in loose.gpus[0].after.placement.instances
+    # Every GPU frozen: nothing changes.
+    frozen = [dataclasses_replace(g, frozen=True) for g in gpus]
+    assert planner.plan_node(model, gpus=frozen, demand=demand).changed == ()
+
+
+def test_named_layouts_never_change_a_frozen_gpu() -> None:
+    model = profiles.builtin().get("A100-80GB")
+    gpu = planner.GpuState(0, (P("3g.40gb"), P("3g.40gb")), frozen=True)
+    with pytest.raises(errors.UsageError, match="must stay exactly"):
+        planner.plan_from_layouts(model, gpus=[gpu], demand=planner.EMPTY,
+                                  after=[["3g.40gb", "2g.20gb", "1g.10gb", "1g.10gb"]])
+    same = planner.plan_from_layouts(model, gpus=[gpu], demand=planner.EMPTY,
+                                     after=[["3g.40gb", "3g.40gb"]])
+    assert not same.changed
+
+
+def test_plan_pods_counts_a_unit_only_where_it_may_go_and_fits() -> None:
+    model = profiles.builtin().get("A100-80GB")
+    gpus = (planner.GpuState(0, (P("3g.40gb"), P("3g.40gb"))),)
+    supply = [planner.NodeSupply("a", model, gpus), planner.NodeSupply("b", model, gpus)]
+    units = [planner.Unit("p", P("1g.10gb"), 2.0, needs=(4000,)),
+             planner.Unit("q", P("1g.10gb"), 1.0, needs=(4000,))]
+    # p may only go to b; a has room for one 4-cpu pod.
+    plan = planner.plan_pods(supply, units, eligible=lambda n, pod: pod != "p" or n == "b",
+                             room={"a": (6000,), "b": (64000,)})
+    assigned = {n: [u.pod for u in us] for n, us in plan.assigned.items()}
+    assert assigned == {"b": ["p", "q"]} and plan.unserved == ()  # b could serve more
+    without_b = planner.plan_pods(supply[:1], units,
+                                  eligible=lambda n, pod: pod != "p" or n == "b")
+    assert [u.pod for u in without_b.assigned["a"]] == ["q"]
+    assert [u.pod for u in without_b.unserved] == ["p"]
+    # b alone takes both; a alone takes one (room), the other stays unserved.
+    only_a = planner.plan_pods(supply[:1], units, room={"a": (6000,)})
+    assert [u.pod for u in only_a.assigned["a"]] == ["p"]
+    assert [u.pod for u in only_a.unserved] == ["q"]
+    # Busy supply is visited after idle supply.
+    busy = planner.NodeSupply("a-busy", model, gpus, busy=3)
+    first = planner.plan_pods([busy, supply[1]], units[:1])
+    assert [c.name for c in first.changes] == ["b"]

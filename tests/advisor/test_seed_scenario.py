@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pathlib
 from collections import Counter
+from collections.abc import Mapping
+from typing import Any
 
 import yaml
 from advisor_scene import T0, build, node, pod
@@ -214,7 +216,7 @@ def _seed() -> cluster.Cluster:
                  *runners, pod("wants-small", "1g.10gb", namespace="ml"))
 
 
-def _mig_manager(before: tuple[tuple[str, ...], ...], doc: dict[str, object], name: str,
+def _mig_manager(before: tuple[tuple[str, ...], ...], doc: Mapping[str, Any], name: str,
                  busy: tuple[bool, ...]) -> tuple[tuple[tuple[str, ...], ...], list[int]]:
     """What mig-parted does with config ``name`` of ``doc``: per GPU, a GPU whose instance
     counts already match is skipped; any other is cleared and re-created, which must never

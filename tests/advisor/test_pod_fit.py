@@ -1,0 +1,149 @@
+"""A waiting pod counts toward a node only when the node can take it: selectors, node
+affinity (the webhook's model affinity), taints, cpu and memory; and the cool-down."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from advisor_scene import T0, build, node, pod
+
+from migfit import advisor, decoding, keys, profiles, records
+
+NOW = T0 + 600
+H100 = "NVIDIA-H100-80GB-HBM3"
+
+
+def _nodes_for(c: Any, **kw: Any) -> list[str]:
+    return [r.node for r in advisor.advise(c, now=NOW, **kw).recommendations]
+
+
+def _affinity(key: str, op: str, values: list[str]) -> dict[str, Any]:
+    return {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchExpressions": [
+            {"key": key, "operator": op, "values": values}]}]}}}}
+
+
+def test_node_selector_picks_the_node_the_pod_can_go_to() -> None:
+    a = node("a", alloc={"3g.40gb": 2}, labels={"pool": "x"})
+    b = node("b", alloc={"3g.40gb": 2}, labels={"pool": "y"})
+    assert _nodes_for(build(a, b, pod("p", "1g.10gb"))) == ["a"]
+    picky = pod("p", "1g.10gb", spec={"nodeSelector": {"pool": "y"}})
+    assert _nodes_for(build(a, b, picky)) == ["b"]
+    nowhere = pod("p", "1g.10gb", spec={"nodeSelector": {"pool": "z"}})
+    advice = advisor.advise(build(a, b, nowhere), now=NOW)
+    assert advice.recommendations == () and advice.unserved == ("default/p",)
+
+
+def test_the_webhooks_model_affinity_is_honoured() -> None:
+    a100 = node("a100", alloc={"3g.40gb": 2})
+    h100 = node("h100", alloc={"3g.40gb": 2}, product=H100)
+    pinned = pod("p", "1g.10gb", spec=_affinity(keys.LABEL_PRODUCT, "In", [H100]))
+    assert _nodes_for(build(a100, h100, pinned)) == ["h100"]
+    away = pod("p", "1g.10gb", spec=_affinity(keys.LABEL_PRODUCT, "NotIn", [H100]))
+    assert _nodes_for(build(a100, h100, away)) == ["a100"]
+
+
+def test_taints_need_tolerations() -> None:
+    taint = {"key": "dedicated", "value": "ml", "effect": "NoSchedule"}
+    a = node("a", alloc={"3g.40gb": 2}, taints=[taint])
+    b = node("b", alloc={"3g.40gb": 2})
+    assert _nodes_for(build(a, b, pod("p", "1g.10gb"))) == ["b"]
+    tol = {"tolerations": [{"key": "dedicated", "operator": "Equal", "value": "ml",
+                            "effect": "NoSchedule"}]}
+    assert _nodes_for(build(a, pod("p", "1g.10gb", spec=tol))) == ["a"]
+    assert _nodes_for(build(a, pod("p", "1g.10gb"))) == []
+    soft = node("a", alloc={"3g.40gb": 2},
+                taints=[{"key": "k", "value": "v", "effect": "PreferNoSchedule"}])
+    assert _nodes_for(build(soft, pod("p", "1g.10gb"))) == ["a"]
+
+
+def test_cpu_and_memory_room_after_the_planned_change() -> None:
+    small = node("a", alloc={"3g.40gb": 2}, cpu="6")
+    big = node("b", alloc={"3g.40gb": 2}, cpu="64")
+    # Each pod needs 4 cpus: a (6 cpus) takes one of them, b the other.
+    pods = [pod(f"p{i}", "1g.10gb", cpu="4") for i in range(2)]
+    recs = advisor.advise(build(small, big, *pods), now=NOW).recommendations
+    assert {r.node: len(r.unblocks) for r in recs} == {"a": 1, "b": 1}
+    # A pod needing more cpu than a node has is not counted there at all.
+    huge = pod("p", "1g.10gb", cpu="32")
+    assert _nodes_for(build(small, huge)) == []
+    assert _nodes_for(build(small, big, huge)) == ["b"]
+    # Bound pods' requests come off the room (here a cpu-hungry 3g.40gb pod on a 2-GPU node).
+    two = node("two", gpus=2, alloc={"3g.40gb": 4}, cpu="8", config=None)
+    runner = pod("r", "3g.40gb", node="two", phase="Running", cpu="6")
+    c = build(two, runner, pod("p", "1g.10gb", cpu="4"))
+    assert advisor.host_room(c, c.node("two").node) == (2000, 512 * 1024 ** 3)  # type: ignore[union-attr]
+    assert _nodes_for(c) == []
+
+
+def test_excludes_reads_kubernetes_operators() -> None:
+    rec = decoding.node_from_api(
+        node("n1", alloc={"3g.40gb": 2}, labels={"zone": "z1", "rank": "5"}),
+        profiles.builtin())
+
+    def cons(spec: dict[str, Any]) -> records.PodConstraints:
+        return decoding.pod_constraints(spec)
+
+    assert advisor.excludes(rec, cons(_affinity("zone", "In", ["z1", "z2"]))) is None
+    assert advisor.excludes(rec, cons(_affinity("zone", "NotIn", ["z1"]))) is not None
+    assert advisor.excludes(rec, cons(_affinity("zone", "Exists", []))) is None
+    assert advisor.excludes(rec, cons(_affinity("nope", "DoesNotExist", []))) is None
+    assert advisor.excludes(rec, cons(_affinity("rank", "Gt", ["4"]))) is None
+    assert advisor.excludes(rec, cons(_affinity("rank", "Lt", ["4"]))) is not None
+    by_name = {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In",
+                                                "values": ["n2"]}]},
+                              {"matchFields": [{"key": "metadata.name", "operator": "In",
+                                                "values": ["n1"]}]}]}}}}
+    assert advisor.excludes(rec, cons(by_name)) is None  # terms are ORed
+    required = {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{}]}}
+    empty: dict[str, Any] = {"affinity": {"nodeAffinity": required}}
+    assert advisor.excludes(rec, cons(empty)) is not None  # an empty term matches nothing
+    tainted = decoding.node_from_api(
+        node("t", alloc={"3g.40gb": 2},
+             taints=[{"key": "a", "value": "1", "effect": "NoExecute"}]),
+        profiles.builtin())
+    everything = {"tolerations": [{"operator": "Exists"}]}
+    assert advisor.excludes(tainted, cons(everything)) is None
+    other_effect = {"tolerations": [{"key": "a", "operator": "Exists", "effect": "NoSchedule"}]}
+    assert advisor.excludes(tainted, cons(other_effect)) == "taint a=1:NoExecute"
+
+
+def test_bound_pods_keep_no_constraints() -> None:
+    spec = {"nodeSelector": {"pool": "x"}}
+    bound = decoding.pod_from_api(pod("b", "1g.10gb", node="n", phase="Running", spec=spec))
+    waiting = decoding.pod_from_api(pod("w", "1g.10gb", spec=spec))
+    assert bound is not None and bound.constraints is records.NO_CONSTRAINTS
+    assert waiting is not None and waiting.constraints.node_selector == (("pool", "x"),)
+    shared = decoding.RequestMaps()
+    one = decoding.pod_from_api(pod("w1", "1g.10gb", spec=spec), shared)
+    two = decoding.pod_from_api(pod("w2", "1g.10gb", spec=spec), shared)
+    assert one is not None and two is not None and one.constraints is two.constraints
+
+
+# ---------------------------------------------------------------- hysteresis
+
+LATER = "2023-11-14T22:20:00Z"  # T0 + 400 s
+
+
+def test_a_node_just_relaid_out_is_not_relaid_out_for_the_same_demand() -> None:
+    a = node("a", alloc={"3g.40gb": 2})
+    old = [pod(f"old{i}", "1g.10gb") for i in range(3)]  # unschedulable since T0
+    recent = {"a": T0 + 300}
+    assert _nodes_for(build(a, *old), recent=recent) == []
+    # Another idle node takes the demand meanwhile.
+    b = node("b", alloc={"3g.40gb": 2})
+    assert _nodes_for(build(a, b, *old), recent=recent) == ["b"]
+    # After the cool-down it counts again.
+    assert _nodes_for(build(a, *old), recent={"a": NOW - advisor.Settings().cooldown_s - 1}) \
+        == ["a"]
+
+
+def test_clearly_new_demand_lifts_the_cool_down() -> None:
+    a = node("a", alloc={"3g.40gb": 2})
+    recent = {"a": T0 + 300}
+    one = [pod("new0", "1g.10gb", since=LATER)]
+    assert _nodes_for(build(a, *one), recent=recent) == []  # one instance: not clear enough
+    two = [pod(f"new{i}", "1g.10gb", since=LATER) for i in range(2)]
+    (rec,) = advisor.advise(build(a, *two), now=NOW, recent=recent).recommendations
+    assert rec.node == "a" and rec.unblocks == ("default/new0", "default/new1")

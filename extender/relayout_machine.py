@@ -64,6 +64,9 @@ class Settings:
     # while releasing or recording a failure, is retried before the run ends; what was
     # written then stays for a later pass to adopt.
     write_retry_s: float = 60.0
+    # --apply-busy-nodes: also start re-layouts of busy nodes (pods run on GPUs the change
+    # keeps exactly; advisor.Recommendation.running). Off: only nodes without GPU pods.
+    apply_busy_nodes: bool = False
 
     def backoff(self, failing: int) -> float:
         """The wait after ``failing`` API errors in a row: doubling from ``poll_s``."""
@@ -297,7 +300,8 @@ def plan(
     ``nodes`` should be a fresh list of the cluster: the bound on re-layouts at once counts
     what every replica ever started, from the nodes' taints and records. Pass no
     ``recommendations`` when the nodes may be stale. Only safe recommendations to a named
-    config are started (custom configs must first be added to the ConfigMap by an operator).
+    config are started (custom configs must first be added to the ConfigMap by an operator);
+    busy-node ones (``rec.running``) only with ``settings.apply_busy_nodes``.
     """
     listed = {n.name: n for n in nodes}
     mine = set(running)
@@ -314,6 +318,7 @@ def plan(
             break
         node = listed.get(rec.node)
         if (rec.disruptive or rec.config is None or rec.node in flight
+                or (rec.running and not settings.apply_busy_nodes)
                 or (node is not None and failed(node))):
             continue
         started.append(begin(rec))

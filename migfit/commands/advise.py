@@ -35,7 +35,12 @@ def add_common_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the mig-parted ConfigMap to read from the API (default "
                              "%(default)s)")
     parser.add_argument("--no-disruptive", action="store_true",
-                        help="only recommend nodes where no pod uses a MIG instance")
+                        help="never recommend a change that disrupts a running pod (the idle "
+                             "GPUs of busy nodes may still be re-laid out; see "
+                             "--no-busy-nodes)")
+    parser.add_argument("--no-busy-nodes", action="store_true",
+                        help="never re-lay out the idle GPUs of nodes where pods run "
+                             "(docs/relayout.md)")
     parser.add_argument("--now", metavar="EPOCH", type=float, help=argparse.SUPPRESS)
 
 
@@ -56,7 +61,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def settings_from_args(args: argparse.Namespace) -> advisor.Settings:
     if args.grace < 0:
         raise errors.UsageError(f"--grace must be 0 or more seconds, got {args.grace:g}")
-    return advisor.Settings(grace_s=args.grace, allow_disruptive=not args.no_disruptive)
+    return advisor.Settings(grace_s=args.grace, allow_disruptive=not args.no_disruptive,
+                            busy_nodes=not getattr(args, "no_busy_nodes", False))
 
 
 def _config_file(path: str) -> migparted.Config:

@@ -64,6 +64,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     adv.add_argument("--apply-relayout", action="store_true",
                      help="let the leader apply safe re-layouts through the MIG Manager "
                           "(off by default)")
+    adv.add_argument("--apply-busy-nodes", action="store_true",
+                     help="with --apply-relayout, also re-lay out the idle GPUs of nodes where "
+                          "pods run (their GPUs kept exactly; the node is tainted meanwhile; "
+                          "see docs/relayout.md; off by default)")
     adv.add_argument("--max-relayouts", type=int, default=1, metavar="N",
                      help="nodes re-laid out at once in apply mode (default 1)")
     adv.add_argument("--relayout-timeout", type=float, default=1200.0, metavar="SECONDS",
@@ -115,11 +119,15 @@ async def _serve(args: argparse.Namespace, settings: server.ExtenderSettings,
                  view: cluster.Cluster, source: sources.Source) -> None:
     from migfit.extender import advice
 
+    if args.apply_busy_nodes and not args.apply_relayout:
+        raise errors.UsageError("--apply-busy-nodes needs --apply-relayout")
     registry = common_metrics.registry()
     # The composition root: the cluster (built by run), its figures index and the advice
     # cache are made here and handed to the server and the publisher; nothing is global.
     index = figures.Index(view)
-    cache = advice.AdviceCache(settings=advisor.Settings(grace_s=args.grace))
+    # Busy nodes' idle GPUs are advised on; the apply mode acts on such advice only with
+    # --apply-busy-nodes (docs/relayout.md).
+    cache = advice.AdviceCache(settings=advisor.Settings(grace_s=args.grace, busy_nodes=True))
     # Computed at scrape time from the cache /advice reads: they agree with /advice, with a
     # publisher (API mode) or without one (--cluster FILE, --no-publish).
     metrics = advice.Metrics(registry, state=view, cache=cache)
@@ -146,7 +154,8 @@ async def _serve(args: argparse.Namespace, settings: server.ExtenderSettings,
             applier = relayout.Relayouter(
                 view, api, elector=elector, cache=cache, metrics=metrics,
                 settings=relayout.Settings(max_concurrent=args.max_relayouts,
-                                           timeout_s=args.relayout_timeout))
+                                           timeout_s=args.relayout_timeout,
+                                           apply_busy_nodes=args.apply_busy_nodes))
             background += [("leader election", elector.run), ("re-layout", applier.run)]
     elif args.apply_relayout:
         raise errors.UsageError("--apply-relayout needs a Kubernetes API (--kubeconfig or "

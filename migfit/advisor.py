@@ -829,6 +829,11 @@ def explain(
     lines.append(f"Fix: re-partition node {rec.node} ({gpu_text}). {rec.command}")
     if rec.disrupts:
         lines.append(f"This disrupts running pods: {', '.join(rec.disrupts)}.")
+    elif rec.running:
+        lines.append(f"Pods run on the node's other GPUs ({_names(list(rec.running))}): those "
+                     f"GPUs keep their layout and the pods keep running, but the MIG Manager "
+                     f"pauses the node's GPU operands (device plugin, GPU feature discovery, "
+                     f"DCGM) while it applies the change (docs/relayout.md).")
     else:
         lines.append("Nothing runs on its MIG instances, so the change disrupts no pod.")
     return "\n".join(lines)

@@ -347,3 +347,10 @@ def test_whole_gpus_on_a_busy_node_forbid_a_per_gpu_relayout() -> None:
     assert v is None or (v.unknown is not None and "MIG disabled" in v.unknown)
     assert all(r.running == () for r in
                advisor.advise(c, now=NOW, settings=BUSY).recommendations)
+
+
+def test_explain_says_a_busy_node_keeps_its_pods_running() -> None:
+    c = _seed()
+    text = advisor.explain(c, "ml", "wants-small", now=NOW, settings=BUSY, config=SEED_CONFIG)
+    assert "re-partition node seed (GPU 0: 3g.40gb 3g.40gb ->" in text
+    assert "GPU 1" not in text and "keep running" in text and "t/r0" in text

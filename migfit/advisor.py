@@ -663,15 +663,10 @@ def advise(
             disruptive.append(planner.NodeSupply(name=v.name, model=v.model, gpus=v.gpus,
                                                  disruption=len(v.pods)))
 
-    reasons: dict[tuple[str, records.PodConstraints], bool] = {}
-
-    def eligible(node: str, pod: str) -> bool:
-        w = by_key[pod]
+    def eligible(node: str, unit: planner.Unit) -> bool:
+        w = by_key[unit.pod]
         cons = w.pod.constraints if w.pod is not None else records.NO_CONSTRAINTS
-        key = (node, cons)
-        if key not in reasons:
-            reasons[key] = excludes(records_[node], cons) is None
-        if not reasons[key]:
+        if excludes(records_[node], cons) is not None:
             return False
         since = recent.get(node)
         if since is not None and now - since < settings.cooldown_s:
@@ -679,9 +674,16 @@ def advise(
             return w.pod is not None and (w.pod.unschedulable_since or 0.0) > since
         return True
 
-    units = [planner.Unit(pod=w.key, profile=p, weight=w.weight,
-                          needs=() if w.pod is None else (w.pod.cpu_milli, w.pod.memory_bytes))
-             for w in waiting for p, n in w.requests.items() for _ in range(n)]
+    # Pods alike for every node share a class: the planner asks ``eligible`` once per class.
+    classes: dict[tuple[object, ...], int] = {}
+    units: list[planner.Unit] = []
+    for w in waiting:
+        cons = w.pod.constraints if w.pod is not None else records.NO_CONSTRAINTS
+        since = w.pod.unschedulable_since if recent and w.pod is not None else None
+        cls = classes.setdefault((cons, since), len(classes))
+        needs = () if w.pod is None else (w.pod.cpu_milli, w.pod.memory_bytes)
+        units.extend(planner.Unit(pod=w.key, profile=p, weight=w.weight, needs=needs, cls=cls)
+                     for p, n in w.requests.items() for _ in range(n))
     prefer = _prefer_named(config)
     limit = settings.max_recommendations
     chosen: list[_Choice] = []

@@ -479,12 +479,17 @@ def _signature(node: NodeSupply) -> tuple[object, ...]:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Unit:
-    """One instance a pod waits for: the pod, its profile, its weight and its host needs."""
+    """One instance a pod waits for: the pod, its profile, its weight and its host needs.
+
+    ``cls`` groups pods that every node treats alike (same constraints): eligibility is asked
+    once per node and group of units with equal ``cls``, ``profile`` and ``needs``.
+    """
 
     pod: str
     profile: ProfileName
     weight: float
     needs: tuple[int, ...] = ()  # e.g. (cpu milli, memory bytes); counted once per pod
+    cls: int = 0
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -496,8 +501,10 @@ class PodsPlan:
     unserved: tuple[Unit, ...]
 
 
-# Whether pod ``pod`` may run on node ``node`` at all (affinity, selectors, taints).
-Eligible = Callable[[str, str], bool]
+# Whether the pod of a unit may run on node ``node`` at all (affinity, selectors, taints);
+# asked for one unit per group (see ``Unit.cls``).
+Eligible = Callable[[str, Unit], bool]
+_Group = tuple[int, ProfileName, tuple[int, ...]]
 
 
 def plan_pods(
@@ -511,35 +518,47 @@ def plan_pods(
 ) -> PodsPlan:
     """``plan_cluster`` where each node is planned for the pods it can take (greedy).
 
-    A unit counts toward a node only when ``eligible(node, pod)`` holds and the pod's
-    ``needs`` fit in what is left of the node's ``room`` (its free cpu and memory, less what
-    the pods already assigned to it there need). Nodes are visited as in ``plan_cluster``
-    (no disruption, fewest busy pods, then what each could serve of the units it may take);
-    the units a changed node serves are its eligible, fitting ones, heaviest first.
+    A unit counts toward a node only when ``eligible(node, unit)`` holds and the pod's
+    ``needs`` fit in the node's ``room`` (its free cpu and memory); the pods a changed node
+    takes then use up its room, once per pod. Nodes are visited as in ``plan_cluster`` (no
+    disruption, fewest busy pods, then what each could serve of the units it may take); a
+    changed node serves its eligible, fitting units, heaviest first.
     """
-    remaining = list(units)  # heaviest first
-    remaining.sort(key=lambda u: -u.weight)
-    ok = eligible or (lambda _node, _pod: True)
+    ok = eligible or (lambda _node, _unit: True)
+    groups: dict[_Group, list[Unit]] = {}
+    for u in sorted(units, key=lambda u: -u.weight):
+        groups.setdefault((u.cls, u.profile, u.needs), []).append(u)
+    verdict: dict[tuple[str, _Group], bool] = {}
 
-    def fits(node: str, unit: Unit, left: tuple[int, ...] | None) -> bool:
-        if left is None or not unit.needs:
-            return True
-        return all(n <= r for n, r in zip(unit.needs, left, strict=False))
-
-    def usable(node: NodeSupply, pool: Sequence[Unit]) -> list[Unit]:
+    def open_groups(node: NodeSupply) -> tuple[_Group, ...]:
         left = None if room is None else room.get(node.name)
-        return [u for u in pool if model_has(node.model, u.profile) and ok(node.name, u.pod)
-                and fits(node.name, u, left)]
+        out = []
+        for g, members in groups.items():
+            if not members or not model_has(node.model, g[1]):
+                continue
+            if left is not None and any(n > r for n, r in zip(g[2], left, strict=False)):
+                continue
+            key = (node.name, g)
+            if key not in verdict:
+                verdict[key] = ok(node.name, members[0])
+            if verdict[key]:
+                out.append(g)
+        return tuple(out)
+
+    def pool_of(open_: Sequence[_Group]) -> list[Unit]:
+        pool = [u for g in open_ for u in groups[g]]
+        pool.sort(key=lambda u: -u.weight)
+        return pool
 
     potential: dict[tuple[object, ...], float] = {}
     keyed: list[tuple[tuple[float, int, float, str], NodeSupply]] = []
     for node in supply:
-        mine = usable(node, remaining)
-        if not mine:
+        open_ = open_groups(node)
+        if not open_:
             continue
-        sig = (_signature(node), tuple(sorted({(u.pod, u.profile) for u in mine})))
+        sig = (_signature(node), open_)
         if sig not in potential:
-            demand = Demand.of_items((u.profile, u.weight) for u in mine)
+            demand = Demand.of_items((u.profile, u.weight) for u in pool_of(open_))
             potential[sig] = plan_node(node.model, gpus=node.gpus, demand=demand).value
         if potential[sig] > 0:
             keyed.append(((node.disruption, node.busy, -potential[sig], node.name), node))
@@ -547,12 +566,12 @@ def plan_pods(
     changes: list[NodeChange] = []
     assigned: dict[str, tuple[Unit, ...]] = {}
     for _, node in keyed:
-        if not remaining or (max_nodes is not None and len(changes) >= max_nodes):
+        if not any(groups.values()) or (max_nodes is not None and len(changes) >= max_nodes):
             break
-        mine = usable(node, remaining)
-        if not mine:
+        pool = pool_of(open_groups(node))
+        if not pool:
             continue
-        demand = Demand.of_items((u.profile, u.weight) for u in mine)
+        demand = Demand.of_items((u.profile, u.weight) for u in pool)
         plan = plan_node(node.model, gpus=node.gpus, demand=demand)
         if plan.value <= 1e-9 or not plan.changed:
             continue
@@ -561,16 +580,18 @@ def plan_pods(
             alternative = prefer(node, plan, demand)
             if alternative is not None:
                 plan, named = alternative
-        taken = _take_units(mine, plan.served,
-                            None if room is None else room.get(node.name))
+        taken = _take_units(pool, plan.served, None if room is None else room.get(node.name))
         if not taken:
             continue
         gone = {id(u) for u in taken}
-        remaining = [u for u in remaining if id(u) not in gone]
+        for g, members in groups.items():
+            groups[g] = [u for u in members if id(u) not in gone]
         assigned[node.name] = tuple(taken)
         changes.append(NodeChange(name=node.name, plan=plan, disruption=node.disruption,
                                   named=named))
-    return PodsPlan(changes=tuple(changes), assigned=assigned, unserved=tuple(remaining))
+    rest = [u for members in groups.values() for u in members]
+    rest.sort(key=lambda u: -u.weight)
+    return PodsPlan(changes=tuple(changes), assigned=assigned, unserved=tuple(rest))
 
 
 def _take_units(pool: Sequence[Unit], served: Mapping[ProfileName, int],

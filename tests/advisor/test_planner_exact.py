@@ -230,15 +230,16 @@ def test_plan_pods_counts_a_unit_only_where_it_may_go_and_fits() -> None:
     model = profiles.builtin().get("A100-80GB")
     gpus = (planner.GpuState(0, (P("3g.40gb"), P("3g.40gb"))),)
     supply = [planner.NodeSupply("a", model, gpus), planner.NodeSupply("b", model, gpus)]
-    units = [planner.Unit("p", P("1g.10gb"), 2.0, needs=(4000,)),
-             planner.Unit("q", P("1g.10gb"), 1.0, needs=(4000,))]
+    # Pods of different classes (constraints) may go to different nodes.
+    units = [planner.Unit("p", P("1g.10gb"), 2.0, needs=(4000,), cls=1),
+             planner.Unit("q", P("1g.10gb"), 1.0, needs=(4000,), cls=2)]
     # p may only go to b; a has room for one 4-cpu pod.
-    plan = planner.plan_pods(supply, units, eligible=lambda n, pod: pod != "p" or n == "b",
+    plan = planner.plan_pods(supply, units, eligible=lambda n, u: u.pod != "p" or n == "b",
                              room={"a": (6000,), "b": (64000,)})
     assigned = {n: [u.pod for u in us] for n, us in plan.assigned.items()}
     assert assigned == {"b": ["p", "q"]} and plan.unserved == ()  # b could serve more
     without_b = planner.plan_pods(supply[:1], units,
-                                  eligible=lambda n, pod: pod != "p" or n == "b")
+                                  eligible=lambda n, u: u.pod != "p" or n == "b")
     assert [u.pod for u in without_b.assigned["a"]] == ["q"]
     assert [u.pod for u in without_b.unserved] == ["p"]
     # b alone takes both; a alone takes one (room), the other stays unserved.

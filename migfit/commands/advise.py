@@ -143,15 +143,17 @@ def load(args: argparse.Namespace, *, reader: Reader | None = None,
 def _summary(advice: advisor.Advice) -> list[str]:
     recs = advice.recommendations
     disruptive = sum(r.disruptive for r in recs)
+    busy = sum(bool(r.running) for r in recs)
     served = len({k for r in recs for k in r.unblocks})
     lines = [f"{len(advice.waiting)} pod(s) wait for a MIG profile no node has free; "
-             f"{len(recs)} re-layout(s) ({len(recs) - disruptive} safe, {disruptive} "
-             f"disruptive) would unblock {served} of them."]
+             f"{len(recs)} re-layout(s) ({len(recs) - disruptive - busy} safe, "
+             + (f"{busy} of busy nodes' idle GPUs, " if busy else "")
+             + f"{disruptive} disruptive) would unblock {served} of them."]
     if not recs:
         return lines
     rows = [("NODE", "MODEL", "KIND", "TARGET", "UNBLOCKS", "DISRUPTS", "APPLY")]
     for rec in recs[:SUMMARY_ROWS]:
-        rows.append((rec.node, rec.model, "DISRUPTIVE" if rec.disruptive else "safe",
+        rows.append((rec.node, rec.model, _kind(rec),
                      rec.target + ("" if rec.config else " (custom)"),
                      str(len(rec.unblocks)), str(len(rec.disrupts)),
                      f"kubectl label node {rec.node} {advisor.LABEL_CONFIG}={rec.target} "
@@ -168,6 +170,12 @@ def _summary(advice: advisor.Advice) -> list[str]:
     return lines
 
 
+def _kind(rec: advisor.Recommendation) -> str:
+    if rec.disruptive:
+        return "DISRUPTIVE"
+    return "busy node" if rec.running else "safe"
+
+
 def render_text(advice: advisor.Advice, *, details: bool = True) -> str:
     """The advice for people: every node in full (``details``), or a summary table."""
     if not advice.waiting:
@@ -181,7 +189,7 @@ def render_text(advice: advisor.Advice, *, details: bool = True) -> str:
         return "\n".join(lines)
     lines = []
     for rec in advice.recommendations:
-        kind = "DISRUPTIVE" if rec.disruptive else "safe"
+        kind = _kind(rec)
         lines.append(f"node {rec.node} ({rec.model}, {kind}): -> {rec.target}"
                      + ("" if rec.config else " (custom config)"))
         for g in rec.gpus:
@@ -192,6 +200,10 @@ def render_text(advice: advisor.Advice, *, details: bool = True) -> str:
             lines.append(f"  layout before: {rec.note}")
         lines.append(f"  unblocks: {', '.join(rec.unblocks) or 'none'}")
         lines.append(f"  disrupts: {', '.join(rec.disrupts) or 'none'}")
+        if rec.running:
+            lines.append(f"  keeps running (their GPUs unchanged; the MIG Manager pauses the "
+                         f"node's GPU operands meanwhile, docs/relayout.md): "
+                         f"{', '.join(rec.running)}")
         if rec.mig_parted is not None:
             lines.append("  add to the mig-parted ConfigMap's config.yaml:")
             lines.extend("    " + line for line in

@@ -354,3 +354,15 @@ def test_explain_says_a_busy_node_keeps_its_pods_running() -> None:
     text = advisor.explain(c, "ml", "wants-small", now=NOW, settings=BUSY, config=SEED_CONFIG)
     assert "re-partition node seed (GPU 0: 3g.40gb 3g.40gb ->" in text
     assert "GPU 1" not in text and "keep running" in text and "t/r0" in text
+
+
+def test_advise_text_marks_busy_node_relayouts() -> None:
+    from migfit.commands import advise as advise_cli
+
+    advice = advisor.advise(_seed(), now=NOW, settings=BUSY, config=SEED_CONFIG)
+    full = advise_cli.render_text(advice)
+    assert "node seed (A100-80GB, busy node)" in full
+    assert "GPU 1: " + " ".join(["1g.10gb"] * 7) + " -> " in full and "(unchanged)" in full
+    assert "keeps running" in full and "t/r6" in full
+    summary = advise_cli.render_text(advice, details=False)
+    assert "(0 safe, 1 of busy nodes' idle GPUs, 0 disruptive)" in summary

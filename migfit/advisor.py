@@ -435,6 +435,10 @@ def unknown_layout(node: records.NodeState, model: profiles.GpuModel,
     if rec.whole_gpus > 0:
         return ("some of its GPUs run with MIG disabled (nvidia.com/gpu): enabling MIG makes "
                 "mig-parted reset every GPU of the node")
+    empty = [i for i, g in enumerate(layout.gpus) if not g]
+    if empty:
+        return (f"GPU {empty[0]} has no instances: whether MIG is enabled there is not known, "
+                f"and enabling it makes mig-parted reset every GPU of the node")
     if layout.source == "config":
         return None
     alloc = tuple(sorted((p, n) for p, n in rec.allocatable.items() if n > 0))
@@ -508,6 +512,11 @@ def _prefer_named(
 
     def prefer(node: planner.NodeSupply, plan: planner.NodePlan, remaining: planner.Demand
                ) -> tuple[planner.NodePlan, str] | None:
+        if any(g.frozen and not g.current for g in node.gpus):
+            # A named config may disable MIG on a GPU that has no instances: a mode change,
+            # which resets every GPU of the node (docs/relayout.md). The custom config
+            # enables MIG everywhere, as it is now.
+            return None
         best: tuple[tuple[float, int, int, str], planner.NodePlan, str] | None = None
         for name in config.configs:
             lay = resolved(node.model, len(node.gpus), name)

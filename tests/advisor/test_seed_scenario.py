@@ -366,3 +366,25 @@ def test_advise_text_marks_busy_node_relayouts() -> None:
     assert "keeps running" in full and "t/r6" in full
     summary = advise_cli.render_text(advice, details=False)
     assert "(0 safe, 1 of busy nodes' idle GPUs, 0 disruptive)" in summary
+
+
+def test_a_busy_node_with_an_empty_gpu_is_not_relaid_out_per_gpu() -> None:
+    cfg = migparted.parse("""
+version: v1
+mig-configs:
+  half:
+    - devices: [0]
+      mig-enabled: false
+    - devices: [1]
+      mig-enabled: true
+      mig-devices: {"1g.10gb": 7}
+""")
+    c = build(node("n", gpus=2, alloc={"1g.10gb": 7}, config="half"),
+              *[pod(f"r{i}", "1g.10gb", node="n", phase="Running") for i in range(7)],
+              pod("p", "1g.10gb"))
+    n = c.node("n")
+    assert n is not None
+    v = advisor.view(c, n, cfg)
+    assert v is not None and v.layout.source == "config"
+    assert v.unknown is not None and "GPU 0 has no instances" in v.unknown
+    assert advisor.advise(c, now=NOW, settings=BUSY, config=cfg).recommendations == ()

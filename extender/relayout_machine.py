@@ -226,7 +226,7 @@ def planned(rec: advisor.Recommendation) -> keys.RelayoutRecord:
         gpus=tuple(keys.GpuChange(index=g.index, before=tuple(g.before), after=tuple(g.after))
                    for g in rec.gpus),
         unblocks=tuple(rec.unblocks), disrupts=tuple(rec.disrupts),
-        disruptive=rec.disruptive, command=rec.command,
+        running=tuple(rec.running), disruptive=rec.disruptive, command=rec.command,
         expected={str(p): n for p, n in sorted(expected.items())})
 
 
@@ -416,6 +416,9 @@ def _read(run: Run, seen: Seen, clock: Context) -> Step:
         return _done(run, "skipped", "already under re-layout or failed")
     if node.config_state in keys.REPARTITIONING_STATES:
         return _done(run, "skipped", "the MIG Manager is busy on it")
+    if node.config == run.record.target:
+        return _done(run, "skipped", f"{keys.LABEL_CONFIG} is {node.config} already (the "
+                     "advice came from a view that has not caught up)")
     claim = run.record.but(state=_STATES.TAINTED, from_config=node.config)
     body = {"metadata": {**_precondition(seen.resource_version), "annotations": _annotate(claim)},
             "spec": {"taints": [*(dict(t) for t in seen.taints), keys.relayout_taint()]}}
@@ -456,8 +459,11 @@ def _confirm(run: Run, seen: Seen, clock: Context) -> Step:
 
 
 def _gpu_pods(run: Run, pods: Iterable[records.PodRecord]) -> list[records.PodRecord]:
-    return sorted((p for p in pods if p.node == run.node and p.holds_instances and p.requests),
-                  key=lambda p: p.key)
+    """GPU pods bound to the node that the re-layout did not plan around (a busy node's
+    ``running`` pods stay on GPUs it keeps exactly)."""
+    known = set(run.record.running)
+    return sorted((p for p in pods if p.node == run.node and p.holds_instances and p.requests
+                   and p.key not in known), key=lambda p: p.key)
 
 
 def _check(run: Run, seen: Seen, clock: Context) -> Step:

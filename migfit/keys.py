@@ -233,6 +233,8 @@ class RelayoutRecord(_Strict):
     gpus: tuple[GpuChange, ...] = ()
     unblocks: tuple[str, ...] = ()  # pods (namespace/name) the re-layout would serve
     disrupts: tuple[str, ...] = ()  # pods it would disrupt
+    # Pods on GPUs the change keeps exactly (a busy node): they may stay bound meanwhile.
+    running: tuple[str, ...] = ()
     disruptive: bool = False
     command: str = ""  # the kubectl command that applies it by hand
     expected: dict[str, int] = {}  # the allocatable MIG profiles once applied

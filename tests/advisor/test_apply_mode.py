@@ -168,7 +168,11 @@ async def test_only_the_leader_applies_and_a_new_leader_adopts(
     try:
         first = await _relayouter(api, a)
         assert await first.step() == ["idle"]
-        await asyncio.sleep(0.05)
+        for _ in range(1000):  # until the label is set (the record says "applying")
+            note = (await read_node(api, "idle"))["metadata"].get("annotations", {})
+            if '"applying"' in note.get(relayout.ANNOTATION, ""):
+                break
+            await asyncio.sleep(0.01)
         a.resign_locally()  # leadership lost mid-way (e.g. renewals failing)
         (outcome,) = await first.wait()
         assert outcome.result == "lost-leadership"
@@ -223,7 +227,11 @@ async def test_publisher_leaves_the_apply_modes_record_alone(
     try:
         r = await _relayouter(api)
         assert await r.step() == ["idle"]
-        await asyncio.sleep(0.1)
+        for _ in range(1000):  # until the label is set (the record says "applying")
+            note = (await read_node(api, "idle"))["metadata"].get("annotations", {})
+            if '"applying"' in note.get(relayout.ANNOTATION, ""):
+                break
+            await asyncio.sleep(0.01)
         pub.state = await snapshot(api)
         pub.cache = _cache()
         await pub.publish_once()

@@ -450,3 +450,24 @@ def test_waiting_stops_when_the_record_is_cleared() -> None:
     step = m.advance(run, seen(node(config="all-1g.10gb", taints=[TAINT])), at(1))
     assert isinstance(step.action, m.Done) and step.action.outcome.result == "skipped"
     assert "is gone" in step.action.outcome.reason
+
+
+def test_a_node_at_the_target_already_is_not_claimed() -> None:
+    step = m.advance(m.advance(m.begin(recommendation()), None, at()).run,
+                     seen(node(config="all-1g.10gb")), at())
+    assert isinstance(step.action, m.Done) and step.action.outcome.result == "skipped"
+
+
+def test_a_busy_nodes_known_pods_do_not_abort_but_a_new_one_does() -> None:
+    # --apply-busy-nodes: pods on GPUs the change keeps exactly are planned around.
+    rec = dataclasses.replace(recommendation(), running=("t/keeps",))
+    run = m.advance(m.begin(rec), None, at()).run
+    step = m.advance(run, seen(node()), at())
+    assert written_record(step).running == ("t/keeps",)  # type: ignore[union-attr]
+    checking = m.advance(step.run, m.Written(), at()).run
+    go = m.advance(checking, m.PodsSeen((gpu_pod("keeps", "1g.10gb"),)), at())
+    assert go.run.phase is m.Phase.LABEL
+    stop = m.advance(checking, m.PodsSeen((gpu_pod("keeps", "1g.10gb"),
+                                           gpu_pod("new", "1g.10gb"))), at())
+    assert stop.run.phase is m.Phase.RELEASE and stop.run.ending is not None
+    assert "t/new" in stop.run.ending.reason and "t/keeps" not in stop.run.ending.reason

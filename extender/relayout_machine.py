@@ -459,11 +459,11 @@ def _confirm(run: Run, seen: Seen, clock: Context) -> Step:
 
 
 def _gpu_pods(run: Run, pods: Iterable[records.PodRecord]) -> list[records.PodRecord]:
-    """GPU pods bound to the node that the re-layout did not plan around (a busy node's
-    ``running`` pods stay on GPUs it keeps exactly)."""
-    known = set(run.record.running)
-    return sorted((p for p in pods if p.node == run.node and p.holds_instances and p.requests
-                   and p.key not in known), key=lambda p: p.key)
+    """GPU pods bound to the node. Any aborts a run before the label, a busy node's
+    ``running`` pods too: fail-closed until the checks docs/relayout.md §5 lists for
+    busy-node runs exist (the record already carries ``running`` for them)."""
+    return sorted((p for p in pods if p.node == run.node and p.holds_instances and p.requests),
+                  key=lambda p: p.key)
 
 
 def _check(run: Run, seen: Seen, clock: Context) -> Step:

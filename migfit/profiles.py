@@ -318,6 +318,20 @@ def invalid_layout_message(product: str) -> str | None:
             f"config or use the mixed strategy")
 
 
+def unknown_profiles_note(model: GpuModel, names: Iterable[str]) -> str:
+    """A note naming the profiles a node advertises that ``model`` does not have, or "".
+
+    Some drivers rename profiles (``7g.79gb`` on an A100-80GB with R510, ``3g.39gb`` with
+    R535/R545): the node's own names and its ``nvidia.com/mig-<p>.memory`` labels are kept
+    and reported, not dropped; planning re-layouts needs them in a catalog file.
+    """
+    unknown = sorted({n for n in names if not model.has_profile(n)})
+    if not unknown:
+        return ""
+    return (f"{', '.join(unknown)} not in the catalog for {model.id} (a driver's own "
+            f"name?): add it with --catalog FILE to plan re-layouts here")
+
+
 REPLICAS_SUFFIX = ".replicas"
 
 

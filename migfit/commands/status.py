@@ -111,7 +111,8 @@ def render_table(model: cluster.Cluster) -> str:
         gpu = model.catalog.get(node.model) if node.model else None
         if gpu is not None and node.strategy != "single":  # issue 13: allocation spread
             hint = migparted.spread_note(gpu, node.allocatable, state.used, node.gpu_count)
-            notes = ", ".join(n for n in (notes, hint) if n)
+            odd = profiles.unknown_profiles_note(gpu, node.allocatable)
+            notes = ", ".join(n for n in (notes, hint, odd) if n)
         if not names:
             rows.append((*first, "-", "", "", "", notes))
             continue

@@ -54,3 +54,12 @@ def test_status_table_reports_a_node_whose_instances_may_spread() -> None:
     idle = next(line for line in lines if line.startswith("idle"))
     assert "may occupy 2" in busy and "packed" in busy
     assert "packed" not in idle
+
+
+def test_status_reports_a_profile_the_catalog_does_not_know() -> None:
+    state = cluster.Cluster()
+    state.replace("Node", [_node("r510", {"nvidia.com/mig-7g.79gb": "2"})])
+    state.mark_synced()
+    lines = status.render_table(state).splitlines()
+    row = next(line for line in lines if line.startswith("r510"))
+    assert "7g.79gb" in row and "not in the catalog for A100-80GB" in row

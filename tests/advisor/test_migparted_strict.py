@@ -178,3 +178,38 @@ def test_render_round_trips() -> None:
     uniform = [["1g.10gb", "3g.40gb"]] * 3
     assert migparted.custom_name(uniform) == "migfit-1g.10gb-3g.40gb"
     assert migparted.render("u", uniform)["mig-configs"]["u"][0]["devices"] == "all"
+
+
+@pytest.mark.parametrize("text", ["", "\n", "{}", "# only a comment\n"])
+def test_an_empty_document_is_accepted_and_holds_no_config(text: str) -> None:
+    assert migparted.parse(text).names() == []
+
+
+@pytest.mark.parametrize("name", ["bogus", "1g.5GB", "1g5gb", "g.5gb", "1g.5gb+", "1g.5gb+1x",
+                                  "1g.5gb++me", " 1g.5gb", "1g.5gb+me,me,"])
+def test_a_malformed_profile_name_is_refused_at_parse_time(name: str) -> None:
+    text = ("version: v1\nmig-configs:\n  c:\n  - devices: all\n    mig-enabled: true\n"
+            f"    mig-devices: {{'{name}': 1}}\n")
+    with pytest.raises(errors.ConfigError, match="not a MIG profile name"):
+        migparted.parse(text)
+
+
+@pytest.mark.parametrize("name", ["1g.5gb", "1c.2g.10gb", "1g.10gb+me", "1g.24gb+me.all",
+                                  "1g.24gb+gfx", "1g.24gb-me", "8g.80gb"])
+def test_well_formed_names_parse_whether_or_not_a_gpu_has_them(name: str) -> None:
+    text = ("version: v1\nmig-configs:\n  c:\n  - devices: all\n    mig-enabled: true\n"
+            f"    mig-devices: {{'{name}': 1}}\n")
+    assert migparted.parse(text).configs["c"][0].names() == (name,)
+
+
+def test_tab_indented_json_is_read_as_go_yaml_reads_it() -> None:
+    text = ('{\n\t"version": "v1",\n\t"mig-configs": {\n\t\t"c": [{\n\t\t\t"devices": "all",\n'
+            '\t\t\t"mig-enabled": true,\n\t\t\t"mig-devices": {"1g.5gb\\t": 0, "3g.20gb": 2},\n'
+            '\t\t}]\n\t}\n}')
+    with pytest.raises(errors.ConfigError, match="not a MIG profile name"):
+        migparted.parse(text)  # the tab inside the quoted name is kept, and refused
+    cfg = migparted.parse(text.replace('"1g.5gb\\t": 0, ', ""))
+    assert cfg.configs["c"][0].names() == ("3g.20gb", "3g.20gb")
+    # Block YAML indented with tabs stays refused (go-yaml refuses it too).
+    with pytest.raises(errors.ConfigError, match="YAML"):
+        migparted.parse("version: v1\nmig-configs:\n\tc: []\n")

@@ -17,7 +17,7 @@ from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from migfit import keys, profiles, requests
+from migfit import builders, keys, profiles, requests
 
 # (model id, product label as GFD writes it, share of nodes) — an A100/H100-heavy fleet.
 _FLEET: tuple[tuple[str, str, float], ...] = (
@@ -174,13 +174,10 @@ def node_object(spec: NodeSpec, *, rng: random.Random, full: bool = True,
     allocatable.update({"cpu": str(int(cpu) - 1) + "900m", "memory": "1048000000Ki"
                         if spec.gpus >= 8 else "520000000Ki",
                         "ephemeral-storage": "3456711656165"})
-    if single:
-        capacity["nvidia.com/gpu"] = allocatable["nvidia.com/gpu"] = str(sum(inst.values()))
-    else:
-        capacity["nvidia.com/gpu"] = allocatable["nvidia.com/gpu"] = "0"
-        for p, n in sorted(inst.items()):
-            capacity[profiles.resource_name(p)] = allocatable[profiles.resource_name(p)] = (
-                str(n))
+    mig = builders.mig_resources(dict(sorted(inst.items())), strategy=spec.strategy)
+    capacity.update(mig)
+    allocatable.update(mig)
+    if not single:
         for p in leftover:
             capacity.setdefault(profiles.resource_name(p), "0")
             allocatable.setdefault(profiles.resource_name(p), "0")

@@ -11,7 +11,7 @@ from typing import Any
 
 from aiohttp.test_utils import TestClient
 
-from migfit import cluster, profiles
+from migfit import builders, cluster, profiles
 from migfit.webhook import decision, view
 
 A100_PRODUCT = "NVIDIA-A100-SXM4-80GB"
@@ -28,34 +28,20 @@ def mig_node(
     strategy: str = "mixed",
     unschedulable: bool = False,
 ) -> dict[str, Any]:
-    """A GPU node as GFD and the device plugin label it."""
+    """A GPU node as GFD and the device plugin label it (migfit.builders)."""
     alloc = {"1g.10gb": 2, "2g.20gb": 1, "3g.40gb": 1} if allocatable is None else allocatable
     mem = MEMORY if memory is None else memory
-    labels = {
-        "nvidia.com/gpu.product": product,
-        "nvidia.com/gpu.count": "1",
-        "nvidia.com/mig.strategy": strategy,
-        "kubernetes.io/hostname": name,
-    }
-    status_alloc: dict[str, str] = {"cpu": "32", "memory": "256Gi"}
     if strategy == "single":
-        (prof, count), = alloc.items()
-        labels["nvidia.com/gpu.product"] = f"{product}-MIG-{prof}"
-        labels["nvidia.com/gpu.memory"] = str(mem.get(prof, 0))
-        status_alloc["nvidia.com/gpu"] = str(count)
+        ((prof, _count),) = alloc.items()
+        labels = builders.mig_labels(product=product, instances=alloc, strategy="single",
+                                     gpu_memory_mib=mem.get(prof, 0))
     else:
-        for p, n in alloc.items():
-            status_alloc[f"nvidia.com/mig-{p}"] = str(n)
-            if p in mem:
-                labels[f"nvidia.com/mig-{p}.memory"] = str(mem[p])
-    return {
-        "apiVersion": "v1",
-        "kind": "Node",
-        "metadata": {"name": name, "labels": labels, "resourceVersion": "1"},
-        "spec": {"unschedulable": unschedulable},
-        "status": {"capacity": dict(status_alloc), "allocatable": status_alloc,
-                   "conditions": [{"type": "Ready", "status": "True"}]},
-    }
+        labels = builders.mig_labels(product=product, instances=alloc, count_labels=False,
+                                     memory_mib={p: mem[p] for p in alloc if p in mem})
+    return builders.node(name, labels=labels, cpu="32", memory="256Gi",
+                         resources=builders.mig_resources(alloc, strategy=strategy,
+                                                          whole_gpus=None),
+                         unschedulable=unschedulable)
 
 
 def make_cluster(*nodes: dict[str, Any]) -> cluster.Cluster:

@@ -36,9 +36,10 @@ any delay, so it is loose once more has arrived than fits.
 
 Figures: ``unallocated_share`` (at the last arrival, and at the end in fill mode: the same
 arrivals), ``unallocated_share_time_avg`` and ``allocated_*`` are the bound; figures that
-must be low (waits, idle while pending, re-layouts, disrupted pods, fragmentation) are 0,
-their trivial bound; pod counts are those of the LP's optimal solution (fractional, not a
-bound). Needs SciPy (``pip install 'migfit[sim]'``): ``scipy.optimize.linprog`` (HiGHS).
+must be low (waits, idle while pending, re-layouts, disrupted pods, fragmentation, the
+unallocated memory share and FGD's unit) are 0, their trivial bound; pod counts are those
+of the LP's optimal solution (fractional, not a bound). Needs SciPy (``pip install
+'migfit[sim]'``): ``scipy.optimize.linprog`` (HiGHS).
 """
 
 from __future__ import annotations
@@ -282,5 +283,7 @@ def figures(nodes: Sequence[spec.NodeSpec], arrivals: Sequence[workload.PodSpec]
         "unallocated_share_at_last_arrival": 1 - slices / cap,
         "unallocated_share_time_avg": 1 - avg / cap,
         "unallocated_memory_share": 0.0,
+        "unallocated_trace_gpus_share": 0.0,
+        "arrivals_end_s": last,
     })
     return out

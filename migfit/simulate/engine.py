@@ -75,6 +75,8 @@ class Simulation(World):
         self.snapshot: list[dict[str, Any]] | None = None
         self._events: list[tuple[float, int, str, Any]] = []
         self._seq = 0
+        self._live = 0  # arrivals and departures still queued
+        self._futile = 0  # re-layouts finished since a pod was last placed
         self._last_advice = -math.inf
         self._advice_queued = False
         self.end_figures: dict[str, float] = {}
@@ -103,6 +105,8 @@ class Simulation(World):
     # ------------------------------------------------------------ events
 
     def _push(self, at: float, kind: str, data: Any) -> None:
+        if kind in ("arrive", "depart"):
+            self._live += 1
         self._seq += 1
         heapq.heappush(self._events, (at, self._seq, kind, data))
 
@@ -115,6 +119,8 @@ class Simulation(World):
             self.now = max(self.now, t)
 
     def _dispatch(self, kind: str, data: Any) -> None:
+        if kind in ("arrive", "depart"):
+            self._live -= 1
         if kind == "arrive":
             self.arrive(data)
         elif kind == "depart":
@@ -209,6 +215,7 @@ class Simulation(World):
 
     def bind(self, pod: Pod, n: Node) -> None:
         c = self.counters
+        self._futile = 0
         self._integrate()
         self.hist(n, -1)
         n.cpu_used += pod.spec.cpu_milli
@@ -226,6 +233,7 @@ class Simulation(World):
                 self.allocated_memory += prof.memory_slices
             n.gpu_pods += 1
             c.gpu_placed += 1
+            c.placed_trace_gpus += pod.spec.trace_gpus
             c.wasted_mib += max(0, pod.usable_mib - pod.spec.gpu_memory_mib * len(pod.profiles))
             c.usable_mib += pod.usable_mib
             if not self.on_demand:
@@ -269,6 +277,8 @@ class Simulation(World):
                 self.cluster.apply("Pod", "DELETED", pod.obj)
         self.hist(n, +1)
         self.retry()
+        if self.pending:
+            self._want_advice()
 
     def retry(self) -> None:
         """Try the pending pods again, oldest first."""
@@ -293,10 +303,13 @@ class Simulation(World):
 
     # ------------------------------------------------------------ the advisor and MIG Manager
 
-    def _want_advice(self) -> None:
+    def _want_advice(self, not_before: float = 0.0) -> None:
         if not self.policy.advisor or self._advice_queued:
             return
-        at = max(self.now, self._last_advice + self.options.advise_interval)
+        if (self.options.mode == "events" and not self._live
+                and self._futile > 2 * self.options.max_relayouts):
+            return  # nothing arrives or leaves any more and re-layouts stopped placing pods
+        at = max(self.now, not_before, self._last_advice + self.options.advise_interval)
         if self.options.mode == "fill" and at <= self.now:
             self.advise()
             return
@@ -317,9 +330,7 @@ class Simulation(World):
         if not any(p.spec.gpu for p in self.pending):
             return
         if room <= 0:
-            if self.options.mode == "events" and self._events:
-                self._want_advice()
-            return
+            return  # a finished re-layout asks again
         if self.options.advisor == "planner":
             recs = self._planner_advice(room)
         else:
@@ -339,10 +350,14 @@ class Simulation(World):
             coming.update(rec.served)
             room -= 1
             self._start_relayout(self.nodes[rec.node], rec)
-        # The advisor runs every advise_interval while pods wait (their grace runs out with
-        # time alone), as long as anything else is still to happen.
-        if self.options.mode == "events" and self._events:
-            self._want_advice()
+        # Between arrivals, departures and re-layouts (each asks again) the advice changes
+        # only when a waiting pod's grace runs out: ask again then.
+        if self.options.mode == "events":
+            graces = (self.options.advisor_grace, self.options.advisor_free_grace)
+            due = min((p.arrival + g for p in self.pending if p.spec.gpu for g in graces
+                       if p.arrival + g > self.now), default=None)
+            if due is not None:
+                self._want_advice(not_before=due)
 
     def _planner_advice(self, room: int) -> list[advisor.Recommendation]:
         """``--advisor planner``: ``migfit.planner.plan_cluster`` on every pending pod's
@@ -381,7 +396,6 @@ class Simulation(World):
     def _start_relayout(self, n: Node, rec: advisor.Recommendation) -> None:
         c = self.counters
         c.relayouts += 1
-        c.gpus_relaid += sum(1 for g in rec.gpus if g.changed)
         c.disrupted += n.gpu_pods  # the MIG Manager stops every GPU client of the node
         self.hist(n, -1)
         n.busy_until = self.now + self.options.relayout_seconds
@@ -394,14 +408,32 @@ class Simulation(World):
         n = self.nodes[name]
         rec = n.pending_plan
         assert rec is not None
-        # The MIG Manager applies the whole config: every GPU gets its ``after`` layout.
-        for g in rec.gpus:
-            if g.changed:
-                n.gpus[g.index] = Gpu(placement_of(n.model, g.after))
+        # The MIG Manager applies the whole config. The API shows a node's instance counts,
+        # not which GPU holds which (the advisor's GPU indices are inferred), so the new
+        # layouts go to the GPUs by multiset: a GPU that already has one of them keeps it
+        # (with its pods), the others take the rest in order.
+        wanted = [tuple(sorted(g.after)) for g in rec.gpus]
+        pool = Counter(wanted)
+        keep: set[int] = set()
+        touched = {g.index for g in rec.gpus}
+        for i, gpu in enumerate(n.gpus):
+            if i in touched and pool[gpu.names()] > 0:
+                pool[gpu.names()] -= 1
+                keep.add(i)
+        rest: list[tuple[str, ...]] = []
+        for lay in wanted:
+            if pool[lay] > 0:
+                pool[lay] -= 1
+                rest.append(lay)
+        for i, lay in zip(sorted(touched - keep), rest, strict=False):
+            if i < len(n.gpus):
+                n.gpus[i] = Gpu(placement_of(n.model, lay))
+                self.counters.gpus_relaid += 1
         n.config = rec.target
         n.busy_until = None
         n.pending_plan = None
         del self.in_flight[name]
+        self._futile += 1
         self.hist(n, +1)
         self.cluster.apply("Node", "MODIFIED", self._node_object(n))
         self.retry()
@@ -428,7 +460,7 @@ class Simulation(World):
     def take_snapshot(self) -> None:
         out: list[dict[str, Any]] = []
         for n in self.nodes.values():
-            out.append({"node": n.name, "model": n.model.id,
+            out.append({"node": n.name, "model": n.model.id, "group": n.group,
                         "relayout": n.busy_until is not None,
                         "gpus": [[[i.start, i.size, i.profile, h is not None]
                                   for i, h in zip(g.instances, g.holders, strict=True)]
@@ -495,6 +527,7 @@ class Simulation(World):
             "allocated_of_arrived": self.allocated_slices / max(1, c.demand_slices),
             "unallocated_share": 1 - self.allocated_slices / self.capacity_slices,
             "unallocated_memory_share": 1 - self.allocated_memory / self.capacity_memory,
+            "unallocated_trace_gpus_share": 1 - c.placed_trace_gpus / max(1, self.gpus),
             "fragmentation_share": metrics.fragmentation(self),
             "pending_p50_s": metrics.percentile(waits, 50),
             "pending_p99_s": metrics.percentile(waits, 99),
@@ -551,6 +584,7 @@ def run(nodes: Sequence[spec.NodeSpec], pods: Sequence[workload.PodSpec], *, pol
                   "pods_disrupted", "memory_wasted_gib", "memory_wasted_share"):
             figs[k] = final[k]
         figs["unallocated_share_at_last_arrival"] = figs["unallocated_share"]
+    figs["arrivals_end_s"] = sim.horizon
     figs["wall_s"] = time.perf_counter() - started
     return RunResult(policy=policy.name, seed=seed, figures=figs, series=sim.series,
                      snapshot=sim.snapshot if keep_snapshot else None,

@@ -19,12 +19,28 @@ Definitions (capacity = 7 compute slices per A100/H100 GPU; a GPU slice is one c
   slices of a GPU = its compute slices − those of instances held by pods (idle instances of
   another profile and stranded slices are free but unusable for c).
 - **pending time**: start − arrival of every placed pod; p50 and p99 (nearest rank).
+  **GPU pending** p50/p95: the same for GPU pods only, pods still waiting at the end counted
+  with the time they waited so far.
+- **time-averaged unallocated share**: 1 − allocated compute slices integrated exactly over
+  [0, last arrival] / (capacity × that span). ``unallocated_share_at_last_arrival`` is the
+  share at the last arrival (in fill mode ``unallocated_share`` is taken once the re-layouts
+  in flight have finished).
+- **idle while pending** (slice-hours): compute slices idle (free instances or
+  unpartitioned) on GPUs that could serve a pod pending at that moment, as they are (a free
+  instance of one of its profiles, on a node with its cpu and memory free and not being
+  re-laid out) or after a re-layout of the idle GPU (no instance of it held), integrated over
+  [0, last arrival] as a step function of ``--samples`` evenly spaced samples: the seed's
+  "the GPU is empty but the pod is Pending".
+- **unallocated in FGD's unit** (``unallocated_trace_gpus_share``): 1 − the trace's GPUs
+  (num_gpu × gpu_milli / 1000) of the placed pods / the cluster's GPUs — what FGD reports,
+  where a 0.46-GPU pod counts 0.46 whatever instance it was given.
 - **blocked by fragmentation**: GPU pods that found no node on arrival although, at that
   moment, some node not being re-laid out had at least as many free compute slices as the
   pod's instances hold in total (counted once per pod, at its arrival; later retries are not
   counted again).
-- **re-layouts**: nodes re-partitioned (and GPUs changed); **disrupted**: GPU pods on a node
-  when its re-layout starts (the planner is given idle nodes only, so it must stay 0).
+- **re-layouts**: nodes re-partitioned; **GPUs re-laid out** (``gpus_relaid``): GPUs whose
+  layout changed; **disrupted**: GPU pods on a node when its re-layout starts (the advisor is
+  asked for safe changes only, so it must stay 0).
 - **unallocated memory share**: the same as the unallocated share, on memory slices (8 per
   A100/H100 GPU) instead of compute slices.
 - **requested GPUs share**: the trace's GPUs (num_gpu × gpu_milli / 1000) of the arrived

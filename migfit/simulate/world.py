@@ -49,7 +49,8 @@ class Node:
     """A simulated node (a cpu-only node has no GPU)."""
 
     __slots__ = ("busy_until", "config", "cpu_alloc", "cpu_used", "gpu_pods", "gpus",
-                 "mem_alloc", "mem_used", "model", "name", "pending_plan", "total_compute",
+                 "group", "mem_alloc", "mem_used", "model", "name", "pending_plan",
+                 "total_compute",
                  "total_memory", "trace_model", "used_compute", "version")
 
     def __init__(self, s: spec.NodeSpec, *, on_demand: bool) -> None:
@@ -71,6 +72,10 @@ class Node:
         self.busy_until: float | None = None
         self.pending_plan: advisor.Recommendation | None = None
         self.version = 0  # bumped on every change (FGD's per-node cache)
+        kinds = {"+".join(lay) or "no instance" for lay in s.gpu_layouts}
+        # The initial layout, for the report's picture (nodes grouped by it).
+        self.group = (f"{s.model.id}, every GPU {kinds.pop()}" if len(kinds) == 1
+                      else f"{s.model.id}, {s.config}" if s.gpu_layouts else "cpu only")
 
     @property
     def free_compute(self) -> int:
@@ -142,6 +147,7 @@ class Counters:
     disrupted: int = 0
     demand_slices: int = 0
     demand_trace_gpus: float = 0.0
+    placed_trace_gpus: float = 0.0  # FGD's unit: the trace's GPUs of the placed pods
     wasted_mib: int = 0
     usable_mib: int = 0
     waits: list[float] = dataclasses.field(default_factory=list)

@@ -39,10 +39,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table "
                         "(the same as -o json)")
     workstation.add_output_argument(parser)
-    # Kept for old scripts: the list is one request per page now, each bounded by
-    # --request-timeout, and fails at once on an error that will not go away.
-    parser.add_argument("--timeout", type=float, default=60.0, metavar="SECONDS",
-                        help=argparse.SUPPRESS)
 
 
 def _profile_names(state: records.NodeState, catalog: profiles.Catalog) -> list[str]:

@@ -132,7 +132,8 @@ async def test_status_with_kubeconfig_lists_once_and_stops(
     store(server, gpu_pod("a", "4", node="n1", profile="3g.40gb"))
     parser = argparse.ArgumentParser()
     status.add_arguments(parser)
-    args = parser.parse_args(["--kubeconfig", str(kubeconfig), "--json", "--request-timeout", "10s"])
+    args = parser.parse_args(["--kubeconfig", str(kubeconfig), "--json",
+                              "--request-timeout", "10s"])
     # status.run drives its own event loop, as the CLI does: give it a thread.
     assert await asyncio.to_thread(status.run, args) == 0
     doc = json.loads(capsys.readouterr().out)

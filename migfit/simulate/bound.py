@@ -30,7 +30,7 @@ order and timing are relaxed away, so the bound may be out of reach.
 
 Over time: at any moment t the pods present are a subset of those arrived by then (a pod can
 be delayed until t whatever its duration), so LP(arrived ≤ t) bounds the allocation at t;
-it grows with t, so the time average over [0, last arrival] is bounded by the right-endpoint
+it grows with t, so the time average over [first, last arrival] is bounded by the right-endpoint
 sum Σ_k LP(t_k) (t_k − t_{k−1}) over ``TIME_POINTS`` even steps. In events mode this allows
 any delay, so it is loose once more has arrived than fits.
 
@@ -44,6 +44,7 @@ of the LP's optimal solution (fractional, not a bound). Needs SciPy (``pip insta
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 from collections import Counter
 from collections.abc import Sequence
@@ -249,17 +250,18 @@ def figures(nodes: Sequence[spec.NodeSpec], arrivals: Sequence[workload.PodSpec]
     # Time points: arrival times (fill: one every fill_interval); right-endpoint sum.
     times = ([s.arrival for s in arrivals] if options.mode == "events"
              else [i * options.fill_interval for i in range(n)])
+    first = times[0] if times else 0.0
     last = times[-1] if times else 0.0
     avg = slices
-    if last > 0:
+    if last > first:
         area = 0.0
-        prev = 0.0
+        prev = first
         for k in range(1, TIME_POINTS + 1):
-            t = last * k / TIME_POINTS
-            arrived = sum(1 for x in times if x <= t)  # times are sorted
+            t = first + (last - first) * k / TIME_POINTS
+            arrived = bisect.bisect_right(times, t)  # times are sorted
             area += lp.solve(arrived)[0] * (t - prev)
             prev = t
-        avg = area / last
+        avg = area / (last - first)
     gpu_arrived = sum(1 for s in arrivals if s.gpu)
     zero = ("pods_pending", "fragmentation_share", "pending_p50_s", "pending_p99_s",
             "gpu_pending_p50_s", "gpu_pending_p95_s", "idle_while_pending_slice_hours",

@@ -88,6 +88,7 @@ class Simulation(World):
         self.allocated_area = 0.0
         self.idle_pending_area = 0.0  # slice-seconds (sampled, metrics.idle_for_pending)
         self._idle_t = 0.0
+        self.start_t = 0.0  # time averages start here
         self.settings = advisor.Settings(grace_s=options.advisor_grace,
                                          free_grace_s=options.advisor_free_grace,
                                          allow_disruptive=False)
@@ -259,6 +260,7 @@ class Simulation(World):
         n.cpu_used -= pod.spec.cpu_milli
         n.mem_used -= pod.spec.memory_mib
         if pod.spec.gpu:
+            self.counters.placed_trace_gpus -= pod.spec.trace_gpus
             for gi, ii in pod.held:
                 g = n.gpus[gi]
                 if self.on_demand:  # instances come and go: find this pod's by holder
@@ -490,10 +492,13 @@ class Simulation(World):
             self._push(s.arrival, "arrive", s)
         last = max((s.arrival for s in arrivals), default=0.0)
         self.horizon = last
+        # Time averages run from the first arrival (a replayed slice of the trace starts late).
+        self.start_t = self._area_t = self._idle_t = min((s.arrival for s in arrivals),
+                                                         default=0.0)
         snap_at = self.options.snapshot_at if self.options.snapshot_at is not None else last
         samples = max(1, self.options.samples)
         for k in range(samples + 1):
-            self._push(last * k / samples, "sample", None)
+            self._push(self.start_t + (last - self.start_t) * k / samples, "sample", None)
         self._push(snap_at, "snapshot", None)
         self._push(last, "end", None)  # after every arrival at ``last`` (pushed later)
         self._run_until(math.inf)
@@ -509,7 +514,7 @@ class Simulation(World):
         # a run that never places them would be missing).
         gpu_waits = sorted([*c.gpu_waits,
                             *(self.now - p.arrival for p in self.pending if p.spec.gpu)])
-        span = min(self.now, self.horizon)
+        span = min(self.now, self.horizon) - self.start_t
         avg_alloc = self.allocated_area / span if span > 0 else float(self.allocated_slices)
         return {
             "pods_arrived": c.arrived,

@@ -22,14 +22,15 @@ Definitions (capacity = 7 compute slices per A100/H100 GPU; a GPU slice is one c
   **GPU pending** p50/p95: the same for GPU pods only, pods still waiting at the end counted
   with the time they waited so far.
 - **time-averaged unallocated share**: 1 − allocated compute slices integrated exactly over
-  [0, last arrival] / (capacity × that span). ``unallocated_share_at_last_arrival`` is the
-  share at the last arrival (in fill mode ``unallocated_share`` is taken once the re-layouts
+  [first arrival, last arrival] / (capacity × that span).
+  ``unallocated_share_at_last_arrival`` is the share at the last arrival (in fill mode
+  ``unallocated_share`` is taken once the re-layouts
   in flight have finished).
 - **idle while pending** (slice-hours): compute slices idle (free instances or
   unpartitioned) on GPUs that could serve a pod pending at that moment, as they are (a free
   instance of one of its profiles, on a node with its cpu and memory free and not being
   re-laid out) or after a re-layout of the idle GPU (no instance of it held), integrated over
-  [0, last arrival] as a step function of ``--samples`` evenly spaced samples: the seed's
+  [first, last arrival] as a step function of ``--samples`` evenly spaced samples: the seed's
   "the GPU is empty but the pod is Pending".
 - **unallocated in FGD's unit** (``unallocated_trace_gpus_share``): 1 − the trace's GPUs
   (num_gpu × gpu_milli / 1000) of the placed pods / the cluster's GPUs — what FGD reports,

@@ -23,7 +23,7 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("unallocated_share", "unallocated", "pct"),
     ("unallocated_share_time_avg", "unalloc avg", "pct"),
     ("fragmentation_share", "frag", "pct"),
-    ("idle_while_pending_slice_hours", "idle∧pending slice-h", "int"),
+    ("idle_while_pending_slice_hours", "idle while pending slice-h", "int"),
     ("gpu_pending_p50_s", "GPU wait p50 s", "int"),
     ("gpu_pending_p95_s", "GPU wait p95 s", "int"),
     ("relayouts", "re-layouts", "int"),
@@ -132,13 +132,13 @@ def _line_chart(series: Mapping[str, Sequence[tuple[float, float]]], *, title: s
     ymax = max((abs(y) if signed else y for _, y in pts), default=1.0) or 1.0
     if diagonal:
         xmax = ymax = max(xmax, ymax)
-    xt = nice_ticks(xmax)
+    xunit = _time_unit(xmax) if xkind == "time" else (1.0, "")
+    xt = [t * xunit[0] for t in nice_ticks(xmax / xunit[0])]
     yt = nice_ticks(ymax)
     xmax, ymax = xt[-1], yt[-1]
     ymin = -ymax if signed else 0.0
     yticks = [-v for v in reversed(yt[1:])] + yt if signed else yt
     pw, ph = w - left - right, h - top - bottom
-    xunit = _time_unit(xmax)
 
     def sx(x: float) -> float:
         return left + x / xmax * pw

@@ -124,7 +124,8 @@ def _fmt_tick(v: float, kind: str, unit: tuple[float, str]) -> str:
 def _line_chart(series: Mapping[str, Sequence[tuple[float, float]]], *, title: str,
                 xlabel: str, ylabel: str, xkind: str = "num", ykind: str = "num",
                 diagonal: bool = False, signed: bool = False,
-                marks: Sequence[tuple[float, str]] = ()) -> str:
+                marks: Sequence[tuple[float, str]] = (),
+                colours: Mapping[str, str] | None = None) -> str:
     """Lines per policy; ``signed``: y may be negative (differences), centred on 0."""
     w, h, left, bottom, top, right = 820, 340, 64, 42, 30, 190
     pts = [p for s in series.values() for p in s]
@@ -176,7 +177,7 @@ def _line_chart(series: Mapping[str, Sequence[tuple[float, float]]], *, title: s
                    f'stroke="#555" stroke-dasharray="3 3"/><text x="{sx(x) + 4:.1f}" '
                    f'y="{top + 12}" font-size="11" fill="#555">{html.escape(label)}</text>')
     for i, (name, s) in enumerate(series.items()):
-        colour = PALETTE[i % len(PALETTE)]
+        colour = (colours or {}).get(name, PALETTE[i % len(PALETTE)])
         dash = ' stroke-dasharray="6 3"' if "+advisor" not in name else ""
         path = " ".join(f"{sx(x):.1f},{sy(y):.1f}" for x, y in s)
         out.append(f'<polyline fill="none" stroke="{colour}" stroke-width="1.8"{dash} '
@@ -393,6 +394,7 @@ def html_page(document: Mapping[str, Any], *, pictures: Sequence[str]) -> str:
         if name != reference:
             diff[name] = [(x, p["allocated_share"] - q["allocated_share"])
                           for x, p, q in zip(xs, r["series"], ref, strict=False)]
+    lines = {name: PALETTE[i % len(PALETTE)] for i, name in enumerate(first)}
     ends = [r["figures"].get("arrivals_end_s", 0.0) for r in first.values()]
     marks = [(max(ends), "arrivals stop")] if fill and ends and max(ends) > 0 else []
     xkind = "pct" if fill else "time"
@@ -424,20 +426,20 @@ def html_page(document: Mapping[str, Any], *, pictures: Sequence[str]) -> str:
         parts.append("<h2>Allocation against arrived demand</h2>")
         parts.append(_line_chart(alloc, title="allocated compute slices / capacity",
                                  xlabel=xlabel, ylabel="allocated", xkind=xkind,
-                                 ykind="pct", diagonal=fill))
+                                 ykind="pct", diagonal=fill, colours=lines))
     if diff:
         parts.append(f"<h2>Each policy against {html.escape(reference)}</h2>")
         parts.append(f"<p>Allocated share minus {html.escape(reference)}'s at the same point "
                      f"(above 0: more allocated).</p>")
         parts.append(_line_chart(diff, title=f"allocated share − {reference}'s",
                                  xlabel=xlabel, ylabel="difference", xkind=xkind,
-                                 ykind="pct", signed=True))
+                                 ykind="pct", signed=True, colours=lines))
     if first:
         parts.append("<h2>Pending pods over time</h2>")
         parts.append("<p>On a time axis, so what happens after the last arrival (re-layouts "
                      "in flight finishing, departures) shows.</p>")
         parts.append(_line_chart(pend, title="pods waiting", xlabel="simulated time",
-                                 ylabel="pods", xkind="time", marks=marks))
+                                 ylabel="pods", xkind="time", marks=marks, colours=lines))
     snaps = {p: first[p]["snapshot"] for p in pictures if p in first and first[p]["snapshot"]}
     colours = profile_colours(list(snaps.values()))
     if snaps:

@@ -96,3 +96,12 @@ def test_bound_policies_parse_and_take_no_advisor() -> None:
     assert policies.Policy.parse("bound-static").is_bound
     with pytest.raises(ValueError, match="bound"):
         policies.Policy.parse("bound+advisor")
+
+
+def test_bound_reports_every_figure_a_policy_reports() -> None:
+    """The JSON contract: summary[policy][figure] exists for the bounds too."""
+    pods = workload.synthetic(40, model=A100, mapping="compute", seed=3)
+    for mode in ("fill", "events"):
+        policy = run(MIXED, pods, policies.Policy("migfit", True), 3, mode)
+        for name in ("bound", "bound-static"):
+            assert set(run(MIXED, pods, policies.Policy.parse(name), 3, mode)) == set(policy)

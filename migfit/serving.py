@@ -64,6 +64,9 @@ class Limits:
     body_timeout: float = DEFAULT_BODY_TIMEOUT_S
     handshake_timeout: float = DEFAULT_HANDSHAKE_TIMEOUT_S
     max_connections: int = DEFAULT_MAX_CONNECTIONS
+    # SO_REUSEPORT: several processes listen on one port and the kernel spreads new
+    # connections over them (more than one core per pod; each process holds its own cache).
+    reuse_port: bool = False
 
     def check(self) -> None:
         """ValueError naming the flag when a bound cannot work."""
@@ -94,13 +97,18 @@ def add_limit_arguments(parser: argparse.ArgumentParser | argparse._ArgumentGrou
     parser.add_argument(
         "--max-connections", type=int, default=DEFAULT_MAX_CONNECTIONS, metavar="N",
         help="connections open at once; more are closed when accepted (default %(default)s)")
+    parser.add_argument(
+        "--reuse-port", action="store_true",
+        help="listen with SO_REUSEPORT, so that several migfit processes (one per core) can "
+             "serve one port; the kernel spreads new connections over them")
 
 
 def limits_from(args: argparse.Namespace) -> Limits:
     """The ``Limits`` of parsed ``add_limit_arguments`` flags; ValueError for bad values."""
     limits = Limits(keepalive_timeout=args.keepalive_timeout, body_timeout=args.body_timeout,
                     handshake_timeout=args.handshake_timeout,
-                    max_connections=args.max_connections)
+                    max_connections=args.max_connections,
+                    reuse_port=bool(getattr(args, "reuse_port", False)))
     limits.check()
     return limits
 
@@ -244,7 +252,7 @@ class BoundedSite(web.BaseSite):
         # No ``ssl=`` here: TLS is the protocol's own layer (``SmallBufferTLS``).
         self._server = await loop.create_server(
             self._protocol, self._host, self._port, reuse_address=True,
-            backlog=min(socket.SOMAXCONN, 1024))
+            reuse_port=self._limits.reuse_port or None, backlog=min(socket.SOMAXCONN, 1024))
 
 
 # ---------------------------------------------------------------- logging client mistakes

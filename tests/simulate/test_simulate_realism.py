@@ -178,3 +178,26 @@ def test_output_paths_are_checked_before_running(tmp_path: Path,
     assert cli.main(["simulate", "--example", "--report", str(bad)]) == 2
     err = capsys.readouterr().err
     assert "no folder" in err and "Traceback" not in err
+
+
+def test_mixed_models_and_cpu_only_nodes_in_one_spec(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    spec_file = tmp_path / "mixed.yaml"
+    spec_file.write_text(
+        "version: v1\nnodes:\n"
+        "- {name: a100, count: 3, model: A100-80GB, gpus: 4, cpu: '64', memory: 512Gi, "
+        "layout: all-balanced}\n"
+        "- {name: h100, count: 2, model: H100-80GB, gpus: 4, cpu: '64', memory: 512Gi, "
+        "layout: all-7g.80gb}\n"
+        "- {name: a30, count: 2, model: A30-24GB, gpus: 4, cpu: '32', memory: 256Gi, "
+        "layout: all-balanced}\n"
+        "- {name: cpu, count: 1, model: A100-80GB, gpus: 0, cpu: '64', memory: 256Gi}\n")
+    out_json = tmp_path / "r.json"
+    rc = cli.main(["simulate", "--cluster", str(spec_file), "--synthetic", "150",
+                   "--policies", "default,migfit+advisor,bound,bound-static",
+                   "--json", str(out_json)])
+    assert rc == 0, capsys.readouterr().err
+    summary = json.loads(out_json.read_text())["summary"]
+    bound = summary["bound"]["unallocated_share"]["mean"]
+    for policy in ("default", "migfit+advisor", "bound-static"):
+        assert bound <= summary[policy]["unallocated_share"]["mean"] + 1e-9

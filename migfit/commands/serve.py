@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import errno
 import logging
 import tempfile
 from collections.abc import Iterator
@@ -168,9 +169,11 @@ async def _serve_with(
                 runners.append((runner, listen))
             except OSError as exc:
                 port = listen.port
+                hint = ("pass --webhook-port/--extender-port with free ports"
+                        if exc.errno == errno.EADDRINUSE else
+                        "give --host an address of this host (e.g. 127.0.0.1)")
                 raise errors.UsageError(
-                    f"cannot listen on {args.host}:{port} ({exc.strerror}); pass "
-                    f"--webhook-port/--extender-port with free ports") from None
+                    f"cannot listen on {args.host}:{port} ({exc.strerror}); {hint}") from None
         try:
             await asyncio.wait_for(source.synced.wait(), timeout=60)
         except TimeoutError:

@@ -76,3 +76,9 @@ def test_the_extender_on_a_host_that_does_not_resolve() -> None:
     line = _fails_in_one_line(["extender", "--host", "no-such-host.invalid", "--port", "18999",
                                "--cluster", CLUSTER], code=1)
     assert "--host" in line
+
+
+def test_serve_on_a_host_that_does_not_resolve(tmp_path: Path) -> None:
+    line = _fails_in_one_line(["serve", "--host", "no-such-host.invalid", "--cert-dir",
+                               str(tmp_path / "c")], code=2)
+    assert "--host" in line and "free ports" not in line

@@ -59,7 +59,7 @@ opinion). Scores are deterministic functions of the cache, so replicas agree.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import NamedTuple
 
 from migfit import cluster
@@ -132,6 +132,7 @@ def _scarcity(index: figures.Index, model_key: str, request: filtering.PodReques
 
 
 _HOST = ("scoring", "host")
+_SCORED = "scoring"  # with the request's wants: each node's last score and its inputs
 
 
 def _host_used(model: cluster.Cluster, name: str) -> tuple[int, int]:
@@ -166,6 +167,8 @@ def score_nodes(
     memo = index.memo(request.wants)  # shared with filter: the same verdicts
     zeros: dict[str, NodeScore] = index.memo(_ZEROS)  # one shared "does not fit" per node
     hosts: dict[str, tuple[object, int, int]] = index.memo(_HOST)
+    scored: dict[str, tuple[figures.NodeFigures, float, _Part, _Last]] = index.memo(
+        (_SCORED, request.wants))
     me = model.pod(request.uid)
     my_cpu = me.cpu_milli if me is not None else 0
     my_mem = me.memory_bytes if me is not None else 0
@@ -186,38 +189,74 @@ def score_nodes(
                 zero = zeros[name] = NodeScore(name, MIN_SCORE, False)
             append(zero)
             continue
-        free = fig.state.free
-        taken = tight = slack = 0.0
-        for w in wants:
-            taken += w.count * fig.slices.get(w.profile, 1)
-            tight += w.count / free[w.profile]
-            if w.request_mib is not None:
-                mem = fig.memory.get(w.profile)
-                if mem:
-                    slack += (mem - w.request_mib) / mem
-        tight /= nwants
-        slack /= nwants
-        pack = min(1.0, (fig.used_slices + taken) / fig.total_slices) if fig.total_slices else 0.0
-        fresh = fig.state.used_total == 0
         scarce = scarcity.get(fig.model_key)
         if scarce is None:
             scarce = scarcity[fig.model_key] = _scarcity(index, fig.model_key, request)
+        # What follows reads only the node's figures (replaced on every cache event that
+        # touches the node), the request's shape, the model's scarcity and the pod's own
+        # cpu/memory. The node's part is kept per (figures, scarcity); with the pod's
+        # cpu/memory unchanged too, the whole score is the one computed last time.
+        done = scored.get(name)
+        if done is not None and done[0] is fig and done[1] == scarce:
+            last = done[3]
+            if last.host_cpu == my_cpu and last.host_mem == my_mem:
+                append(last.score)
+                continue
+            part = done[2]
+        else:
+            part = _node_part(fig, wants, nwants, scarce, model, name, hosts)
+        pack = part[0]
         strand = (1.0 - pack) / 2
         u_host = 0.0
-        rec = fig.state.node
-        if (my_cpu or my_mem) and rec.cpu_milli > 0 and rec.memory_bytes > 0 \
-                and fig.total_slices:
-            host = hosts.get(name)
-            if host is None or host[0] is not fig:
-                host = hosts[name] = (fig, *_host_used(model, name))
-            u_host = max((host[1] + my_cpu) / rec.cpu_milli,
-                         (host[2] + my_mem) / rec.memory_bytes)
+        if part[5] and (my_cpu or my_mem):
+            u_host = max((part[6] + my_cpu) / part[8], (part[7] + my_mem) / part[9])
             u_host = min(1.0, u_host)
             strand = max(0.0, u_host - pack)
-        raw = (W_PACK * pack + (0.0 if fresh else W_FRESH) + W_SCARCE * (1.0 - scarce)
-               + W_TIGHT * tight + W_SLACK * (1.0 - slack) + W_STRAND * (1.0 - strand)
-               + W_HOST * (1.0 - u_host))
+        # The same sum, in the same order, as the formula in the module docstring.
+        raw = part[4] + W_STRAND * (1.0 - strand) + W_HOST * (1.0 - u_host)
         score = math.floor(MAX_SCORE * raw + 0.5 + TIE * (fig.tie - 0.5))
         score = MIN_SCORE if score < MIN_SCORE else min(score, MAX_SCORE)
-        append(NodeScore(name, score, True, pack, fresh, scarce, tight, slack, raw, strand, u_host))
+        result = NodeScore(name, score, True, pack, part[1], scarce, part[2], part[3], raw,
+                           strand, u_host)
+        scored[name] = (fig, scarce, part, _Last(my_cpu, my_mem, result))
+        append(result)
     return out
+
+
+class _Last(NamedTuple):
+    host_cpu: int
+    host_mem: int
+    score: NodeScore
+
+
+# (pack, fresh, tight, slack, raw without the host terms, host known, cpu used, memory used,
+#  node cpu, node memory): a node's part of the score for one request shape and scarcity.
+_Part = tuple[float, bool, float, float, float, bool, int, int, int, int]
+
+
+def _node_part(fig: figures.NodeFigures, wants: Sequence[figures.Want], nwants: int,
+               scarce: float, model: cluster.Cluster, name: str,
+               hosts: dict[str, tuple[object, int, int]]) -> _Part:
+    free = fig.state.free
+    taken = tight = slack = 0.0
+    for w in wants:
+        taken += w.count * fig.slices.get(w.profile, 1)
+        tight += w.count / free[w.profile]
+        if w.request_mib is not None:
+            mem = fig.memory.get(w.profile)
+            if mem:
+                slack += (mem - w.request_mib) / mem
+    tight /= nwants
+    slack /= nwants
+    pack = min(1.0, (fig.used_slices + taken) / fig.total_slices) if fig.total_slices else 0.0
+    fresh = fig.state.used_total == 0
+    base = (W_PACK * pack + (0.0 if fresh else W_FRESH) + W_SCARCE * (1.0 - scarce)
+            + W_TIGHT * tight + W_SLACK * (1.0 - slack))
+    rec = fig.state.node
+    if rec.cpu_milli > 0 and rec.memory_bytes > 0 and fig.total_slices:
+        host = hosts.get(name)
+        if host is None or host[0] is not fig:
+            host = hosts[name] = (fig, *_host_used(model, name))
+        return (pack, fresh, tight, slack, base, True, host[1], host[2], rec.cpu_milli,
+                rec.memory_bytes)
+    return (pack, fresh, tight, slack, base, False, 0, 0, 1, 1)

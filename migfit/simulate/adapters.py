@@ -113,6 +113,10 @@ class Extender:
         return {s.node: s.score
                 for s in scoring.score_nodes(self._index, request, names)}
 
+    def scores(self, request: filtering.PodRequest, names: Sequence[str]) -> list[int]:
+        """0..10 per name of ``names`` (distinct, as kube-scheduler sends them), in order."""
+        return [s.score for s in scoring.score_nodes(self._index, request, names)]
+
 
 def resource(profile: str) -> str:
     return profiles.resource_name(profile)

@@ -250,7 +250,7 @@ class KubeScheduler:
                                       + balanced(n, cpu, mem))
             base.append(hit[1])
         if scorer == "migfit" and pod.spec.gpu and pod.request is not None:
-            ext = self.extender.score(pod.request, names)
+            ext = self.extender.scores(pod.request, names)
             factor = self.weight * (MAX_NODE_SCORE // MAX_EXTENDER_PRIORITY)
-            return [s + ext.get(name, 0) * factor for s, name in zip(base, names, strict=True)]
+            return [s + e * factor for s, e in zip(base, ext, strict=True)]
         return [float(s) for s in base]

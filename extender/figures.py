@@ -157,8 +157,18 @@ def wants_of(
     Mixed strategy: each ``nvidia.com/mig-<profile>`` is one need. Single strategy: the pod asks
     for ``nvidia.com/gpu`` and only the decision (``strategy: single``) says which profile.
     The decision also gives the memory the request needs and the models it fits on.
+    Pods of one workload repeat the same requests and record: the answer (immutable) is
+    cached on them, in a bounded table.
     """
-    decision = requests.decision_of(annotations)
+    return _wants(tuple(sorted(gpu_requests.items())), annotations.get(keys.DECISION))
+
+
+@functools.lru_cache(maxsize=4096)
+def _wants(gpu_items: tuple[tuple[str, int], ...], decision_text: str | None
+           ) -> tuple[Want, ...]:
+    gpu_requests = dict(gpu_items)
+    decision = (None if decision_text is None
+                else requests.decision_of({keys.DECISION: decision_text}))
     recorded: dict[str, list[requests.DecisionContainer]] = {}
     if decision is not None:
         for c in decision["containers"]:

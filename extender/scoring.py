@@ -167,8 +167,9 @@ def score_nodes(
     memo = index.memo(request.wants)  # shared with filter: the same verdicts
     zeros: dict[str, NodeScore] = index.memo(_ZEROS)  # one shared "does not fit" per node
     hosts: dict[str, tuple[object, int, int]] = index.memo(_HOST)
-    scored: dict[str, tuple[figures.NodeFigures, float, _Part, _Last]] = index.memo(
-        (_SCORED, request.wants))
+    # node -> (figures, scarcity, the node's part, the pod's cpu, memory, the score)
+    scored: dict[str, tuple[figures.NodeFigures, float, _Part, int, int, NodeScore]] = \
+        index.memo((_SCORED, request.wants))
     me = model.pod(request.uid)
     my_cpu = me.cpu_milli if me is not None else 0
     my_mem = me.memory_bytes if me is not None else 0
@@ -198,9 +199,8 @@ def score_nodes(
         # cpu/memory unchanged too, the whole score is the one computed last time.
         done = scored.get(name)
         if done is not None and done[0] is fig and done[1] == scarce:
-            last = done[3]
-            if last.host_cpu == my_cpu and last.host_mem == my_mem:
-                append(last.score)
+            if done[3] == my_cpu and done[4] == my_mem:
+                append(done[5])
                 continue
             part = done[2]
         else:
@@ -218,15 +218,9 @@ def score_nodes(
         score = MIN_SCORE if score < MIN_SCORE else min(score, MAX_SCORE)
         result = NodeScore(name, score, True, pack, part[1], scarce, part[2], part[3], raw,
                            strand, u_host)
-        scored[name] = (fig, scarce, part, _Last(my_cpu, my_mem, result))
+        scored[name] = (fig, scarce, part, my_cpu, my_mem, result)
         append(result)
     return out
-
-
-class _Last(NamedTuple):
-    host_cpu: int
-    host_mem: int
-    score: NodeScore
 
 
 # (pack, fresh, tight, slack, raw without the host terms, host known, cpu used, memory used,

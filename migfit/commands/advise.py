@@ -87,22 +87,6 @@ def configmap_ref(args: argparse.Namespace) -> tuple[str, str]:
     return ns, name
 
 
-async def read_configmap(client: Any, namespace: str,
-                         name: str) -> tuple[migparted.Config | None, str | None]:
-    """The mig-parted ConfigMap through ``client`` (a migfit.kube.KubeClient), parsed
-    strictly; (None, why) when it cannot be read or parsed."""
-    from migfit import kube
-
-    try:
-        raw = await client.read_config_map(namespace, name)
-    except kube.ApiError as exc:
-        return None, f"cannot read ConfigMap {namespace}/{name}: {exc}"
-    try:
-        return migparted.parse_configmap(raw), None
-    except errors.ConfigError as exc:
-        return None, exc.message
-
-
 Reader = Callable[[Any], Awaitable[cluster.Cluster]]
 
 
@@ -123,6 +107,7 @@ def load(args: argparse.Namespace, *, reader: Reader | None = None,
     async def work(client: Any) -> tuple[cluster.Cluster, migparted.Config | None,
                                          str | None]:
         from migfit import watching
+        from migfit.extender import advice
 
         if reader is not None:
             state = await reader(client)
@@ -131,7 +116,7 @@ def load(args: argparse.Namespace, *, reader: Reader | None = None,
             await watching.list_once(state, client)
         if args.mig_parted_config:
             return state, file_config, None
-        config, why = await read_configmap(client, *ref)
+        config, why = await advice.read_config(client, namespace=ref[0], name=ref[1])
         return state, config, why
 
     state, config, why = workstation.run_api(work, args)

@@ -7,11 +7,13 @@ import json
 from collections.abc import Callable
 from typing import Any, Literal
 
+import advisor_scene as scene
 import attrs
 import kmock
 from kubernetes_asyncio import client as k8s
 
-from migfit import cluster, keys
+from migfit import cluster, keys, kube, migparted
+from migfit.extender import advice, leader, relayout
 
 Mode = Literal["success", "fail", "wedge", "ignore"]
 NODES = kmock.resource("v1", "nodes")
@@ -227,3 +229,47 @@ class MigManager:
             await self._patch({"status": {"allocatable": new, "capacity": new}})
             await self._patch({"metadata": {"labels": {
                 keys.LABEL_CONFIG_STATE: "success"}}})
+
+
+# ---------------------------------------------------------------- the apply-mode scene
+# What the apply-mode tests share: the ConfigMap's two configs, the layouts the simulated MIG
+# Manager applies for them, one idle node laid out for 3g.40gb next to a pending 1g.10gb pod.
+
+CONFIG = migparted.parse("""
+version: v1
+mig-configs:
+  all-3g.40gb:
+    - devices: all
+      mig-enabled: true
+      mig-devices: {"3g.40gb": 2}
+  all-1g.10gb:
+    - devices: all
+      mig-enabled: true
+      mig-devices: {"1g.10gb": 7}
+""")
+LAYOUTS = {"all-1g.10gb": {"1g.10gb": 7}, "all-3g.40gb": {"3g.40gb": 2}}
+NOW = 2_000_000_000.0
+
+
+def seed(server: kmock.KubernetesEmulator, *extra: dict[str, Any]) -> None:
+    """The idle ``3g.40gb`` node, the pending ``1g.10gb`` pod, and ``extra`` objects."""
+    store(server, scene.node("idle", alloc={"3g.40gb": 2}, config="all-3g.40gb"))
+    store(server, scene.pod("small", "1g.10gb", namespace="ml"))
+    for obj in extra:
+        store(server, obj)
+
+
+def advice_cache() -> advice.AdviceCache:
+    return advice.AdviceCache(config=CONFIG, clock=lambda: NOW)
+
+
+async def relayouter(api: k8s.ApiClient, *, settings: relayout.Settings,
+                     elector: leader.LeaseElector | None = None,
+                     client: kube.KubeClient | None = None) -> relayout.Relayouter:
+    """A Relayouter over a fresh snapshot of the emulator (``client``: its API client)."""
+    return relayout.Relayouter(await snapshot(api), client or api, elector=elector,
+                               cache=advice_cache(), settings=settings)
+
+
+def taints(obj: dict[str, Any]) -> list[str]:
+    return [t["key"] for t in obj.get("spec", {}).get("taints") or []]

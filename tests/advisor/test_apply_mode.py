@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
-from collections.abc import AsyncIterator
 from typing import Any
 
 import kmock
@@ -14,35 +13,26 @@ import pytest
 from advisor_scene import node, pod
 from kubernetes_asyncio import client as k8s
 from migmanager_sim import (
+    LAYOUTS,
     NODES,
+    NOW,
     MigManager,
     VersionedEmulator,
-    api_for,
+    advice_cache,
     events,
     read_node,
+    relayouter,
+    seed,
     snapshot,
     store,
+    taints,
 )
 
-from migfit import advisor, keys, migparted
+from migfit import advisor, keys
 from migfit.extender import advice, leader, relayout
 
-CONFIG = migparted.parse("""
-version: v1
-mig-configs:
-  all-3g.40gb:
-    - devices: all
-      mig-enabled: true
-      mig-devices: {"3g.40gb": 2}
-  all-1g.10gb:
-    - devices: all
-      mig-enabled: true
-      mig-devices: {"1g.10gb": 7}
-""")
-LAYOUTS = {"all-1g.10gb": {"1g.10gb": 7}, "all-3g.40gb": {"3g.40gb": 2}}
 FAST = relayout.Settings(max_concurrent=1, timeout_s=2.0, wedge_s=0.3, poll_s=0.02,
                          interval_s=0.02)
-NOW = 2_000_000_000.0
 
 
 @pytest.fixture()
@@ -52,32 +42,9 @@ def server(kmock: kmock.KubernetesEmulator) -> kmock.KubernetesEmulator:
     return kmock
 
 
-@pytest.fixture()
-async def api(server: kmock.KubernetesEmulator) -> AsyncIterator[k8s.ApiClient]:
-    client = api_for(server)
-    yield client
-    await client.close()
-
-
-def _seed(server: kmock.KubernetesEmulator, *extra: dict[str, Any]) -> None:
-    store(server, node("idle", alloc={"3g.40gb": 2}, config="all-3g.40gb"))
-    store(server, pod("small", "1g.10gb", namespace="ml"))
-    for obj in extra:
-        store(server, obj)
-
-
-def _cache() -> advice.AdviceCache:
-    return advice.AdviceCache(config=CONFIG, clock=lambda: NOW)
-
-
 async def _relayouter(api: k8s.ApiClient, elector: leader.LeaseElector | None = None,
                       ) -> relayout.Relayouter:
-    return relayout.Relayouter(await snapshot(api), api, elector=elector, cache=_cache(),
-                               settings=FAST)
-
-
-def _taints(obj: dict[str, Any]) -> list[str]:
-    return [t["key"] for t in obj.get("spec", {}).get("taints") or []]
+    return await relayouter(api, settings=FAST, elector=elector)
 
 
 async def _apply_once(api: k8s.ApiClient, mode: str) -> tuple[relayout.Outcome, MigManager]:
@@ -93,12 +60,12 @@ async def _apply_once(api: k8s.ApiClient, mode: str) -> tuple[relayout.Outcome, 
 
 
 async def test_success_path(server: kmock.KubernetesEmulator, api: k8s.ApiClient) -> None:
-    _seed(server)
+    seed(server)
     outcome, mm = await _apply_once(api, "success")
     assert outcome.result == "success", outcome.reason
     assert mm.applied == ["all-1g.10gb"]
     obj = await read_node(api, "idle")
-    assert _taints(obj) == []
+    assert taints(obj) == []
     assert obj["metadata"]["labels"]["nvidia.com/mig.config"] == "all-1g.10gb"
     assert advisor.ANNOTATION_RELAYOUT not in obj["metadata"].get("annotations", {})
     reasons = [e["reason"] for e in await events(api)]
@@ -113,11 +80,11 @@ async def test_success_path(server: kmock.KubernetesEmulator, api: k8s.ApiClient
 async def test_failures_keep_the_taint_and_never_loop(
     server: kmock.KubernetesEmulator, api: k8s.ApiClient, mode: str, result: str,
 ) -> None:
-    _seed(server)
+    seed(server)
     outcome, mm = await _apply_once(api, mode)
     assert outcome.result == result
     obj = await read_node(api, "idle")
-    assert _taints(obj) == [relayout.TAINT["key"]]
+    assert taints(obj) == [relayout.TAINT["key"]]
     notes = obj["metadata"]["annotations"]
     assert json.loads(notes[relayout.ANNOTATION])["state"] == "failed"
     assert json.loads(notes[relayout.FAILED])["result"] == result
@@ -139,12 +106,12 @@ async def test_busy_and_custom_nodes_are_not_applied(
     r = await _relayouter(api)
     assert r.cache.get(r.state).recommendations  # advised, disruptive
     assert await r.step() == []
-    assert _taints(await read_node(api, "busy")) == []
+    assert taints(await read_node(api, "busy")) == []
 
 
 async def test_bound_on_nodes_at_once(server: kmock.KubernetesEmulator,
                                       api: k8s.ApiClient) -> None:
-    _seed(server, node("idle2", alloc={"3g.40gb": 2}, config="all-3g.40gb"),
+    seed(server, node("idle2", alloc={"3g.40gb": 2}, config="all-3g.40gb"),
           *[pod(f"s{i}", "1g.10gb") for i in range(10)])
     r = await _relayouter(api)
     started = await r.step()
@@ -157,7 +124,7 @@ async def test_bound_on_nodes_at_once(server: kmock.KubernetesEmulator,
 async def test_only_the_leader_applies_and_a_new_leader_adopts(
     server: kmock.KubernetesEmulator, api: k8s.ApiClient,
 ) -> None:
-    _seed(server)
+    seed(server)
     a = leader.LeaseElector(api, namespace="default", identity="a", lease_s=1.0, renew_s=0.2)
     b = leader.LeaseElector(api, namespace="default", identity="b", lease_s=1.0, renew_s=0.2)
     assert await a.try_acquire() and not await b.try_acquire()
@@ -177,7 +144,7 @@ async def test_only_the_leader_applies_and_a_new_leader_adopts(
         (outcome,) = await first.wait()
         assert outcome.result == "lost-leadership"
         obj = await read_node(api, "idle")
-        assert _taints(obj) == [relayout.TAINT["key"]]  # accounted for: still marked applying
+        assert taints(obj) == [relayout.TAINT["key"]]  # accounted for: still marked applying
         assert json.loads(obj["metadata"]["annotations"][relayout.ANNOTATION])["state"] == \
             "applying"
         await asyncio.sleep(1.1)  # a's lease (1 s) expires
@@ -189,14 +156,14 @@ async def test_only_the_leader_applies_and_a_new_leader_adopts(
     finally:
         await mm.stop()
     assert mm.applied == ["all-1g.10gb"]
-    assert _taints(await read_node(api, "idle")) == []
+    assert taints(await read_node(api, "idle")) == []
 
 
 async def test_publisher_marks_and_unmarks(server: kmock.KubernetesEmulator,
                                            api: k8s.ApiClient) -> None:
-    _seed(server)
+    seed(server)
     state = await snapshot(api)
-    pub = advice.Publisher(state, api, cache=_cache())
+    pub = advice.Publisher(state, api, cache=advice_cache())
     await pub.publish_once()
     await pub.publish_once()  # deduplicated
     obj = await read_node(api, "idle")
@@ -219,8 +186,8 @@ async def test_publisher_leaves_the_apply_modes_record_alone(
 ) -> None:
     # The publisher marks the node, then the apply mode takes it over (taint, "applying"
     # mark): the advice no longer names the node, but its record must stay for adoption.
-    _seed(server)
-    pub = advice.Publisher(await snapshot(api), api, cache=_cache())
+    seed(server)
+    pub = advice.Publisher(await snapshot(api), api, cache=advice_cache())
     await pub.publish_once()
     mm = MigManager(api, "idle", layouts=LAYOUTS, mode="wedge")
     mm.start()
@@ -233,7 +200,7 @@ async def test_publisher_leaves_the_apply_modes_record_alone(
                 break
             await asyncio.sleep(0.01)
         pub.state = await snapshot(api)
-        pub.cache = _cache()
+        pub.cache = advice_cache()
         await pub.publish_once()
         obj = await read_node(api, "idle")
         assert json.loads(obj["metadata"]["annotations"][relayout.ANNOTATION])["state"] == \
@@ -243,11 +210,11 @@ async def test_publisher_leaves_the_apply_modes_record_alone(
     finally:
         await mm.stop()
     pub.state = await snapshot(api)
-    pub.cache = _cache()
+    pub.cache = advice_cache()
     await pub.publish_once()
     obj = await read_node(api, "idle")
     assert json.loads(obj["metadata"]["annotations"][relayout.ANNOTATION])["state"] == "failed"
-    assert _taints(obj) == [relayout.TAINT["key"]]
+    assert taints(obj) == [relayout.TAINT["key"]]
 
 
 async def test_failed_nodes_gauge_follows_the_nodes(
@@ -259,7 +226,7 @@ async def test_failed_nodes_gauge_follows_the_nodes(
                        annotations={relayout.FAILED: '{"result": "failed"}'}))
     registry = prometheus_client.CollectorRegistry()
     metrics = advice.Metrics(registry)
-    r = relayout.Relayouter(await snapshot(api), api, elector=None, cache=_cache(),
+    r = relayout.Relayouter(await snapshot(api), api, elector=None, cache=advice_cache(),
                             metrics=metrics, settings=FAST)
     await r.step()
     assert registry.get_sample_value("migfit_relayout_failed_nodes") == 1.0
@@ -286,7 +253,7 @@ async def test_a_conflict_while_tainting_is_a_retryable_skip(
 ) -> None:
     # Someone writes the node between the read and the taint: 409, nothing was changed, so the
     # node must not be marked failed, and a later pass may try again.
-    _seed(server)
+    seed(server)
     server.race(NODES, None, "idle", {"metadata": {"labels": {"example.com/other": "x"}}})
     mm = MigManager(api, "idle", layouts=LAYOUTS, mode="success")
     mm.start()
@@ -296,7 +263,7 @@ async def test_a_conflict_while_tainting_is_a_retryable_skip(
         (outcome,) = await r.wait()
         assert outcome.result == "skipped" and "409" in outcome.reason, outcome
         obj = await read_node(api, "idle")
-        assert _taints(obj) == []
+        assert taints(obj) == []
         assert obj["metadata"]["labels"]["example.com/other"] == "x"  # their write stands
         assert obj["metadata"]["labels"]["nvidia.com/mig.config"] == "all-3g.40gb"
         notes = obj["metadata"].get("annotations", {})
@@ -309,7 +276,7 @@ async def test_a_conflict_while_tainting_is_a_retryable_skip(
     finally:
         await mm.stop()
     assert mm.applied == ["all-1g.10gb"]
-    assert _taints(await read_node(api, "idle")) == []
+    assert taints(await read_node(api, "idle")) == []
 
 
 def _adoptable(server: kmock.KubernetesEmulator, *, state: str = "success",
@@ -334,7 +301,7 @@ async def test_transient_api_errors_while_waiting_are_retried(
     (outcome,) = await r.wait()
     assert outcome.result == "success", outcome.reason
     obj = await read_node(api, "idle")
-    assert _taints(obj) == [] and relayout.FAILED not in obj["metadata"].get("annotations", {})
+    assert taints(obj) == [] and relayout.FAILED not in obj["metadata"].get("annotations", {})
 
 
 async def test_an_api_failing_until_the_timeout_is_a_timeout(
@@ -347,7 +314,7 @@ async def test_an_api_failing_until_the_timeout_is_a_timeout(
     (outcome,) = await r.wait()
     assert outcome.result == "timeout" and "HTTP 500" in outcome.reason, outcome
     obj = _stored(server, "idle")
-    assert _taints(obj) == [relayout.TAINT["key"]]
+    assert taints(obj) == [relayout.TAINT["key"]]
     assert json.loads(obj["metadata"]["annotations"][relayout.FAILED])["result"] == "timeout"
 
 
@@ -358,7 +325,7 @@ async def test_an_adopted_node_keeps_its_timers(
     # The previous leader set the label an hour ago: a new leader must not start the timeout
     # and the wedge timer from zero (here they would run for 20 and 10 more minutes).
     _adoptable(server, state=state, started="2033-05-18T02:33:20.000000Z")
-    r = relayout.Relayouter(await snapshot(api), api, elector=None, cache=_cache(),
+    r = relayout.Relayouter(await snapshot(api), api, elector=None, cache=advice_cache(),
                             settings=dataclasses.replace(FAST, timeout_s=1200, wedge_s=600),
                             wall_clock=lambda: NOW)
     assert await r.step() == ["idle"]
@@ -366,17 +333,17 @@ async def test_an_adopted_node_keeps_its_timers(
     assert outcome.result == result, outcome
     obj = await read_node(api, "idle")
     assert json.loads(obj["metadata"]["annotations"][relayout.FAILED])["result"] == result
-    assert _taints(obj) == [relayout.TAINT["key"]]
+    assert taints(obj) == [relayout.TAINT["key"]]
 
 
 async def test_the_record_says_when_the_label_was_set(
     server: kmock.KubernetesEmulator, api: k8s.ApiClient,
 ) -> None:
-    _seed(server)
+    seed(server)
     mm = MigManager(api, "idle", layouts=LAYOUTS, mode="wedge")
     mm.start()
     try:
-        r = relayout.Relayouter(await snapshot(api), api, elector=None, cache=_cache(),
+        r = relayout.Relayouter(await snapshot(api), api, elector=None, cache=advice_cache(),
                                 settings=FAST, wall_clock=lambda: NOW)
         assert await r.step() == ["idle"]
         (outcome,) = await r.wait()
@@ -391,8 +358,8 @@ async def test_the_record_says_when_the_label_was_set(
 async def test_pod_events_name_the_pod_by_uid_and_are_forgotten_with_it(
     server: kmock.KubernetesEmulator, api: k8s.ApiClient,
 ) -> None:
-    _seed(server)
-    pub = advice.Publisher(await snapshot(api), api, cache=_cache())
+    seed(server)
+    pub = advice.Publisher(await snapshot(api), api, cache=advice_cache())
     await pub.publish_once()
 
     def waiting() -> list[dict[str, Any]]:
@@ -422,8 +389,8 @@ async def test_a_publisher_with_a_stale_view_never_overwrites_the_apply_modes_re
 ) -> None:
     # The publisher's view predates the claim (a lagging watch, or another replica): its
     # recommendation must not replace the record a new leader would adopt the node by.
-    _seed(server)
-    stale = advice.Publisher(await snapshot(api), api, cache=_cache())
+    seed(server)
+    stale = advice.Publisher(await snapshot(api), api, cache=advice_cache())
     mm = MigManager(api, "idle", layouts=LAYOUTS, mode="wedge")
     mm.start()
     try:
@@ -453,8 +420,8 @@ async def test_the_publisher_writes_the_one_relayout_record(
     server: kmock.KubernetesEmulator, api: k8s.ApiClient,
 ) -> None:
     # One schema for both writers: the advice's record is the apply mode's first state.
-    _seed(server)
-    await advice.Publisher(await snapshot(api), api, cache=_cache()).publish_once()
+    seed(server)
+    await advice.Publisher(await snapshot(api), api, cache=advice_cache()).publish_once()
     text = (await read_node(api, "idle"))["metadata"]["annotations"][advice.ANNOTATION]
     record = keys.decode_relayout(text)
     assert record.v == 1 and record.state is keys.RelayoutState.RECOMMENDED

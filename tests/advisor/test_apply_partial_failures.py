@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
-from collections.abc import AsyncIterator
 from typing import Any
 
 import kmock
@@ -15,38 +14,27 @@ import pytest
 from advisor_scene import node, pod
 from kubernetes_asyncio import client as k8s
 from migmanager_sim import (
+    LAYOUTS,
     NODES,
     MigManager,
     VersionedEmulator,
     adds_taint,
-    api_for,
     events,
     read_node,
+    relayouter,
+    seed,
     sets_annotation,
     sets_label,
     snapshot,
     store,
+    taints,
 )
 
-from migfit import keys, kube, migparted
-from migfit.extender import advice, leader, relayout
+from migfit import keys, kube
+from migfit.extender import leader, relayout
 
-CONFIG = migparted.parse("""
-version: v1
-mig-configs:
-  all-3g.40gb:
-    - devices: all
-      mig-enabled: true
-      mig-devices: {"3g.40gb": 2}
-  all-1g.10gb:
-    - devices: all
-      mig-enabled: true
-      mig-devices: {"1g.10gb": 7}
-""")
-LAYOUTS = {"all-1g.10gb": {"1g.10gb": 7}, "all-3g.40gb": {"3g.40gb": 2}}
 FAST = relayout.Settings(max_concurrent=1, timeout_s=5.0, wedge_s=3.0, poll_s=0.02,
                          interval_s=0.02, write_retry_s=0.5)
-NOW = 2_000_000_000.0
 
 
 @pytest.fixture()
@@ -56,36 +44,15 @@ def server(kmock: kmock.KubernetesEmulator) -> kmock.KubernetesEmulator:
     return kmock
 
 
-@pytest.fixture()
-async def api(server: kmock.KubernetesEmulator) -> AsyncIterator[k8s.ApiClient]:
-    client = api_for(server)
-    yield client
-    await client.close()
-
-
-def _cache() -> advice.AdviceCache:
-    return advice.AdviceCache(config=CONFIG, clock=lambda: NOW)
-
-
 async def _relayouter(api: k8s.ApiClient, elector: leader.LeaseElector | None = None,
                       settings: relayout.Settings = FAST, *,
                       client: kube.KubeClient | None = None) -> relayout.Relayouter:
-    return relayout.Relayouter(await snapshot(api), client or api, elector=elector,
-                               cache=_cache(), settings=settings)
-
-
-def _taints(obj: dict[str, Any]) -> list[str]:
-    return [t["key"] for t in obj.get("spec", {}).get("taints") or []]
+    return await relayouter(api, settings=settings, elector=elector, client=client)
 
 
 def _record(obj: dict[str, Any]) -> dict[str, Any] | None:
     text = obj["metadata"].get("annotations", {}).get(keys.ANNOTATION_RELAYOUT)
     return None if text is None else dict(json.loads(text))
-
-
-def _seed(server: kmock.KubernetesEmulator) -> None:
-    store(server, node("idle", alloc={"3g.40gb": 2}, config="all-3g.40gb"))
-    store(server, pod("small", "1g.10gb", namespace="ml"))
 
 
 async def _until(probe: Any, *, timeout_s: float = 10.0) -> Any:
@@ -142,7 +109,7 @@ async def test_the_bound_counts_the_cluster_not_this_replicas_memory(
     assert [r.node for r in second.cache.get(second.state).recommendations] == [other]
     try:
         assert await second.step() == [taken]  # adopted from the cluster's records
-        assert _taints(await read_node(api, other)) == []
+        assert taints(await read_node(api, other)) == []
         assert second.in_flight == [taken]
     finally:
         await _stop(second)
@@ -151,7 +118,7 @@ async def test_the_bound_counts_the_cluster_not_this_replicas_memory(
 async def test_a_replica_that_lost_the_lease_writes_nothing(
     server: kmock.KubernetesEmulator, api: k8s.ApiClient,
 ) -> None:
-    _seed(server)
+    seed(server)
     a = leader.LeaseElector(api, namespace="default", identity="a", lease_s=5.0, renew_s=1.0)
     assert await a.try_acquire()
     r = await _relayouter(api, a)
@@ -160,7 +127,7 @@ async def test_a_replica_that_lost_the_lease_writes_nothing(
     (outcome,) = await r.wait()
     assert outcome.result == "lost-leadership"
     obj = await read_node(api, "idle")
-    assert _taints(obj) == [] and _record(obj) is None
+    assert taints(obj) == [] and _record(obj) is None
     assert obj["metadata"]["labels"][keys.LABEL_CONFIG] == "all-3g.40gb"
     assert await r.step() == []  # and a follower starts nothing
 
@@ -172,7 +139,7 @@ async def test_a_replica_that_lost_the_lease_writes_nothing(
 async def test_a_tainted_node_keeps_its_record_when_the_label_and_failure_writes_fail(
     server: VersionedEmulator, api: k8s.ApiClient,
 ) -> None:
-    _seed(server)
+    seed(server)
     server.fail(NODES, "idle", sets_label(keys.LABEL_CONFIG), status=403)
     server.fail(NODES, "idle", sets_annotation(keys.ANNOTATION_RELAYOUT_FAILED), status=403)
     r = await _relayouter(api)
@@ -180,7 +147,7 @@ async def test_a_tainted_node_keeps_its_record_when_the_label_and_failure_writes
     (outcome,) = await r.wait()
     assert outcome.result == "error" and "403" in outcome.reason, outcome
     obj = await read_node(api, "idle")
-    assert _taints(obj) == [keys.TAINT_RELAYOUT]
+    assert taints(obj) == [keys.TAINT_RELAYOUT]
     record = _record(obj)
     assert record is not None and record["state"] == "tainted"
     assert record["target"] == "all-1g.10gb"
@@ -195,7 +162,7 @@ async def test_a_tainted_node_keeps_its_record_when_the_label_and_failure_writes
     finally:
         await mm.stop()
     obj = await read_node(api, "idle")
-    assert _taints(obj) == [] and _record(obj) is None
+    assert taints(obj) == [] and _record(obj) is None
     assert mm.applied == ["all-1g.10gb"]
 
 
@@ -203,7 +170,7 @@ async def test_a_tainted_node_keeps_its_record_when_the_label_and_failure_writes
 async def test_a_lost_answer_to_the_taint_is_confirmed_and_the_relayout_goes_on(
     server: VersionedEmulator, api: k8s.ApiClient,
 ) -> None:
-    _seed(server)
+    seed(server)
     server.fail(NODES, "idle", adds_taint(keys.TAINT_RELAYOUT), status=503, after_write=True)
     mm = MigManager(api, "idle", layouts=LAYOUTS, mode="success")
     mm.start()
@@ -217,7 +184,7 @@ async def test_a_lost_answer_to_the_taint_is_confirmed_and_the_relayout_goes_on(
     finally:
         await mm.stop()
     assert mm.applied == ["all-1g.10gb"]
-    assert _taints(await read_node(api, "idle")) == []
+    assert taints(await read_node(api, "idle")) == []
 
 
 # ---------------------------------------------------------------- a GPU pod bound meanwhile
@@ -228,7 +195,7 @@ async def test_a_gpu_pod_bound_after_the_taint_aborts_before_the_label(
     server: VersionedEmulator, api: k8s.ApiClient,
 ) -> None:
     # The pod names the node (or tolerates the taint): the taint does not stop it.
-    _seed(server)
+    seed(server)
     server.after(NODES, "idle", adds_taint(keys.TAINT_RELAYOUT),
                  lambda: store(server, pod("runner", "3g.40gb", namespace="t", node="idle")))
     mm = MigManager(api, "idle", layouts=LAYOUTS, mode="success")
@@ -243,7 +210,7 @@ async def test_a_gpu_pod_bound_after_the_taint_aborts_before_the_label(
     assert mm.applied == []
     obj = await read_node(api, "idle")
     assert obj["metadata"]["labels"][keys.LABEL_CONFIG] == "all-3g.40gb"
-    assert _taints(obj) == [] and _record(obj) is None
+    assert taints(obj) == [] and _record(obj) is None
     assert keys.ANNOTATION_RELAYOUT_FAILED not in obj["metadata"].get("annotations", {})
     assert any(e["reason"] == relayout.REASON_ABORTED and e["type"] == "Warning"
                and "t/runner" in e["message"] for e in await events(api))
@@ -254,7 +221,7 @@ async def test_a_pod_whose_profile_the_relayout_removes_is_never_a_success(
     server: VersionedEmulator, api: k8s.ApiClient,
 ) -> None:
     # Bound just as the label is set: its 3g.40gb instance disappears under it.
-    _seed(server)
+    seed(server)
     server.after(NODES, "idle", sets_label(keys.LABEL_CONFIG),
                  lambda: store(server, pod("runner", "3g.40gb", namespace="t", node="idle")))
     mm = MigManager(api, "idle", layouts=LAYOUTS, mode="success")
@@ -268,7 +235,7 @@ async def test_a_pod_whose_profile_the_relayout_removes_is_never_a_success(
     assert outcome.result == "failed", outcome
     assert "t/runner (3g.40gb)" in outcome.reason
     obj = await read_node(api, "idle")
-    assert _taints(obj) == [keys.TAINT_RELAYOUT]
+    assert taints(obj) == [keys.TAINT_RELAYOUT]
     assert json.loads(obj["metadata"]["annotations"][keys.ANNOTATION_RELAYOUT_FAILED])[
         "result"] == "failed"
     assert any(e["reason"] == relayout.REASON_FAILED for e in await events(api))
@@ -284,7 +251,7 @@ async def test_a_transient_error_on_the_taint_is_retried_like_a_conflict(
 ) -> None:
     # More 503s than the API client retries on its own: the re-layout must skip (nothing was
     # changed), not mark the node failed for ever.
-    _seed(server)
+    seed(server)
     server.fail(NODES, "idle", adds_taint(keys.TAINT_RELAYOUT), status=503, times=3)
     mm = MigManager(api, "idle", layouts=LAYOUTS, mode="success")
     mm.start()
@@ -295,7 +262,7 @@ async def test_a_transient_error_on_the_taint_is_retried_like_a_conflict(
         assert outcome.result == "skipped" and "503" in outcome.reason, outcome
         obj = await read_node(api, "idle")
         notes = obj["metadata"].get("annotations", {})
-        assert _taints(obj) == [] and keys.ANNOTATION_RELAYOUT_FAILED not in notes
+        assert taints(obj) == [] and keys.ANNOTATION_RELAYOUT_FAILED not in notes
         assert keys.ANNOTATION_RELAYOUT not in notes
         assert not any(e["reason"] == relayout.REASON_FAILED for e in await events(api))
         r.state = await snapshot(api)

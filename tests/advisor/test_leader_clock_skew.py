@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import re
-from collections.abc import AsyncIterator
 from typing import Any
 
 import kmock
 import pytest
 from kubernetes_asyncio import client as k8s
-from migmanager_sim import api_for
 
 from migfit.extender import leader
 
@@ -31,13 +29,6 @@ class Clock:
 def server(kmock: kmock.KubernetesEmulator) -> kmock.KubernetesEmulator:
     kmock.resources["coordination.k8s.io/v1/leases"] = {}  # type: ignore[assignment]
     return kmock
-
-
-@pytest.fixture()
-async def api(server: kmock.KubernetesEmulator) -> AsyncIterator[k8s.ApiClient]:
-    client = api_for(server)
-    yield client
-    await client.close()
 
 
 def _hold(server: kmock.KubernetesEmulator, *, renew: str, rv: str) -> None:

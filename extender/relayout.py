@@ -35,7 +35,6 @@ from migfit.extender import relayout_machine as machine
 
 log = logging.getLogger(__name__)
 
-TAINT = keys.relayout_taint()
 ANNOTATION = keys.ANNOTATION_RELAYOUT
 FAILED = keys.ANNOTATION_RELAYOUT_FAILED
 LABEL_CONFIG = keys.LABEL_CONFIG

@@ -52,7 +52,7 @@ def mig_labels(
         for p, n in instances.items():
             labels[f"{profiles.resource_name(p)}.count"] = str(n)
     for p, mib in (memory_mib or {}).items():
-        labels[profiles.resource_name(p) + keys.MIG_MEMORY_LABEL_SUFFIX] = str(mib)
+        labels[keys.mig_memory_label(p)] = str(mib)
     return labels
 
 

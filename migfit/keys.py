@@ -51,8 +51,9 @@ STRATEGIES: Final[tuple[Strategy, ...]] = ("mixed", "single")
 
 
 def mig_memory_label(profile: str) -> str:
-    """The ``nvidia.com/mig-<profile>.memory`` label key."""
-    return f"{MIG_LABEL_PREFIX}{profile}{MIG_MEMORY_LABEL_SUFFIX}"
+    """The ``nvidia.com/mig-<profile>.memory`` label key, the profile spelled as GFD and the
+    device plugin spell it (``1g.10gb+me`` -> ``nvidia.com/mig-1g.10gb.me.memory``)."""
+    return f"{MIG_LABEL_PREFIX}{profile.replace('+', '.')}{MIG_MEMORY_LABEL_SUFFIX}"
 
 
 # ---------------------------------------------------------------- the request contract

@@ -70,3 +70,7 @@ def test_keys_are_spelled_once() -> None:
                                      "effect": "NoSchedule"}
     assert keys.mig_memory_label("1g.10gb") == "nvidia.com/mig-1g.10gb.memory"
     assert keys.GPU_MEMORY_PREFIX == "migfit.io/gpu-memory."
+
+
+def test_a_media_profiles_memory_label_is_spelled_as_gfd_writes_it() -> None:
+    assert keys.mig_memory_label("1g.10gb+me") == "nvidia.com/mig-1g.10gb.me.memory"

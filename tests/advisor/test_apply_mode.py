@@ -84,7 +84,7 @@ async def test_failures_keep_the_taint_and_never_loop(
     outcome, mm = await _apply_once(api, mode)
     assert outcome.result == result
     obj = await read_node(api, "idle")
-    assert taints(obj) == [relayout.TAINT["key"]]
+    assert taints(obj) == [keys.relayout_taint()["key"]]
     notes = obj["metadata"]["annotations"]
     assert json.loads(notes[relayout.ANNOTATION])["state"] == "failed"
     assert json.loads(notes[relayout.FAILED])["result"] == result
@@ -144,7 +144,7 @@ async def test_only_the_leader_applies_and_a_new_leader_adopts(
         (outcome,) = await first.wait()
         assert outcome.result == "lost-leadership"
         obj = await read_node(api, "idle")
-        assert taints(obj) == [relayout.TAINT["key"]]  # accounted for: still marked applying
+        assert taints(obj) == [keys.relayout_taint()["key"]]  # accounted for: still marked applying
         assert json.loads(obj["metadata"]["annotations"][relayout.ANNOTATION])["state"] == \
             "applying"
         await asyncio.sleep(1.1)  # a's lease (1 s) expires
@@ -214,7 +214,7 @@ async def test_publisher_leaves_the_apply_modes_record_alone(
     await pub.publish_once()
     obj = await read_node(api, "idle")
     assert json.loads(obj["metadata"]["annotations"][relayout.ANNOTATION])["state"] == "failed"
-    assert taints(obj) == [relayout.TAINT["key"]]
+    assert taints(obj) == [keys.relayout_taint()["key"]]
 
 
 async def test_failed_nodes_gauge_follows_the_nodes(
@@ -222,7 +222,7 @@ async def test_failed_nodes_gauge_follows_the_nodes(
 ) -> None:
     # It was only ever incremented: a restarted replica showed 0, a cleared node stayed counted.
     store(server, node("broken", alloc={"3g.40gb": 2}, config="all-3g.40gb",
-                       taints=[dict(relayout.TAINT)],
+                       taints=[keys.relayout_taint()],
                        annotations={relayout.FAILED: '{"result": "failed"}'}))
     registry = prometheus_client.CollectorRegistry()
     metrics = advice.Metrics(registry)
@@ -287,7 +287,7 @@ def _adoptable(server: kmock.KubernetesEmulator, *, state: str = "success",
     if started is not None:
         mark["started"] = started
     store(server, node("idle", alloc={"1g.10gb": 7}, config="all-1g.10gb", state=state,
-                       taints=[dict(relayout.TAINT)],
+                       taints=[keys.relayout_taint()],
                        annotations={relayout.ANNOTATION: json.dumps(mark)}))
 
 
@@ -314,7 +314,7 @@ async def test_an_api_failing_until_the_timeout_is_a_timeout(
     (outcome,) = await r.wait()
     assert outcome.result == "timeout" and "HTTP 500" in outcome.reason, outcome
     obj = _stored(server, "idle")
-    assert taints(obj) == [relayout.TAINT["key"]]
+    assert taints(obj) == [keys.relayout_taint()["key"]]
     assert json.loads(obj["metadata"]["annotations"][relayout.FAILED])["result"] == "timeout"
 
 
@@ -333,7 +333,7 @@ async def test_an_adopted_node_keeps_its_timers(
     assert outcome.result == result, outcome
     obj = await read_node(api, "idle")
     assert json.loads(obj["metadata"]["annotations"][relayout.FAILED])["result"] == result
-    assert taints(obj) == [relayout.TAINT["key"]]
+    assert taints(obj) == [keys.relayout_taint()["key"]]
 
 
 async def test_the_record_says_when_the_label_was_set(

@@ -18,7 +18,7 @@ import dataclasses
 import functools
 import zlib
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from migfit import cluster, keys, layouts, profiles, records, requests
@@ -223,6 +223,7 @@ class Index:
         self._pending_wants: dict[str, tuple[records.PodRecord, tuple[Want, ...]]] = {}
         self._demand_total: Counter[profiles.ProfileName] = Counter()
         self._memos: dict[object, dict[str, Any]] = {}
+        self._on_refresh: list[Callable[[Sequence[str]], None]] = []
         model.add_listener(self._dirty.add)
 
     @property
@@ -232,6 +233,14 @@ class Index:
 
     # ------------------------------------------------------------ nodes
 
+    def add_refresh_listener(self, listener: Callable[[Sequence[str]], None]) -> None:
+        """Call ``listener`` with the names whose figures ``refresh`` rebuilt or dropped.
+
+        What keeps answers per node (``answers.Tables``) forgets exactly these nodes' entries:
+        every cache event that can change what filter or score reads of a node dirties it.
+        """
+        self._on_refresh.append(listener)
+
     def refresh(self) -> None:
         """Rebuild the figures of nodes that changed since the last call: O(changed nodes)."""
         if not self._dirty:
@@ -239,6 +248,8 @@ class Index:
         # The listener holds this very set: copy and clear it in place, never rebind it.
         dirty = list(self._dirty)
         self._dirty.clear()
+        for listener in self._on_refresh:
+            listener(dirty)
         for name in dirty:
             old = self._figures.pop(name, None)
             if old is not None:
@@ -323,6 +334,13 @@ class Index:
     def memo_entries(self) -> int:
         """Entries in all memo tables (bounded by nodes × ``MEMO_KEYS``)."""
         return sum(len(t) for t in self._memos.values())
+
+    def own_demand(self, uid: str) -> tuple[Want, ...] | None:
+        """The wants of pending pod ``uid`` as counted in demand; None when it is not counted
+        (``demand(..., exclude=uid)`` subtracts exactly these)."""
+        self._refresh_demand()
+        own = self._pending_wants.get(uid)
+        return None if own is None else own[1]
 
     def demand(self, model_key: str, profile: str, *, exclude: str | None = None) -> int:
         """Instances of ``profile`` that pending pods (but ``exclude``, a uid) could use on

@@ -58,6 +58,7 @@ opinion). Scores are deterministic functions of the cache, so replicas agree.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Iterable, Sequence
 from typing import NamedTuple
@@ -118,6 +119,44 @@ def terms(s: NodeScore) -> dict[str, float]:
 
 
 _ZEROS = ("scoring", "zeros")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Inputs:
+    """What one call's score reads besides the node's figures and the model-wide terms.
+
+    Two requests with equal ``Inputs`` get the same score on a node whose figures and
+    model-wide term (``model_term``) are unchanged: the answer tables (``answers.Tables``) keep
+    one table of ready per-node answers per distinct value. A formula that reads more of the
+    pod (a demand class, a priority) adds the field here, in ``inputs_of``, and nowhere else.
+    """
+
+    wants: tuple[figures.Want, ...]
+    cpu_milli: int  # the pod's own requests as the cache holds them (0 when not cached)
+    memory_bytes: int
+    own: tuple[figures.Want, ...] | None  # its wants counted in pending demand (excluded)
+
+
+def inputs_of(index: figures.Index, request: filtering.PodRequest) -> Inputs:
+    """The score's inputs besides the node for ``request``, read from the cache now."""
+    if not request.mig:
+        return _NO_MIG
+    me = index.cluster.pod(request.uid)
+    return Inputs(wants=request.wants, cpu_milli=me.cpu_milli if me is not None else 0,
+                  memory_bytes=me.memory_bytes if me is not None else 0,
+                  own=index.own_demand(request.uid))
+
+
+_NO_MIG = Inputs(wants=(), cpu_milli=0, memory_bytes=0, own=None)  # scores 0 everywhere
+
+
+def model_term(index: figures.Index, request: filtering.PodRequest, model_key: str) -> float:
+    """The model-wide part of the score of every node of ``model_key`` (its ``scarce``).
+
+    The same for all nodes of one model; it moves when supply or demand of the pod's profiles
+    on that model moves, and answer tables drop only that model's entries when it does.
+    """
+    return _scarcity(index, model_key, request)
 
 
 def _scarcity(index: figures.Index, model_key: str, request: filtering.PodRequest) -> float:
@@ -192,7 +231,7 @@ def score_nodes(
             continue
         scarce = scarcity.get(fig.model_key)
         if scarce is None:
-            scarce = scarcity[fig.model_key] = _scarcity(index, fig.model_key, request)
+            scarce = scarcity[fig.model_key] = model_term(index, request, fig.model_key)
         # What follows reads only the node's figures (replaced on every cache event that
         # touches the node), the request's shape, the model's scarcity and the pod's own
         # cpu/memory. The node's part is kept per (figures, scarcity); with the pod's
@@ -204,20 +243,8 @@ def score_nodes(
                 continue
             part = done[2]
         else:
-            part = _node_part(fig, wants, nwants, scarce, model, name, hosts)
-        pack = part[0]
-        strand = (1.0 - pack) / 2
-        u_host = 0.0
-        if part[5] and (my_cpu or my_mem):
-            u_host = max((part[6] + my_cpu) / part[8], (part[7] + my_mem) / part[9])
-            u_host = min(1.0, u_host)
-            strand = max(0.0, u_host - pack)
-        # The same sum, in the same order, as the formula in the module docstring.
-        raw = part[4] + W_STRAND * (1.0 - strand) + W_HOST * (1.0 - u_host)
-        score = math.floor(MAX_SCORE * raw + 0.5 + TIE * (fig.tie - 0.5))
-        score = MIN_SCORE if score < MIN_SCORE else min(score, MAX_SCORE)
-        result = NodeScore(name, score, True, pack, part[1], scarce, part[2], part[3], raw,
-                           strand, u_host)
+            part = _node_part(fig, wants, nwants, scarce, _host_of(model, name, fig, hosts))
+        result = _finish(name, fig, part, scarce, my_cpu, my_mem)
         scored[name] = (fig, scarce, part, my_cpu, my_mem, result)
         append(result)
     return out
@@ -228,9 +255,47 @@ def score_nodes(
 _Part = tuple[float, bool, float, float, float, bool, int, int, int, int]
 
 
+def score_node(index: figures.Index, request: filtering.PodRequest, name: str) -> NodeScore:
+    """One node's score computed fresh, with no memo: THE formula, one node at a time.
+
+    ``score_nodes`` is this for many nodes with its steps kept across calls; the answer
+    tables (``answers``) keep its results, rendered. Reads the node's figures, ``inputs_of``
+    and ``model_term``: a new formula changes this function's steps (``_node_part``,
+    ``_finish``) and, when it reads more of the pod or the cluster, ``Inputs``/``model_term``.
+    """
+    inputs = inputs_of(index, request)
+    if not request.mig:
+        return NodeScore(name, MIN_SCORE, True)
+    index.refresh()
+    fig = index.figures.get(name)
+    if fig is None or filtering.check(fig, request):
+        return NodeScore(name, MIN_SCORE, False)
+    scarce = model_term(index, request, fig.model_key)
+    host = _host_used(index.cluster, name) if _host_known(fig) else None
+    part = _node_part(fig, request.wants, len(request.wants), scarce, host)
+    return _finish(name, fig, part, scarce, inputs.cpu_milli, inputs.memory_bytes)
+
+
+def _host_known(fig: figures.NodeFigures) -> bool:
+    rec = fig.state.node
+    return rec.cpu_milli > 0 and rec.memory_bytes > 0 and bool(fig.total_slices)
+
+
+def _host_of(model: cluster.Cluster, name: str, fig: figures.NodeFigures,
+             hosts: dict[str, tuple[object, int, int]]) -> tuple[int, int] | None:
+    """``_host_used`` of a node whose host figures the score reads, kept per figures."""
+    if not _host_known(fig):
+        return None
+    host = hosts.get(name)
+    if host is None or host[0] is not fig:
+        host = hosts[name] = (fig, *_host_used(model, name))
+    return host[1], host[2]
+
+
 def _node_part(fig: figures.NodeFigures, wants: Sequence[figures.Want], nwants: int,
-               scarce: float, model: cluster.Cluster, name: str,
-               hosts: dict[str, tuple[object, int, int]]) -> _Part:
+               scarce: float, host: tuple[int, int] | None) -> _Part:
+    """What the score reads of the node and the request's shape, before the pod's cpu and
+    memory: ``host`` is the cpu and memory of the MIG pods bound there (None: unknown)."""
     free = fig.state.free
     taken = tight = slack = 0.0
     for w in wants:
@@ -246,11 +311,26 @@ def _node_part(fig: figures.NodeFigures, wants: Sequence[figures.Want], nwants: 
     fresh = fig.state.used_total == 0
     base = (W_PACK * pack + (0.0 if fresh else W_FRESH) + W_SCARCE * (1.0 - scarce)
             + W_TIGHT * tight + W_SLACK * (1.0 - slack))
-    rec = fig.state.node
-    if rec.cpu_milli > 0 and rec.memory_bytes > 0 and fig.total_slices:
-        host = hosts.get(name)
-        if host is None or host[0] is not fig:
-            host = hosts[name] = (fig, *_host_used(model, name))
-        return (pack, fresh, tight, slack, base, True, host[1], host[2], rec.cpu_milli,
+    if host is not None:
+        rec = fig.state.node
+        return (pack, fresh, tight, slack, base, True, host[0], host[1], rec.cpu_milli,
                 rec.memory_bytes)
     return (pack, fresh, tight, slack, base, False, 0, 0, 1, 1)
+
+
+def _finish(name: str, fig: figures.NodeFigures, part: _Part, scarce: float, my_cpu: int,
+            my_mem: int) -> NodeScore:
+    """The score from a node's part and the pod's own cpu and memory."""
+    pack = part[0]
+    strand = (1.0 - pack) / 2
+    u_host = 0.0
+    if part[5] and (my_cpu or my_mem):
+        u_host = max((part[6] + my_cpu) / part[8], (part[7] + my_mem) / part[9])
+        u_host = min(1.0, u_host)
+        strand = max(0.0, u_host - pack)
+    # The same sum, in the same order, as the formula in the module docstring.
+    raw = part[4] + W_STRAND * (1.0 - strand) + W_HOST * (1.0 - u_host)
+    score = math.floor(MAX_SCORE * raw + 0.5 + TIE * (fig.tie - 0.5))
+    score = MIN_SCORE if score < MIN_SCORE else min(score, MAX_SCORE)
+    return NodeScore(name, score, True, pack, part[1], scarce, part[2], part[3], raw, strand,
+                     u_host)

@@ -6,19 +6,24 @@ them (``scoring.NodeScore``), and the call's duration: ``raw = Σ weights[t] · 
 recomputed from the line alone. The human line names, per node, the terms that weigh most
 (weight × value). kube-scheduler may send thousands of nodes,
 so at most ``max_nodes`` of the best are written in full (0: all), with a histogram of all
-scores and the number left out. Lines go to the ``migfit.scoring`` logger, which
-``migfit.logs`` writes bare in text (they are the report) and as they are in JSON.
+scores and the number left out. The server hands calls over through ``submit``: a bounded
+queue written on the event loop's next turn, after the response, from answer tables ranked
+per score (O(logged nodes) per call); a full queue drops calls and counts them. Lines go to
+the ``migfit.scoring`` logger, which ``migfit.logs`` writes bare in text (they are the
+report) and as they are in JSON.
 """
 
 from __future__ import annotations
 
+import asyncio
+import collections
 import dataclasses
 import datetime
 import heapq
 import json
 import logging
-from collections.abc import Sequence
-from typing import Any, Literal
+from collections.abc import Callable, Sequence
+from typing import Any, Literal, Protocol
 
 from migfit import logs
 from migfit.extender import filtering, scoring
@@ -68,15 +73,32 @@ def _rank(s: scoring.NodeScore) -> tuple[float, str]:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
-class _Summary:
-    """What both lines need from one call's scores, computed once: O(nodes), no full sort."""
+class Summary:
+    """What both lines need from one call's scores, computed once: no full sort."""
 
     best: list[scoring.NodeScore]  # the best ``n`` (all when n <= 0), best first
     histogram: dict[int, int]  # score -> nodes
     fit: int
+    nodes: int
 
 
-def _summarize(scores: Sequence[scoring.NodeScore], n: int) -> _Summary:
+Render = Callable[[scoring.NodeScore], str]  # one node's entry of the "scores" list, as JSON
+
+
+class Pending(Protocol):
+    """One prioritize call waiting for its lines (``answers.Prioritized``): its summary comes
+    from tables ranked per score, so writing it costs O(logged nodes), not O(nodes)."""
+
+    request: filtering.PodRequest
+    duration_s: float
+
+    def summary(self, n: int) -> Summary: ...
+
+    def rendered(self, s: scoring.NodeScore, render: Render) -> str: ...
+
+
+def summarize(scores: Sequence[scoring.NodeScore], n: int) -> Summary:
+    """``Summary`` of a list of scores: O(nodes), per-score buckets, no full sort."""
     buckets: dict[int, list[scoring.NodeScore]] = {}
     fit = 0
     for s in scores:
@@ -93,27 +115,43 @@ def _summarize(scores: Sequence[scoring.NodeScore], n: int) -> _Summary:
         bucket = buckets[score]
         best.extend(sorted(bucket, key=_rank) if len(bucket) <= room
                     else heapq.nsmallest(room, bucket, key=_rank))
-    return _Summary(best=best, histogram={k: len(v) for k, v in sorted(buckets.items())},
-                    fit=fit)
+    return Summary(best=best, histogram={k: len(v) for k, v in sorted(buckets.items())},
+                   fit=fit, nodes=len(scores))
+
+
+QUEUE = 64  # prioritize calls waiting for their lines; more are dropped and counted
 
 
 class ScoringLog:
-    """Writes the lines of each prioritize call in the chosen format."""
+    """Writes the lines of each prioritize call in the chosen format.
+
+    ``record`` writes at once; ``submit`` queues a call (bounded: ``queue`` calls, then
+    dropped and counted in ``dropped``) and writes it from the event loop's next turn, after
+    the handler has returned and its response has been written to the socket.
+    """
 
     def __init__(self, *, log_format: LogFormat = "both", max_nodes: int = 50,
-                 target: logging.Logger = logger) -> None:
+                 target: logging.Logger = logger, queue: int = QUEUE) -> None:
         self.format = log_format
         self.max_nodes = max_nodes
         self.logger = target
+        self.queue = queue
+        self.dropped = 0
+        self._waiting: collections.deque[Pending] = collections.deque()
 
     def json_line(self, request: filtering.PodRequest, scores: Sequence[scoring.NodeScore],
                   duration_s: float, *, now: datetime.datetime | None = None,
-                  summary: _Summary | None = None) -> str:
-        summary = summary or _summarize(scores, self.max_nodes)
+                  summary: Summary | None = None,
+                  render: Callable[[scoring.NodeScore], str] | None = None) -> str:
+        summary = summary or summarize(scores, self.max_nodes)
         best = summary.best if self.max_nodes <= 0 else summary.best[:self.max_nodes]
         weighted = weights()
+
+        def plain(s: scoring.NodeScore) -> str:
+            return json.dumps(_figures(s, weighted), separators=(",", ":"))
+
         when = (now or datetime.datetime.now(datetime.UTC)).isoformat(timespec="milliseconds")
-        record = {
+        head = {
             "time": when.replace("+00:00", "Z"),
             "level": "INFO",  # the keys of every line of a JSON log (migfit.logs)
             "logger": self.logger.name,
@@ -121,19 +159,25 @@ class ScoringLog:
             "pod": request.key,
             "uid": request.uid,
             "profile": request.describe(),
-            "nodes": len(scores),
+            "nodes": summary.nodes,
             "fit": summary.fit,
             "duration_ms": round(duration_s * 1000, 3),
             "weights": weighted,
-            "scores": [_figures(s, weighted) for s in best],
-            "omitted": len(scores) - len(best),
+        }
+        tail = {
+            "omitted": summary.nodes - len(best),
             "histogram": {str(k): v for k, v in summary.histogram.items()},
         }
-        return json.dumps(record, separators=(",", ":"))
+        # The bytes json.dumps writes for the whole record, with each node's entry rendered
+        # (and kept by the answer tables) on its own.
+        each = plain if render is None else render
+        return (json.dumps(head, separators=(",", ":"))[:-1] + ',"scores":['
+                + ",".join(each(s) for s in best) + "],"
+                + json.dumps(tail, separators=(",", ":"))[1:])
 
     def text_line(self, request: filtering.PodRequest, scores: Sequence[scoring.NodeScore],
-                  duration_s: float, *, summary: _Summary | None = None) -> str:
-        summary = summary or _summarize(scores, 3)
+                  duration_s: float, *, summary: Summary | None = None) -> str:
+        summary = summary or summarize(scores, 3)
         best = summary.best[:3]
         fit = summary.fit
         weighted = weights()
@@ -143,17 +187,56 @@ class ScoringLog:
                  else f"{logs.escape(s.node)}=0 (does not fit)" for s in best]
         top = "; ".join(parts) or "no nodes"
         return (f"prioritize {logs.escape(request.key)} {request.describe()}: {top} — "
-                f"{len(scores)} nodes, "
+                f"{summary.nodes} nodes, "
                 f"{fit} fit, {duration_s * 1000:.2f} ms")
+
+    def _wanted(self) -> int:
+        return 3 if self.format == "text" else (
+            0 if self.max_nodes <= 0 else max(self.max_nodes, 3))
 
     def record(self, request: filtering.PodRequest, scores: Sequence[scoring.NodeScore],
                duration_s: float) -> None:
         if not self.logger.isEnabledFor(logging.INFO):
             return
-        wanted = 3 if self.format == "text" else (
-            0 if self.max_nodes <= 0 else max(self.max_nodes, 3))
-        summary = _summarize(scores, wanted)
+        self._write(request, duration_s, summarize(scores, self._wanted()), None)
+
+    def _write(self, request: filtering.PodRequest, duration_s: float, summary: Summary,
+               render: Callable[[scoring.NodeScore], str] | None) -> None:
         if self.format in ("json", "both"):
-            self.logger.info(self.json_line(request, scores, duration_s, summary=summary))
+            self.logger.info(self.json_line(request, (), duration_s, summary=summary,
+                                            render=render))
         if self.format in ("text", "both"):
-            self.logger.info(self.text_line(request, scores, duration_s, summary=summary))
+            self.logger.info(self.text_line(request, (), duration_s, summary=summary))
+
+    def submit(self, call: Pending) -> None:
+        """Queue ``call``'s lines for the loop's next turn (or write them now without a
+        running loop); a full queue drops the call and counts it in ``dropped``."""
+        if not self.logger.isEnabledFor(logging.INFO):
+            return
+        if len(self._waiting) >= self.queue:
+            self.dropped += 1
+            return
+        self._waiting.append(call)
+        if len(self._waiting) == 1:
+            try:
+                asyncio.get_running_loop().call_soon(self.flush)
+            except RuntimeError:  # no loop: a caller outside the server
+                self.flush()
+
+    def pending(self) -> int:
+        """Calls waiting for their lines."""
+        return len(self._waiting)
+
+    def flush(self) -> None:
+        """Write every queued call's lines."""
+        weighted = weights()
+        while self._waiting:
+            call = self._waiting.popleft()
+
+            def plain(s: scoring.NodeScore) -> str:
+                return json.dumps(_figures(s, weighted), separators=(",", ":"))
+
+            def render(s: scoring.NodeScore, call: Pending = call) -> str:
+                return call.rendered(s, plain)
+
+            self._write(call.request, call.duration_s, call.summary(self._wanted()), render)

@@ -30,15 +30,20 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import prometheus_client
+
+try:
+    import orjson
+except ImportError:  # pragma: no cover - migfit.jsonwire's fallback: the standard library
+    orjson = None  # type: ignore[assignment]
 from aiohttp import web
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from migfit import cluster, errors, logs, serving
+from migfit import cluster, errors, jsonwire, logs, serving
 from migfit import metrics as common_metrics
 from migfit.certs import metrics as cert_metrics
 from migfit.certs import reloading
-from migfit.extender import advice, figures, filtering, scoring, scoring_log
+from migfit.extender import advice, answers, figures, filtering, scoring, scoring_log
 
 log = logging.getLogger(__name__)
 
@@ -104,16 +109,52 @@ class Args:
     names: list[str]
     node_list: Mapping[str, Any] | None  # the NodeList when the scheduler sent Nodes
     nodes: Mapping[str, Mapping[str, Any]]  # name -> Node object as sent (Nodes mode)
+    exotic: bool = False  # only the standard library read the body (NaN, a lone surrogate)
 
     @property
     def cache_mode(self) -> bool:
         return self.node_list is None
 
 
+def _loads(body: bytes) -> tuple[Any, bool]:
+    """The body parsed by orjson, else by the standard library (which decides what JSON
+    is, as ``jsonwire.loads``); True when only the standard library could read it."""
+    if orjson is not None:
+        # A full NodeList (Nodes mode) is megabytes of fresh, acyclic dicts: the cyclic GC
+        # would walk them several times while they are built, for nothing.
+        paused = len(body) > _GC_PAUSE_BYTES and gc.isenabled()
+        if paused:
+            gc.disable()
+        try:
+            return orjson.loads(body), False
+        except orjson.JSONDecodeError:
+            pass
+        finally:
+            if paused:
+                gc.enable()
+    return json.loads(body), orjson is not None
+
+
+_GC_PAUSE_BYTES = 2**20
+
+
+def wire_json(value: Any, *, exotic: bool = False) -> bytes:
+    """``value`` as compact JSON, the very bytes ``json.dumps`` writes (ASCII escapes) for
+    anything kube-scheduler sends: orjson, unless its output holds a byte that the standard
+    library escapes (non-ASCII, DEL), or the body held what only the standard library reads
+    (``exotic``). Floats, which no v1.Node field carries, may be spelled otherwise (1e16,
+    not 1e+16): the same number."""
+    if not exotic:
+        out = jsonwire.dumps(value)
+        if out.isascii() and b"\x7f" not in out:
+            return out
+    return json.dumps(value, separators=(",", ":")).encode()
+
+
 def decode_args(body: bytes) -> Args:
     """Parse an ``ExtenderArgs`` body; WireError with a precise message when it is not one."""
     try:
-        raw = json.loads(body)
+        raw, exotic = _loads(body)
     except (ValueError, RecursionError) as exc:
         raise WireError(f"request body is not JSON: {exc}") from None
     if not isinstance(raw, dict):
@@ -146,7 +187,7 @@ def decode_args(body: bytes) -> Args:
             raise WireError(f"ExtenderArgs.Nodes.items[{i}] has no metadata.name")
         names.append(name)
         by_name.setdefault(name, item)
-    return Args(pod=pod, names=names, node_list=nodes_raw, nodes=by_name)
+    return Args(pod=pod, names=names, node_list=nodes_raw, nodes=by_name, exotic=exotic)
 
 
 def filter_result(args: Args, result: filtering.FilterResult, error: str = "",
@@ -220,6 +261,20 @@ class Metrics:
     filtered: prometheus_client.Counter
 
 
+class _ScoringLogCollector(Collector):
+    """The scoring log's dropped calls, read at scrape time."""
+
+    def __init__(self, log_: scoring_log.ScoringLog) -> None:
+        self._log = log_
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        dropped = CounterMetricFamily(
+            "migfit_extender_scoring_log_dropped",
+            "Prioritize calls whose scoring-log lines were dropped (the log's queue was full)")
+        dropped.add_metric([], self._log.dropped)
+        yield dropped
+
+
 def _metrics(index: figures.Index,
              registry: prometheus_client.CollectorRegistry | None = None) -> Metrics:
     if registry is None:
@@ -246,13 +301,17 @@ SCORING_LOG = web.AppKey("scoring_log", scoring_log.ScoringLog)
 INDEX = web.AppKey("index", figures.Index)
 ADVICE = web.AppKey("advice", advice.AdviceCache)
 MESSAGES = web.AppKey("messages", filtering.Messages)
+TABLES = web.AppKey("tables", answers.Tables)
 DRAINING = web.AppKey("draining", asyncio.Event)
 _HOST_PREFIXES = ("wire", "host prefix")  # the index's memo of HostPriority prefixes
 
 
 def _json(data: Any, status: int = 200) -> web.Response:
-    return web.Response(text=json.dumps(data, separators=(",", ":")), status=status,
-                        content_type="application/json")
+    return _bytes(wire_json(data), status)
+
+
+def _bytes(body: bytes, status: int = 200) -> web.Response:
+    return web.Response(body=body, status=status, content_type="application/json")
 
 
 def host_priority_list(scores: Sequence[scoring.NodeScore],
@@ -341,8 +400,20 @@ async def _verb(request: web.Request, *, verb: str, error: Callable[[str], Any],
 
 async def _filter(request: web.Request) -> web.Response:
     index, metrics, messages = request.app[INDEX], request.app[METRICS], request.app[MESSAGES]
+    tables = request.app[TABLES]
 
     def answer(args: Args, pod: filtering.PodRequest, start: float) -> web.Response:
+        if not log.isEnabledFor(logging.DEBUG):
+            done = tables.filter(pod, args.names)
+            for (bad, reason_code), n in done.codes.items():
+                metrics.filtered.labels("unresolvable" if bad else "failed",
+                                        reason_code.value).inc(n)
+            if args.cache_mode:
+                return _bytes(done.names_body())
+            meta = {k: v for k, v in (args.node_list or {}).items() if k.lower() != "items"}
+            nodes = {**meta, "items": [args.nodes[n] for n in done.passed_names]}
+            return _bytes(b'{"Nodes":' + wire_json(nodes, exotic=args.exotic)
+                          + b',"NodeNames":null,' + done.failures() + b"}")
         result = filtering.filter_nodes(index, pod, args.names)
         # One counter update per reason code, not per node (labels() costs microseconds).
         for (bad, reason_code), n in result.codes.items():
@@ -361,14 +432,14 @@ async def _filter(request: web.Request) -> web.Response:
 
 
 async def _prioritize(request: web.Request) -> web.Response:
-    index, scoring_log_ = request.app[INDEX], request.app[SCORING_LOG]
+    tables, scoring_log_ = request.app[TABLES], request.app[SCORING_LOG]
 
     def answer(args: Args, pod: filtering.PodRequest, start: float) -> web.Response:
-        scores = scoring.score_nodes(index, pod, args.names)
-        response = web.Response(text=host_priority_list(scores, index), status=200,
-                                content_type="application/json")
+        done = tables.prioritize(pod, args.names)
+        response = _bytes(done.body)
         if pod.mig:
-            scoring_log_.record(pod, scores, time.perf_counter() - start)
+            done.duration_s = time.perf_counter() - start
+            scoring_log_.submit(done)  # written after the response
         return response
 
     return await _verb(request, verb="prioritize", error=lambda m: {"Error": m}, answer=answer)
@@ -428,11 +499,18 @@ def make_app(
     app[ADVICE] = advice_cache if advice_cache is not None else advice.AdviceCache()
     app[MESSAGES] = filtering.Messages()
     app[DRAINING] = asyncio.Event()
+    app[TABLES] = answers.Tables(index)
     app[METRICS] = _metrics(index, registry)
     if certificate is not None:
         cert_metrics.register(app[METRICS].registry, server="extender", source=certificate)
     app[SCORING_LOG] = scoring_log.ScoringLog(log_format=settings.log_format,
                                               max_nodes=settings.log_nodes)
+    app[METRICS].registry.register(_ScoringLogCollector(app[SCORING_LOG]))
+
+    async def flush_log(app: web.Application) -> None:
+        app[SCORING_LOG].flush()
+
+    app.on_cleanup.append(flush_log)
     app.router.add_post("/filter", _filter)
     app.router.add_post("/prioritize", _prioritize)
     app.router.add_get("/healthz", _healthz)

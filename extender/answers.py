@@ -83,8 +83,9 @@ class _ScoreTable:
         key = (-entry.node.raw, name)
         del ranked[bisect.bisect_left(ranked, key)]
         model_key = self.model_of.pop(name, None)
-        if model_key is not None:
-            self.by_model[model_key].discard(name)
+        members = None if model_key is None else self.by_model.get(model_key)
+        if members is not None:
+            members.discard(name)
 
     def drop_model(self, model_key: str) -> None:
         for name in list(self.by_model.pop(model_key, ())):

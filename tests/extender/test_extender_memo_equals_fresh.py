@@ -4,13 +4,15 @@ over the same cluster gives."""
 
 from __future__ import annotations
 
+import json
 import random
 from typing import Any
 
 import pytest
-from extender_builders import build, node, pod
+from extender_builders import build, decision, node, pod
 
-from migfit.extender import figures, filtering, scoring
+from migfit import cluster, keys
+from migfit.extender import figures, filtering, scoring, server
 
 PROFILES = ("1g.10gb", "2g.20gb", "3g.40gb")
 NODES = [f"n{i}" for i in range(8)]
@@ -61,4 +63,90 @@ def test_memoised_answers_equal_fresh_ones_after_random_events(seed: int) -> Non
         # Twice on the warm index (the second answer comes from its memo), once fresh.
         _answers(warm, request)
         assert _answers(warm, request) == _answers(figures.Index(model), request), step
+        model.apply("Pod", "DELETED", wanted)
+
+
+# ---------------------------------------------------------------- the answer tables, on the wire
+
+MODELS = ("A100-80GB", "H100-80GB")
+
+
+def _fresh_filter(model: cluster.Cluster, request: filtering.PodRequest,
+                  args: server.Args) -> bytes:
+    result = filtering.filter_nodes(figures.Index(model), request, args.names)
+    return json.dumps(server.filter_result(args, result), separators=(",", ":")).encode()
+
+
+def _fresh_prioritize(model: cluster.Cluster, request: filtering.PodRequest,
+                      names: list[str]) -> bytes:
+    fresh = figures.Index(model)  # nothing kept: each node's score from score_node alone
+    scores = [scoring.score_node(fresh, request, n) for n in dict.fromkeys(names)]
+    return server.host_priority_list(scores).encode()
+
+
+@pytest.mark.parametrize("seed", range(4))
+async def test_table_answers_equal_fresh_ones_after_random_events(
+        aiohttp_client: Any, seed: int) -> None:
+    """Filter and prioritize answers of a long-lived server (its answer tables warm), in
+    NodeNames and full Nodes modes, are the bytes a fresh computation gives, after random
+    node adds/changes/deletes, pod adds/binds/deletes and pending pods that move the
+    model-wide scarcity (decision records limiting them to one model)."""
+    rng = random.Random(seed)
+    nodes: dict[str, dict[str, Any]] = {}
+
+    def layout(n: str) -> dict[str, Any]:
+        return node(n, {p: rng.randint(0, 3) for p in PROFILES}, model=rng.choice(MODELS))
+
+    for n in NODES:
+        nodes[n] = layout(n)
+    model = build(list(nodes.values()))
+    client = await aiohttp_client(server.make_app(
+        settings=server.ExtenderSettings(log_format="json"), cluster=model))
+    pods: dict[str, tuple[str | None, str]] = {}
+    for step in range(80):
+        event = rng.random()
+        name = f"p{rng.randint(0, 20)}"
+        profile = rng.choice(PROFILES)
+        if event < 0.35:  # a pod arrives pending or bound, or changes binding
+            bound = rng.choice([None, *NODES])
+            only = rng.choice(MODELS)
+            annotations = {keys.DECISION: decision([("c", profile, 9000, [only])])}
+            kind = "MODIFIED" if name in pods else "ADDED"
+            model.apply("Pod", kind, _sized(pod(name, ({profile: 1},), node_name=bound,
+                                                annotations=annotations), rng))
+            pods[name] = (bound, profile)
+        elif event < 0.5 and name in pods:
+            bound, had = pods.pop(name)
+            model.apply("Pod", "DELETED", pod(name, ({had: 1},), node_name=bound))
+        elif event < 0.65:  # a node's layout (or model) changes
+            n = rng.choice(NODES)
+            nodes[n] = layout(n)
+            model.apply("Node", "MODIFIED", nodes[n])
+        elif event < 0.75:  # a node goes, or comes back
+            n = rng.choice(NODES)
+            if n in nodes:
+                model.apply("Node", "DELETED", nodes.pop(n))
+            else:
+                nodes[n] = layout(n)
+                model.apply("Node", "ADDED", nodes[n])
+        # Few request shapes, so that tables are reused across events: the point of the test.
+        wanted = pod(f"w{step % 3}", ({rng.choice(PROFILES): 1},))
+        wanted["spec"]["containers"][0]["resources"]["requests"] = {
+            "cpu": rng.choice(["1", "8"]), "memory": rng.choice(["4Gi", "64Gi"])}
+        model.apply("Pod", "ADDED", wanted)
+        request = filtering.decode_pod(wanted)
+        names = rng.sample(NODES, rng.randint(1, len(NODES)))
+        if rng.random() < 0.3:
+            names.append("ghost")  # unknown to the cache: answered, kept nowhere
+        node_list = {"kind": "NodeList", "items": [nodes[n] for n in names if n in nodes]}
+        for body in ({"Pod": wanted, "NodeNames": names, "Nodes": None},
+                     {"Pod": wanted, "NodeNames": None, "Nodes": node_list}):
+            data = json.dumps(body).encode()
+            args = server.decode_args(data)
+            for _twice in range(2):  # the second answer comes from the tables
+                filtered = await client.post("/filter", data=data)
+                assert await filtered.read() == _fresh_filter(model, request, args), step
+                ranked = await client.post("/prioritize", data=data)
+                assert await ranked.read() == _fresh_prioritize(model, request, args.names), \
+                    step
         model.apply("Pod", "DELETED", wanted)

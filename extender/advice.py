@@ -345,18 +345,100 @@ class Publisher:
         self._events[key] = _Sent(message=message, at=now)
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Read:
+    config: migparted.Config | None
+    why: str | None  # what is wrong with the shared ConfigMap, if anything
+    transient: bool  # a ConfigMap could not be read now (not: absent, refused or invalid)
+
+
+async def _read(api: kube.KubeClient | Any, *, name: str, namespace: str) -> _Read:
+    client = kube.as_client(api)
+    shared: migparted.Config | None = None
+    why: str | None = None
+    transient = False
+    try:
+        shared = migparted.parse_configmap(await client.read_config_map(namespace, name))
+    except kube.ApiError as exc:
+        why, transient = f"cannot read ConfigMap {namespace}/{name}: {exc}", exc.retryable
+    except errors.ConfigError as exc:
+        why = exc.message
+    # The configs the MIG Manager of each node generated for its GPUs (mig-parted v0.14.0+,
+    # migparted.NODE_CONFIGMAP_SUFFIX): one list of the namespace, selected by their labels.
+    try:
+        objects, _ = await client.list_config_maps(
+            namespace, label_selector=migparted.NODE_CONFIGMAP_SELECTOR)
+    except kube.ApiError as exc:
+        log.warning("advice: cannot list the MIG Manager's per-node ConfigMaps in %s (%s); "
+                    "every node is read with %s/%s", namespace, exc, namespace, name)
+        objects, transient = [], transient or exc.retryable
+    config, problems = migparted.node_configs(shared, objects)
+    for node, problem in sorted(problems.items()):
+        log.warning("advice: node %s: its MIG Manager's ConfigMap %s/%s is not usable (%s); "
+                    "the node is read with %s/%s", node, namespace,
+                    migparted.node_configmap_name(node), problem, namespace, name)
+    if why is not None and config is not None:
+        why += (f" (the {len(config.per_node)} node(s) whose MIG Manager wrote its own "
+                f"ConfigMap use that)")
+    return _Read(config=config, why=why, transient=transient)
+
+
 async def read_config(
     api: kube.KubeClient | Any,
     *,
     name: str = migparted.DEFAULT_CONFIGMAP,
     namespace: str = migparted.DEFAULT_NAMESPACE,
 ) -> tuple[migparted.Config | None, str | None]:
-    """The mig-parted ConfigMap, parsed strictly; (None, why) when it cannot be read."""
-    try:
-        raw = await kube.as_client(api).read_config_map(namespace, name)
-    except kube.ApiError as exc:
-        return None, f"cannot read ConfigMap {namespace}/{name}: {exc}"
-    try:
-        return migparted.parse_configmap(raw), None
-    except errors.ConfigError as exc:
-        return None, exc.message
+    """The mig-parted configs the MIG Manager applies, parsed strictly: the shared ConfigMap
+    ``namespace/name``, with the per-node ConfigMaps the MIG Manager writes there attached
+    (``migparted.node_configs``; each node uses its own). (config, why): ``why`` says what is
+    wrong with the shared one, None when nothing is; config None when there is no config."""
+    got = await _read(api, name=name, namespace=namespace)
+    return got.config, got.why
+
+
+class ConfigSource:
+    """Keeps an ``AdviceCache``'s mig-parted configs current (``read_config`` every
+    ``interval_s``).
+
+    The MIG Manager writes a node's own ConfigMap when it starts there (a node that joins, a
+    pod restarted), so the configs are read again, not once. When a ConfigMap cannot be read
+    for a moment (no answer, 429, 5xx) the configs last read are kept.
+    """
+
+    def __init__(self, api: kube.KubeClient | Any, cache: AdviceCache, *, namespace: str,
+                 name: str, interval_s: float = 60.0) -> None:
+        self.api = api
+        self.cache = cache
+        self.namespace = namespace
+        self.name = name
+        self.interval_s = interval_s
+        self._why: str | None = None
+        self._read_once = False
+
+    async def refresh(self) -> migparted.Config | None:
+        """Read the configs once; the cache gets them when they changed. Returns them."""
+        got = await _read(self.api, name=self.name, namespace=self.namespace)
+        if got.transient and self._read_once:
+            log.debug("advice: a mig-parted ConfigMap cannot be read now; keeping the "
+                      "configs last read")
+            return self.cache.config
+        config = got.config
+        if got.why != self._why and got.why is not None:
+            log.warning("%s; layouts are inferred from allocatable", got.why)
+        self._why = got.why
+        if not self._read_once or config != self.cache.config:
+            self.cache.set_config(config)
+        self._read_once = True
+        return config
+
+    async def run(self) -> None:
+        """Refresh every ``interval_s`` until cancelled; errors are logged and retried."""
+        while True:
+            await asyncio.sleep(self.interval_s)
+            try:
+                await self.refresh()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.warning("advice: reading the mig-parted ConfigMaps failed: %s", exc)

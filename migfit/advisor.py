@@ -352,10 +352,16 @@ def current_layout(
     state: records.NodeState, model: profiles.GpuModel, config: migparted.Config | None
 ) -> migparted.NodeLayout:
     """The node's layout per GPU: its named config when readable and matching the allocatable
-    (the device plugin advertises what the MIG Manager applied), else inferred."""
+    (the device plugin advertises what the MIG Manager applied), else inferred.
+
+    The config is the node's own when its MIG Manager wrote one (``Config.for_node``); the
+    allocatable counts instances, not the time-slicing replicas of each (``instances``).
+    """
     rec = state.node
-    alloc = tuple(sorted((p, n) for p, n in rec.allocatable.items() if n > 0))
+    alloc = tuple(sorted(rec.instances.items()))
     note = ""
+    if config is not None:
+        config = config.for_node(rec.name)
     if config is not None and rec.config:
         try:
             # mig-parted filters on the GPU's own PCI id: the ids the product label pins.
@@ -441,7 +447,7 @@ def unknown_layout(node: records.NodeState, model: profiles.GpuModel,
                 f"and enabling it makes mig-parted reset every GPU of the node")
     if layout.source == "config":
         return None
-    alloc = tuple(sorted((p, n) for p, n in rec.allocatable.items() if n > 0))
+    alloc = tuple(sorted(rec.instances.items()))
     if _only_arrangement(model, alloc, rec.gpu_count):
         return None
     return ("its per-GPU layout is inferred from the allocatable, which other arrangements "
@@ -497,29 +503,43 @@ def view(
 def _prefer_named(
     config: migparted.Config | None,
 ) -> planner.Prefer | None:
-    if config is None or not config.configs:
-        return None
-    cache: dict[tuple[profiles.ModelId, int, str], migparted.NodeLayout | None] = {}
+    """A named config instead of the planner's custom layout when one serves as much.
 
-    def resolved(model: profiles.GpuModel, count: int, name: str) -> migparted.NodeLayout | None:
-        key = (model.id, count, name)
+    A node whose MIG Manager generated its own configs (mig-parted v0.14.0+) applies only
+    those: a custom config added to the shared ConfigMap would never reach it. Such a node
+    gets the best of its own named configs that serves anything, or no change at all.
+    """
+    if config is None or config.empty:
+        return None
+    cache: dict[tuple[str | None, profiles.ModelId, int, str],
+                migparted.NodeLayout | None] = {}
+
+    def resolved(configs: migparted.Config, model: profiles.GpuModel, count: int, name: str
+                 ) -> migparted.NodeLayout | None:
+        key = (configs.node, model.id, count, name)
         if key not in cache:
             try:
-                cache[key] = migparted.resolve(config, name, model=model, gpu_count=count)
+                cache[key] = migparted.resolve(configs, name, model=model, gpu_count=count)
             except errors.ConfigError:
                 cache[key] = None
         return cache[key]
 
     def prefer(node: planner.NodeSupply, plan: planner.NodePlan, remaining: planner.Demand
                ) -> tuple[planner.NodePlan, str] | None:
+        configs = config.for_node(node.name)
+        own = configs.node is not None
+        # Only the node's own configs can be applied there: keep the node as it is.
+        stay = (planner.plan_from_layouts(node.model, gpus=node.gpus,
+                                          after=[g.current for g in node.gpus],
+                                          demand=remaining), "") if own else None
         if any(g.frozen and not g.current for g in node.gpus):
             # A named config may disable MIG on a GPU that has no instances: a mode change,
             # which resets every GPU of the node (docs/relayout.md). The custom config
             # enables MIG everywhere, as it is now.
-            return None
+            return stay
         best: tuple[tuple[float, int, int, str], planner.NodePlan, str] | None = None
-        for name in config.configs:
-            lay = resolved(node.model, len(node.gpus), name)
+        for name in configs.configs:
+            lay = resolved(configs, node.model, len(node.gpus), name)
             if lay is None:
                 continue
             try:
@@ -527,13 +547,13 @@ def _prefer_named(
                                                 demand=remaining)
             except errors.UsageError:
                 continue  # drops an instance in use
-            if not alt.changed or alt.value < plan.value - 1e-9:
+            if not alt.changed or alt.value < (1e-9 if own else plan.value - 1e-9):
                 continue
             rank = (-round(alt.value, 9), len(alt.changed),
                     sum(len(g.removed) for g in alt.gpus), name)
             if best is None or rank < best[0]:
                 best = (rank, alt, name)
-        return None if best is None else (best[1], best[2])
+        return stay if best is None else (best[1], best[2])
 
     return prefer
 

@@ -64,6 +64,7 @@ def node_from_api(obj: Mapping[str, Any], catalog: profiles.Catalog) -> NodeReco
         memory_bytes=memory_bytes,
         ready=ready,
         all_labels=fields.intern_map(labels),
+        replicas=gpus.replicas,
     )
 
 

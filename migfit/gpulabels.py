@@ -3,7 +3,10 @@
 The parsing of GPU Feature Discovery's labels (``nvidia.com/gpu.product``, ``gpu.memory``,
 ``gpu.count``, ``mig.strategy``, ``nvidia.com/mig-<profile>.memory``) and of the device
 plugin's resources (``nvidia.com/mig-<profile>`` under mixed, ``nvidia.com/gpu`` under single)
-into one ``GpuView`` (reference/MIG.md 4). ``migfit.decoding`` builds the node record from it.
+into one ``GpuView`` (reference/MIG.md 4). Time-slicing and MPS replicas (``<resource>.replicas``)
+multiply what the device plugin advertises: the view keeps them, so that an advertised count
+is read as instances × replicas (``profiles.instances_of``). ``migfit.decoding`` builds the node
+record from it.
 """
 
 from __future__ import annotations
@@ -27,7 +30,10 @@ class GpuView:
     capacity: dict[profiles.ProfileName, int]
     allocatable: dict[profiles.ProfileName, int]
     memory_mib: dict[profiles.ProfileName, int]  # usable memory per profile, from labels
-    whole_gpus: int  # allocatable nvidia.com/gpu that is not a MIG device (mixed strategy)
+    whole_gpus: int  # GPUs advertised as nvidia.com/gpu, not as MIG devices (mixed strategy)
+    # pods that share one MIG instance, per profile, where more than 1 (time-slicing or MPS:
+    # GFD's ``<resource>.replicas``); capacity and allocatable count each instance that often
+    replicas: dict[profiles.ProfileName, int] = dataclasses.field(default_factory=dict)
 
 
 def gpu_view(labels: Mapping[str, str], capacity_raw: Mapping[str, Any],
@@ -51,6 +57,7 @@ def gpu_view(labels: Mapping[str, str], capacity_raw: Mapping[str, Any],
     capacity: dict[profiles.ProfileName, int] = {}
     allocatable: dict[profiles.ProfileName, int] = {}
     memory: dict[profiles.ProfileName, int] = {}
+    shared: dict[profiles.ProfileName, int] = {}
     whole = 0
     if strategy == "single":
         prof = profiles.single_strategy_profile(product or "")
@@ -60,6 +67,8 @@ def gpu_view(labels: Mapping[str, str], capacity_raw: Mapping[str, Any],
             allocatable[pname] = fields.count(allocatable_raw.get(profiles.GPU_RESOURCE, 0))
             if gpu_mem is not None:
                 memory[pname] = gpu_mem
+            if profiles.replicas(labels) > 1:
+                shared[pname] = profiles.replicas(labels)
     else:
         for res, val in capacity_raw.items():
             p = profiles.parse_resource(res)
@@ -69,7 +78,17 @@ def gpu_view(labels: Mapping[str, str], capacity_raw: Mapping[str, Any],
             p = profiles.parse_resource(res)
             if p is not None:
                 allocatable[profiles.ProfileName(p)] = fields.count(val)
+        # Under mixed, GFD labels each MIG resource on its own (internal/lm/resource.go,
+        # NewMIGResourceLabeler): nvidia.com/mig-<p>.count instances, .replicas the pods that
+        # share one (the device plugin advertises count × replicas), .product ending in
+        # -SHARED when replicas > 1. nvidia.com/gpu.replicas is the GPUs' own (whole GPUs
+        # time-sliced: their nvidia.com/gpu.product then ends in -SHARED).
         whole = fields.count(allocatable_raw.get(profiles.GPU_RESOURCE, 0))
+        whole = -(-whole // profiles.replicas(labels))
+        for p in set(capacity) | set(allocatable):
+            r = profiles.replicas(labels, p)
+            if r > 1:
+                shared[p] = r
         for key, val in labels.items():
             mib = fields.int_label(val)
             if (key.startswith(keys.MIG_LABEL_PREFIX) and key.endswith(keys.MIG_MEMORY_LABEL_SUFFIX)
@@ -90,4 +109,4 @@ def gpu_view(labels: Mapping[str, str], capacity_raw: Mapping[str, Any],
         gpu_count = fields.count(capacity_raw.get(profiles.GPU_RESOURCE, 0))
     return GpuView(model=model, model_error=model_error, strategy=strategy,
                    gpu_count=gpu_count, capacity=capacity, allocatable=allocatable,
-                   memory_mib=memory, whole_gpus=whole)
+                   memory_mib=memory, whole_gpus=whole, replicas=shared)

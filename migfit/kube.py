@@ -32,8 +32,8 @@ model classes, which cost too much for 150,000 pods).
 
 Stable API (other modules rely on it: add to it, do not rename): :func:`connect`,
 :class:`KubeClient` (``patch_node``, ``read_node``, ``read_pod``, ``list_nodes``,
-``list_pods``, ``create_event``, ``read_config_map``, ``read_lease``, ``create_lease``,
-``update_lease``, ``open_get``, ``close``), :func:`as_client`, :func:`read_json`,
+``list_pods``, ``create_event``, ``read_config_map``, ``list_config_maps``, ``read_lease``,
+``create_lease``, ``update_lease``, ``open_get``, ``close``), :func:`as_client`, :func:`read_json`,
 :class:`ApiError`
 (``.status``, ``.final``, ``.retryable``, ``.conflict``, ``.not_found``), :class:`Connection`,
 :func:`discover`, :func:`parse_duration`, :func:`add_request_timeout_argument`.
@@ -480,6 +480,13 @@ class KubeClient:
         return await self._request(
             "GET", f"/api/v1/namespaces/{namespace}/configmaps/{name}",
             action=f"get ConfigMap {namespace}/{name}")
+
+    async def list_config_maps(self, namespace: str, *, label_selector: str | None = None,
+                               page_size: int = 500) -> tuple[list[dict[str, Any]], str]:
+        """ConfigMaps of ``namespace`` (paginated): (objects, the list's resourceVersion)."""
+        return await self._list(f"/api/v1/namespaces/{namespace}/configmaps",
+                                f"ConfigMaps in {namespace}",
+                                _selectors(label_selector, None), page_size)
 
     async def read_lease(self, namespace: str, name: str) -> dict[str, Any]:
         return await self._request(

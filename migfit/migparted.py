@@ -10,7 +10,9 @@ wins, unselected GPUs untouched), checks every layout with the placement engine,
 custom configs in the same format. GFD does not label the PCI id: where a node's product
 label leaves several ids possible and a filter holds only some, the config is unknown there,
 never taken as applied. When no ConfigMap is readable, a node's layout is inferred from its
-allocatable, and says so.
+allocatable, and says so. The MIG Manager of mig-parted v0.14.0 and later also writes, per
+node, the configs it generated for that node's GPUs and applies those instead: a node's own
+configs win over the shared ConfigMap for that node (``node_configs``, ``Config.for_node``).
 """
 
 from __future__ import annotations
@@ -130,12 +132,29 @@ class Entry:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Config:
-    """A parsed mig-parted config file: config name -> entries, in file order."""
+    """The mig-parted configs the MIG Manager applies: config name -> entries, in file order,
+    and the configs the MIG Manager of some nodes generated for their own GPUs (see
+    ``node_configs``), which those nodes use instead."""
 
     configs: Mapping[str, tuple[Entry, ...]]
+    # node -> its MIG Manager's generated configs (the per-node ConfigMap); empty for a file
+    per_node: Mapping[str, Config] = dataclasses.field(default_factory=dict)
+    # the node whose MIG Manager generated these configs from its GPUs; None when shared
+    node: str | None = None
 
     def names(self) -> list[str]:
         return list(self.configs)
+
+    def for_node(self, node: str) -> Config:
+        """The configs the MIG Manager of ``node`` applies: its own generated ones when it
+        wrote them, else these."""
+        own = self.per_node.get(node)
+        return own if own is not None else self
+
+    @property
+    def empty(self) -> bool:
+        """No config at all, shared or per node."""
+        return not self.configs and not self.per_node
 
 
 def parse_data(raw: Any, *, where: str = "mig-parted config") -> Config:
@@ -229,48 +248,94 @@ def parse_configmap(obj: Mapping[str, Any]) -> Config:
     return parse(text, where=f"{name} data.{key}")
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class NodeConfigs:
-    """The mig-parted configs the MIG Manager applies, node by node.
-
-    From v0.15 the MIG Manager generates at start-up the configs valid for its own node's
-    GPUs (from the profiles NVML reports), writes them to a per-node ConfigMap and uses them
-    instead of the shared ConfigMap (NVIDIA/mig-parted PR 295, "dynamic MIG config
-    generation"). A node's own configs, when present, are therefore the ones its
-    ``nvidia.com/mig.config`` label names; other nodes use the shared ConfigMap.
-    """
-
-    shared: Config | None
-    per_node: Mapping[str, Config] = dataclasses.field(default_factory=dict)
-
-    def for_node(self, node: str) -> Config | None:
-        return self.per_node.get(node, self.shared)
-
-    @property
-    def names(self) -> list[str]:
-        """Every config name, the shared ConfigMap's first (candidates for re-layouts)."""
-        out = list(self.shared.configs) if self.shared is not None else []
-        for cfg in self.per_node.values():
-            out.extend(n for n in cfg.configs if n not in out)
-        return out
+# The per-node ConfigMap of the MIG Manager. From mig-parted v0.14.0 ("Add support for dynamic
+# MIG config generation", NVIDIA/mig-parted PR 295; GPU Operator v26.3.0) the k8s-mig-manager
+# pod, when no custom config file is given (CONFIG_FILE), generates at start-up a complete v1
+# config from the MIG profiles NVML reports for its node's GPUs (pkg/mig/builder:
+# all-disabled, all-enabled, all-<profile> with "+" written ".", all-balanced; a device-filter
+# only where the node has more than one GPU type or a profile not every GPU has), applies
+# configs from that file, and writes it to a ConfigMap (cmd/nvidia-mig-manager/main.go,
+# createNodeConfigMap): name "<node>-mig-config", in the pod's namespace (POD_NAMESPACE: the
+# GPU Operator's), labels app.kubernetes.io/component=nvidia-mig-manager and
+# nvidia.com/node-name=<node>, owned by the MIG Manager pod (deleted with it), the text under
+# data."config.yaml" (after a "# DO NOT EDIT" header). When generation finds no profile it falls
+# back to the static default config and writes no ConfigMap. Assumed, not stated upstream: a
+# node's ConfigMap that exists belongs to the MIG Manager running there now (a ConfigMap left
+# by a pod being deleted is garbage-collected with it), and a failed write leaves the node with
+# none, so the node is then read with the shared config although it applies its generated one.
+NODE_CONFIGMAP_SUFFIX = "-mig-config"
+NODE_CONFIGMAP_NODE_LABEL = "nvidia.com/node-name"
+NODE_CONFIGMAP_COMPONENT = ("app.kubernetes.io/component", "nvidia-mig-manager")
+NODE_CONFIGMAP_SELECTOR = (f"{NODE_CONFIGMAP_COMPONENT[0]}={NODE_CONFIGMAP_COMPONENT[1]},"
+                           f"{NODE_CONFIGMAP_NODE_LABEL}")
 
 
-def node_configs(shared: Config | None,
-                 per_node: Mapping[str, Mapping[str, Any]]) -> tuple[NodeConfigs, dict[str, str]]:
-    """The configs per node from the shared config and each node's own ConfigMap object.
+def node_configmap_name(node: str) -> str:
+    """The name of the ConfigMap the MIG Manager of ``node`` writes its configs to."""
+    return node + NODE_CONFIGMAP_SUFFIX
 
-    A node's ConfigMap that does not parse is left out and reported (node -> what to fix):
-    that node falls back to the shared config, which the MIG Manager falls back to as well
-    when generation fails.
+
+def node_of_configmap(obj: Mapping[str, Any]) -> str | None:
+    """The node a per-node MIG Manager ConfigMap is for, or None when ``obj`` is not one
+    (its labels and its name must both say so)."""
+    meta = obj.get("metadata")
+    if not isinstance(meta, dict):
+        return None
+    labels = meta.get("labels")
+    if not isinstance(labels, dict):
+        return None
+    node = labels.get(NODE_CONFIGMAP_NODE_LABEL)
+    key, value = NODE_CONFIGMAP_COMPONENT
+    if (not isinstance(node, str) or not node or labels.get(key) != value
+            or meta.get("name") != node_configmap_name(node)):
+        return None
+    return node
+
+
+def node_configs(shared: Config | None, objects: Sequence[Mapping[str, Any]]
+                 ) -> tuple[Config | None, dict[str, str]]:
+    """The shared config with the per-node ConfigMaps among ``objects`` attached
+    (``Config.for_node``); None when there is neither.
+
+    Objects that are not per-node MIG Manager ConfigMaps are ignored. One that does not parse
+    is left out and reported (node -> what to fix): that node is then read with the shared
+    config.
     """
     own: dict[str, Config] = {}
     problems: dict[str, str] = {}
-    for node, obj in per_node.items():
+    for obj in objects:
+        node = node_of_configmap(obj)
+        if node is None:
+            continue
         try:
-            own[node] = parse_configmap(obj)
+            parsed = parse_configmap(obj)
         except errors.ConfigError as exc:
             problems[node] = exc.message
-    return NodeConfigs(shared=shared, per_node=own), problems
+            continue
+        own[node] = dataclasses.replace(parsed, node=node)
+    if not own:
+        return shared, problems
+    return Config(configs=shared.configs if shared is not None else {}, per_node=own), problems
+
+
+def _named_ids(config: Config) -> set[int]:
+    return {n for entries in config.configs.values() for e in entries
+            for n in (device_number(f) for f in e.device_filter) if n is not None}
+
+
+def node_device_ids(config: Config, device_ids: Sequence[str]) -> tuple[str, ...]:
+    """The PCI ids among ``device_ids`` that the node of a generated ``config`` has.
+
+    The MIG Manager builds a node's configs from that node's GPUs, so every id its
+    device-filters name is the id of one of them: where the product label leaves several ids
+    possible (an H200 NVL or SXM), the generated filters tell which. Unchanged for a shared
+    config, or when the filters name none of ``device_ids``.
+    """
+    if config.node is None:
+        return tuple(device_ids)
+    named = _named_ids(config)
+    kept = tuple(d for d in device_ids if device_number(d) in named)
+    return kept or tuple(device_ids)
 
 
 # ---------------------------------------------------------------- per-node layouts
@@ -365,11 +430,12 @@ def resolve(
     """Per-GPU layouts that config ``name`` gives a node of ``gpu_count`` GPUs of ``model``.
 
     ``device_ids`` are the PCI ids the node's GPUs may have (``model.device_ids_for`` its
-    product label); by default any of the model's. A GPU the config leaves untouched (its
+    product label); by default any of the model's. A node's own generated config narrows them
+    to the ids its filters name (``node_device_ids``). A GPU the config leaves untouched (its
     layout is then whatever it was), one it may or may not select, an unknown config name,
     or a layout invalid for the model is a ConfigError saying what to fix.
     """
-    ids = model.device_ids if device_ids is None else tuple(device_ids)
+    ids = node_device_ids(config, model.device_ids if device_ids is None else device_ids)
     gpus: list[tuple[ProfileName, ...]] = []
     for index, applied in enumerate(apply(config, name, device_ids=ids,
                                           gpu_count=gpu_count)):
@@ -438,27 +504,32 @@ class Spread:
 
 
 def spread(model: profiles.GpuModel, allocatable: Mapping[ProfileName, int],
-           used: Mapping[ProfileName, int], gpu_count: int) -> Spread | None:
+           used: Mapping[ProfileName, int], gpu_count: int, *,
+           replicas: Mapping[ProfileName, int] | None = None) -> Spread | None:
     """The spread of a node's instances in use over its GPUs, or None when nothing is in use
     or no arrangement of its allocatable is known.
 
     Inside a node the device plugin, not the scheduler, picks the instance, and the API does
     not say which GPU it is on: the answer is bounded on one arrangement consistent with the
     allocatable (``infer``). ``worst > needed`` means an allocation that spreads pods can
-    leave fewer GPUs free of pods than packing them would.
+    leave fewer GPUs free of pods than packing them would. ``replicas``: pods that share one
+    instance, per profile (time-slicing; ``allocatable`` and ``used`` then count replicas):
+    in-use replicas need ``used / replicas`` instances, and may sit on ``used`` of them.
     """
+    share = replicas or {}
     wanted = {p: n for p, n in used.items() if n > 0}
     if not wanted or any(not model.has_profile(p) for p in wanted):
         return None
     try:
-        lay = infer(model, {p: n for p, n in allocatable.items() if model.has_profile(p)},
-                    gpu_count)
+        lay = infer(model, {p: n for p, n in profiles.instances_of(allocatable, share).items()
+                            if model.has_profile(p)}, gpu_count)
     except errors.ConfigError:
         return None
     held = [Counter(g) for g in lay.gpus]
+    least = {p: -(-n // max(share.get(p, 1), 1)) for p, n in wanted.items()}
     needed = None
     for k in range(1, len(held) + 1):
-        if any(all(sum(held[i][p] for i in pick) >= n for p, n in wanted.items())
+        if any(all(sum(held[i][p] for i in pick) >= n for p, n in least.items())
                for pick in itertools.combinations(range(len(held)), k)):
             needed = k
             break
@@ -483,10 +554,11 @@ def spread(model: profiles.GpuModel, allocatable: Mapping[ProfileName, int],
 
 
 def spread_note(model: profiles.GpuModel, allocatable: Mapping[ProfileName, int],
-                used: Mapping[ProfileName, int], gpu_count: int) -> str:
+                used: Mapping[ProfileName, int], gpu_count: int, *,
+                replicas: Mapping[ProfileName, int] | None = None) -> str:
     """A note for ``migfit status`` when the instances in use may sit on more GPUs than they
     need (see ``spread``), else ""."""
-    s = spread(model, allocatable, used, gpu_count)
+    s = spread(model, allocatable, used, gpu_count, replicas=replicas)
     if s is None or s.worst <= s.needed:
         return ""
     return (f"in-use instances fit on {s.needed} GPU(s) but may occupy {s.worst}: set the "

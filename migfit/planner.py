@@ -406,7 +406,8 @@ class NodeChange:
 
 
 # Given a node, the planner's plan for it and the demand it was planned against, a plan from
-# an existing layout (a named config) to use instead and its name, or None.
+# an existing layout (a named config) to use instead and its name, or None; a plan that
+# changes nothing leaves the node as it is (no named config can be applied there).
 Prefer = Callable[[NodeSupply, NodePlan, Demand], "tuple[NodePlan, str] | None"]
 
 
@@ -458,6 +459,8 @@ def plan_cluster(
             alternative = prefer(node, plan, remaining)
             if alternative is not None:
                 plan, named = alternative
+            if not plan.changed:
+                continue  # the node must stay as it is
         _, remaining = remaining.take(plan.served)
         served.update(plan.served)
         changes.append(NodeChange(name=node.name, plan=plan, disruption=node.disruption,
@@ -580,6 +583,8 @@ def plan_pods(
             alternative = prefer(node, plan, demand)
             if alternative is not None:
                 plan, named = alternative
+            if not plan.changed:
+                continue  # the node must stay as it is
         taken = _take_units(pool, plan.served, None if room is None else room.get(node.name))
         if not taken:
             continue

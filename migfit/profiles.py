@@ -362,6 +362,15 @@ def normalize_product(product: str) -> str:
     return text
 
 
+def instances_of(advertised: Mapping[ProfileName, int], replicas: Mapping[ProfileName, int]
+                 ) -> dict[ProfileName, int]:
+    """MIG instances per profile from what the device plugin advertises: with time-slicing or
+    MPS each instance is advertised ``replicas`` times (``replicas`` above), so 14 ×
+    ``1g.10gb`` with 2 replicas are 7 instances; a partly unhealthy instance still counts as
+    one. Zero counts are left out."""
+    return {p: -(-n // max(replicas.get(p, 1), 1)) for p, n in advertised.items() if n > 0}
+
+
 def single_strategy_profile(product: str) -> str | None:
     """The canonical profile a single-strategy product label names (``…-MIG-1g.5gb``).
 

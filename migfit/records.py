@@ -93,6 +93,10 @@ class NodeRecord:
     # Every label of the node (``labels`` keeps the GPU and migfit ones only): what pods'
     # nodeSelector and node affinity are matched against.
     all_labels: Mapping[str, str] = dataclasses.field(default_factory=lambda: _NO_LABELS)
+    # pods sharing one MIG instance, per profile, where > 1 (GFD's <resource>.replicas):
+    # capacity and allocatable count each instance that many times (gpulabels.GpuView)
+    replicas: Mapping[profiles.ProfileName, int] = dataclasses.field(
+        default_factory=lambda: MappingProxyType({}))
 
     def resource_for(self, profile: str) -> str:
         """The extended resource a pod requests for ``profile`` on this node."""
@@ -104,6 +108,12 @@ class NodeRecord:
     def advertised(self) -> dict[profiles.ProfileName, int]:
         """Profiles with allocatable > 0 (a zero leftover counts as not advertised)."""
         return {p: n for p, n in self.allocatable.items() if n > 0}
+
+    @property
+    def instances(self) -> dict[profiles.ProfileName, int]:
+        """MIG instances per profile with allocatable > 0: the advertised count divided by
+        the replicas that share each one (what a layout holds)."""
+        return profiles.instances_of(self.allocatable, self.replicas)
 
     @property
     def relayout_tainted(self) -> bool:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import logging
 import os
 from pathlib import Path
 from typing import Any
@@ -140,11 +139,10 @@ async def _serve(args: argparse.Namespace, settings: server.ExtenderSettings,
                                     request_timeout=args.request_timeout)
         api = client  # the one client of every write: advice, apply mode and Lease
         ns, _, name = str(args.configmap).partition("/")
-        config, why = await advice.read_config(api, name=name, namespace=ns)
-        if why is not None:
-            logging.getLogger("migfit.advice").warning(
-                "%s; layouts are inferred from allocatable", why)
-        cache.set_config(config)
+        # The shared ConfigMap and the MIG Manager's per-node ones, read again every minute.
+        configs = advice.ConfigSource(api, cache, namespace=ns, name=name)
+        await configs.refresh()
+        background.append(("mig-parted configs", configs.run))
         background.append(("advice publisher",
                            advice.Publisher(view, api, cache=cache, metrics=metrics).run))
         if args.apply_relayout:

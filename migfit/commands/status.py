@@ -106,7 +106,8 @@ def render_table(model: cluster.Cluster) -> str:
         notes = _notes(state)
         gpu = model.catalog.get(node.model) if node.model else None
         if gpu is not None and node.strategy != "single":  # issue 13: allocation spread
-            hint = migparted.spread_note(gpu, node.allocatable, state.used, node.gpu_count)
+            hint = migparted.spread_note(gpu, node.allocatable, state.used, node.gpu_count,
+                                         replicas=node.replicas)
             odd = profiles.unknown_profiles_note(gpu, node.allocatable)
             notes = ", ".join(n for n in (notes, hint, odd) if n)
         if not names:

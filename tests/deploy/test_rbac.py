@@ -94,14 +94,18 @@ def test_rules_are_tight(target: str) -> None:
 
 
 def test_the_mig_parted_configmap_is_readable_only_by_name() -> None:
+    """The shared ConfigMap is read by name; the MIG Manager's per-node ones (their names
+    follow the nodes) are listed, in the GPU Operator's namespace only, never written."""
     objects = render("base")
-    rules = [(o["metadata"].get("namespace"), r) for o in objects
+    rules = [(o["kind"], o["metadata"].get("namespace"), r) for o in objects
              if o["kind"] in ("Role", "ClusterRole") for r in o["rules"]
              if "configmaps" in r["resources"]]
     assert rules, "no Role grants the mig-parted ConfigMap the extender reads"
-    for namespace, rule in rules:
-        assert namespace == migparted.DEFAULT_NAMESPACE
-        assert rule["resourceNames"] == [migparted.DEFAULT_CONFIGMAP]
+    for kind, namespace, rule in rules:
+        assert kind == "Role" and namespace == migparted.DEFAULT_NAMESPACE
+        assert rule["verbs"] in (["get"], ["list"]), rule
+        if rule["verbs"] == ["get"]:
+            assert rule["resourceNames"] == [migparted.DEFAULT_CONFIGMAP]
 
 
 def test_the_webhook_may_only_read() -> None:

@@ -150,3 +150,78 @@ def test_a_node_object_decodes_the_same() -> None:
     rec = decoding.node_from_api(obj, CATALOG)
     assert rec.model == "H200-141GB" and rec.strategy == "single" and rec.gpu_count == 1
     assert dict(rec.capacity) == {"1g.18gb": 14}
+
+
+# Under mixed, GFD labels each MIG resource on its own (internal/lm/resource.go,
+# NewMIGResourceLabeler; the set of its test "mig mixed appends shared"): .count instances,
+# .replicas the pods sharing one, .product ending in -SHARED; the device plugin advertises
+# count × replicas.
+def _mixed_shared_node(*, whole: int = 0, gpu_replicas: int = 1) -> dict[str, Any]:
+    labels = {
+        "nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB" + ("-SHARED" if gpu_replicas > 1
+                                                           else ""),
+        "nvidia.com/gpu.count": str(1 + whole), "nvidia.com/gpu.replicas": str(gpu_replicas),
+        "nvidia.com/gpu.memory": "81920", "nvidia.com/mig.strategy": "mixed",
+        "nvidia.com/mig.config": "all-1g.10gb", "nvidia.com/mig.config.state": "success",
+        "nvidia.com/mig-1g.10gb.count": "7", "nvidia.com/mig-1g.10gb.replicas": "2",
+        "nvidia.com/mig-1g.10gb.memory": "9728",
+        "nvidia.com/mig-1g.10gb.product": "NVIDIA-A100-SXM4-80GB-MIG-1g.10gb-SHARED",
+        "nvidia.com/mig-1g.10gb.slices.gi": "1", "nvidia.com/mig-1g.10gb.slices.ci": "1",
+        "nvidia.com/mig-1g.10gb.multiprocessors": "14",
+        "nvidia.com/mig-1g.10gb.sharing-strategy": "time-slicing"}
+    res = {"nvidia.com/mig-1g.10gb": "14", "nvidia.com/gpu": str(whole * gpu_replicas)}
+    return {"metadata": {"name": "n1", "labels": labels},
+            "status": {"capacity": res, "allocatable": res,
+                       "conditions": [{"type": "Ready", "status": "True"}]}}
+
+
+def _state_of(rec: Any) -> Any:
+    from migfit import records
+
+    total = sum(rec.allocatable.values())
+    return records.NodeState(node=rec, used={}, free=dict(rec.allocatable), overcommit={},
+                             alloc_total=total, used_total=0, free_total=total,
+                             repartitioning=False)
+
+
+def test_mixed_replicas_are_read_as_one_instance_shared_not_more_instances() -> None:
+    """14 × nvidia.com/mig-1g.10gb with .replicas 2 are the 7 instances of one GPU."""
+    from migfit import advisor, migparted
+
+    rec = decoding.node_from_api(_mixed_shared_node(), CATALOG)
+    assert rec.model == "A100-80GB" and rec.gpu_count == 1
+    assert dict(rec.allocatable) == {"1g.10gb": 14}  # what pods request against
+    assert dict(rec.replicas) == {"1g.10gb": 2} and rec.instances == {"1g.10gb": 7}
+    model = CATALOG.get("A100-80GB")
+    lay = advisor.current_layout(_state_of(rec), model, None)
+    assert lay.gpus == (("1g.10gb",) * 7,) and "need" not in lay.note
+    stock = migparted.parse("version: v1\nmig-configs:\n  all-1g.10gb:\n  - devices: all\n"
+                            "    mig-enabled: true\n    mig-devices: {1g.10gb: 7}\n")
+    lay = advisor.current_layout(_state_of(rec), model, stock)
+    assert lay.source == "config" and lay.gpus == (("1g.10gb",) * 7,)
+
+
+def test_a_shared_product_under_mixed_counts_whole_gpus_not_replicas() -> None:
+    """A mixed node whose MIG-disabled GPU is time-sliced 4 ways: GFD writes
+    nvidia.com/gpu.product ...-SHARED (internal/lm/mig-strategy.go: full GPUs' labels win over
+    MIG-enabled ones of the same name), gpu.count counts both GPUs."""
+    rec = decoding.node_from_api(_mixed_shared_node(whole=1, gpu_replicas=4), CATALOG)
+    assert rec.model == "A100-80GB" and rec.gpu_count == 2
+    assert rec.whole_gpus == 1
+    assert rec.instances == {"1g.10gb": 7}
+
+
+def test_the_spread_of_shared_instances_counts_instances() -> None:
+    from migfit import migparted
+
+    a100 = CATALOG.get("A100-80GB")
+    alloc = {profiles.ProfileName("1g.10gb"): 28}
+    share = {profiles.ProfileName("1g.10gb"): 2}
+    # 2 replicas in use need one instance on one GPU, and may sit on two GPUs.
+    s = migparted.spread(a100, alloc, {profiles.ProfileName("1g.10gb"): 2}, 2, replicas=share)
+    assert s == migparted.Spread(needed=1, worst=2)
+    # 14 replicas: 7 instances, one GPU's worth (without replicas: two GPUs).
+    s = migparted.spread(a100, alloc, {profiles.ProfileName("1g.10gb"): 14}, 2, replicas=share)
+    assert s == migparted.Spread(needed=1, worst=2)
+    assert migparted.spread_note(a100, alloc, {profiles.ProfileName("1g.10gb"): 2}, 2,
+                                 replicas=share)

@@ -470,10 +470,50 @@ def _pin_used(model: profiles.GpuModel, gpus: Sequence[tuple[ProfileName, ...]],
     return tuple(out)
 
 
+GpuUse = Sequence[Mapping[ProfileName, int]]  # per GPU index: instances in use, per profile
+
+
+def usage_holds(use: GpuUse, gpus: Sequence[Sequence[str]], used: Mapping[ProfileName, int]
+                ) -> bool:
+    """Whether a per-GPU report of instances in use (``use``) can be trusted against the
+    node's layout and the API's count of instances in use: one entry per GPU, no GPU using
+    more instances of a profile than it has, and the same totals as the pods bound there
+    (a pod bound after the report, or one gone since, makes it stale)."""
+    if len(use) != len(gpus):
+        return False
+    total: Counter[ProfileName] = Counter()
+    for held, names in zip(use, gpus, strict=True):
+        have = Counter(names)
+        for p, n in held.items():
+            if n < 0 or n > have[p]:
+                return False
+            total[p] += n
+    return +total == +Counter(used)
+
+
+def _pin_reported(model: profiles.GpuModel, gpus: Sequence[tuple[ProfileName, ...]],
+                  use: GpuUse) -> tuple[planner.GpuState, ...]:
+    """The instances in use, on the GPUs the report puts them on."""
+    out = []
+    for i, names in enumerate(gpus):
+        left = Counter(use[i])
+        fixed: list[placements.Instance] = []
+        for inst in _placed(model, names):
+            if left[inst.profile] > 0:
+                left[inst.profile] -= 1
+                fixed.append(inst)
+        out.append(planner.GpuState(index=i, current=names, fixed=tuple(fixed)))
+    return tuple(out)
+
+
 def view(
-    state: cluster.Cluster, node: records.NodeState, config: migparted.Config | None
+    state: cluster.Cluster, node: records.NodeState, config: migparted.Config | None,
+    use: GpuUse | None = None,
 ) -> NodeView | None:
-    """The advisor's view of one node, or None when it is excluded (see ``excluded``)."""
+    """The advisor's view of one node, or None when it is excluded (see ``excluded``).
+
+    ``use``: which GPU holds the instances in use, when a per-GPU report says it (see
+    ``advise``); trusted only when it agrees with the node (``usage_holds``)."""
     if excluded(node) is not None:
         return None
     rec = node.node
@@ -490,11 +530,15 @@ def view(
     pods = tuple(sorted(p.key for p in state.pods_on(rec.name)
                         if p.holds_instances and p.mig_requests))
     used = {p: n for p, n in node.used.items() if n > 0}
-    busy = busy_gpus(layout.gpus, used)
+    if use is not None and usage_holds(use, layout.gpus, used):
+        busy = tuple(any(n > 0 for n in held.values()) for held in use)
+        gpus = _pin_reported(model, layout.gpus, use)
+    else:
+        busy = busy_gpus(layout.gpus, used)
+        gpus = _pin_used(model, layout.gpus, used)
     unknown = unknown_layout(node, model, layout) if any(busy) else None
     return NodeView(name=rec.name, model=model, layout=layout, used=used, pods=pods,
-                    gpus=_pin_used(model, layout.gpus, used), label=rec.config, busy=busy,
-                    unknown=unknown)
+                    gpus=gpus, label=rec.config, busy=busy, unknown=unknown)
 
 
 # ---------------------------------------------------------------- named configs
@@ -644,11 +688,15 @@ def advise(
     settings: Settings | None = None,
     config: migparted.Config | None = None,
     recent: Mapping[str, float] | None = None,
+    usage: Mapping[str, GpuUse] | None = None,
 ) -> Advice:
     """Recommendations for the cluster as it is at ``now`` (seconds since the epoch).
 
     ``recent``: node -> when (seconds since the epoch) it was last re-laid out, for the
     cool-down (see the module docstring); nodes not in it are not cooling down.
+    ``usage``: node -> per GPU index, the instances in use there (the node's DCGM exporter
+    says which GPU each pod's instance is on); where it agrees with the node, a GPU is busy
+    only when it holds one, instead of whenever one of its profiles is in use.
     """
     settings = settings or Settings()
     waiting = demand(state, now=now, settings=settings)
@@ -671,7 +719,7 @@ def advise(
         model = state.catalog.get(rec.model)
         if not any(model.has_profile(p) for p in wanted):
             continue
-        v = view(state, node, config)
+        v = view(state, node, config, None if usage is None else usage.get(rec.name))
         if v is None:
             continue
         views[v.name] = v

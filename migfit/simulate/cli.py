@@ -137,6 +137,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                      default="distributed",
                      help="the device plugin's choice of instance inside a node: from the "
                           "GPU with the fewest (distributed) or most (packed) instances in use")
+    run.add_argument("--busy-nodes", action=argparse.BooleanOptionalAction, default=False,
+                     help="+advisor: also re-lay out the GPUs of busy nodes that hold no "
+                          "instance in use, their pods' GPUs kept exactly (the apply mode's "
+                          "--apply-busy-nodes; docs/relayout.md)")
+    run.add_argument("--gpu-usage", action=argparse.BooleanOptionalAction, default=False,
+                     help="+advisor: the advisor knows which GPU holds each instance in use "
+                          "(the nodes' DCGM exporters, --dcgm-exporter on the server), not "
+                          "only the node's counts")
     run.add_argument("--gpu-weight", type=int, default=3, metavar="W",
                      help="binpack-gpu: the MIG resource's weight in MostAllocated (cpu and "
                           "memory weigh 1)")
@@ -321,7 +329,8 @@ def run(args: argparse.Namespace) -> int:
     nodes, pods, info = _inputs(args, catalog)
     options = engine.Options(
         percentage_of_nodes_to_score=args.percentage_of_nodes_to_score,
-        allocation=args.allocation, gpu_weight=args.gpu_weight,
+        allocation=args.allocation, gpu_weight=args.gpu_weight, busy_nodes=args.busy_nodes,
+        gpu_usage=args.gpu_usage,
         mode=args.mode, target=args.target, order=args.order, fill_interval=args.fill_interval,
         relayout_seconds=args.relayout_seconds, advise_interval=args.advise_interval,
         max_relayouts=args.max_relayouts, advisor_grace=args.advisor_grace,
@@ -358,7 +367,8 @@ def run(args: argparse.Namespace) -> int:
         "advisor_grace_s": options.advisor_grace,
         "advisor_free_grace_s": options.advisor_free_grace,
         "percentage_of_nodes_to_score": options.percentage_of_nodes_to_score or "adaptive",
-        "allocation": options.allocation, "seeds": seeds,
+        "allocation": options.allocation, "busy_nodes": options.busy_nodes,
+        "gpu_usage": options.gpu_usage, "seeds": seeds,
         "code": adapters.sources(), "elapsed_s": round(elapsed, 2),
         "definitions": metrics.__doc__ or "",
     }

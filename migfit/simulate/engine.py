@@ -91,10 +91,41 @@ class Simulation(World):
         self.start_t = 0.0  # time averages start here
         self.settings = advisor.Settings(grace_s=options.advisor_grace,
                                          free_grace_s=options.advisor_free_grace,
-                                         allow_disruptive=False)
+                                         allow_disruptive=False,
+                                         busy_nodes=options.busy_nodes)
+        # The mig-parted ConfigMap as the MIG Manager sees it: every config a node is
+        # labelled with, per model (a device-filter of the model's ids), so that the advisor
+        # resolves each node's layout GPU by GPU as it does from a real ConfigMap.
+        self._entries: dict[str, list[migparted.Entry]] = {}
+        self._registered: dict[tuple[str, str], list[tuple[str, ...]]] = {}
+        self.mig_config: migparted.Config | None = None
+        for n in self.nodes.values():
+            if n.gpus and n.config:
+                self._register(n.config, n.model, n.layouts())
+        self._recent: dict[str, float] = {}  # node -> when its last re-layout finished
 
     def _node_object(self, n: Node) -> dict[str, Any]:
         return node_object(n)
+
+    def _register(self, name: str, model: profiles.GpuModel,
+                  gpus: Sequence[Sequence[str]]) -> None:
+        """Add config ``name`` for ``model`` (GPU ``i`` gets ``gpus[i]``) to ``mig_config``."""
+        if (name, model.id) in self._registered or self.on_demand:
+            return
+        self._registered[(name, model.id)] = [tuple(g) for g in gpus]
+        groups: dict[tuple[str, ...], list[int]] = {}
+        for i, names in enumerate(gpus):
+            groups.setdefault(tuple(sorted(names)), []).append(i)
+        out = self._entries.setdefault(name, [])
+        for names, indices in groups.items():
+            out.append(migparted.Entry(
+                device_filter=tuple(model.device_ids),
+                devices=None if len(groups) == 1 else tuple(indices),
+                mig_enabled=bool(names),
+                mig_devices=tuple(sorted(Counter(profiles.ProfileName(p) for p in names)
+                                         .items()))))
+        self.mig_config = migparted.Config(
+            configs={k: tuple(v) for k, v in self._entries.items()})
 
     def _integrate(self) -> None:
         """Add allocated slices × elapsed time (up to ``horizon``) before a change."""
@@ -337,7 +368,9 @@ class Simulation(World):
             recs = self._planner_advice(room)
         else:
             recs = list(advisor.advise(self.cluster, now=EPOCH + self.now,
-                                       settings=self.settings).recommendations)
+                                       settings=self.settings, config=self.mig_config,
+                                       recent=self._recent, usage=self._usage()
+                                       ).recommendations)
         need: Counter[str] = Counter()
         for pod in self.pending:
             need.update(pod.profiles)
@@ -360,6 +393,14 @@ class Simulation(World):
                        if p.arrival + g > self.now), default=None)
             if due is not None:
                 self._want_advice(not_before=due)
+
+    def _usage(self) -> dict[str, list[Counter[profiles.ProfileName]]] | None:
+        """What the nodes' DCGM exporters report (``--gpu-usage``): per GPU, the instances
+        held, per profile."""
+        if not self.options.gpu_usage:
+            return None
+        return {n.name: [Counter(i.profile for i in g.held()) for g in n.gpus]
+                for n in self.nodes.values() if n.gpu_pods}
 
     def _planner_advice(self, room: int) -> list[advisor.Recommendation]:
         """``--advisor planner``: ``migfit.planner.plan_cluster`` on every pending pod's
@@ -398,7 +439,10 @@ class Simulation(World):
     def _start_relayout(self, n: Node, rec: advisor.Recommendation) -> None:
         c = self.counters
         c.relayouts += 1
-        c.disrupted += n.gpu_pods  # the MIG Manager stops every GPU client of the node
+        if not rec.running:
+            # A node without pods, or a disruptive change: the MIG Manager stops every GPU
+            # client of the node. A busy-node change keeps its pods' GPUs (relayout_done).
+            c.disrupted += n.gpu_pods
         self.hist(n, -1)
         n.busy_until = self.now + self.options.relayout_seconds
         n.pending_plan = rec
@@ -410,28 +454,12 @@ class Simulation(World):
         n = self.nodes[name]
         rec = n.pending_plan
         assert rec is not None
-        # The MIG Manager applies the whole config. The API shows a node's instance counts,
-        # not which GPU holds which (the advisor's GPU indices are inferred), so the new
-        # layouts go to the GPUs by multiset: a GPU that already has one of them keeps it
-        # (with its pods), the others take the rest in order.
-        wanted = [tuple(sorted(g.after)) for g in rec.gpus]
-        pool = Counter(wanted)
-        keep: set[int] = set()
-        touched = {g.index for g in rec.gpus}
-        for i, gpu in enumerate(n.gpus):
-            if i in touched and pool[gpu.names()] > 0:
-                pool[gpu.names()] -= 1
-                keep.add(i)
-        rest: list[tuple[str, ...]] = []
-        for lay in wanted:
-            if pool[lay] > 0:
-                pool[lay] -= 1
-                rest.append(lay)
-        for i, lay in zip(sorted(touched - keep), rest, strict=False):
-            if i < len(n.gpus):
-                n.gpus[i] = Gpu(placement_of(n.model, lay))
-                self.counters.gpus_relaid += 1
+        self._apply_by_index(n, rec)
         n.config = rec.target
+        if self._registered.get((n.config, n.model.id), n.layouts()) != n.layouts():
+            n.config = migparted.custom_name(n.layouts())  # a GPU was kept (disruption)
+        self._register(n.config, n.model, n.layouts())
+        self._recent[name] = EPOCH + self.now
         n.busy_until = None
         n.pending_plan = None
         del self.in_flight[name]
@@ -441,6 +469,23 @@ class Simulation(World):
         self.retry()
         if self.pending:
             self._want_advice()
+
+    def _apply_by_index(self, n: Node, rec: advisor.Recommendation) -> None:
+        """The config as mig-parted applies it: the GPUs whose layout changes are re-created,
+        by index (the advisor reads each node's layout per GPU from ``mig_config``, as from
+        a real ConfigMap), the others are left as they are. A changed GPU that holds a
+        pod's instance would be a disruption: counted, and that GPU kept (mig-parted cannot
+        destroy an instance in use), so the figure shows it."""
+        for g in rec.gpus:
+            if not g.changed or g.index >= len(n.gpus):
+                continue
+            gpu = n.gpus[g.index]
+            if gpu.in_use():
+                self.counters.disrupted += gpu.in_use()
+                continue
+            if gpu.names() != tuple(sorted(g.after)):
+                n.gpus[g.index] = Gpu(placement_of(n.model, g.after))
+                self.counters.gpus_relaid += 1
 
     # ------------------------------------------------------------ sampling
 

@@ -85,6 +85,12 @@ class Options:
     # scheduler config leaves it; 100 = every feasible node.
     percentage_of_nodes_to_score: int | None = None
     allocation: Allocation = "distributed"  # the device plugin's choice inside a node
+    # Also re-lay out the idle GPUs of nodes where pods run (the apply mode's
+    # --apply-busy-nodes; their pods' GPUs are kept exactly, docs/relayout.md).
+    busy_nodes: bool = False
+    # The advisor reads which GPU holds each instance in use (the nodes' DCGM exporters),
+    # so a busy node's GPU counts as busy only when it really holds one.
+    gpu_usage: bool = False
     gpu_weight: int = 3  # binpack-gpu: the MIG resource's weight against cpu 1, memory 1
     samples: int = 200  # points of each time series
     snapshot_at: float | None = None  # events: time of the GPU picture (default: last arrival)

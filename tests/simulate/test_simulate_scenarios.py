@@ -151,3 +151,28 @@ def test_fill_stops_at_target() -> None:
                    options=engine.Options(mode="fill", target=1.3),
                    catalog=CATALOG).figures
     assert 1.3 <= f["requested_gpus_share"] < 1.3 + 8 / 12 + 1e-9
+
+
+def _big(name: str, arrival: float) -> workload.PodSpec:
+    return workload.PodSpec(name=name, cpu_milli=1000, memory_mib=1024, num_gpu=1,
+                            gpu_milli=1000, arrival=arrival, duration=math.inf,
+                            annotations={}, containers=1,
+                            expected=profiles.ProfileName("7g.80gb"), gpu_memory_mib=40960,
+                            explicit=(profiles.ProfileName("7g.80gb"),))
+
+
+@pytest.mark.parametrize(("busy", "usage", "placed"), [
+    (False, False, 1),  # a busy node is never re-laid out
+    (True, False, 1),  # the counts cannot tell which GPU holds the 1g.10gb: both busy
+    (True, True, 2),  # the exporter's report frees the other GPU; the running pod stays
+])
+def test_busy_node_relayout_of_the_idle_gpu(busy: bool, usage: bool, placed: int) -> None:
+    nodes = [node("n", "all-1g.10gb", gpus=2)]
+    pods = [annotated("small", 0), _big("big", 1)]
+    options = engine.Options(mode="events", advisor_grace=0.0, busy_nodes=busy,
+                             gpu_usage=usage)
+    f = engine.run(nodes, pods, policy=engine.Policy.parse("migfit+advisor"), seed=0,
+                   options=options, catalog=CATALOG).figures
+    assert f["gpu_pods_placed"] == placed
+    assert f["pods_disrupted"] == 0
+    assert f["relayouts"] == placed - 1

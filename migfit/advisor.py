@@ -455,19 +455,26 @@ def unknown_layout(node: records.NodeState, model: profiles.GpuModel,
             "readable)")
 
 
-def _pin_used(model: profiles.GpuModel, gpus: Sequence[tuple[ProfileName, ...]],
-              used: Mapping[ProfileName, int]) -> tuple[planner.GpuState, ...]:
-    """Assign the instances in use to GPUs holding their profile (packed onto few GPUs)."""
-    left = Counter({p: n for p, n in used.items() if n > 0})
+def _pin(model: profiles.GpuModel, gpus: Sequence[tuple[ProfileName, ...]],
+         left: Sequence[Counter[ProfileName]]) -> tuple[planner.GpuState, ...]:
+    """GPU ``i`` holds, of its instances, those ``left[i]`` still counts as in use (taken off
+    it as they are placed; the same Counter for every GPU packs the count onto few GPUs)."""
     out = []
     for i, names in enumerate(gpus):
         fixed: list[placements.Instance] = []
         for inst in _placed(model, names):
-            if left[inst.profile] > 0:
-                left[inst.profile] -= 1
+            if left[i][inst.profile] > 0:
+                left[i][inst.profile] -= 1
                 fixed.append(inst)
         out.append(planner.GpuState(index=i, current=names, fixed=tuple(fixed)))
     return tuple(out)
+
+
+def _pin_used(model: profiles.GpuModel, gpus: Sequence[tuple[ProfileName, ...]],
+              used: Mapping[ProfileName, int]) -> tuple[planner.GpuState, ...]:
+    """Assign the instances in use to GPUs holding their profile (packed onto few GPUs)."""
+    left = Counter({p: n for p, n in used.items() if n > 0})
+    return _pin(model, gpus, [left] * len(gpus))
 
 
 GpuUse = Sequence[Mapping[ProfileName, int]]  # per GPU index: instances in use, per profile
@@ -494,16 +501,7 @@ def usage_holds(use: GpuUse, gpus: Sequence[Sequence[str]], used: Mapping[Profil
 def _pin_reported(model: profiles.GpuModel, gpus: Sequence[tuple[ProfileName, ...]],
                   use: GpuUse) -> tuple[planner.GpuState, ...]:
     """The instances in use, on the GPUs the report puts them on."""
-    out = []
-    for i, names in enumerate(gpus):
-        left = Counter(use[i])
-        fixed: list[placements.Instance] = []
-        for inst in _placed(model, names):
-            if left[inst.profile] > 0:
-                left[inst.profile] -= 1
-                fixed.append(inst)
-        out.append(planner.GpuState(index=i, current=names, fixed=tuple(fixed)))
-    return tuple(out)
+    return _pin(model, gpus, [Counter(held) for held in use])
 
 
 def view(

@@ -46,7 +46,7 @@ def test_memoised_answers_equal_fresh_ones_after_random_events(seed: int) -> Non
         profile = rng.choice(PROFILES)
         if event < 0.45:  # a pod arrives pending or bound, or changes binding
             bound = rng.choice([None, *NODES])
-            kind = "MODIFIED" if name in pods else "ADDED"
+            kind: cluster.EventType = "MODIFIED" if name in pods else "ADDED"
             model.apply("Pod", kind,
                         _sized(pod(name, ({profile: 1},), node_name=bound), rng))
             pods[name] = bound
@@ -111,7 +111,7 @@ async def test_table_answers_equal_fresh_ones_after_random_events(
             bound = rng.choice([None, *NODES])
             only = rng.choice(MODELS)
             annotations = {keys.DECISION: decision([("c", profile, 9000, [only])])}
-            kind = "MODIFIED" if name in pods else "ADDED"
+            kind: cluster.EventType = "MODIFIED" if name in pods else "ADDED"
             model.apply("Pod", kind, _sized(pod(name, ({profile: 1},), node_name=bound,
                                                 annotations=annotations), rng))
             pods[name] = (bound, profile)

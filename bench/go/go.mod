@@ -1,0 +1,3 @@
+module migfit.invalid/benchfloors
+
+go 1.22

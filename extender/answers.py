@@ -196,8 +196,10 @@ class Prioritized:
 class Tables:
     """The answer tables of one ``figures.Index`` (one per server; nothing process-wide)."""
 
-    def __init__(self, index: figures.Index, *, shapes: int = SHAPES) -> None:
+    def __init__(self, index: figures.Index, *, shapes: int = SHAPES,
+                 all_pods: bool = False) -> None:
         self._index = index
+        self._all_pods = all_pods  # score pods without MIG requests too (--score-all-pods)
         self._shapes = shapes
         self._scores: dict[scoring.Inputs, _ScoreTable] = {}
         self._filters: dict[tuple[figures.Want, ...], _FilterTable] = {}
@@ -237,7 +239,7 @@ class Tables:
         index = self._index
         index.refresh()
         unique = dict.fromkeys(names)
-        inputs = scoring.inputs_of(index, request)
+        inputs = scoring.inputs_of(index, request, all_pods=self._all_pods)
         table = self._lru(self._scores, inputs, _ScoreTable, self._shapes)
         for model_key, term in list(table.terms.items()):
             if scoring.model_term(index, request, model_key) != term:
@@ -258,7 +260,8 @@ class Tables:
         index = self._index
         figs = index.figures
         missing = [n for n, e in zip(unique, entries, strict=True) if e is None]
-        fresh = dict(zip(missing, scoring.score_nodes(index, request, missing), strict=True))
+        fresh = dict(zip(missing, scoring.score_nodes(index, request, missing,
+                                                      all_pods=self._all_pods), strict=True))
         unknown = False
         for i, (name, e) in enumerate(zip(unique, entries, strict=True)):
             if e is not None:

@@ -27,6 +27,11 @@ from migfit import cluster, keys, layouts, profiles, records, requests
 # profile name means a different instance on another model (reference/MIG.md 3.1).
 ModelProfile = tuple[str, profiles.ProfileName]
 MEMO_KEYS = 32  # request shapes whose per-node verdicts are kept
+# The demand mix the score reads (``Index.mix``): the most common pod classes, each share
+# rounded to 1/MIX_UNITS, so that the mix (and the answers keyed on it) moves only when the
+# workload's shape does, not on every arrival.
+MIX_CLASSES = 16
+MIX_UNITS = 32
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -204,6 +209,46 @@ def _wants(gpu_items: tuple[tuple[str, int], ...], decision_text: str | None
     return tuple(out)
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class ClassShare:
+    """One pod class of the demand mix: what a pod of it needs, and its share of the mix."""
+
+    wants: tuple[Want, ...]
+    cpu_milli: int
+    memory_bytes: int
+    share: float  # of the mix's pods, the kept classes summing to 1
+
+
+Mix = tuple[ClassShare, ...]
+
+
+def mix_of(classes: Mapping[cluster.PodClass, int]) -> Mix:
+    """The demand mix of a cluster's pod class counts (``Cluster.pod_classes``).
+
+    The ``MIX_CLASSES`` most common classes whose GPU needs migfit reads, each share rounded
+    to 1/``MIX_UNITS`` of the pods counted (classes below half a unit are dropped), then
+    renormalised; ties between equally common classes go to the smaller key, so the same
+    counts give the same mix on every replica.
+    """
+    counted: list[tuple[int, cluster.PodClass, tuple[Want, ...]]] = []
+    total = 0
+    for key, n in classes.items():
+        items, decision, _cpu, _mem = key
+        wants = wants_of(dict(items), {keys.DECISION: decision} if decision else {})
+        if wants and n > 0:
+            counted.append((n, key, wants))
+            total += n
+    if not total:
+        return ()
+    counted.sort(key=lambda t: (-t[0], repr(t[1])))
+    kept = [(round(n * MIX_UNITS / total), key, wants)
+            for n, key, wants in counted[:MIX_CLASSES]]
+    kept = [t for t in kept if t[0] > 0]
+    units = sum(u for u, _, _ in kept)
+    return tuple(ClassShare(wants=wants, cpu_milli=key[2], memory_bytes=key[3],
+                            share=u / units) for u, key, wants in kept)
+
+
 class Index:
     """The extender's view of one ``cluster.Cluster``, kept current through its listener.
 
@@ -223,6 +268,8 @@ class Index:
         self._pending_wants: dict[str, tuple[records.PodRecord, tuple[Want, ...]]] = {}
         self._demand_total: Counter[profiles.ProfileName] = Counter()
         self._memos: dict[object, dict[str, Any]] = {}
+        self._mix: Mix = ()
+        self._mix_generation = -1
         self._on_refresh: list[Callable[[Sequence[str]], None]] = []
         model.add_listener(self._dirty.add)
 
@@ -355,6 +402,17 @@ class Index:
                     if w.profile == p and w.allows(model_key):
                         total -= w.count
         return max(0, total)
+
+    def mix(self) -> Mix:
+        """The demand mix now (``mix_of`` the cluster's pod classes): the same object while
+        it is unchanged, so that what is keyed on it stays put."""
+        generation = self._cluster.classes_generation
+        if generation != self._mix_generation:
+            mix = mix_of(self._cluster.pod_classes())
+            if mix != self._mix:
+                self._mix = mix
+            self._mix_generation = generation
+        return self._mix
 
     def demand_profiles(self) -> dict[profiles.ProfileName, int]:
         """Instances per profile that pending pods ask for, any model (for the advisor and

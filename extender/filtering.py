@@ -88,6 +88,9 @@ class PodRequest:
     namespace: str
     name: str
     wants: tuple[figures.Want, ...]
+    # the pod's effective cpu (milli) and memory (bytes) requests, as sent or cached
+    cpu_milli: int = 0
+    memory_bytes: int = 0
 
     @property
     def mig(self) -> bool:
@@ -117,7 +120,7 @@ def decode_pod(pod: Mapping[str, Any]) -> PodRequest:
     """
     meta = _dict(pod.get("metadata"))
     annotations = {str(k): str(v) for k, v in _dict(meta.get("annotations")).items()}
-    gpu, _per_container, _cpu, _mem = decoding.effective_requests(_dict(pod.get("spec")))
+    gpu, _per_container, cpu, mem = decoding.effective_requests(_dict(pod.get("spec")))
     namespace = str(meta.get("namespace") or "default")
     name = str(meta.get("name") or meta.get("generateName") or "")
     return PodRequest(
@@ -125,13 +128,16 @@ def decode_pod(pod: Mapping[str, Any]) -> PodRequest:
         namespace=namespace,
         name=name,
         wants=figures.wants_of(gpu, annotations),
+        cpu_milli=int(cpu),
+        memory_bytes=int(mem),
     )
 
 
 def request_of(pod: records.PodRecord) -> PodRequest:
     """The MIG request of a pod held in the cache (the simulator and the advisor use it)."""
     return PodRequest(uid=pod.uid, namespace=pod.namespace, name=pod.name,
-                      wants=figures.wants_of(pod.requests, pod.annotations))
+                      wants=figures.wants_of(pod.requests, pod.annotations),
+                      cpu_milli=pod.cpu_milli, memory_bytes=pod.memory_bytes)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -7,8 +7,21 @@ re-layout needs whole (the MIG Manager can only re-partition GPUs with no pods, 
 roomier instance that a tighter request elsewhere would have used. So the score is a weighted
 sum of terms in [0, 1], all computed from figures kept current by ``figures.Index``::
 
-    raw   = 0.60·(1 − strand) + 0.30·(1 − host) + 0.10·(1 − scarce)
+    raw   = W_FRAG·no_frag + W_STRAND·(1 − strand) + W_HOST·(1 − host) + W_SCARCE·(1 − scarce)
     score = clamp(⌊10·raw + 0.5 + 0.1·(tie − 0.5)⌋, 0, 10)        (MaxExtenderPriority = 10)
+
+(the weights are ``WEIGHTS``; the scoring log writes them with every line)
+
+- ``frag`` = growth of the node's expected fragment (``fragmentation``: FGD's idea, Weng et
+  al., USENIX ATC '23, for fixed MIG instances) over the demand mix (``figures.Index.mix``:
+  the pending and running GPU pods' classes — profiles, cpu, memory — and their shares), in
+  GPUs' worth of memory slices, when the pod takes its instances and its cpu and memory
+  there; ``no_frag`` = clamp(½ − frag/2, 0, 1). A free instance is a fragment by the share
+  of the demand for its profile that cannot use it there (cpu or memory left too small,
+  model, strategy); one no class asks for is a fragment whole; a node with no MIG pod is
+  the advisor's re-layout reserve. So the term keeps instances where pods of the mix can
+  still use them: it does not break a node whose other instances nobody asks for, and it
+  does not spend the cpu that the node's remaining instances need.
 
 - ``host`` = max(cpu, memory) requested on the node by the MIG pods bound there plus this
   pod, as a share of the node's allocatable cpu and memory (pods without MIG requests are
@@ -59,15 +72,17 @@ opinion). Scores are deterministic functions of the cache, so replicas agree.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import NamedTuple
 
-from migfit import cluster
+from migfit import cluster, profiles
 from migfit.extender import figures, filtering
 
-W_STRAND = 0.60
-W_HOST = 0.30
+W_FRAG = 0.30
+W_STRAND = 0.40
+W_HOST = 0.20
 W_SCARCE = 0.10
 # Computed and logged, weighted 0 (see the module docstring).
 W_PACK = 0.0
@@ -79,6 +94,7 @@ W_SLACK = 0.0
 # test) can recompute every node's raw score from one log line; change them together with
 # the sum in ``score_nodes``.
 WEIGHTS: dict[str, float] = {
+    "no_frag": W_FRAG,  # 1 − growth of the node's expected fragmentation (frag)
     "no_strand": W_STRAND,  # 1 − strand
     "host_free": W_HOST,  # 1 − host
     "not_scarce": W_SCARCE,  # 1 − scarce
@@ -109,13 +125,22 @@ class NodeScore(NamedTuple):
     raw: float = 0.0
     strand: float = 0.0
     host: float = 0.0
+    frag: float = 0.0  # growth of expected fragmentation, in GPUs' worth of memory slices
 
 
 def terms(s: NodeScore) -> dict[str, float]:
-    """The value of each term of ``WEIGHTS`` for a node that fits (what ``raw`` sums)."""
-    return {"no_strand": 1.0 - s.strand, "host_free": 1.0 - s.host,
+    """The value of each term of ``WEIGHTS`` (and ``HOST_ONLY_WEIGHTS``) for a node that fits
+    (what ``raw`` sums)."""
+    return {"no_stranding": 1.0 - min(1.0, s.frag), "no_frag": frag_term(s.frag),
+            "no_strand": 1.0 - s.strand, "host_free": 1.0 - s.host,
             "not_scarce": 1.0 - s.scarce, "pack": s.pack, "busy": 0.0 if s.fresh else 1.0,
             "tight": s.tight, "snug": 1.0 - s.slack}
+
+
+def frag_term(growth: float) -> float:
+    """The term of a fragmentation growth (in GPUs' worth of slices): 1 for a placement that
+    removes a GPU's worth of fragment, 1/2 for none, 0 for one that adds a GPU's worth."""
+    return min(1.0, max(0.0, 0.5 - growth / 2))
 
 
 _ZEROS = ("scoring", "zeros")
@@ -135,16 +160,26 @@ class Inputs:
     cpu_milli: int  # the pod's own requests as the cache holds them (0 when not cached)
     memory_bytes: int
     own: tuple[figures.Want, ...] | None  # its wants counted in pending demand (excluded)
+    mix: figures.Mix = ()  # the demand mix the fragmentation is expected over (Index.mix)
+    host_only: bool = False  # a pod without MIG requests, scored (``all_pods``)
 
 
-def inputs_of(index: figures.Index, request: filtering.PodRequest) -> Inputs:
-    """The score's inputs besides the node for ``request``, read from the cache now."""
+def inputs_of(index: figures.Index, request: filtering.PodRequest, *,
+              all_pods: bool = False) -> Inputs:
+    """The score's inputs besides the node for ``request``, read from the cache now.
+
+    ``all_pods``: a pod without MIG requests is scored too (``host_only_score``), else it
+    scores ``MIN_SCORE`` everywhere (no opinion)."""
     if not request.mig:
-        return _NO_MIG
+        if not all_pods:
+            return _NO_MIG
+        return Inputs(wants=(), cpu_milli=request.cpu_milli, memory_bytes=request.memory_bytes,
+                      own=None, mix=index.mix(), host_only=True)
     me = index.cluster.pod(request.uid)
-    return Inputs(wants=request.wants, cpu_milli=me.cpu_milli if me is not None else 0,
-                  memory_bytes=me.memory_bytes if me is not None else 0,
-                  own=index.own_demand(request.uid))
+    return Inputs(wants=request.wants,
+                  cpu_milli=me.cpu_milli if me is not None else request.cpu_milli,
+                  memory_bytes=me.memory_bytes if me is not None else request.memory_bytes,
+                  own=index.own_demand(request.uid), mix=index.mix())
 
 
 _NO_MIG = Inputs(wants=(), cpu_milli=0, memory_bytes=0, own=None)  # scores 0 everywhere
@@ -175,8 +210,12 @@ _SCORED = "scoring"  # with the request's wants: each node's last score and its 
 
 
 def _host_used(model: cluster.Cluster, name: str) -> tuple[int, int]:
-    """cpu (milli) and memory (bytes) requested by the MIG pods bound to ``name``."""
+    """cpu (milli) and memory (bytes) requested by the pods bound to ``name``: the MIG pods,
+    and the others as the cache sums them (``NodeState.other_*``)."""
     cpu = mem = 0
+    state = model.node(name)
+    if state is not None:
+        cpu, mem = state.other_cpu_milli, state.other_memory_bytes
     for p in model.pods_on(name):
         if p.holds_instances:
             cpu += p.cpu_milli
@@ -185,14 +224,18 @@ def _host_used(model: cluster.Cluster, name: str) -> tuple[int, int]:
 
 
 def score_nodes(
-    index: figures.Index, request: filtering.PodRequest, names: Iterable[str]
+    index: figures.Index, request: filtering.PodRequest, names: Iterable[str], *,
+    all_pods: bool = False,
 ) -> list[NodeScore]:
     """A score for every distinct name in ``names``, in input order.
 
     A name the cluster does not know scores ``MIN_SCORE`` and leaves no memo entry behind.
+    A pod without MIG requests scores ``MIN_SCORE`` everywhere unless ``all_pods``.
     """
     unique = list(dict.fromkeys(names))
     if not request.mig:
+        if all_pods:
+            return _host_only_scores(index, request, unique)
         return [NodeScore(n, MIN_SCORE, True) for n in unique]
     index.refresh()
     model = index.cluster
@@ -206,12 +249,13 @@ def score_nodes(
     memo = index.memo(request.wants)  # shared with filter: the same verdicts
     zeros: dict[str, NodeScore] = index.memo(_ZEROS)  # one shared "does not fit" per node
     hosts: dict[str, tuple[object, int, int]] = index.memo(_HOST)
-    # node -> (figures, scarcity, the node's part, the pod's cpu, memory, the score)
-    scored: dict[str, tuple[figures.NodeFigures, float, _Part, int, int, NodeScore]] = \
-        index.memo((_SCORED, request.wants))
+    # node -> (figures, scarcity, the node's part, the pod's cpu, memory, the score, mix)
+    scored: dict[str, tuple[figures.NodeFigures, float, _Part, int, int, NodeScore,
+                            figures.Mix]] = index.memo((_SCORED, request.wants))
+    mix = index.mix()
     me = model.pod(request.uid)
-    my_cpu = me.cpu_milli if me is not None else 0
-    my_mem = me.memory_bytes if me is not None else 0
+    my_cpu = me.cpu_milli if me is not None else request.cpu_milli
+    my_mem = me.memory_bytes if me is not None else request.memory_bytes
     for name in unique:
         fig = figs.get(name)
         if fig is None:
@@ -237,25 +281,29 @@ def score_nodes(
         # cpu/memory. The node's part is kept per (figures, scarcity); with the pod's
         # cpu/memory unchanged too, the whole score is the one computed last time.
         done = scored.get(name)
-        if done is not None and done[0] is fig and done[1] == scarce:
+        if done is not None and done[0] is fig and done[1] == scarce and done[6] is mix:
             if done[3] == my_cpu and done[4] == my_mem:
                 append(done[5])
                 continue
             part = done[2]
         else:
-            part = _node_part(fig, wants, nwants, scarce, _host_of(model, name, fig, hosts))
-        result = _finish(name, fig, part, scarce, my_cpu, my_mem)
-        scored[name] = (fig, scarce, part, my_cpu, my_mem, result)
+            part = _node_part(fig, wants, nwants, scarce, _host_of(model, name, fig, hosts),
+                              mix)
+        result = _finish(name, fig, part, scarce, my_cpu, my_mem, mix)
+        scored[name] = (fig, scarce, part, my_cpu, my_mem, result, mix)
         append(result)
     return out
 
 
 # (pack, fresh, tight, slack, raw without the host terms, host known, cpu used, memory used,
-#  node cpu, node memory): a node's part of the score for one request shape and scarcity.
-_Part = tuple[float, bool, float, float, float, bool, int, int, int, int]
+#  node cpu, node memory, fragmentation before, free instances after, free slices after):
+# a node's part of the score for one request shape, scarcity and mix.
+_Part = tuple[float, bool, float, float, float, bool, int, int, int, int, float,
+              dict[profiles.ProfileName, int], int]
 
 
-def score_node(index: figures.Index, request: filtering.PodRequest, name: str) -> NodeScore:
+def score_node(index: figures.Index, request: filtering.PodRequest, name: str, *,
+               all_pods: bool = False) -> NodeScore:
     """One node's score computed fresh, with no memo: THE formula, one node at a time.
 
     ``score_nodes`` is this for many nodes with its steps kept across calls; the answer
@@ -263,7 +311,9 @@ def score_node(index: figures.Index, request: filtering.PodRequest, name: str) -
     and ``model_term``: a new formula changes this function's steps (``_node_part``,
     ``_finish``) and, when it reads more of the pod or the cluster, ``Inputs``/``model_term``.
     """
-    inputs = inputs_of(index, request)
+    inputs = inputs_of(index, request, all_pods=all_pods)
+    if inputs.host_only:
+        return _host_only_scores(index, request, [name])[0]
     if not request.mig:
         return NodeScore(name, MIN_SCORE, True)
     index.refresh()
@@ -272,8 +322,58 @@ def score_node(index: figures.Index, request: filtering.PodRequest, name: str) -
         return NodeScore(name, MIN_SCORE, False)
     scarce = model_term(index, request, fig.model_key)
     host = _host_used(index.cluster, name) if _host_known(fig) else None
-    part = _node_part(fig, request.wants, len(request.wants), scarce, host)
-    return _finish(name, fig, part, scarce, inputs.cpu_milli, inputs.memory_bytes)
+    part = _node_part(fig, request.wants, len(request.wants), scarce, host, inputs.mix)
+    return _finish(name, fig, part, scarce, inputs.cpu_milli, inputs.memory_bytes, inputs.mix)
+
+
+# A pod without MIG requests (``all_pods``): its cpu and memory should go where they strand
+# no GPU instance that the demand mix needs, and preferably where the instances are taken.
+# raw = HOST_ONLY_WEIGHTS · terms: no_stranding = 1 − min(1, frag), pack = the node's memory
+# slices in use (a node without MIG instances counts as taken: 1).
+W_HO_STRANDING = 0.8
+W_HO_PACK = 0.2
+HOST_ONLY_WEIGHTS: dict[str, float] = {"no_stranding": W_HO_STRANDING, "pack": W_HO_PACK}
+_HOST_ONLY = ("scoring", "host-only")
+
+
+def host_only_score(name: str, fig: figures.NodeFigures, mix: figures.Mix,
+                    host: tuple[int, int] | None, cpu: int, memory: int) -> NodeScore:
+    """One node's score for a pod without MIG requests (``HOST_ONLY_WEIGHTS``)."""
+    free, slices, fresh = fig.state.free, fig.free_slices, fig.state.used_total == 0
+    frag = 0.0
+    if host is not None and (cpu or memory):
+        rec = fig.state.node
+        cpu_left, mem_left = rec.cpu_milli - host[0], rec.memory_bytes - host[1]
+        before = fragmentation(fig, mix, free, slices, fresh, cpu_left, mem_left)
+        after = fragmentation(fig, mix, free, slices, fresh, cpu_left - cpu, mem_left - memory)
+        frag = (after - before) / (fig.model.memory_slices if fig.model is not None else 1)
+    pack = fig.used_slices / fig.total_slices if fig.total_slices else 1.0
+    raw = W_HO_STRANDING * (1.0 - min(1.0, frag)) + W_HO_PACK * pack
+    score = math.floor(MAX_SCORE * raw + 0.5 + TIE * (fig.tie - 0.5))
+    score = MIN_SCORE if score < MIN_SCORE else min(score, MAX_SCORE)
+    return NodeScore(name, score, True, pack=pack, fresh=fresh, raw=raw, frag=frag)
+
+
+def _host_only_scores(index: figures.Index, request: filtering.PodRequest,
+                      unique: Sequence[str]) -> list[NodeScore]:
+    index.refresh()
+    model, figs, mix = index.cluster, index.figures, index.mix()
+    cpu, memory = request.cpu_milli, request.memory_bytes
+    hosts: dict[str, tuple[object, int, int]] = index.memo(_HOST)
+    done: dict[str, tuple[figures.NodeFigures, figures.Mix, NodeScore]] = \
+        index.memo((_HOST_ONLY, cpu, memory))
+    out: list[NodeScore] = []
+    for name in unique:
+        fig = figs.get(name)
+        if fig is None:
+            out.append(NodeScore(name, MIN_SCORE, False))
+            continue
+        hit = done.get(name)
+        if hit is None or hit[0] is not fig or hit[1] is not mix:
+            hit = done[name] = (fig, mix, host_only_score(
+                name, fig, mix, _host_of(model, name, fig, hosts), cpu, memory))
+        out.append(hit[2])
+    return out
 
 
 def _host_known(fig: figures.NodeFigures) -> bool:
@@ -293,14 +393,16 @@ def _host_of(model: cluster.Cluster, name: str, fig: figures.NodeFigures,
 
 
 def _node_part(fig: figures.NodeFigures, wants: Sequence[figures.Want], nwants: int,
-               scarce: float, host: tuple[int, int] | None) -> _Part:
+               scarce: float, host: tuple[int, int] | None, mix: figures.Mix) -> _Part:
     """What the score reads of the node and the request's shape, before the pod's cpu and
     memory: ``host`` is the cpu and memory of the MIG pods bound there (None: unknown)."""
     free = fig.state.free
     taken = tight = slack = 0.0
+    after = dict(free)
     for w in wants:
         taken += w.count * fig.slices.get(w.profile, 1)
         tight += w.count / free[w.profile]
+        after[w.profile] = after.get(w.profile, 0) - w.count
         if w.request_mib is not None:
             mem = fig.memory.get(w.profile)
             if mem:
@@ -311,15 +413,80 @@ def _node_part(fig: figures.NodeFigures, wants: Sequence[figures.Want], nwants: 
     fresh = fig.state.used_total == 0
     base = (W_PACK * pack + (0.0 if fresh else W_FRESH) + W_SCARCE * (1.0 - scarce)
             + W_TIGHT * tight + W_SLACK * (1.0 - slack))
+    rec = fig.state.node
     if host is not None:
-        rec = fig.state.node
+        before = fragmentation(fig, mix, free, fig.free_slices, fresh,
+                               rec.cpu_milli - host[0], rec.memory_bytes - host[1])
         return (pack, fresh, tight, slack, base, True, host[0], host[1], rec.cpu_milli,
-                rec.memory_bytes)
-    return (pack, fresh, tight, slack, base, False, 0, 0, 1, 1)
+                rec.memory_bytes, before, after, fig.free_slices - int(taken))
+    before = fragmentation(fig, mix, free, fig.free_slices, fresh, None, None)
+    return (pack, fresh, tight, slack, base, False, 0, 0, 1, 1, before, after,
+            fig.free_slices - int(taken))
+
+
+def fragmentation(fig: figures.NodeFigures, mix: figures.Mix,
+                  free: Mapping[profiles.ProfileName, int], free_slices: int, fresh: bool,
+                  cpu_left: int | None, memory_left: int | None) -> float:
+    """The node's expected fragment over the demand mix, in memory slices (FGD's measure,
+    for instances that are fixed resources).
+
+    A free instance of profile q is a fragment by the share of the mix's demand for q that
+    cannot use it here: classes that need more cpu or memory than the node has left, more
+    instances of q than are free, another GPU model, or the other strategy. An instance no
+    class asks for is a fragment whole. A node with no MIG pod is the advisor's reserve (the
+    MIG Manager re-partitions such nodes): its slices are a fragment only for the classes
+    some layout of its GPUs could serve but whose cpu or memory it lacks (a class no layout
+    serves never comes here).
+    """
+    if not mix:
+        return 0.0
+    if cpu_left is None or memory_left is None:  # unknown: every class fits the host
+        cpu_left = memory_left = 1 << 62
+    if fresh:
+        out = 0.0
+        for c in mix:
+            if ((c.cpu_milli > cpu_left or c.memory_bytes > memory_left)
+                    and _can_host(fig.model, fig.state.node.gpu_count, fig.single,
+                                  fig.model_key, c.wants)):
+                out += c.share * free_slices
+        return out
+    out = 0.0
+    sizes = fig.slices
+    for q, have in free.items():
+        if have <= 0:
+            continue
+        asked = served = 0.0
+        for c in mix:
+            for w in c.wants:
+                if w.profile == q:
+                    asked += c.share
+                    if (w.count <= have and w.single == fig.single
+                            and w.allows(fig.model_key)
+                            and c.cpu_milli <= cpu_left and c.memory_bytes <= memory_left):
+                        served += c.share
+                    break
+        out += have * sizes.get(q, 1) * (1.0 - served / asked if asked else 1.0)
+    return out
+
+
+@functools.lru_cache(maxsize=4096)
+def _can_host(model: profiles.GpuModel | None, gpus: int, single: bool, model_key: str,
+              wants: tuple[figures.Want, ...]) -> bool:
+    """Whether some layout of the node's GPUs could serve ``wants`` (a re-layout target)."""
+    if model is None or gpus <= 0:
+        return False
+    slices = 0
+    for w in wants:
+        if w.single != single or not w.allows(model_key) or not model.has_profile(w.profile):
+            return False
+        if not figures.relayout_chance(model, w.profile, w.request_mib).possible:
+            return False
+        slices += w.count * model.profile(w.profile).memory_slices
+    return slices <= gpus * model.memory_slices
 
 
 def _finish(name: str, fig: figures.NodeFigures, part: _Part, scarce: float, my_cpu: int,
-            my_mem: int) -> NodeScore:
+            my_mem: int, mix: figures.Mix) -> NodeScore:
     """The score from a node's part and the pod's own cpu and memory."""
     pack = part[0]
     strand = (1.0 - pack) / 2
@@ -328,9 +495,17 @@ def _finish(name: str, fig: figures.NodeFigures, part: _Part, scarce: float, my_
         u_host = max((part[6] + my_cpu) / part[8], (part[7] + my_mem) / part[9])
         u_host = min(1.0, u_host)
         strand = max(0.0, u_host - pack)
+    if part[5]:
+        after = fragmentation(fig, mix, part[11], part[12], False,
+                              part[8] - part[6] - my_cpu, part[9] - part[7] - my_mem)
+    else:
+        after = fragmentation(fig, mix, part[11], part[12], False, None, None)
+    per_gpu = fig.model.memory_slices if fig.model is not None else 1
+    frag = (after - part[10]) / per_gpu
     # The same sum, in the same order, as the formula in the module docstring.
-    raw = part[4] + W_STRAND * (1.0 - strand) + W_HOST * (1.0 - u_host)
+    raw = (part[4] + W_STRAND * (1.0 - strand) + W_HOST * (1.0 - u_host)
+           + W_FRAG * frag_term(frag))
     score = math.floor(MAX_SCORE * raw + 0.5 + TIE * (fig.tie - 0.5))
     score = MIN_SCORE if score < MIN_SCORE else min(score, MAX_SCORE)
     return NodeScore(name, score, True, pack, part[1], scarce, part[2], part[3], raw, strand,
-                     u_host)
+                     u_host, frag)

@@ -34,9 +34,12 @@ LOG_FORMATS: tuple[LogFormat, ...] = ("json", "text", "both")
 logger = logging.getLogger(logs.SCORING_LOGGER)
 
 
-def weights() -> dict[str, float]:
-    """The terms the score weighs (weight > 0), from ``scoring.WEIGHTS``."""
-    return {t: w for t, w in scoring.WEIGHTS.items() if w}
+def weights(request: filtering.PodRequest | None = None) -> dict[str, float]:
+    """The terms the score weighs (weight > 0), from ``scoring.WEIGHTS`` (for a pod without
+    MIG requests, scored with ``--score-all-pods``: ``scoring.HOST_ONLY_WEIGHTS``)."""
+    table = (scoring.HOST_ONLY_WEIGHTS if request is not None and not request.mig
+             else scoring.WEIGHTS)
+    return {t: w for t, w in table.items() if w}
 
 
 def _r3(x: float) -> float:
@@ -56,7 +59,7 @@ def _figures(s: scoring.NodeScore, weighted: dict[str, float]) -> dict[str, Any]
             "terms": {t: _r4(values[t]) for t in weighted},
             "strand": _r3(s.strand), "host": _r3(s.host), "pack": _r3(s.pack),
             "fresh": s.fresh, "scarce": _r3(s.scarce), "tight": _r3(s.tight),
-            "slack": _r3(s.slack)}
+            "slack": _r3(s.slack), "frag": _r4(s.frag)}
 
 
 def _deciding(s: scoring.NodeScore, weighted: dict[str, float], shown: int = 3) -> str:
@@ -145,7 +148,7 @@ class ScoringLog:
                   render: Callable[[scoring.NodeScore], str] | None = None) -> str:
         summary = summary or summarize(scores, self.max_nodes)
         best = summary.best if self.max_nodes <= 0 else summary.best[:self.max_nodes]
-        weighted = weights()
+        weighted = weights(request)
 
         def plain(s: scoring.NodeScore) -> str:
             return json.dumps(_figures(s, weighted), separators=(",", ":"))
@@ -180,7 +183,7 @@ class ScoringLog:
         summary = summary or summarize(scores, 3)
         best = summary.best[:3]
         fit = summary.fit
-        weighted = weights()
+        weighted = weights(request)
         # Names come from the request: escaped, so that no handler can be fed a forged line
         # or a lone surrogate it cannot encode.
         parts = [f"{logs.escape(s.node)}={s.score} ({_deciding(s, weighted)})" if s.fits
@@ -229,11 +232,11 @@ class ScoringLog:
 
     def flush(self) -> None:
         """Write every queued call's lines."""
-        weighted = weights()
         while self._waiting:
             call = self._waiting.popleft()
+            weighted = weights(call.request)
 
-            def plain(s: scoring.NodeScore) -> str:
+            def plain(s: scoring.NodeScore, weighted: dict[str, float] = weighted) -> str:
                 return json.dumps(_figures(s, weighted), separators=(",", ":"))
 
             def render(s: scoring.NodeScore, call: Pending = call) -> str:

@@ -81,6 +81,9 @@ class ExtenderSettings:
     """On SIGTERM keep serving this long with /readyz failing before the listener closes."""
     limits: serving.Limits = dataclasses.field(default_factory=serving.Limits)
     """Connection bounds: keep-alive, body and handshake timeouts, connections at once."""
+    score_all_pods: bool = False
+    """Score pods without MIG requests too (toward nodes where their cpu and memory strand
+    no instance); for an extender registered without ``managedResources``."""
 
 
 # ---------------------------------------------------------------- the wire: ExtenderArgs
@@ -433,11 +436,12 @@ async def _filter(request: web.Request) -> web.Response:
 
 async def _prioritize(request: web.Request) -> web.Response:
     tables, scoring_log_ = request.app[TABLES], request.app[SCORING_LOG]
+    settings_ = request.app[SETTINGS]
 
     def answer(args: Args, pod: filtering.PodRequest, start: float) -> web.Response:
         done = tables.prioritize(pod, args.names)
         response = _bytes(done.body)
-        if pod.mig:
+        if pod.mig or settings_.score_all_pods:
             done.duration_s = time.perf_counter() - start
             scoring_log_.submit(done)  # written after the response
         return response
@@ -499,7 +503,7 @@ def make_app(
     app[ADVICE] = advice_cache if advice_cache is not None else advice.AdviceCache()
     app[MESSAGES] = filtering.Messages()
     app[DRAINING] = asyncio.Event()
-    app[TABLES] = answers.Tables(index)
+    app[TABLES] = answers.Tables(index, all_pods=settings.score_all_pods)
     app[METRICS] = _metrics(index, registry)
     if certificate is not None:
         cert_metrics.register(app[METRICS].registry, server="extender", source=certificate)

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Literal
 
 from migfit import errors, fields, keys, profiles
-from migfit.decoding import RequestMaps, node_from_api, pod_from_api, uid_of
+from migfit.decoding import RequestMaps, host_use, node_from_api, pod_from_api, uid_of
 from migfit.records import NodeRecord, NodeState, PodRecord, ProfileStats
 
 log = logging.getLogger(__name__)
@@ -55,6 +55,14 @@ class Cluster:
         self._overcommitted: set[str] = set()  # nodes with used > allocatable somewhere
         self._models: Counter[profiles.ModelId] = Counter()
         self._pending: set[str] = set()  # uids of pending pods with GPU requests
+        # The workload's pod classes: pods pending or holding instances, by the shape the
+        # score reads (``PodClass``); ``classes_generation`` moves when one count does.
+        self._classes: Counter[PodClass] = Counter()
+        # Pods without GPU requests on the nodes kept here: uid -> (node, cpu, memory), and
+        # per node their sums (NodeState.other_*). Bounded by the pods of those nodes.
+        self._others: dict[str, tuple[str, int, int]] = {}
+        self._other_use: dict[str, tuple[int, int]] = {}
+        self.classes_generation = 0
         self.synced = False
         self.generation = 0  # bumped on every change; caches key on it
         # bumped when the set of pending GPU pods (or one of them) changes: demand caches
@@ -109,6 +117,10 @@ class Cluster:
     def __len__(self) -> int:
         return len(self._states)
 
+    def pod_classes(self) -> Mapping[PodClass, int]:
+        """How many pods of each class are pending or hold instances (the demand mix)."""
+        return self._classes
+
     def add_listener(self, listener: Listener) -> None:
         self._listeners.append(listener)
 
@@ -130,7 +142,7 @@ class Cluster:
             for obj in objects:
                 seen_uids.add(uid_of(obj))
                 self.apply("Pod", "ADDED", obj)
-            for uid in [u for u in self._pods if u not in seen_uids]:
+            for uid in [u for u in (*self._pods, *self._others) if u not in seen_uids]:
                 self._remove_pod(uid)
 
     def apply(self, kind: Kind, event_type: EventType, obj: Mapping[str, Any]) -> None:
@@ -148,8 +160,12 @@ class Cluster:
             else:
                 pod = pod_from_api(obj, self._request_maps)
                 if pod is None:
-                    self._remove_pod(uid_of(obj))
+                    uid = uid_of(obj)
+                    self._remove_pod(uid)
+                    self._set_other(uid, host_use(obj))
                 else:
+                    if pod.uid in self._others:
+                        self._set_other(pod.uid, None)
                     self._set_pod(pod)
         except errors.MigfitError as exc:
             log.warning("skipping %s %s: %s", kind, uid_of(obj), exc)
@@ -193,6 +209,9 @@ class Cluster:
             self._models[old.model] -= 1
             if not self._models[old.model]:
                 del self._models[old.model]
+        for uid in [u for u, use in self._others.items() if use[0] == name]:
+            del self._others[uid]
+        self._other_use.pop(name, None)
         self._recompute(name)
 
     def _set_pod(self, pod: PodRecord) -> None:
@@ -213,7 +232,33 @@ class Cluster:
         self._by_name.setdefault((pod.namespace, pod.name), []).append(pod.uid)
         self._account(pod)
 
+    def _set_other(self, uid: str, use: tuple[str, int, int] | None) -> None:
+        """Account a pod without GPU requests (``decoding.host_use``; None: it takes none)."""
+        if use is not None and use[0] not in self._nodes:
+            use = None  # not a node kept here
+        old = self._others.get(uid)
+        if old == use:
+            return
+        if old is not None:
+            del self._others[uid]
+            self._add_other(old, -1)
+        if use is not None:
+            self._others[uid] = use
+            self._add_other(use, +1)
+
+    def _add_other(self, use: tuple[str, int, int], sign: int) -> None:
+        node, cpu, mem = use
+        had = self._other_use.get(node, (0, 0))
+        now = (had[0] + sign * cpu, had[1] + sign * mem)
+        if now == (0, 0):
+            self._other_use.pop(node, None)
+        else:
+            self._other_use[node] = now
+        self._recompute(node)
+
     def _remove_pod(self, uid: str) -> None:
+        if uid in self._others:
+            self._set_other(uid, None)
         old = self._pods.pop(uid, None)
         if old is not None:
             self._unindex_name(old)
@@ -229,6 +274,9 @@ class Cluster:
                 del self._by_name[key]
 
     def _account(self, pod: PodRecord) -> None:
+        if pod.requests and (pod.pending or pod.holds_instances):
+            self._classes[class_of(pod)] += 1
+            self.classes_generation += 1
         if pod.pending and pod.requests:
             self._pending.add(pod.uid)
             self.pending_generation += 1
@@ -242,6 +290,12 @@ class Cluster:
             self.generation += 1
 
     def _unaccount(self, pod: PodRecord) -> None:
+        if pod.requests and (pod.pending or pod.holds_instances):
+            key = class_of(pod)
+            self._classes[key] -= 1
+            if self._classes[key] <= 0:
+                del self._classes[key]
+            self.classes_generation += 1
         if pod.uid in self._pending:
             self._pending.discard(pod.uid)
             self.pending_generation += 1
@@ -290,6 +344,7 @@ class Cluster:
                 over[profiles.ProfileName(gone)] = u
         repartitioning = (record.config_state in keys.REPARTITIONING_STATES
                           or record.relayout_tainted)
+        other = self._other_use.get(name, (0, 0))
         state = NodeState(
             node=record,
             used=used,
@@ -299,6 +354,8 @@ class Cluster:
             used_total=sum(used.values()),
             free_total=sum(free.values()),
             repartitioning=repartitioning,
+            other_cpu_milli=other[0],
+            other_memory_bytes=other[1],
         )
         self._states[name] = state
         if over:
@@ -347,13 +404,29 @@ class Cluster:
             listener(name)
 
 
+# A pod's class: its GPU requests (sorted), the webhook's decision record when the requests
+# alone do not name a profile (single strategy asks for nvidia.com/gpu), its cpu (milli) and
+# memory (bytes). Pods of one workload share one.
+PodClass = tuple[tuple[tuple[str, int], ...], str | None, int, int]
+
+
+def class_of(pod: PodRecord) -> PodClass:
+    """The class ``pod`` counts in (``Cluster.pod_classes``)."""
+    items = tuple(sorted(pod.requests.items()))
+    named = any(r.startswith(profiles.RESOURCE_PREFIX) for r, _ in items)
+    decision = None if named else pod.annotations.get(keys.DECISION)
+    return items, decision, pod.cpu_milli, pod.memory_bytes
+
+
 def _same_accounting(old: PodRecord, new: PodRecord) -> bool:
     """Whether replacing ``old`` by ``new`` leaves every index and node state as it is."""
     return (old.node == new.node and old.namespace == new.namespace and old.name == new.name
             and old.holds_instances == new.holds_instances and old.pending == new.pending
             and (old.requests is new.requests or old.requests == new.requests)
             # cpu/memory feed the extender's host-room figures (an in-place resize changes them)
-            and old.cpu_milli == new.cpu_milli and old.memory_bytes == new.memory_bytes)
+            and old.cpu_milli == new.cpu_milli and old.memory_bytes == new.memory_bytes
+            # the decision record can name a single-strategy pod's class (class_of)
+            and old.annotations.get(keys.DECISION) == new.annotations.get(keys.DECISION))
 
 
 def load_objects(cluster: Cluster, objects: Iterable[Mapping[str, Any]]) -> None:

@@ -233,6 +233,23 @@ def pod_from_api(obj: Mapping[str, Any],
     )
 
 
+def host_use(obj: Mapping[str, Any]) -> tuple[str, int, int] | None:
+    """(node, cpu milli, memory bytes) a bound, running pod requests; None when it is not
+    bound, has terminated or requests neither. For pods ``pod_from_api`` does not keep: their
+    cpu and memory still take room on a GPU node."""
+    spec = fields.as_dict(obj.get("spec"))
+    node = spec.get("nodeName")
+    if not (isinstance(node, str) and node):
+        return None
+    phase = fields.as_dict(obj.get("status")).get("phase")
+    if phase in records.TERMINATED_PHASES:
+        return None
+    _requests, _per_container, cpu, mem = effective_requests(spec)
+    if cpu <= 0 and mem <= 0:
+        return None
+    return sys.intern(node), int(cpu), int(mem)
+
+
 def _requirements(items: Any) -> tuple[records.Requirement, ...]:
     out = []
     for r in fields.as_list(items):

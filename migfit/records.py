@@ -184,6 +184,10 @@ class NodeState:
     used_total: int
     free_total: int
     repartitioning: bool  # MIG Manager busy or a migfit re-layout in progress
+    # cpu (milli) and memory (bytes) requested by the node's pods without GPU requests (not
+    # kept as PodRecords): with the GPU pods' own, what kube-scheduler's NodeResourcesFit sees.
+    other_cpu_milli: int = 0
+    other_memory_bytes: int = 0
 
     @property
     def name(self) -> str:

@@ -38,6 +38,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--log-nodes", type=int, default=50, metavar="N",
                         help="nodes written in full per scoring-log JSON line, best first "
                              "(0: all; default 50)")
+    parser.add_argument("--score-all-pods", action="store_true",
+                        help="also score pods without MIG requests, toward nodes where their "
+                             "cpu and memory strand no GPU instance the pending and running "
+                             "pods' mix needs; for an extender registered without "
+                             "managedResources (docs/architecture.md, cpu-only pods)")
     parser.add_argument("--max-body", type=int, default=server.DEFAULT_MAX_BODY, metavar="BYTES",
                         help="largest accepted request body (default 32 MiB)")
     parser.add_argument("--log-level", default="info",
@@ -105,6 +110,7 @@ def settings_from(args: argparse.Namespace) -> server.ExtenderSettings:
         max_body_bytes=args.max_body,
         log_format=args.log_format,
         log_nodes=args.log_nodes,
+        score_all_pods=args.score_all_pods,
         host=args.host,
         port=args.port,
         tls_cert=args.tls_cert,

@@ -113,9 +113,17 @@ class Extender:
         return {s.node: s.score
                 for s in scoring.score_nodes(self._index, request, names)}
 
-    def scores(self, request: filtering.PodRequest, names: Sequence[str]) -> list[int]:
+    def scores(self, request: filtering.PodRequest, names: Sequence[str], *,
+               all_pods: bool = False) -> list[int]:
         """0..10 per name of ``names`` (distinct, as kube-scheduler sends them), in order."""
-        return [s.score for s in scoring.score_nodes(self._index, request, names)]
+        return [s.score for s in scoring.score_nodes(self._index, request, names,
+                                                     all_pods=all_pods)]
+
+    @staticmethod
+    def host_request(uid: str, cpu_milli: int, memory_mib: int) -> filtering.PodRequest:
+        """The decoded request of a pod without GPU requests (``--score-all-pods``)."""
+        return filtering.PodRequest(uid=uid, namespace="sim", name=uid, wants=(),
+                                    cpu_milli=cpu_milli, memory_bytes=memory_mib * 2**20)
 
 
 def resource(profile: str) -> str:

@@ -145,6 +145,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                      help="+advisor: the advisor knows which GPU holds each instance in use "
                           "(the nodes' DCGM exporters, --dcgm-exporter on the server), not "
                           "only the node's counts")
+    run.add_argument("--score-all-pods", action=argparse.BooleanOptionalAction, default=False,
+                     help="migfit: the extender scores pods without GPU requests too (the "
+                          "extender's --score-all-pods, registered without managedResources)")
     run.add_argument("--gpu-weight", type=int, default=3, metavar="W",
                      help="binpack-gpu: the MIG resource's weight in MostAllocated (cpu and "
                           "memory weigh 1)")
@@ -330,7 +333,7 @@ def run(args: argparse.Namespace) -> int:
     options = engine.Options(
         percentage_of_nodes_to_score=args.percentage_of_nodes_to_score,
         allocation=args.allocation, gpu_weight=args.gpu_weight, busy_nodes=args.busy_nodes,
-        gpu_usage=args.gpu_usage,
+        gpu_usage=args.gpu_usage, score_all_pods=args.score_all_pods,
         mode=args.mode, target=args.target, order=args.order, fill_interval=args.fill_interval,
         relayout_seconds=args.relayout_seconds, advise_interval=args.advise_interval,
         max_relayouts=args.max_relayouts, advisor_grace=args.advisor_grace,
@@ -368,7 +371,8 @@ def run(args: argparse.Namespace) -> int:
         "advisor_free_grace_s": options.advisor_free_grace,
         "percentage_of_nodes_to_score": options.percentage_of_nodes_to_score or "adaptive",
         "allocation": options.allocation, "busy_nodes": options.busy_nodes,
-        "gpu_usage": options.gpu_usage, "seeds": seeds,
+        "gpu_usage": options.gpu_usage, "score_all_pods": options.score_all_pods,
+        "seeds": seeds,
         "code": adapters.sources(), "elapsed_s": round(elapsed, 2),
         "definitions": metrics.__doc__ or "",
     }

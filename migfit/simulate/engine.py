@@ -273,6 +273,14 @@ class Simulation(World):
                 obj["spec"]["nodeName"] = n.name
                 obj["status"]["phase"] = "Running"
                 self.cluster.apply("Pod", "MODIFIED", obj)
+        elif not self.on_demand:
+            # A pod without GPU requests takes the node's cpu and memory: the cache sums it
+            # as it does from the API (NodeState.other_*), and the score reads the room left.
+            pod.obj = objects.pod_object(name=pod.uid, cpu_milli=pod.spec.cpu_milli,
+                                         memory_mib=pod.spec.memory_mib, annotations={},
+                                         containers=1, node=n.name)
+            pod.obj["status"]["phase"] = "Running"
+            self.cluster.apply("Pod", "ADDED", pod.obj)
         self.hist(n, +1)
         c.placed += 1
         c.waits.append(self.now - pod.arrival)
@@ -308,6 +316,8 @@ class Simulation(World):
             n.gpu_pods -= 1
             if not self.on_demand:
                 self.cluster.apply("Pod", "DELETED", pod.obj)
+        elif pod.obj:
+            self.cluster.apply("Pod", "DELETED", pod.obj)
         self.hist(n, +1)
         self.retry()
         if self.pending:

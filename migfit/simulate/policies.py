@@ -91,6 +91,9 @@ class Options:
     # The advisor reads which GPU holds each instance in use (the nodes' DCGM exporters),
     # so a busy node's GPU counts as busy only when it really holds one.
     gpu_usage: bool = False
+    # The extender is registered for every pod (extender --score-all-pods): pods without GPU
+    # requests are scored too, toward nodes where they strand no instance.
+    score_all_pods: bool = False
     gpu_weight: int = 3  # binpack-gpu: the MIG resource's weight against cpu 1, memory 1
     samples: int = 200  # points of each time series
     snapshot_at: float | None = None  # events: time of the GPU picture (default: last arrival)

@@ -253,4 +253,9 @@ class KubeScheduler:
             ext = self.extender.scores(pod.request, names)
             factor = self.weight * (MAX_NODE_SCORE // MAX_EXTENDER_PRIORITY)
             return [s + e * factor for s, e in zip(base, ext, strict=True)]
+        if scorer == "migfit" and not pod.spec.gpu and self.options.score_all_pods:
+            request = adapters.Extender.host_request(pod.uid, cpu, mem)
+            ext = self.extender.scores(request, names, all_pods=True)
+            factor = self.weight * (MAX_NODE_SCORE // MAX_EXTENDER_PRIORITY)
+            return [s + e * factor for s, e in zip(base, ext, strict=True)]
         return [float(s) for s in base]

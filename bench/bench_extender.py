@@ -341,6 +341,8 @@ def floors(a: argparse.Namespace, pod: dict[str, Any], model: cluster.Cluster,
     bodies[label_nodes].write_bytes(json.dumps({"Pod": pod, "Nodes": {
         "kind": "NodeList", "apiVersion": "v1", "metadata": {"resourceVersion": "81234567"},
         "items": full_nodes}, "NodeNames": None}).encode())
+    print("  bodies: " + ", ".join(f"{label} {body.stat().st_size / 1000:,.0f} KB"
+                                   for label, body in bodies.items()))
     t = time.perf_counter()
     go_bin = go_build(tmp, "extender")
     if go_bin is not None:
@@ -397,27 +399,26 @@ def floors(a: argparse.Namespace, pod: dict[str, Any], model: cluster.Cluster,
                         m50, m99, _ = _wrk(f"{urls[who]}/{verb}", body, a.floor_seconds, script)
                         p50.setdefault((label, verb, who), []).append(m50)
                         p99.setdefault((label, verb, who), []).append(m99)
-        print(f"\n  p50 and p99 (ms, medians of {a.floor_reps} runs of {a.floor_seconds:g} s); "
-              "ratio = median over runs of migfit's p50 / the floor's p50 in that run:")
+        print(f"\n  p50 / p99 in ms, medians of {a.floor_reps} runs of {a.floor_seconds:g} s; "
+              "ratio = median over runs of migfit's p50 / the floor's p50 in the same run:")
         floors_ = [s for s in servers if s != "migfit"]
-        print(f"  {'call':<30} {'migfit p50/p99':>16} " + " ".join(
-            f"{s + ' p50':>11}" for s in floors_) + " " + " ".join(
-            f"{'/' + s:>9}" for s in floors_) + "   target vs Go")
+        print(f"  {'call':<28} " + " ".join(f"{s + ' p50/p99':>17}" for s in servers) + " "
+              + " ".join(f"{'/' + s:>9}" for s in floors_) + "   target vs Go")
         for label in bodies:
             for verb in ("filter", "prioritize"):
                 mine = p50[(label, verb, "migfit")]
-                cells = [f"{statistics.median(p50[(label, verb, s)]):>11.2f}" for s in floors_]
+                cells = [f"{statistics.median(p50[(label, verb, s)]):>8.2f} /"
+                         f"{statistics.median(p99[(label, verb, s)]):>7.2f}" for s in servers]
                 ratios = [statistics.median(m / f for m, f in zip(
                     mine, p50[(label, verb, s)], strict=True)) for s in floors_]
-                target = TARGETS.get(label.replace("5000", "5,000"))
+                target = TARGETS.get(label)
                 verdict = ""
                 if target is not None and "Go" in floors_:
                     got = ratios[floors_.index("Go")]
-                    verdict = f"≤ {target:.1f}× {'met' if got <= target else 'MISSED'}"
-                print(f"  {verb + ' ' + label:<30} {statistics.median(mine):>7.2f} /"
-                      f"{statistics.median(p99[(label, verb, 'migfit')]):>7.2f} "
-                      + " ".join(cells) + " " + " ".join(f"{r:>8.2f}×" for r in ratios)
-                      + f"   {verdict}")
+                    verdict = (f"{got:.3f} {'≤' if got <= target else '>'} {target:.1f}: "
+                               f"{'met' if got <= target else 'MISSED'}")
+                print(f"  {verb + ' ' + label:<28} " + " ".join(cells) + " "
+                      + " ".join(f"{r:>8.2f}×" for r in ratios) + f"   {verdict}")
     finally:
         for proc in procs.values():
             proc.terminate()
@@ -447,7 +448,7 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--floor-reps", type=int, default=5,
                         help="alternating repetitions of each server against the floors")
-    parser.add_argument("--floor-seconds", type=float, default=2.0,
+    parser.add_argument("--floor-seconds", type=int, default=2,
                         help="seconds of one wrk run against one server")
     parser.add_argument("--only-floors", action="store_true",
                         help="skip the in-process sections; only the floors comparison")

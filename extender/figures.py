@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import heapq
 import zlib
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from migfit import cluster, keys, layouts, profiles, records, requests
@@ -31,7 +32,7 @@ MEMO_KEYS = 32  # request shapes whose per-node verdicts are kept
 # rounded to 1/MIX_UNITS, so that the mix (and the answers keyed on it) moves only when the
 # workload's shape does, not on every arrival.
 MIX_CLASSES = 16
-MIX_UNITS = 32
+MIX_UNITS = 16
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -219,34 +220,70 @@ class ClassShare:
     share: float  # of the mix's pods, the kept classes summing to 1
 
 
-Mix = tuple[ClassShare, ...]
+# What a class asks of one profile: (share, cpu, memory, instances, single strategy, models).
+Ask = tuple[float, int, int, int, bool, frozenset[str] | None]
 
 
-def mix_of(classes: Mapping[cluster.PodClass, int]) -> Mix:
+@dataclasses.dataclass(frozen=True, slots=True)
+class Mix:
+    """The demand mix: its classes, and per profile the classes asking for it (with their
+    total share) so that the score reads one profile's askers without a scan."""
+
+    classes: tuple[ClassShare, ...] = ()
+    asks: Mapping[profiles.ProfileName, tuple[float, tuple[Ask, ...]]] = dataclasses.field(
+        default_factory=dict, compare=False, hash=False, repr=False)
+
+    def __bool__(self) -> bool:
+        return bool(self.classes)
+
+    def __iter__(self) -> Iterator[ClassShare]:
+        return iter(self.classes)
+
+    @staticmethod
+    def of(classes: Sequence[ClassShare]) -> Mix:
+        rows: dict[profiles.ProfileName, list[Ask]] = {}
+        for c in classes:
+            for w in c.wants:
+                rows.setdefault(w.profile, []).append(
+                    (c.share, c.cpu_milli, c.memory_bytes, w.count, w.single, w.models))
+        return Mix(classes=tuple(classes), asks={
+            p: (sum(r[0] for r in rs), tuple(rs)) for p, rs in rows.items()})
+
+
+EMPTY_MIX = Mix()
+
+
+def mix_of(classes: Mapping[cluster.PodClass, int],
+           known: dict[cluster.PodClass, tuple[str, tuple[Want, ...]]] | None = None) -> Mix:
     """The demand mix of a cluster's pod class counts (``Cluster.pod_classes``).
 
     The ``MIX_CLASSES`` most common classes whose GPU needs migfit reads, each share rounded
     to 1/``MIX_UNITS`` of the pods counted (classes below half a unit are dropped), then
     renormalised; ties between equally common classes go to the smaller key, so the same
-    counts give the same mix on every replica.
+    counts give the same mix on every replica. ``known`` keeps each class's decoded needs
+    between calls (``Index.mix``).
     """
-    counted: list[tuple[int, cluster.PodClass, tuple[Want, ...]]] = []
+    if known is None:
+        known = {}
+    counted: list[tuple[int, str, cluster.PodClass]] = []
     total = 0
     for key, n in classes.items():
-        items, decision, _cpu, _mem = key
-        wants = wants_of(dict(items), {keys.DECISION: decision} if decision else {})
-        if wants and n > 0:
-            counted.append((n, key, wants))
+        entry = known.get(key)
+        if entry is None:
+            items, decision, _cpu, _mem = key
+            entry = known[key] = (repr(key), wants_of(
+                dict(items), {keys.DECISION: decision} if decision else {}))
+        if entry[1] and n > 0:
+            counted.append((n, entry[0], key))
             total += n
     if not total:
-        return ()
-    counted.sort(key=lambda t: (-t[0], repr(t[1])))
-    kept = [(round(n * MIX_UNITS / total), key, wants)
-            for n, key, wants in counted[:MIX_CLASSES]]
+        return EMPTY_MIX
+    top = heapq.nsmallest(MIX_CLASSES, counted, key=lambda t: (-t[0], t[1]))
+    kept = [(round(n * MIX_UNITS / total), key) for n, _, key in top]
     kept = [t for t in kept if t[0] > 0]
-    units = sum(u for u, _, _ in kept)
-    return tuple(ClassShare(wants=wants, cpu_milli=key[2], memory_bytes=key[3],
-                            share=u / units) for u, key, wants in kept)
+    units = sum(u for u, _ in kept)
+    return Mix.of([ClassShare(wants=known[key][1], cpu_milli=key[2], memory_bytes=key[3],
+                              share=u / units) for u, key in kept])
 
 
 class Index:
@@ -268,8 +305,9 @@ class Index:
         self._pending_wants: dict[str, tuple[records.PodRecord, tuple[Want, ...]]] = {}
         self._demand_total: Counter[profiles.ProfileName] = Counter()
         self._memos: dict[object, dict[str, Any]] = {}
-        self._mix: Mix = ()
+        self._mix: Mix = EMPTY_MIX
         self._mix_generation = -1
+        self._mix_known: dict[cluster.PodClass, tuple[str, tuple[Want, ...]]] = {}
         self._on_refresh: list[Callable[[Sequence[str]], None]] = []
         model.add_listener(self._dirty.add)
 
@@ -408,7 +446,10 @@ class Index:
         it is unchanged, so that what is keyed on it stays put."""
         generation = self._cluster.classes_generation
         if generation != self._mix_generation:
-            mix = mix_of(self._cluster.pod_classes())
+            classes = self._cluster.pod_classes()
+            if len(self._mix_known) > 4 * len(classes) + 64:  # forget classes long gone
+                self._mix_known.clear()
+            mix = mix_of(classes, self._mix_known)
             if mix != self._mix:
                 self._mix = mix
             self._mix_generation = generation

@@ -160,7 +160,7 @@ class Inputs:
     cpu_milli: int  # the pod's own requests as the cache holds them (0 when not cached)
     memory_bytes: int
     own: tuple[figures.Want, ...] | None  # its wants counted in pending demand (excluded)
-    mix: figures.Mix = ()  # the demand mix the fragmentation is expected over (Index.mix)
+    mix: figures.Mix = figures.EMPTY_MIX  # the demand mix the fragment is expected over
     host_only: bool = False  # a pod without MIG requests, scored (``all_pods``)
 
 
@@ -206,6 +206,7 @@ def _scarcity(index: figures.Index, model_key: str, request: filtering.PodReques
 
 
 _HOST = ("scoring", "host")
+HOST_SHAPES = 16  # per node and request shape: scores kept for this many pod cpu/memory pairs
 _SCORED = "scoring"  # with the request's wants: each node's last score and its inputs
 
 
@@ -249,9 +250,10 @@ def score_nodes(
     memo = index.memo(request.wants)  # shared with filter: the same verdicts
     zeros: dict[str, NodeScore] = index.memo(_ZEROS)  # one shared "does not fit" per node
     hosts: dict[str, tuple[object, int, int]] = index.memo(_HOST)
-    # node -> (figures, scarcity, the node's part, the pod's cpu, memory, the score, mix)
-    scored: dict[str, tuple[figures.NodeFigures, float, _Part, int, int, NodeScore,
-                            figures.Mix]] = index.memo((_SCORED, request.wants))
+    # node -> (figures, mix, the node's part, (pod cpu, memory) -> its score)
+    scored: dict[str, tuple[figures.NodeFigures, figures.Mix, _Part,
+                            dict[tuple[int, int], NodeScore]]] = \
+        index.memo((_SCORED, request.wants))
     mix = index.mix()
     me = model.pod(request.uid)
     my_cpu = me.cpu_milli if me is not None else request.cpu_milli
@@ -277,20 +279,27 @@ def score_nodes(
         if scarce is None:
             scarce = scarcity[fig.model_key] = model_term(index, request, fig.model_key)
         # What follows reads only the node's figures (replaced on every cache event that
-        # touches the node), the request's shape, the model's scarcity and the pod's own
-        # cpu/memory. The node's part is kept per (figures, scarcity); with the pod's
-        # cpu/memory unchanged too, the whole score is the one computed last time.
+        # touches the node), the request's shape, the demand mix, the model's scarcity and
+        # the pod's own cpu/memory. The node's part is kept per (figures, mix), its score per
+        # pod cpu/memory besides; a scarcity that moved only re-adds the terms.
         done = scored.get(name)
-        if done is not None and done[0] is fig and done[1] == scarce and done[6] is mix:
-            if done[3] == my_cpu and done[4] == my_mem:
-                append(done[5])
+        if done is not None and done[0] is fig and done[1] is mix:
+            part, results = done[2], done[3]
+            kept = results.get((my_cpu, my_mem))
+            if kept is not None:
+                if kept.scarce != scarce:  # only the model-wide term moved
+                    kept = results[(my_cpu, my_mem)] = _assemble(
+                        name, fig, part, scarce, kept.strand, kept.host, kept.frag)
+                append(kept)
                 continue
-            part = done[2]
         else:
-            part = _node_part(fig, wants, nwants, scarce, _host_of(model, name, fig, hosts),
-                              mix)
+            part = _node_part(fig, wants, nwants, _host_of(model, name, fig, hosts), mix)
+            results = {}
+            scored[name] = (fig, mix, part, results)
         result = _finish(name, fig, part, scarce, my_cpu, my_mem, mix)
-        scored[name] = (fig, scarce, part, my_cpu, my_mem, result, mix)
+        if len(results) >= HOST_SHAPES:  # pods' cpu and memory are the clients': bounded
+            results.clear()
+        results[(my_cpu, my_mem)] = result
         append(result)
     return out
 
@@ -322,7 +331,7 @@ def score_node(index: figures.Index, request: filtering.PodRequest, name: str, *
         return NodeScore(name, MIN_SCORE, False)
     scarce = model_term(index, request, fig.model_key)
     host = _host_used(index.cluster, name) if _host_known(fig) else None
-    part = _node_part(fig, request.wants, len(request.wants), scarce, host, inputs.mix)
+    part = _node_part(fig, request.wants, len(request.wants), host, inputs.mix)
     return _finish(name, fig, part, scarce, inputs.cpu_milli, inputs.memory_bytes, inputs.mix)
 
 
@@ -393,7 +402,7 @@ def _host_of(model: cluster.Cluster, name: str, fig: figures.NodeFigures,
 
 
 def _node_part(fig: figures.NodeFigures, wants: Sequence[figures.Want], nwants: int,
-               scarce: float, host: tuple[int, int] | None, mix: figures.Mix) -> _Part:
+               host: tuple[int, int] | None, mix: figures.Mix) -> _Part:
     """What the score reads of the node and the request's shape, before the pod's cpu and
     memory: ``host`` is the cpu and memory of the MIG pods bound there (None: unknown)."""
     free = fig.state.free
@@ -411,8 +420,7 @@ def _node_part(fig: figures.NodeFigures, wants: Sequence[figures.Want], nwants: 
     slack /= nwants
     pack = min(1.0, (fig.used_slices + taken) / fig.total_slices) if fig.total_slices else 0.0
     fresh = fig.state.used_total == 0
-    base = (W_PACK * pack + (0.0 if fresh else W_FRESH) + W_SCARCE * (1.0 - scarce)
-            + W_TIGHT * tight + W_SLACK * (1.0 - slack))
+    base = W_PACK * pack + (0.0 if fresh else W_FRESH) + W_TIGHT * tight + W_SLACK * (1.0 - slack)
     rec = fig.state.node
     if host is not None:
         before = fragmentation(fig, mix, free, fig.free_slices, fresh,
@@ -452,20 +460,21 @@ def fragmentation(fig: figures.NodeFigures, mix: figures.Mix,
         return out
     out = 0.0
     sizes = fig.slices
+    asks = mix.asks
+    single, model_key = fig.single, fig.model_key
     for q, have in free.items():
         if have <= 0:
             continue
-        asked = served = 0.0
-        for c in mix:
-            for w in c.wants:
-                if w.profile == q:
-                    asked += c.share
-                    if (w.count <= have and w.single == fig.single
-                            and w.allows(fig.model_key)
-                            and c.cpu_milli <= cpu_left and c.memory_bytes <= memory_left):
-                        served += c.share
-                    break
-        out += have * sizes.get(q, 1) * (1.0 - served / asked if asked else 1.0)
+        entry = asks.get(q)
+        if entry is None:  # no class asks for it
+            out += have * sizes.get(q, 1)
+            continue
+        served = 0.0
+        for share, cpu, mem, count, one, models in entry[1]:
+            if (count <= have and cpu <= cpu_left and mem <= memory_left and one == single
+                    and (models is None or model_key in models)):
+                served += share
+        out += have * sizes.get(q, 1) * (1.0 - served / entry[0])
     return out
 
 
@@ -487,7 +496,7 @@ def _can_host(model: profiles.GpuModel | None, gpus: int, single: bool, model_ke
 
 def _finish(name: str, fig: figures.NodeFigures, part: _Part, scarce: float, my_cpu: int,
             my_mem: int, mix: figures.Mix) -> NodeScore:
-    """The score from a node's part and the pod's own cpu and memory."""
+    """The score from a node's part, the model's scarcity and the pod's own cpu and memory."""
     pack = part[0]
     strand = (1.0 - pack) / 2
     u_host = 0.0
@@ -501,11 +510,17 @@ def _finish(name: str, fig: figures.NodeFigures, part: _Part, scarce: float, my_
     else:
         after = fragmentation(fig, mix, part[11], part[12], False, None, None)
     per_gpu = fig.model.memory_slices if fig.model is not None else 1
-    frag = (after - part[10]) / per_gpu
+    return _assemble(name, fig, part, scarce, strand, u_host, (after - part[10]) / per_gpu)
+
+
+def _assemble(name: str, fig: figures.NodeFigures, part: _Part, scarce: float, strand: float,
+              u_host: float, frag: float) -> NodeScore:
+    """raw and the 0..10 score from the terms' figures (``_finish``; a kept score whose
+    model scarcity moved is re-assembled from its figures, with the same arithmetic)."""
     # The same sum, in the same order, as the formula in the module docstring.
-    raw = (part[4] + W_STRAND * (1.0 - strand) + W_HOST * (1.0 - u_host)
-           + W_FRAG * frag_term(frag))
+    raw = (part[4] + W_SCARCE * (1.0 - scarce) + W_STRAND * (1.0 - strand)
+           + W_HOST * (1.0 - u_host) + W_FRAG * frag_term(frag))
     score = math.floor(MAX_SCORE * raw + 0.5 + TIE * (fig.tie - 0.5))
     score = MIN_SCORE if score < MIN_SCORE else min(score, MAX_SCORE)
-    return NodeScore(name, score, True, pack, part[1], scarce, part[2], part[3], raw, strand,
-                     u_host, frag)
+    return NodeScore(name, score, True, part[0], part[1], scarce, part[2], part[3], raw,
+                     strand, u_host, frag)

@@ -120,8 +120,8 @@ def test_the_mix_is_the_common_classes_rounded_and_does_not_depend_on_order() ->
     b = figures.mix_of({rare: 1, three: 300, one: 600})
     assert a == b
     assert [(c.wants[0].profile, round(c.share, 3)) for c in a] == [
-        ("1g.10gb", round(21 / 32, 3)), ("3g.40gb", round(11 / 32, 3))]  # rare: < 1/64
-    assert figures.mix_of({}) == ()
+        ("1g.10gb", round(11 / 16, 3)), ("3g.40gb", round(5 / 16, 3))]  # rare: < 1/32
+    assert not figures.mix_of({})
 
 
 async def test_a_cpu_only_prioritize_call_over_the_wire_with_score_all_pods(

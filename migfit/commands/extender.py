@@ -11,7 +11,7 @@ from typing import Any
 from migfit import advisor, cluster, errors, kube, logs, profiles, serving, sources
 from migfit import metrics as common_metrics
 from migfit.commands import options
-from migfit.extender import figures, scoring_log, server
+from migfit.extender import figures, scoring_log, server, usage
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -80,6 +80,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                                                                  "migfit-system"),
                      metavar="NS", help="namespace of the leader-election Lease "
                                         "(default $POD_NAMESPACE or migfit-system)")
+    usage.add_arguments(parser)
 
 
 def settings_from(args: argparse.Namespace) -> server.ExtenderSettings:
@@ -132,7 +133,10 @@ async def _serve(args: argparse.Namespace, settings: server.ExtenderSettings,
     index = figures.Index(view)
     # Busy nodes' idle GPUs are advised on; the apply mode acts on such advice only with
     # --apply-busy-nodes (docs/relayout.md).
-    cache = advice.AdviceCache(settings=advisor.Settings(grace_s=args.grace, busy_nodes=True))
+    # --gpu-usage-from dcgm: which GPU holds each instance in use (extender/usage.py).
+    scraper = usage.from_args(args, view, registry=registry)
+    cache = advice.AdviceCache(settings=advisor.Settings(grace_s=args.grace, busy_nodes=True),
+                               usage=scraper)
     # Computed at scrape time from the cache /advice reads: they agree with /advice, with a
     # publisher (API mode) or without one (--cluster FILE, --no-publish).
     metrics = advice.Metrics(registry, state=view, cache=cache)
@@ -164,6 +168,9 @@ async def _serve(args: argparse.Namespace, settings: server.ExtenderSettings,
     elif args.apply_relayout:
         raise errors.UsageError("--apply-relayout needs a Kubernetes API (--kubeconfig or "
                                 "in-cluster), and advice publishing on")
+    if scraper is not None:
+        scraper.api = client  # None: it opens its own client when it discovers exporters
+        background.append(("gpu usage", scraper.run))
     try:
         await server.serve(settings, view, index=index, advice_cache=cache, source=source,
                            registry=registry, background=background)
@@ -174,6 +181,7 @@ async def _serve(args: argparse.Namespace, settings: server.ExtenderSettings,
 
 def run(args: argparse.Namespace) -> int:
     settings = settings_from(args)
+    usage.settings_from(args)  # its flags checked before anything starts
     if args.max_relayouts < 1:
         raise errors.UsageError(f"--max-relayouts {args.max_relayouts}: use 1 or more")
     # Checked before anything starts (it was checked after the API client was opened, which

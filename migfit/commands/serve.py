@@ -24,7 +24,7 @@ from migfit import metrics as common_metrics
 from migfit.certs import certificates, reloading
 from migfit.commands import options
 from migfit.commands import webhook as webhook_cli
-from migfit.extender import advice, figures
+from migfit.extender import advice, figures, usage
 from migfit.extender import server as extender_server
 from migfit.webhook import decision, memo, view
 from migfit.webhook import server as webhook_server
@@ -51,6 +51,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     webhook_cli.add_policy_arguments(parser)
     serving.add_limit_arguments(parser.add_argument_group(
         "connections", "bounds on what clients may hold, for both servers"))
+    usage.add_arguments(parser)
 
 
 @contextlib.contextmanager
@@ -107,6 +108,10 @@ def _walkthrough(*, host: str, webhook_port: int, extender_port: int, ca: Path,
 async def _serve(args: argparse.Namespace) -> None:
     catalog, policy = webhook_cli.policy_from(args)
     cluster_file = args.cluster_file
+    if (usage.settings_from(args) is not None and args.dcgm_exporter_url is None
+            and args.kubeconfig is None):
+        raise errors.UsageError("--gpu-usage-from dcgm finds the exporters through the API: "
+                                "give --kubeconfig, or --dcgm-exporter-url")
     if cluster_file is None and args.kubeconfig is None:
         cluster_file = str(snapshots.EXAMPLE_CLUSTER)
     model = cluster.Cluster(catalog)
@@ -150,7 +155,8 @@ async def _serve_with(
                                        decisions=memo.DecisionMemo())
     ext_registry = common_metrics.registry()
     index = figures.Index(model)
-    cache = advice.AdviceCache()
+    scraper = usage.from_args(args, model, registry=ext_registry)  # --gpu-usage-from dcgm
+    cache = advice.AdviceCache(usage=scraper)
     advice.Metrics(ext_registry, state=model, cache=cache)  # the gauges /advice agrees with
     ext_settings = extender_server.ExtenderSettings(log_format=args.log_format, limits=limits)
     ext_app = extender_server.make_app(
@@ -162,6 +168,7 @@ async def _serve_with(
     runners: list[tuple[web.AppRunner, serving.Listen]] = []
     stop = asyncio.Event()
     reload_task = asyncio.create_task(reloader.run(reloading.DEFAULT_INTERVAL))
+    usage_task = asyncio.create_task(scraper.run()) if scraper is not None else None
     try:
         for app, listen in zip((hook_app, ext_app), listens, strict=True):
             try:
@@ -187,10 +194,15 @@ async def _serve_with(
             await stop.wait()
     finally:
         reload_task.cancel()
+        if usage_task is not None:
+            usage_task.cancel()
         for runner, listen in reversed(runners):
             await serving.drain_and_stop(runner, listen)
         with contextlib.suppress(asyncio.CancelledError):
             await reload_task
+        if usage_task is not None:
+            with contextlib.suppress(asyncio.CancelledError):
+                await usage_task
 
 
 def run(args: argparse.Namespace) -> int:

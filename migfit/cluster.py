@@ -58,8 +58,9 @@ class Cluster:
         # The workload's pod classes: pods pending or holding instances, by the shape the
         # score reads (``PodClass``); ``classes_generation`` moves when one count does.
         self._classes: Counter[PodClass] = Counter()
-        # Pods without GPU requests on the nodes kept here: uid -> (node, cpu, memory), and
-        # per node their sums (NodeState.other_*). Bounded by the pods of those nodes.
+        # Bound pods without GPU requests: uid -> (node, cpu, memory), and per node their
+        # sums (NodeState.other_*). Three numbers per pod of the cluster, whatever the order
+        # in which nodes and pods are listed.
         self._others: dict[str, tuple[str, int, int]] = {}
         self._other_use: dict[str, tuple[int, int]] = {}
         self.classes_generation = 0
@@ -209,9 +210,6 @@ class Cluster:
             self._models[old.model] -= 1
             if not self._models[old.model]:
                 del self._models[old.model]
-        for uid in [u for u, use in self._others.items() if use[0] == name]:
-            del self._others[uid]
-        self._other_use.pop(name, None)
         self._recompute(name)
 
     def _set_pod(self, pod: PodRecord) -> None:
@@ -234,8 +232,6 @@ class Cluster:
 
     def _set_other(self, uid: str, use: tuple[str, int, int] | None) -> None:
         """Account a pod without GPU requests (``decoding.host_use``; None: it takes none)."""
-        if use is not None and use[0] not in self._nodes:
-            use = None  # not a node kept here
         old = self._others.get(uid)
         if old == use:
             return
@@ -254,7 +250,8 @@ class Cluster:
             self._other_use.pop(node, None)
         else:
             self._other_use[node] = now
-        self._recompute(node)
+        if node in self._nodes:  # a node listed later reads the sums when it is added
+            self._recompute(node)
 
     def _remove_pod(self, uid: str) -> None:
         if uid in self._others:

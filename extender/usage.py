@@ -219,8 +219,10 @@ class UsageScraper:
     def _failed(self, node: str, exc: ScrapeError) -> None:
         self.errors.labels(exc.reason).inc()
         if self._failing.get(node) != exc.reason:
-            log.warning("gpu usage: node %s: DCGM exporter not usable (%s: %s); its last "
-                        "report is kept until stale", node, exc.reason, exc)
+            kept = ("its last report is kept until stale" if node in self._kept
+                    else "the advisor uses the counts for it")
+            log.warning("gpu usage: node %s: DCGM exporter not usable (%s: %s); %s", node,
+                        exc.reason, exc, kept)
             self._failing[node] = exc.reason
 
     async def scrape_once(self, api: kube.KubeClient | None = None) -> Usage:

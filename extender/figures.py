@@ -232,6 +232,10 @@ class Mix:
     classes: tuple[ClassShare, ...] = ()
     asks: Mapping[profiles.ProfileName, tuple[float, tuple[Ask, ...]]] = dataclasses.field(
         default_factory=dict, compare=False, hash=False, repr=False)
+    # the most cpu (milli) and memory (bytes) a class asks: a node with this much left serves
+    # every class's host needs, so its fragment does not depend on the exact room
+    most_cpu: int = dataclasses.field(default=0, compare=False, hash=False, repr=False)
+    most_memory: int = dataclasses.field(default=0, compare=False, hash=False, repr=False)
 
     def __bool__(self) -> bool:
         return bool(self.classes)
@@ -247,7 +251,9 @@ class Mix:
                 rows.setdefault(w.profile, []).append(
                     (c.share, c.cpu_milli, c.memory_bytes, w.count, w.single, w.models))
         return Mix(classes=tuple(classes), asks={
-            p: (sum(r[0] for r in rs), tuple(rs)) for p, rs in rows.items()})
+            p: (sum(r[0] for r in rs), tuple(rs)) for p, rs in rows.items()},
+            most_cpu=max((c.cpu_milli for c in classes), default=0),
+            most_memory=max((c.memory_bytes for c in classes), default=0))
 
 
 EMPTY_MIX = Mix()

@@ -311,7 +311,9 @@ def score_nodes(
 #  node cpu, node memory, fragmentation before, free instances after, free slices after):
 # a node's part of the score for one request shape, scarcity and mix.
 _Part = tuple[float, bool, float, float, float, bool, int, int, int, int, float,
-              dict[profiles.ProfileName, int], int]
+              dict[profiles.ProfileName, int], int, float]
+# (the last: the fragment after the placement on a node whose host room, after it, still
+#  serves every class of the mix: then it does not depend on the pod's cpu and memory)
 
 
 def score_node(index: figures.Index, request: filtering.PodRequest, name: str, *,
@@ -425,14 +427,15 @@ def _node_part(fig: figures.NodeFigures, wants: Sequence[figures.Want], nwants: 
     fresh = fig.state.used_total == 0
     base = W_PACK * pack + (0.0 if fresh else W_FRESH) + W_TIGHT * tight + W_SLACK * (1.0 - slack)
     rec = fig.state.node
+    left = fig.free_slices - int(taken)
+    roomy = fragmentation(fig, mix, after, left, False, None, None)
     if host is not None:
         before = fragmentation(fig, mix, free, fig.free_slices, fresh,
                                rec.cpu_milli - host[0], rec.memory_bytes - host[1])
         return (pack, fresh, tight, slack, base, True, host[0], host[1], rec.cpu_milli,
-                rec.memory_bytes, before, after, fig.free_slices - int(taken))
+                rec.memory_bytes, before, after, left, roomy)
     before = fragmentation(fig, mix, free, fig.free_slices, fresh, None, None)
-    return (pack, fresh, tight, slack, base, False, 0, 0, 1, 1, before, after,
-            fig.free_slices - int(taken))
+    return (pack, fresh, tight, slack, base, False, 0, 0, 1, 1, before, after, left, roomy)
 
 
 def fragmentation(fig: figures.NodeFigures, mix: figures.Mix,
@@ -507,11 +510,11 @@ def _finish(name: str, fig: figures.NodeFigures, part: _Part, scarce: float, my_
         u_host = max((part[6] + my_cpu) / part[8], (part[7] + my_mem) / part[9])
         u_host = min(1.0, u_host)
         strand = max(0.0, u_host - pack)
+    after = part[13]
     if part[5]:
-        after = fragmentation(fig, mix, part[11], part[12], False,
-                              part[8] - part[6] - my_cpu, part[9] - part[7] - my_mem)
-    else:
-        after = fragmentation(fig, mix, part[11], part[12], False, None, None)
+        cpu_left, mem_left = part[8] - part[6] - my_cpu, part[9] - part[7] - my_mem
+        if cpu_left < mix.most_cpu or mem_left < mix.most_memory:
+            after = fragmentation(fig, mix, part[11], part[12], False, cpu_left, mem_left)
     per_gpu = fig.model.memory_slices if fig.model is not None else 1
     return _assemble(name, fig, part, scarce, strand, u_host, (after - part[10]) / per_gpu)
 

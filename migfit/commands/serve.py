@@ -19,7 +19,7 @@ from pathlib import Path
 
 from aiohttp import web
 
-from migfit import cluster, errors, lifecycle, logs, serving, snapshots, sources
+from migfit import advisor, cluster, errors, lifecycle, logs, serving, snapshots, sources
 from migfit import metrics as common_metrics
 from migfit.certs import certificates, reloading
 from migfit.commands import options
@@ -156,7 +156,9 @@ async def _serve_with(
     ext_registry = common_metrics.registry()
     index = figures.Index(model)
     scraper = usage.from_args(args, model, registry=ext_registry)  # --gpu-usage-from dcgm
-    cache = advice.AdviceCache(usage=scraper)
+    # As `migfit extender`: advice may propose re-laying out the idle GPUs of busy nodes
+    # (applying them needs --apply-busy-nodes there).
+    cache = advice.AdviceCache(settings=advisor.Settings(busy_nodes=True), usage=scraper)
     advice.Metrics(ext_registry, state=model, cache=cache)  # the gauges /advice agrees with
     ext_settings = extender_server.ExtenderSettings(log_format=args.log_format, limits=limits)
     ext_app = extender_server.make_app(

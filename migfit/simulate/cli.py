@@ -145,6 +145,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                      help="+advisor: the advisor knows which GPU holds each instance in use "
                           "(the nodes' DCGM exporters, --dcgm-exporter on the server), not "
                           "only the node's counts")
+    run.add_argument("--arrival-scale", type=float, default=1.0, metavar="F",
+                     help="events: arrival times (from the first) multiplied by F; below 1 the "
+                          "same pods with the same run times arrive faster, which loads the "
+                          "cluster (the trace in its own time never does) (default 1)")
     run.add_argument("--score-all-pods", action=argparse.BooleanOptionalAction, default=False,
                      help="migfit: the extender scores pods without GPU requests too (the "
                           "extender's --score-all-pods, registered without managedResources)")
@@ -329,11 +333,15 @@ def run(args: argparse.Namespace) -> int:
     _check_outputs(args)
     if args.percentage_of_nodes_to_score < 0:
         raise errors.UsageError("--percentage-of-nodes-to-score must be 0 (adaptive) to 100")
+    if not 0 < args.arrival_scale <= 1e6:
+        raise errors.UsageError(f"--arrival-scale {args.arrival_scale}: use a positive factor "
+                                "(0.05 = arrivals 20 times as fast)")
     nodes, pods, info = _inputs(args, catalog)
     options = engine.Options(
         percentage_of_nodes_to_score=args.percentage_of_nodes_to_score,
         allocation=args.allocation, gpu_weight=args.gpu_weight, busy_nodes=args.busy_nodes,
         gpu_usage=args.gpu_usage, score_all_pods=args.score_all_pods,
+        arrival_scale=args.arrival_scale,
         mode=args.mode, target=args.target, order=args.order, fill_interval=args.fill_interval,
         relayout_seconds=args.relayout_seconds, advise_interval=args.advise_interval,
         max_relayouts=args.max_relayouts, advisor_grace=args.advisor_grace,
@@ -372,6 +380,7 @@ def run(args: argparse.Namespace) -> int:
         "percentage_of_nodes_to_score": options.percentage_of_nodes_to_score or "adaptive",
         "allocation": options.allocation, "busy_nodes": options.busy_nodes,
         "gpu_usage": options.gpu_usage, "score_all_pods": options.score_all_pods,
+        "arrival_scale": options.arrival_scale,
         "seeds": seeds,
         "code": adapters.sources(), "elapsed_s": round(elapsed, 2),
         "definitions": metrics.__doc__ or "",

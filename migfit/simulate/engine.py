@@ -621,7 +621,8 @@ def run(nodes: Sequence[spec.NodeSpec], pods: Sequence[workload.PodSpec], *, pol
     started = time.perf_counter()
     gpus = sum(n.gpus for n in nodes)
     arrivals = workload.arrivals(pods, mode=options.mode, order=options.order,
-                                 target=options.target, seed=seed, gpus=gpus)
+                                 target=options.target, seed=seed, gpus=gpus,
+                                 arrival_scale=options.arrival_scale)
     if policy.is_bound:
         figs = bound.figures(nodes, arrivals, options=options, catalog=catalog,
                              static=policy.scorer == "bound-static")

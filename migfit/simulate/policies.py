@@ -94,6 +94,8 @@ class Options:
     # The extender is registered for every pod (extender --score-all-pods): pods without GPU
     # requests are scored too, toward nodes where they strand no instance.
     score_all_pods: bool = False
+    # events: arrival times (from the first) multiplied by this; below 1 loads the cluster
+    arrival_scale: float = 1.0
     gpu_weight: int = 3  # binpack-gpu: the MIG resource's weight against cpu 1, memory 1
     samples: int = 200  # points of each time series
     snapshot_at: float | None = None  # events: time of the GPU picture (default: last arrival)

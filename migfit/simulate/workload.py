@@ -194,12 +194,18 @@ def synthetic(n: int, *, model: profiles.GpuModel, mapping: Mapping_, seed: int,
 
 
 def arrivals(pods: Sequence[PodSpec], *, mode: str, order: str, target: float, seed: int,
-             gpus: int) -> list[PodSpec]:
-    """The arrival sequence of one seed. Events: the pods in trace order. Fill: pods drawn
+             gpus: int, arrival_scale: float = 1.0) -> list[PodSpec]:
+    """The arrival sequence of one seed. Events: the pods in trace order, their arrival
+    times (from the first) multiplied by ``arrival_scale`` (below 1: the same pods, with the
+    same run times, arriving faster — a loaded variant of the trace). Fill: pods drawn
     (with replacement, or in trace order and then drawn) until their GPU request reaches
     ``target`` × the cluster's GPUs."""
     if mode == "events":
-        return list(pods)
+        if arrival_scale == 1.0 or not pods:
+            return list(pods)
+        start = min(p.arrival for p in pods)
+        return [dataclasses.replace(p, arrival=start + (p.arrival - start) * arrival_scale)
+                for p in pods]
     rng = random.Random(f"workload-{seed}")
     goal = target * gpus
     out: list[PodSpec] = []

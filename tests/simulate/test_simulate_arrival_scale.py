@@ -1,0 +1,57 @@
+"""--arrival-scale: the same pods arriving faster in events mode, a loaded variant of a trace."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from migfit import cli, profiles
+from migfit.simulate import engine, spec, workload
+
+CATALOG = profiles.builtin()
+A100 = CATALOG.get("A100-80GB")
+
+
+def pod(name: str, arrival: float, duration: float) -> workload.PodSpec:
+    return workload.PodSpec(
+        name=name, cpu_milli=1000, memory_mib=1024, num_gpu=1, gpu_milli=1000,
+        arrival=arrival, duration=duration, annotations={}, containers=1,
+        expected=profiles.ProfileName("7g.80gb"), gpu_memory_mib=0, explicit=("7g.80gb",))
+
+
+PODS = [pod("a", 100.0, 50.0), pod("b", 200.0, 50.0), pod("c", 300.0, math.inf)]
+
+
+def test_arrival_times_are_scaled_from_the_first_and_run_times_kept() -> None:
+    got = workload.arrivals(PODS, mode="events", order="trace", target=1.3, seed=0, gpus=1,
+                            arrival_scale=0.1)
+    assert [(p.name, p.arrival, p.duration) for p in got] == [
+        ("a", 100.0, 50.0), ("b", 110.0, 50.0), ("c", 120.0, math.inf)]
+    assert workload.arrivals(PODS, mode="events", order="trace", target=1.3, seed=0,
+                             gpus=1) == PODS
+
+
+def test_faster_arrivals_make_pods_wait_for_the_one_gpu() -> None:
+    lay, config = spec.resolve_layout(A100, "all-7g.80gb", where="test")
+    nodes = [spec.NodeSpec(name="n", model=A100, gpu_layouts=(lay,), cpu_milli=8000,
+                           memory_mib=32768, config=config)]
+
+    def figures(scale: float) -> dict[str, float]:
+        options = engine.Options(mode="events", arrival_scale=scale)
+        return engine.run(nodes, PODS, policy=engine.Policy.parse("default"), seed=0,
+                          options=options, catalog=CATALOG).figures
+
+    # In trace time each pod ends before the next arrives; ten times as fast, b waits for a
+    # (40 s) and c for b.
+    assert figures(1.0)["gpu_pending_p95_s"] == 0
+    assert figures(0.1)["gpu_pending_p95_s"] > 0
+
+
+@pytest.mark.parametrize("value", ["0", "-1"])
+def test_a_non_positive_scale_is_a_usage_error(value: str, capsys: pytest.CaptureFixture[str],
+                                               tmp_path: Path) -> None:
+    assert cli.main(["simulate", "--example", "--mode", "events", "--arrival-scale", value]) == 2
+    err = capsys.readouterr().err
+    assert "--arrival-scale" in err and "Traceback" not in err

@@ -14,7 +14,7 @@ import datetime
 import enum
 import json
 from collections.abc import Mapping
-from typing import Annotated, Any, Final, Literal, TypedDict
+from typing import Annotated, Any, Final, Literal, NotRequired, TypedDict
 
 import pydantic
 
@@ -104,6 +104,9 @@ class DecisionContainer(TypedDict):
     profile: str
     resource: str
     models: list[str]  # GPU models on which the request fits the profile; empty = any model
+    #: Why this profile (``smallest fitting``, ``smallest with a free instance (1g.10gb: 0
+    #: free)``); absent in records written before migfit recorded it.
+    reason: NotRequired[str]
 
 
 class DecisionRecord(TypedDict):
@@ -147,19 +150,24 @@ def decode_decision(text: str) -> DecisionRecord:
         raise AnnotationError(f"{where} (containers is not a list)")
     containers: list[DecisionContainer] = []
     for item in raw["containers"]:
-        if not isinstance(item, dict) or set(item) != set(_CONTAINER_FIELDS):
+        if not isinstance(item, dict) or set(item) - {"reason"} != set(_CONTAINER_FIELDS):
             raise AnnotationError(f"{where} (each container needs "
-                                  f"{', '.join(_CONTAINER_FIELDS)})")
+                                  f"{', '.join(_CONTAINER_FIELDS)}, and may have reason)")
+        if not isinstance(item.get("reason", ""), str):
+            raise AnnotationError(f"{where} (reason is not a str)")
         for field, kind in _CONTAINER_FIELDS.items():
             value = item[field]
             if not isinstance(value, kind) or isinstance(value, bool):
                 raise AnnotationError(f"{where} ({field} is not a {kind.__name__})")
         if not all(isinstance(m, str) for m in item["models"]):
             raise AnnotationError(f"{where} (models must be strings)")
-        containers.append(DecisionContainer(
+        container = DecisionContainer(
             container=item["container"], request_mib=item["request_mib"],
             profile=item["profile"], resource=item["resource"], models=list(item["models"]),
-        ))
+        )
+        if "reason" in item:
+            container["reason"] = item["reason"]
+        containers.append(container)
     return DecisionRecord(v=DECISION_VERSION, strategy=raw["strategy"], containers=containers)
 
 

@@ -1,4 +1,5 @@
-"""Choosing a MIG profile: the smallest one that fits each container's request (DESIGN.md §4).
+"""Choosing a MIG profile: the smallest one that fits each container's request (DESIGN.md §4),
+or under contention the smallest fitting one with a free instance (``Policy.contention``).
 
 Candidates are what schedulable nodes advertise now; when none fits, any profile of the GPU
 models present (a re-layout could create it); without a cluster view, the catalog of the
@@ -23,6 +24,11 @@ MemoryMatch = Literal["label", "catalog", "nominal"]
 MEMORY_MATCHES: Final[tuple[MemoryMatch, ...]] = ("label", "catalog", "nominal")
 StrategyChoice = Literal["auto", "mixed", "single"]
 STRATEGY_CHOICES: Final[tuple[StrategyChoice, ...]] = ("auto", "mixed", "single")
+#: Which fitting profile under contention (``--choice``): ``smallest`` overall; ``free`` = the
+#: smallest with a free instance now, else the smallest; ``ceiling`` = as ``free`` but never
+#: one that would leave more than ``Policy.waste_ceiling`` of its memory unused.
+Contention = Literal["smallest", "free", "ceiling"]
+CONTENTIONS: Final[tuple[Contention, ...]] = ("smallest", "free", "ceiling")
 
 _NOMINAL: Final = re.compile(r"\.(\d+)gb")
 ANY_GPU: Final = "use a whole GPU (nvidia.com/gpu) instead"
@@ -42,6 +48,12 @@ class Policy:
     strategy: StrategyChoice = "auto"
     #: Warn when more than this share of the chosen instance's memory would be unused.
     waste_warning: float = 0.5
+    #: Which fitting profile when the smallest has no free instance (``Contention``).
+    contention: Contention = "smallest"
+    #: ``ceiling``: a larger free profile is taken only when at most this share of its memory
+    #: is unused. 0.5 = at most twice the request, one step up the MIG ladder (10→20→40 GB),
+    #: and exactly where ``waste_warning`` starts warning: the choice never causes the warning.
+    waste_ceiling: float = 0.5
     #: Hand annotated pods to this scheduler (the second-scheduler overlay's
     #: ``migfit-scheduler``); pods that name a scheduler other than the default keep theirs.
     scheduler_name: str | None = None
@@ -56,6 +68,7 @@ class Plan:
     profile: str
     models: tuple[profiles.ModelId, ...]  # models where it fits; () = wherever advertised
     fit_models: tuple[profiles.ModelId, ...]
+    reason: str = ""  # why this profile (the decision record's ``reason``); "" = not recorded
 
 
 def usable_mib(
@@ -99,6 +112,7 @@ class Choice:
     free: int
     fit_models: tuple[profiles.ModelId, ...]
     restricted: bool  # some model with this profile name cannot hold the request
+    reason: str  # why this one (see ``_contend``)
 
 
 def _advertised(
@@ -128,12 +142,14 @@ def choose(
     supply: view.Supply,
     policy: Policy,
 ) -> Choice:
-    """The smallest profile that holds ``req`` (advertised first), or Denied naming the
-    largest one; ``key``/``value`` are the annotation the request came from."""
+    """The profile that holds ``req`` (advertised first; under contention as
+    ``policy.contention`` says), or Denied naming the largest one; ``key``/``value`` are the
+    annotation the request came from."""
     mib = req.memory_mib
     advertised = _advertised(req, pool=pool, supply=supply, policy=policy)
     if advertised:
-        model, p, usable = min(advertised, key=_order)
+        (model, p, usable), reason = _contend(sorted(advertised, key=_order), req, pool=pool,
+                                              supply=supply, policy=policy)
     else:
         anywhere = [(m, p, usable_mib(m, p, supply=supply, policy=policy))
                     for m in pool for p in m.profiles]
@@ -142,6 +158,7 @@ def choose(
             raise Denied(_too_big(req, key=key, value=value, pool=pool, supply=supply,
                                   policy=policy))
         model, p, usable = min(fitting, key=_order)
+        reason = "smallest fitting (none advertised)" if supply.available else "smallest fitting"
     fit = _fit_models(req, p.name, pool=pool, supply=supply, policy=policy)
     having = [m for m in pool if m.has_profile(p.name)]
     return Choice(
@@ -152,7 +169,44 @@ def choose(
         free=_free(fit, p.name, supply),
         fit_models=fit,
         restricted=len(fit) < len(having),
+        reason=reason,
     )
+
+
+def _contend(
+    ordered: Sequence[_Candidate], req: requests.GpuRequest, *,
+    pool: Sequence[profiles.GpuModel], supply: view.Supply, policy: Policy,
+) -> tuple[_Candidate, str]:
+    """The candidate ``policy.contention`` picks among the advertised ones (smallest first)
+    and why. Reads of the supply only whether each offer has a free instance, never how many
+    (what the simulator's cache keys on), so the reason names no count but 0."""
+    smallest = ordered[0]
+    if policy.contention == "smallest":
+        return smallest, "smallest fitting"
+    busy: list[str] = []  # profile names passed over: no free instance
+    wasteful: tuple[str, int] | None = None  # the smallest free one refused by the ceiling
+    seen: set[str] = set()
+    for c in ordered:
+        name = c[1].name
+        if name in seen:  # the same profile on another model: more usable memory, same count
+            continue
+        seen.add(name)
+        if _free(_fit_models(req, name, pool=pool, supply=supply, policy=policy), name,
+                 supply) <= 0:
+            busy.append(name)
+            continue
+        unused = 1 - req.memory_mib / c[2]
+        if c is smallest:
+            return c, "smallest fitting, with a free instance"
+        if policy.contention == "free" or unused <= policy.waste_ceiling:
+            return c, f"smallest with a free instance ({', '.join(busy)}: 0 free)"
+        if wasteful is None:
+            wasteful = (name, int(unused * 100))
+    if wasteful is not None:
+        return smallest, (f"smallest fitting: none free within the waste ceiling "
+                          f"({wasteful[0]} would leave {wasteful[1]}% unused, more than "
+                          f"{int(policy.waste_ceiling * 100)}%)")
+    return smallest, "smallest fitting: no fitting profile has a free instance"
 
 
 def _fit_models(
@@ -265,6 +319,7 @@ def plan(
             profile=choice.profile.name,
             models=choice.fit_models if choice.restricted else (),
             fit_models=choice.fit_models,
+            reason=choice.reason,
         ))
     return plans, _strategy(choices, supply=supply, policy=policy)
 
@@ -385,7 +440,8 @@ def reuse(
             return None
         models = tuple(profiles.ModelId(m) for m in c["models"])
         plans.append(Plan(container=by_name[c["container"]], request_mib=c["request_mib"],
-                          profile=c["profile"], models=models, fit_models=models))
+                          profile=c["profile"], models=models, fit_models=models,
+                          reason=c.get("reason", "")))
     return plans, prior["strategy"]
 
 

@@ -23,6 +23,8 @@ MemoryMatch = choice.MemoryMatch
 MEMORY_MATCHES: Final = choice.MEMORY_MATCHES
 StrategyChoice = choice.StrategyChoice
 STRATEGY_CHOICES: Final = choice.STRATEGY_CHOICES
+Contention = choice.Contention
+CONTENTIONS: Final = choice.CONTENTIONS
 usable_mib = choice.usable_mib
 PatchOp = patching.PatchOp
 escape = patching.escape
@@ -90,6 +92,19 @@ def _verdict_for(exc: errors.UsageError) -> Verdict:
                    allowed=False, message=exc.message, code=code)
 
 
+def _recorded(plan: choice.Plan, strategy: requests.Strategy) -> requests.DecisionContainer:
+    out = requests.DecisionContainer(
+        container=plan.container.name,
+        request_mib=plan.request_mib,
+        profile=plan.profile,
+        resource=choice.resource(plan.profile, strategy),
+        models=list(plan.models),
+    )
+    if plan.reason:  # a reinvocation keeps a record written before reasons as it was
+        out["reason"] = plan.reason
+    return out
+
+
 def _decide(pod: Mapping[str, Any], *, supply: view.Supply, policy: Policy) -> Verdict:
     annotations = reading.annotations_of(pod)
     if not requests.has_request(annotations):
@@ -115,13 +130,7 @@ def _decide(pod: Mapping[str, Any], *, supply: view.Supply, policy: Policy) -> V
     record = requests.DecisionRecord(
         v=requests.DECISION_VERSION,
         strategy=strategy,
-        containers=[requests.DecisionContainer(
-            container=pl.container.name,
-            request_mib=pl.request_mib,
-            profile=pl.profile,
-            resource=choice.resource(pl.profile, strategy),
-            models=list(pl.models),
-        ) for pl in plans],
+        containers=[_recorded(pl, strategy) for pl in plans],
     )
     spec = pod.get("spec")
     if reused is not None and patching.has_product_affinity(spec):

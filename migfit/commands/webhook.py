@@ -59,6 +59,16 @@ def add_policy_arguments(parser: argparse.ArgumentParser) -> None:
                              "nvidia.com/mig.strategy label (default)")
     parser.add_argument("--waste-warning", type=float, default=0.5, metavar="FRACTION",
                         help="warn when more than this share of an instance's memory is unused")
+    parser.add_argument("--choice", choices=decision.CONTENTIONS,
+                        default=decision.Policy().contention,
+                        help="which fitting profile when the smallest has no free instance: "
+                             "smallest = it anyway (the pod waits); free = the smallest with "
+                             "a free instance; ceiling = as free, within --waste-ceiling "
+                             "(default %(default)s; measured in docs/simulation.md)")
+    parser.add_argument("--waste-ceiling", type=float, default=decision.Policy().waste_ceiling,
+                        metavar="FRACTION",
+                        help="--choice ceiling: never a larger profile with more than this "
+                             "share of its memory unused (default %(default)s)")
     parser.add_argument("--scheduler-name", metavar="NAME",
                         help="set spec.schedulerName of annotated pods that use the default "
                              "scheduler (e.g. migfit-scheduler of the second-scheduler overlay)")
@@ -71,11 +81,15 @@ def policy_from(args: argparse.Namespace) -> tuple[profiles.Catalog, decision.Po
     models = tuple(dict.fromkeys(catalog.get(n) for n in names))
     if not 0 <= args.waste_warning <= 1:
         raise errors.UsageError(f"--waste-warning {args.waste_warning}: use a fraction 0..1")
+    if not 0 <= args.waste_ceiling <= 1:
+        raise errors.UsageError(f"--waste-ceiling {args.waste_ceiling}: use a fraction 0..1")
     return catalog, decision.Policy(
         fallback_models=models,
         memory_match=args.memory_match,
         strategy=args.strategy,
         waste_warning=args.waste_warning,
+        contention=args.choice,
+        waste_ceiling=args.waste_ceiling,
         scheduler_name=args.scheduler_name or None,
     )
 

@@ -36,14 +36,26 @@ class Decider:
     """The webhook's decision for pods arriving in a cluster; cached per request and supply.
 
     The decision reads only the pod's annotations and which (model, profile) offers exist
-    with their memory labels (webhook.view.Supply), so verdicts are cached on those.
+    with their memory labels (webhook.view.Supply), and, unless the policy's contention is
+    ``smallest``, whether each offer has a free instance (a bit, never the count: the
+    choice reads no more, and the bits change far less often than the counts), so verdicts
+    are cached on those.
     """
 
-    def __init__(self, cluster_view: cluster.Cluster) -> None:
+    def __init__(self, cluster_view: cluster.Cluster, *,
+                 contention: decision.Contention | None = None) -> None:
         self._cluster = cluster_view
         self._tracker = view.SupplyTracker(cluster_view)
-        self._policy = decision.Policy()
+        self._policy = (decision.Policy() if contention is None
+                        else decision.Policy(contention=contention))
+        self._reads_free = self._policy.contention != "smallest"
+        self.misses = 0  # decisions made (not answered from the cache)
         self._cache: dict[tuple[Any, ...], tuple[tuple[str, ...], tuple[Any, ...], str]] = {}
+
+    @property
+    def policy(self) -> decision.Policy:
+        """The webhook policy the decisions are made under."""
+        return self._policy
 
     def decide(self, pod: Mapping[str, Any]) -> tuple[tuple[str, ...], tuple[Any, ...], str]:
         """(profile per container, JSON Patch, denial message or "")."""
@@ -51,10 +63,12 @@ class Decider:
         meta = pod.get("metadata", {})
         ann = meta.get("annotations", {}) if isinstance(meta, dict) else {}
         conts = tuple(c.get("name") for c in pod.get("spec", {}).get("containers", ()))
-        offers = frozenset((k, o.label_mib) for k, o in supply.offers.items())
+        offers = frozenset((k, o.label_mib, self._reads_free and o.free > 0)
+                           for k, o in supply.offers.items())
         key = (tuple(sorted(ann.items())), conts, offers, tuple(m.id for m in supply.models))
         hit = self._cache.get(key)
         if hit is None:
+            self.misses += 1
             verdict = decision.decide_pod(pod, supply=supply, policy=self._policy)
             hit = (tuple(verdict.profiles), tuple(verdict.patch),
                    "" if verdict.allowed else str(verdict.message))

@@ -24,6 +24,7 @@ from typing import Any
 
 from migfit import errors, profiles
 from migfit.simulate import adapters, engine, initial, metrics, policies, report, spec, workload
+from migfit.webhook import choice
 
 TRACE_ENV = "MIGFIT_TRACE_DIR"
 NODE_CSV = "openb_node_list_gpu_node.csv"
@@ -152,6 +153,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     run.add_argument("--score-all-pods", action=argparse.BooleanOptionalAction, default=False,
                      help="migfit: the extender scores pods without GPU requests too (the "
                           "extender's --score-all-pods, registered without managedResources)")
+    run.add_argument("--webhook-choice", choices=choice.CONTENTIONS, default=None,
+                     help="the webhook's choice when the smallest fitting profile has no free "
+                          "instance (its --choice; default: the webhook's default, "
+                          f"{choice.Policy().contention})")
     run.add_argument("--gpu-weight", type=int, default=3, metavar="W",
                      help="binpack-gpu: the MIG resource's weight in MostAllocated (cpu and "
                           "memory weigh 1)")
@@ -341,7 +346,7 @@ def run(args: argparse.Namespace) -> int:
         percentage_of_nodes_to_score=args.percentage_of_nodes_to_score,
         allocation=args.allocation, gpu_weight=args.gpu_weight, busy_nodes=args.busy_nodes,
         gpu_usage=args.gpu_usage, score_all_pods=args.score_all_pods,
-        arrival_scale=args.arrival_scale,
+        arrival_scale=args.arrival_scale, webhook_choice=args.webhook_choice,
         mode=args.mode, target=args.target, order=args.order, fill_interval=args.fill_interval,
         relayout_seconds=args.relayout_seconds, advise_interval=args.advise_interval,
         max_relayouts=args.max_relayouts, advisor_grace=args.advisor_grace,
@@ -381,6 +386,7 @@ def run(args: argparse.Namespace) -> int:
         "allocation": options.allocation, "busy_nodes": options.busy_nodes,
         "gpu_usage": options.gpu_usage, "score_all_pods": options.score_all_pods,
         "arrival_scale": options.arrival_scale,
+        "webhook_choice": options.webhook_choice or choice.Policy().contention,
         "seeds": seeds,
         "code": adapters.sources(), "elapsed_s": round(elapsed, 2),
         "definitions": metrics.__doc__ or "",

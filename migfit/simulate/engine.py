@@ -61,7 +61,7 @@ class Simulation(World):
         self.options = options
         self.rng = random.Random(f"ties-{seed}")
         self.now = 0.0
-        self.decider = adapters.Decider(self.cluster)
+        self.decider = adapters.Decider(self.cluster, contention=options.webhook_choice)
         self.extender = adapters.Extender(self.cluster)
         frag = (fgd.Fgd(self, fgd.classes_of(workload_pods))
                 if policy.scorer == "fgd" else None)

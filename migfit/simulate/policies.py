@@ -14,6 +14,7 @@ import dataclasses
 from typing import Literal
 
 from migfit import advisor
+from migfit.webhook import choice
 
 Scorer = Literal["default", "binpack", "binpack-gpu", "random", "fgd", "migfit", "upper-bound",
                  "bound", "bound-static"]
@@ -96,6 +97,8 @@ class Options:
     score_all_pods: bool = False
     # events: arrival times (from the first) multiplied by this; below 1 loads the cluster
     arrival_scale: float = 1.0
+    # The webhook's choice under contention (its --choice); None = the webhook's default.
+    webhook_choice: choice.Contention | None = None
     gpu_weight: int = 3  # binpack-gpu: the MIG resource's weight against cpu 1, memory 1
     samples: int = 200  # points of each time series
     snapshot_at: float | None = None  # events: time of the GPU picture (default: last arrival)

@@ -317,13 +317,14 @@ def floors(a: argparse.Namespace, pod: dict[str, Any], model: cluster.Cluster,
     bodies: dict[str, Path] = {}
     for label, names in name_sets.items():
         bodies[label] = tmp / f"{len(names)}-names.json"
+        # compact, as kube-scheduler's encoding/json writes them
         bodies[label].write_bytes(json.dumps(
-            {"Pod": pod, "Nodes": None, "NodeNames": names}).encode())
+            {"Pod": pod, "Nodes": None, "NodeNames": names}, separators=(",", ":")).encode())
     label_nodes = f"{len(full_nodes)} full Nodes"
     bodies[label_nodes] = tmp / "nodes.json"
     bodies[label_nodes].write_bytes(json.dumps({"Pod": pod, "Nodes": {
         "kind": "NodeList", "apiVersion": "v1", "metadata": {"resourceVersion": "81234567"},
-        "items": full_nodes}, "NodeNames": None}).encode())
+        "items": full_nodes}, "NodeNames": None}, separators=(",", ":")).encode())
     print("  bodies: " + ", ".join(f"{label} {body.stat().st_size / 1000:,.0f} KB"
                                    for label, body in bodies.items()))
     t = time.perf_counter()

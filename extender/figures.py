@@ -236,6 +236,14 @@ class Mix:
     # every class's host needs, so its fragment does not depend on the exact room
     most_cpu: int = dataclasses.field(default=0, compare=False, hash=False, repr=False)
     most_memory: int = dataclasses.field(default=0, compare=False, hash=False, repr=False)
+    # the hash of ``classes``, computed once: the answer tables key on the mix on every call
+    _hash: int = dataclasses.field(init=False, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_hash", hash(self.classes))
+
+    def __hash__(self) -> int:
+        return self._hash
 
     def __bool__(self) -> bool:
         return bool(self.classes)

@@ -165,6 +165,15 @@ class Inputs:
     own: tuple[figures.Want, ...] | None  # its wants counted in pending demand (excluded)
     mix: figures.Mix = figures.EMPTY_MIX  # the demand mix the fragment is expected over
     host_only: bool = False  # a pod without MIG requests, scored (``all_pods``)
+    # computed once: the answer tables look the value up more than once per call
+    _hash: int = dataclasses.field(init=False, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_hash", hash((self.wants, self.cpu_milli, self.memory_bytes,
+                                                self.own, self.mix, self.host_only)))
+
+    def __hash__(self) -> int:
+        return self._hash
 
 
 def inputs_of(index: figures.Index, request: filtering.PodRequest, *,

@@ -32,6 +32,8 @@ LogFormat = Literal["json", "text", "both"]
 LOG_FORMATS: tuple[LogFormat, ...] = ("json", "text", "both")
 
 logger = logging.getLogger(logs.SCORING_LOGGER)
+# json.dumps(value, separators=(",", ":")) without building an encoder per call
+_dumps = json.JSONEncoder(separators=(",", ":")).encode
 
 
 def weights(request: filtering.PodRequest | None = None) -> dict[str, float]:
@@ -83,6 +85,9 @@ class Summary:
     histogram: dict[int, int]  # score -> nodes
     fit: int
     nodes: int
+    # Parts of the lines rendered from this summary, per (line, settings, weights): a
+    # summary kept for a repeated call (``answers.Prioritized``) renders them once.
+    parts: dict[tuple[Any, ...], str] = dataclasses.field(default_factory=dict, compare=False)
 
 
 Render = Callable[[scoring.NodeScore], str]  # one node's entry of the "scores" list, as JSON
@@ -147,11 +152,10 @@ class ScoringLog:
                   summary: Summary | None = None,
                   render: Callable[[scoring.NodeScore], str] | None = None) -> str:
         summary = summary or summarize(scores, self.max_nodes)
-        best = summary.best if self.max_nodes <= 0 else summary.best[:self.max_nodes]
         weighted = weights(request)
 
         def plain(s: scoring.NodeScore) -> str:
-            return json.dumps(_figures(s, weighted), separators=(",", ":"))
+            return _dumps(_figures(s, weighted))
 
         when = (now or datetime.datetime.now(datetime.UTC)).isoformat(timespec="milliseconds")
         head = {
@@ -167,28 +171,36 @@ class ScoringLog:
             "duration_ms": round(duration_s * 1000, 3),
             "weights": weighted,
         }
-        tail = {
-            "omitted": summary.nodes - len(best),
-            "histogram": {str(k): v for k, v in summary.histogram.items()},
-        }
         # The bytes json.dumps writes for the whole record, with each node's entry rendered
-        # (and kept by the answer tables) on its own.
-        each = plain if render is None else render
-        return (json.dumps(head, separators=(",", ":"))[:-1] + ',"scores":['
-                + ",".join(each(s) for s in best) + "],"
-                + json.dumps(tail, separators=(",", ":"))[1:])
+        # (and kept by the answer tables) on its own; all after the head depends on the
+        # summary alone, so a kept summary renders it once.
+        key = ("json", self.max_nodes, tuple(weighted.items()))
+        rest = summary.parts.get(key)
+        if rest is None:
+            best = summary.best if self.max_nodes <= 0 else summary.best[:self.max_nodes]
+            tail = {
+                "omitted": summary.nodes - len(best),
+                "histogram": {str(k): v for k, v in summary.histogram.items()},
+            }
+            each = plain if render is None else render
+            rest = summary.parts[key] = (
+                ',"scores":[' + ",".join(each(s) for s in best) + "],"
+                + _dumps(tail)[1:])
+        return _dumps(head)[:-1] + rest
 
     def text_line(self, request: filtering.PodRequest, scores: Sequence[scoring.NodeScore],
                   duration_s: float, *, summary: Summary | None = None) -> str:
         summary = summary or summarize(scores, 3)
-        best = summary.best[:3]
         fit = summary.fit
         weighted = weights(request)
-        # Names come from the request: escaped, so that no handler can be fed a forged line
-        # or a lone surrogate it cannot encode.
-        parts = [f"{logs.escape(s.node)}={s.score} ({_deciding(s, weighted)})" if s.fits
-                 else f"{logs.escape(s.node)}=0 (does not fit)" for s in best]
-        top = "; ".join(parts) or "no nodes"
+        key = ("text", tuple(weighted.items()))
+        top = summary.parts.get(key)
+        if top is None:
+            # Names come from the request: escaped, so that no handler can be fed a forged
+            # line or a lone surrogate it cannot encode.
+            parts = [f"{logs.escape(s.node)}={s.score} ({_deciding(s, weighted)})" if s.fits
+                     else f"{logs.escape(s.node)}=0 (does not fit)" for s in summary.best[:3]]
+            top = summary.parts[key] = "; ".join(parts) or "no nodes"
         return (f"prioritize {logs.escape(request.key)} {request.describe()}: {top} — "
                 f"{summary.nodes} nodes, "
                 f"{fit} fit, {duration_s * 1000:.2f} ms")
@@ -206,10 +218,16 @@ class ScoringLog:
     def _write(self, request: filtering.PodRequest, duration_s: float, summary: Summary,
                render: Callable[[scoring.NodeScore], str] | None) -> None:
         if self.format in ("json", "both"):
-            self.logger.info(self.json_line(request, (), duration_s, summary=summary,
-                                            render=render))
+            self._emit(self.json_line(request, (), duration_s, summary=summary, render=render))
         if self.format in ("text", "both"):
-            self.logger.info(self.text_line(request, (), duration_s, summary=summary))
+            self._emit(self.text_line(request, (), duration_s, summary=summary))
+
+    def _emit(self, line: str) -> None:
+        """``logger.info(line)`` without looking up the caller (no handler of migfit's shows
+        it), which is most of what a record costs."""
+        target = self.logger
+        target.handle(target.makeRecord(target.name, logging.INFO, __file__, 0, line, (),
+                                        None))
 
     def submit(self, call: Pending) -> None:
         """Queue ``call``'s lines for the loop's next turn (or write them now without a
@@ -237,7 +255,7 @@ class ScoringLog:
             weighted = weights(call.request)
 
             def plain(s: scoring.NodeScore, weighted: dict[str, float] = weighted) -> str:
-                return json.dumps(_figures(s, weighted), separators=(",", ":"))
+                return _dumps(_figures(s, weighted))
 
             def render(s: scoring.NodeScore, call: Pending = call) -> str:
                 return call.rendered(s, plain)

@@ -35,6 +35,10 @@ try:
     import orjson
 except ImportError:  # pragma: no cover - migfit.jsonwire's fallback: the standard library
     orjson = None  # type: ignore[assignment]
+try:
+    import msgspec
+except ImportError:  # pragma: no cover - full Nodes are then parsed whole (orjson, stdlib)
+    msgspec = None  # type: ignore[assignment]
 from aiohttp import web
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
@@ -104,6 +108,34 @@ def field(obj: Mapping[str, Any], name: str) -> Any:
     return None
 
 
+class RawNodes(Mapping[str, Mapping[str, Any]]):
+    """Full Nodes kept as the bytes they came in (``decode_args``'s fast path): name -> the
+    Node object, decoded only when asked; ``echo`` gives a Node's wire bytes for the answer
+    without decoding it."""
+
+    def __init__(self, raw: dict[str, Any], meta: Mapping[str, Any]) -> None:
+        self._raw = raw  # name -> msgspec.Raw of the item (the first of that name)
+        # ``{**meta, "items": [`` as ``wire_json`` writes it: the answer's NodeList head.
+        self.head = wire_json(dict(meta))[:-1] + (b',"items":[' if meta else b'"items":[')
+
+    def __getitem__(self, name: str) -> Mapping[str, Any]:
+        value: Mapping[str, Any] = msgspec.json.decode(self._raw[name])
+        return value
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._raw)
+
+    def __len__(self) -> int:
+        return len(self._raw)
+
+    def echo(self, name: str) -> bytes:
+        """The Node's bytes as ``wire_json`` would write them: the body had no escape and
+        no byte beyond ASCII (``_decode_raw``), so minified they are those bytes (a float,
+        which no v1.Node field carries, keeps its spelling: the same number)."""
+        out: bytes = msgspec.json.format(self._raw[name], indent=-1)
+        return out
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class Args:
     """A decoded ``ExtenderArgs``."""
@@ -117,6 +149,11 @@ class Args:
     @property
     def cache_mode(self) -> bool:
         return self.node_list is None
+
+    @property
+    def raw(self) -> RawNodes | None:
+        """The Nodes as sent, undecoded (``decode_args``'s fast path), else None."""
+        return self.nodes if isinstance(self.nodes, RawNodes) else None
 
 
 def _loads(body: bytes) -> tuple[Any, bool]:
@@ -154,8 +191,74 @@ def wire_json(value: Any, *, exotic: bool = False) -> bytes:
     return json.dumps(value, separators=(",", ":")).encode()
 
 
+if msgspec is not None:
+    class _Meta(msgspec.Struct):
+        name: str | None = None
+
+    class _Item(msgspec.Struct):
+        metadata: _Meta | None = None
+
+    _RAW_OBJECT = msgspec.json.Decoder(dict[str, msgspec.Raw])
+    _RAW_LIST = msgspec.json.Decoder(list[msgspec.Raw])
+    _ITEMS = msgspec.json.Decoder(list[_Item])
+
+
+def _exact(obj: Mapping[str, Any], name: str) -> bool:
+    """``name`` is in ``obj`` as spelled, or no key matches it in another case (so that
+    ``field`` reads the exact key or nothing)."""
+    if name in obj:
+        return True
+    lower = name.lower()
+    return not any(k.lower() == lower for k in obj)
+
+
+def _decode_raw(body: bytes) -> Args | None:
+    """A full-Nodes ``ExtenderArgs`` read without building its Node objects (msgspec): the
+    top level and the NodeList as raw values, each item's ``metadata.name`` alone, the Pod
+    whole. None where the body is anything else or anything unusual (keys in another case,
+    escapes, bytes beyond ASCII, an error): ``decode_args`` then reads it the usual way,
+    with the same answers and the same error messages."""
+    if msgspec is None:
+        return None
+    # kube-scheduler writes the Pod, then ``"Nodes":null`` in NodeNames mode: seen early.
+    at = body.find(b'"Nodes":')
+    if at < 0 or body[at + 8:at + 24].lstrip().startswith(b"null"):
+        return None
+    if b"\\" in body or not body.isascii() or b"\x7f" in body:
+        return None
+    try:
+        top = _RAW_OBJECT.decode(body)
+        if not (_exact(top, "Pod") and _exact(top, "Nodes") and _exact(top, "NodeNames")):
+            return None
+        names_raw = top.get("NodeNames")
+        if ("Pod" not in top or "Nodes" not in top
+                or (names_raw is not None and bytes(names_raw) != b"null")):
+            return None
+        pod = msgspec.json.decode(top["Pod"])
+        node_list = _RAW_OBJECT.decode(top["Nodes"])
+        if not isinstance(pod, dict) or "items" not in node_list:
+            return None
+        items = _RAW_LIST.decode(node_list["items"])
+        heads = _ITEMS.decode(node_list["items"])
+        meta = {k: msgspec.json.decode(v) for k, v in node_list.items() if k.lower() != "items"}
+    except (msgspec.DecodeError, RecursionError):
+        return None
+    names: list[str] = []
+    by_name: dict[str, Any] = {}
+    for head, raw in zip(heads, items, strict=True):
+        name = None if head.metadata is None else head.metadata.name
+        if not name:
+            return None
+        names.append(name)
+        by_name.setdefault(name, raw)
+    return Args(pod=pod, names=names, node_list=meta, nodes=RawNodes(by_name, meta))
+
+
 def decode_args(body: bytes) -> Args:
     """Parse an ``ExtenderArgs`` body; WireError with a precise message when it is not one."""
+    fast = _decode_raw(body)
+    if fast is not None:
+        return fast
     try:
         raw, exotic = _loads(body)
     except (ValueError, RecursionError) as exc:
@@ -413,6 +516,10 @@ async def _filter(request: web.Request) -> web.Response:
                                         reason_code.value).inc(n)
             if args.cache_mode:
                 return _bytes(done.names_body())
+            raw = args.raw
+            if raw is not None:
+                return _bytes(b'{"Nodes":' + raw.head + b",".join(map(raw.echo, done.passed_names))
+                              + b']},"NodeNames":null,' + done.failures() + b"}")
             meta = {k: v for k, v in (args.node_list or {}).items() if k.lower() != "items"}
             nodes = {**meta, "items": [args.nodes[n] for n in done.passed_names]}
             return _bytes(b'{"Nodes":' + wire_json(nodes, exotic=args.exotic)

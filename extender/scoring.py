@@ -270,48 +270,54 @@ def score_nodes(
     me = model.pod(request.uid)
     my_cpu = me.cpu_milli if me is not None else request.cpu_milli
     my_mem = me.memory_bytes if me is not None else request.memory_bytes
+    shape = (my_cpu, my_mem)
     for name in unique:
         fig = figs.get(name)
         if fig is None:
             append(NodeScore(name, MIN_SCORE, False))
             continue
-        hit = memo.get(name)
-        if hit is not None and hit[0] is fig:
-            reasons = hit[1]
-        else:
-            reasons = check(fig, request)
-            memo[name] = (fig, reasons)
-        if reasons:
-            zero = zeros.get(name)
-            if zero is None:
-                zero = zeros[name] = NodeScore(name, MIN_SCORE, False)
-            append(zero)
-            continue
-        scarce = scarcity.get(fig.model_key)
-        if scarce is None:
-            scarce = scarcity[fig.model_key] = model_term(index, request, fig.model_key)
         # What follows reads only the node's figures (replaced on every cache event that
         # touches the node), the request's shape, the demand mix, the model's scarcity and
         # the pod's own cpu/memory. The node's part is kept per (figures, mix), its score per
-        # pod cpu/memory besides; a scarcity that moved only re-adds the terms.
+        # pod cpu/memory besides; a scarcity that moved only re-adds the terms. A part is
+        # kept only for a node that passed the filter with these very figures (``check``
+        # reads the figures and the wants only), so a kept one needs no filter lookup.
         done = scored.get(name)
         if done is not None and done[0] is fig and done[1] is mix:
             part, results = done[2], done[3]
-            kept = results.get((my_cpu, my_mem))
+            scarce = scarcity.get(fig.model_key)
+            if scarce is None:
+                scarce = scarcity[fig.model_key] = model_term(index, request, fig.model_key)
+            kept = results.get(shape)
             if kept is not None:
                 if kept.scarce != scarce:  # only the model-wide term moved
-                    kept = results[(my_cpu, my_mem)] = _assemble(
+                    kept = results[shape] = _assemble(
                         name, fig, part, scarce, kept.strand, kept.host, kept.frag)
                 append(kept)
                 continue
         else:
+            hit = memo.get(name)
+            if hit is not None and hit[0] is fig:
+                reasons = hit[1]
+            else:
+                reasons = check(fig, request)
+                memo[name] = (fig, reasons)
+            if reasons:
+                zero = zeros.get(name)
+                if zero is None:
+                    zero = zeros[name] = NodeScore(name, MIN_SCORE, False)
+                append(zero)
+                continue
+            scarce = scarcity.get(fig.model_key)
+            if scarce is None:
+                scarce = scarcity[fig.model_key] = model_term(index, request, fig.model_key)
             part = _node_part(fig, wants, nwants, _host_of(model, name, fig, hosts), mix)
             results = {}
             scored[name] = (fig, mix, part, results)
         result = _finish(name, fig, part, scarce, my_cpu, my_mem, mix)
         if len(results) >= HOST_SHAPES:  # pods' cpu and memory are the clients': bounded
             results.clear()
-        results[(my_cpu, my_mem)] = result
+        results[shape] = result
         append(result)
     return out
 
@@ -512,15 +518,22 @@ def _can_host(model: profiles.GpuModel | None, gpus: int, single: bool, model_ke
 def _finish(name: str, fig: figures.NodeFigures, part: _Part, scarce: float, my_cpu: int,
             my_mem: int, mix: figures.Mix) -> NodeScore:
     """The score from a node's part, the model's scarcity and the pod's own cpu and memory."""
+    # On the hot path (once per node and pod shape): the conditional expressions are the
+    # builtins' max(a, b) / min(a, b) exactly (the first argument unless the second is
+    # strictly greater / smaller), without the calls.
     pack = part[0]
     strand = (1.0 - pack) / 2
     u_host = 0.0
-    if part[5] and (my_cpu or my_mem):
-        u_host = max((part[6] + my_cpu) / part[8], (part[7] + my_mem) / part[9])
-        u_host = min(1.0, u_host)
-        strand = max(0.0, u_host - pack)
     after = part[13]
     if part[5]:
+        if my_cpu or my_mem:
+            u_cpu, u_mem = (part[6] + my_cpu) / part[8], (part[7] + my_mem) / part[9]
+            u_host = u_mem if u_mem > u_cpu else u_cpu
+            if not u_host < 1.0:
+                u_host = 1.0
+            strand = u_host - pack
+            if not strand > 0.0:
+                strand = 0.0
         cpu_left, mem_left = part[8] - part[6] - my_cpu, part[9] - part[7] - my_mem
         if cpu_left < mix.most_cpu or mem_left < mix.most_memory:
             after = fragmentation(fig, mix, part[11], part[12], False, cpu_left, mem_left)
@@ -528,14 +541,26 @@ def _finish(name: str, fig: figures.NodeFigures, part: _Part, scarce: float, my_
     return _assemble(name, fig, part, scarce, strand, u_host, (after - part[10]) / per_gpu)
 
 
+_new_score = tuple.__new__  # NodeScore from its 12 fields, without the generated __new__
+
+
 def _assemble(name: str, fig: figures.NodeFigures, part: _Part, scarce: float, strand: float,
               u_host: float, frag: float) -> NodeScore:
     """raw and the 0..10 score from the terms' figures (``_finish``; a kept score whose
     model scarcity moved is re-assembled from its figures, with the same arithmetic)."""
+    no_frag = 0.5 - frag / 2  # frag_term(frag), inlined: min(1, max(0, ...)) exactly
+    if not no_frag > 0.0:
+        no_frag = 0.0
+    elif not no_frag < 1.0:
+        no_frag = 1.0
     # The same sum, in the same order, as the formula in the module docstring.
     raw = (part[4] + W_SCARCE * (1.0 - scarce) + W_STRAND * (1.0 - strand)
-           + W_HOST * (1.0 - u_host) + W_FRAG * frag_term(frag))
+           + W_HOST * (1.0 - u_host) + W_FRAG * no_frag)
     score = math.floor(MAX_SCORE * raw + 0.5 + TIE * (fig.tie - 0.5))
-    score = MIN_SCORE if score < MIN_SCORE else min(score, MAX_SCORE)
-    return NodeScore(name, score, True, part[0], part[1], scarce, part[2], part[3], raw,
-                     strand, u_host, frag)
+    if score < MIN_SCORE:
+        score = MIN_SCORE
+    elif score > MAX_SCORE:
+        score = MAX_SCORE
+    out: NodeScore = _new_score(NodeScore, (name, score, True, part[0], part[1], scarce,
+                                            part[2], part[3], raw, strand, u_host, frag))
+    return out

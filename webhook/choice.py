@@ -48,8 +48,10 @@ class Policy:
     strategy: StrategyChoice = "auto"
     #: Warn when more than this share of the chosen instance's memory would be unused.
     waste_warning: float = 0.5
-    #: Which fitting profile when the smallest has no free instance (``Contention``).
-    contention: Contention = "smallest"
+    #: Which fitting profile when the smallest has no free instance (``Contention``). ``free``
+    #: by measurement (docs/simulation.md, "The webhook's choice under contention"): never
+    #: worse in unallocated share, lower GPU wait where the smallest profile runs out.
+    contention: Contention = "free"
     #: ``ceiling``: a larger free profile is taken only when at most this share of its memory
     #: is unused. 0.5 = at most twice the request, one step up the MIG ladder (10→20→40 GB),
     #: and exactly where ``waste_warning`` starts warning: the choice never causes the warning.

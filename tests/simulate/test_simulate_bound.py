@@ -31,7 +31,10 @@ POLICIES = [p for p in policies.ALL_POLICIES if not p.is_bound]
 
 def run(cluster: list[spec.NodeSpec], pods: list[workload.PodSpec], policy: policies.Policy,
         seed: int, mode: policies.Mode) -> dict[str, float]:
-    options = policies.Options(mode=mode, advisor_grace=0.0, advisor_free_grace=60.0)
+    # The bound gives each pod its smallest fitting profile; a larger free one taken under
+    # contention (--webhook-choice free) allocates slices beyond the request.
+    options = policies.Options(mode=mode, advisor_grace=0.0, advisor_free_grace=60.0,
+                               webhook_choice="smallest")
     return engine.run(cluster, pods, policy=policy, seed=seed, options=options,
                       catalog=CATALOG, keep_snapshot=False).figures
 

@@ -221,3 +221,13 @@ def test_the_simulators_option_reaches_the_decider() -> None:
     unset = engine.Simulation(nodes, policy=engine.Policy("default"), seed=0,
                               options=engine.Options(), catalog=profiles.builtin())
     assert unset.decider.policy == decision.Policy()
+
+
+def test_the_default_is_free_by_measurement() -> None:
+    # docs/simulation.md, "The webhook's choice under contention".
+    assert decision.Policy().contention == "free"
+    c = sources.load_snapshot(ROOT / "examples" / "cluster.yaml")
+    review = json.loads((ROOT / "examples/requests/create-8gi-in-use.json").read_text())
+    verdict = decision.decide_pod(review["request"]["object"], supply=s.supply_of(c),
+                                  policy=decision.Policy())
+    assert verdict.profiles == ("1g.18gb",)

@@ -98,7 +98,10 @@ def review(obj: dict[str, Any], *, operation: str = "CREATE",
     }
 
 
-POLICY = decision.Policy(fallback_models=(profiles.builtin().get("A100-80GB"),))
+# The smallest-fitting rule these tests describe; the contended choice (the default ``free``)
+# is tested in test_choice_contention.py.
+POLICY = decision.Policy(fallback_models=(profiles.builtin().get("A100-80GB"),),
+                         contention="smallest")
 
 
 Client = TestClient[Any, Any]

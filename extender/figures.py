@@ -279,6 +279,16 @@ def mix_of(classes: Mapping[cluster.PodClass, int],
     """
     if known is None:
         known = {}
+    return _mix_from(_mix_units(classes, known), known)
+
+
+# The kept classes of a mix with their units (``mix_of``): equal lists give equal mixes.
+_Units = list[tuple[int, cluster.PodClass]]
+
+
+def _mix_units(classes: Mapping[cluster.PodClass, int],
+               known: dict[cluster.PodClass, tuple[str, tuple[Want, ...]]]) -> _Units:
+    """``mix_of``'s choice of classes and their units (before the mix is built)."""
     counted: list[tuple[int, str, cluster.PodClass]] = []
     total = 0
     for key, n in classes.items():
@@ -288,13 +298,21 @@ def mix_of(classes: Mapping[cluster.PodClass, int],
             entry = known[key] = (repr(key), wants_of(
                 dict(items), {keys.DECISION: decision} if decision else {}))
         if entry[1] and n > 0:
-            counted.append((n, entry[0], key))
+            counted.append((-n, entry[0], key))
             total += n
     if not total:
+        return []
+    # (-count, repr) orders the classes (reprs of distinct classes differ): the keys
+    # themselves are never compared.
+    top = heapq.nsmallest(MIX_CLASSES, counted)
+    kept = [(round(-m * MIX_UNITS / total), key) for m, _, key in top]
+    return [t for t in kept if t[0] > 0]
+
+
+def _mix_from(kept: _Units, known: Mapping[cluster.PodClass, tuple[str, tuple[Want, ...]]]
+              ) -> Mix:
+    if not kept:
         return EMPTY_MIX
-    top = heapq.nsmallest(MIX_CLASSES, counted, key=lambda t: (-t[0], t[1]))
-    kept = [(round(n * MIX_UNITS / total), key) for n, _, key in top]
-    kept = [t for t in kept if t[0] > 0]
     units = sum(u for u, _ in kept)
     return Mix.of([ClassShare(wants=known[key][1], cpu_milli=key[2], memory_bytes=key[3],
                               share=u / units) for u, key in kept])
@@ -322,6 +340,7 @@ class Index:
         self._mix: Mix = EMPTY_MIX
         self._mix_generation = -1
         self._mix_known: dict[cluster.PodClass, tuple[str, tuple[Want, ...]]] = {}
+        self._mix_units: _Units | None = None  # what ``_mix`` was last built from
         self._on_refresh: list[Callable[[Sequence[str]], None]] = []
         model.add_listener(self._dirty.add)
 
@@ -463,9 +482,12 @@ class Index:
             classes = self._cluster.pod_classes()
             if len(self._mix_known) > 4 * len(classes) + 64:  # forget classes long gone
                 self._mix_known.clear()
-            mix = mix_of(classes, self._mix_known)
-            if mix != self._mix:
-                self._mix = mix
+            units = _mix_units(classes, self._mix_known)
+            if units != self._mix_units:  # else the same mix (most count changes round away)
+                mix = _mix_from(units, self._mix_known)
+                if mix != self._mix:
+                    self._mix = mix
+                self._mix_units = units
             self._mix_generation = generation
         return self._mix
 

@@ -64,9 +64,6 @@ class _ScoreTable:
         self.terms: dict[str, Hashable] = {}  # the model-wide term the entries were made with
         self.ranked: dict[int, list[tuple[float, str]]] = {}  # score -> (-raw, name), sorted
         self.version = 0  # bumped on every change (the log's snapshot checks it)
-        # The last call's scoring-log summary: (version, n, names, summary); the same names
-        # asked again while nothing changed reuse it (and the lines it rendered).
-        self.logged: tuple[int, int, dict[str, None], scoring_log.Summary] | None = None
 
     def put(self, name: str, entry: Entry, model_key: str | None) -> None:
         self.drop(name)
@@ -164,17 +161,11 @@ class Prioritized:
 
     def summary(self, n: int) -> scoring_log.Summary:
         """The best ``n`` (all when ``n <= 0``), the histogram and the fit count: from the
-        table's per-score ranking, O(n) while the table is as it was at the answer (and
-        O(1) rendering when the same names come again before the table changes: the summary
-        and the lines it rendered are kept)."""
+        table's per-score ranking, O(n) while the table is as it was at the answer."""
         entries = self.entries
         if self.unknown or self.table.version != self.version:
             return scoring_log.summarize([e.node for e in entries], n)
         table, names = self.table, self.names
-        logged = table.logged
-        if (logged is not None and logged[0] == self.version and logged[1] == n
-                and (logged[2] is names or logged[2].keys() == names.keys())):
-            return logged[3]
         histogram = Counter(map(_SCORE, entries))
         fit = sum(map(_FITS, entries))
         want = len(entries) if n <= 0 else min(n, len(entries))
@@ -189,10 +180,8 @@ class Prioritized:
                     room -= 1
                     if not room:
                         break
-        summary = scoring_log.Summary(best=best, histogram=dict(sorted(histogram.items())),
-                                      fit=fit, nodes=len(entries))
-        table.logged = (self.version, n, names, summary)
-        return summary
+        return scoring_log.Summary(best=best, histogram=dict(sorted(histogram.items())),
+                                   fit=fit, nodes=len(entries))
 
     def rendered(self, s: scoring.NodeScore, render: scoring_log.Render) -> str:
         """The node's scoring-log JSON, kept on the table's entry while it is current."""

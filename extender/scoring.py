@@ -282,12 +282,12 @@ def score_nodes(
         # pod cpu/memory besides; a scarcity that moved only re-adds the terms. A part is
         # kept only for a node that passed the filter with these very figures (``check``
         # reads the figures and the wants only), so a kept one needs no filter lookup.
+        scarce = scarcity.get(fig.model_key)  # per model: once per call, whatever the branch
+        if scarce is None:
+            scarce = scarcity[fig.model_key] = model_term(index, request, fig.model_key)
         done = scored.get(name)
         if done is not None and done[0] is fig and done[1] is mix:
             part, results = done[2], done[3]
-            scarce = scarcity.get(fig.model_key)
-            if scarce is None:
-                scarce = scarcity[fig.model_key] = model_term(index, request, fig.model_key)
             kept = results.get(shape)
             if kept is not None:
                 if kept.scarce != scarce:  # only the model-wide term moved
@@ -308,9 +308,6 @@ def score_nodes(
                     zero = zeros[name] = NodeScore(name, MIN_SCORE, False)
                 append(zero)
                 continue
-            scarce = scarcity.get(fig.model_key)
-            if scarce is None:
-                scarce = scarcity[fig.model_key] = model_term(index, request, fig.model_key)
             part = _node_part(fig, wants, nwants, _host_of(model, name, fig, hosts), mix)
             results = {}
             scored[name] = (fig, mix, part, results)

@@ -85,9 +85,6 @@ class Summary:
     histogram: dict[int, int]  # score -> nodes
     fit: int
     nodes: int
-    # Parts of the lines rendered from this summary, per (line, settings, weights): a
-    # summary kept for a repeated call (``answers.Prioritized``) renders them once.
-    parts: dict[tuple[Any, ...], str] = dataclasses.field(default_factory=dict, compare=False)
 
 
 Render = Callable[[scoring.NodeScore], str]  # one node's entry of the "scores" list, as JSON
@@ -172,35 +169,26 @@ class ScoringLog:
             "weights": weighted,
         }
         # The bytes json.dumps writes for the whole record, with each node's entry rendered
-        # (and kept by the answer tables) on its own; all after the head depends on the
-        # summary alone, so a kept summary renders it once.
-        key = ("json", self.max_nodes, tuple(weighted.items()))
-        rest = summary.parts.get(key)
-        if rest is None:
-            best = summary.best if self.max_nodes <= 0 else summary.best[:self.max_nodes]
-            tail = {
-                "omitted": summary.nodes - len(best),
-                "histogram": {str(k): v for k, v in summary.histogram.items()},
-            }
-            each = plain if render is None else render
-            rest = summary.parts[key] = (
-                ',"scores":[' + ",".join(each(s) for s in best) + "],"
+        # (and kept by the answer tables) on its own.
+        best = summary.best if self.max_nodes <= 0 else summary.best[:self.max_nodes]
+        tail = {
+            "omitted": summary.nodes - len(best),
+            "histogram": {str(k): v for k, v in summary.histogram.items()},
+        }
+        each = plain if render is None else render
+        return (_dumps(head)[:-1] + ',"scores":[' + ",".join(each(s) for s in best) + "],"
                 + _dumps(tail)[1:])
-        return _dumps(head)[:-1] + rest
 
     def text_line(self, request: filtering.PodRequest, scores: Sequence[scoring.NodeScore],
                   duration_s: float, *, summary: Summary | None = None) -> str:
         summary = summary or summarize(scores, 3)
         fit = summary.fit
         weighted = weights(request)
-        key = ("text", tuple(weighted.items()))
-        top = summary.parts.get(key)
-        if top is None:
-            # Names come from the request: escaped, so that no handler can be fed a forged
-            # line or a lone surrogate it cannot encode.
-            parts = [f"{logs.escape(s.node)}={s.score} ({_deciding(s, weighted)})" if s.fits
-                     else f"{logs.escape(s.node)}=0 (does not fit)" for s in summary.best[:3]]
-            top = summary.parts[key] = "; ".join(parts) or "no nodes"
+        # Names come from the request: escaped, so that no handler can be fed a forged line
+        # or a lone surrogate it cannot encode.
+        parts = [f"{logs.escape(s.node)}={s.score} ({_deciding(s, weighted)})" if s.fits
+                 else f"{logs.escape(s.node)}=0 (does not fit)" for s in summary.best[:3]]
+        top = "; ".join(parts) or "no nodes"
         return (f"prioritize {logs.escape(request.key)} {request.describe()}: {top} — "
                 f"{summary.nodes} nodes, "
                 f"{fit} fit, {duration_s * 1000:.2f} ms")

@@ -22,7 +22,7 @@ import json
 import operator
 from collections import Counter
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
-from itertools import filterfalse
+from itertools import filterfalse, islice
 from typing import TypeVar
 
 from migfit.extender import figures, filtering, scoring, scoring_log
@@ -32,8 +32,7 @@ _V = TypeVar("_V")
 SHAPES = 16  # request shapes whose tables are kept, per verb
 
 _FRAG = operator.attrgetter("frag")
-_SCORE = operator.attrgetter("score")
-_FITS = operator.attrgetter("fits")
+_CODE = operator.attrgetter("code")
 
 
 def _string(text: str) -> str:
@@ -44,14 +43,16 @@ def _string(text: str) -> str:
 class Entry:
     """One node's prioritize answer: its fragment and the score behind it (the scoring log)."""
 
-    __slots__ = ("fits", "frag", "log", "node", "score")
+    __slots__ = ("code", "frag", "log", "node", "score", "text")
 
     def __init__(self, frag: bytes, node: scoring.NodeScore) -> None:
         self.frag = frag
         self.node = node
         self.score = node.score
-        self.fits = node.fits
-        self.log: str | None = None  # the node's scoring-log JSON, rendered when first logged
+        self.code = 2 * node.score + node.fits  # score and fit in one small int (histogram)
+        # The node's scoring-log JSON entry and text part, rendered when first logged.
+        self.log: str | None = None
+        self.text: str | None = None
 
 
 class _ScoreTable:
@@ -63,12 +64,17 @@ class _ScoreTable:
         self.by_model: dict[str, set[str]] = {}
         self.terms: dict[str, Hashable] = {}  # the model-wide term the entries were made with
         self.ranked: dict[int, list[tuple[float, str]]] = {}  # score -> (-raw, name), sorted
+        self.order: dict[int, list[str]] = {}  # score -> the names of ``ranked[score]``
         self.version = 0  # bumped on every change (the log's snapshot checks it)
 
     def put(self, name: str, entry: Entry, model_key: str | None) -> None:
         self.drop(name)
         self.entries[name] = entry
-        bisect.insort(self.ranked.setdefault(entry.score, []), (-entry.node.raw, name))
+        ranked = self.ranked.setdefault(entry.score, [])
+        key = (-entry.node.raw, name)
+        at = bisect.bisect_left(ranked, key)
+        ranked.insert(at, key)
+        self.order.setdefault(entry.score, []).insert(at, name)
         if model_key is not None:
             self.model_of[name] = model_key
             self.by_model.setdefault(model_key, set()).add(name)
@@ -80,8 +86,9 @@ class _ScoreTable:
             return
         self.version += 1
         ranked = self.ranked[entry.score]
-        key = (-entry.node.raw, name)
-        del ranked[bisect.bisect_left(ranked, key)]
+        at = bisect.bisect_left(ranked, (-entry.node.raw, name))
+        del ranked[at]
+        del self.order[entry.score][at]
         model_key = self.model_of.pop(name, None)
         members = None if model_key is None else self.by_model.get(model_key)
         if members is not None:
@@ -159,38 +166,48 @@ class Prioritized:
     def nodes(self) -> int:
         return len(self.entries)
 
-    def summary(self, n: int) -> scoring_log.Summary:
-        """The best ``n`` (all when ``n <= 0``), the histogram and the fit count: from the
-        table's per-score ranking, O(n) while the table is as it was at the answer."""
+    def summary(self, n: int, render: scoring_log.Render | None = None,
+                describe: scoring_log.Render | None = None) -> scoring_log.Summary:
+        """The best ``n`` (all when ``n <= 0``), the histogram and the fit count, from the
+        table's per-score ranking while the table is as it was at the answer: one C-level
+        pass over the entries and O(n) Python work. With ``render`` / ``describe``, the best
+        entries' JSON / their first three text parts too, kept on the entries."""
         entries = self.entries
         if self.unknown or self.table.version != self.version:
             return scoring_log.summarize([e.node for e in entries], n)
         table, names = self.table, self.names
-        histogram = Counter(map(_SCORE, entries))
-        fit = sum(map(_FITS, entries))
+        histogram: dict[int, int] = {}
+        fit = 0
+        for code, count in sorted(Counter(map(_CODE, entries)).items()):
+            score = code >> 1
+            histogram[score] = histogram.get(score, 0) + count
+            fit += count if code & 1 else 0
         want = len(entries) if n <= 0 else min(n, len(entries))
-        best: list[scoring.NodeScore] = []
+        kept = table.entries.__getitem__
+        best: list[Entry] = []
         for score in sorted(histogram, reverse=True):
             room = min(want - len(best), histogram[score])
             if room <= 0:
                 break
-            for _rank, name in table.ranked.get(score, ()):
-                if name in names:
-                    best.append(table.entries[name].node)
-                    room -= 1
-                    if not room:
-                        break
-        return scoring_log.Summary(best=best, histogram=dict(sorted(histogram.items())),
-                                   fit=fit, nodes=len(entries))
-
-    def rendered(self, s: scoring.NodeScore, render: scoring_log.Render) -> str:
-        """The node's scoring-log JSON, kept on the table's entry while it is current."""
-        entry = self.table.entries.get(s.node)
-        if entry is None or entry.node is not s:
-            return render(s)
-        if entry.log is None:
-            entry.log = render(s)
-        return entry.log
+            order = table.order.get(score, ())
+            best.extend(map(kept, islice(filter(names.__contains__, order), room)))
+        json_parts: list[str] | None = None
+        if render is not None:
+            json_parts = []
+            for e in best:
+                if e.log is None:
+                    e.log = render(e.node)
+                json_parts.append(e.log)
+        text_parts: list[str] | None = None
+        if describe is not None:
+            text_parts = []
+            for e in best[:scoring_log.TEXT_NODES]:
+                if e.text is None:
+                    e.text = describe(e.node)
+                text_parts.append(e.text)
+        return scoring_log.Summary(best=[e.node for e in best], histogram=histogram,
+                                   fit=fit, nodes=len(entries), json=json_parts,
+                                   text=text_parts)
 
 
 class Tables:

@@ -19,6 +19,7 @@ import asyncio
 import collections
 import dataclasses
 import datetime
+import functools
 import heapq
 import json
 import logging
@@ -42,6 +43,11 @@ def weights(request: filtering.PodRequest | None = None) -> dict[str, float]:
     table = (scoring.HOST_ONLY_WEIGHTS if request is not None and not request.mig
              else scoring.WEIGHTS)
     return {t: w for t, w in table.items() if w}
+
+
+@functools.lru_cache(maxsize=8)
+def _weights_json(items: tuple[tuple[str, float], ...]) -> str:
+    return _dumps(dict(items))
 
 
 def _r3(x: float) -> float:
@@ -73,6 +79,14 @@ def _deciding(s: scoring.NodeScore, weighted: dict[str, float], shown: int = 3) 
     return f"raw {s.raw:.3f} = {' + '.join(parts)}{more}"
 
 
+def _described(s: scoring.NodeScore, weighted: dict[str, float]) -> str:
+    """The node's part of the text line. Names come from the request: escaped, so that no
+    handler can be fed a forged line or a lone surrogate it cannot encode."""
+    if not s.fits:
+        return f"{logs.escape(s.node)}=0 (does not fit)"
+    return f"{logs.escape(s.node)}={s.score} ({_deciding(s, weighted)})"
+
+
 def _rank(s: scoring.NodeScore) -> tuple[float, str]:
     return (-s.raw, s.node)
 
@@ -82,24 +96,28 @@ class Summary:
     """What both lines need from one call's scores, computed once: no full sort."""
 
     best: list[scoring.NodeScore]  # the best ``n`` (all when n <= 0), best first
-    histogram: dict[int, int]  # score -> nodes
+    histogram: dict[int, int]  # score -> nodes, by score
     fit: int
     nodes: int
+    # The best nodes' entries already rendered (kept by the answer tables), when given:
+    json: Sequence[str] | None = None  # each one's JSON entry of "scores", like ``best``
+    text: Sequence[str] | None = None  # the first ``TEXT_NODES`` ones' text parts
 
 
-Render = Callable[[scoring.NodeScore], str]  # one node's entry of the "scores" list, as JSON
+Render = Callable[[scoring.NodeScore], str]  # one node's JSON entry, or its text part
+TEXT_NODES = 3  # nodes the text line names
 
 
 class Pending(Protocol):
     """One prioritize call waiting for its lines (``answers.Prioritized``): its summary comes
-    from tables ranked per score, so writing it costs O(logged nodes), not O(nodes)."""
+    from tables ranked per score, with the nodes' parts rendered once and kept, so writing
+    it is one C-level pass over the nodes and O(logged nodes) Python work."""
 
     request: filtering.PodRequest
     duration_s: float
 
-    def summary(self, n: int) -> Summary: ...
-
-    def rendered(self, s: scoring.NodeScore, render: Render) -> str: ...
+    def summary(self, n: int, render: Render | None = None,
+                describe: Render | None = None) -> Summary: ...
 
 
 def summarize(scores: Sequence[scoring.NodeScore], n: int) -> Summary:
@@ -155,47 +173,44 @@ class ScoringLog:
             return _dumps(_figures(s, weighted))
 
         when = (now or datetime.datetime.now(datetime.UTC)).isoformat(timespec="milliseconds")
-        head = {
-            "time": when.replace("+00:00", "Z"),
-            "level": "INFO",  # the keys of every line of a JSON log (migfit.logs)
-            "logger": self.logger.name,
-            "event": "prioritize",
-            "pod": request.key,
-            "uid": request.uid,
-            "profile": request.describe(),
-            "nodes": summary.nodes,
-            "fit": summary.fit,
-            "duration_ms": round(duration_s * 1000, 3),
-            "weights": weighted,
-        }
-        # The bytes json.dumps writes for the whole record, with each node's entry rendered
-        # (and kept by the answer tables) on its own.
+        # The bytes json.dumps(separators=(",", ":")) writes for the record {time, level,
+        # logger, event, pod, uid, profile, nodes, fit, duration_ms, weights, scores,
+        # omitted, histogram}, put together from its parts (a test holds it to that): the
+        # node entries come rendered (and kept by the answer tables), the rest is short.
         best = summary.best if self.max_nodes <= 0 else summary.best[:self.max_nodes]
-        tail = {
-            "omitted": summary.nodes - len(best),
-            "histogram": {str(k): v for k, v in summary.histogram.items()},
-        }
-        each = plain if render is None else render
-        return (_dumps(head)[:-1] + ',"scores":[' + ",".join(each(s) for s in best) + "],"
-                + _dumps(tail)[1:])
+        if summary.json is not None:
+            parts: Sequence[str] = summary.json[:len(best)]
+        else:
+            parts = list(map(plain if render is None else render, best))
+        histogram = ",".join([f'"{k}":{v}' for k, v in summary.histogram.items()])
+        return "".join((
+            '{"time":', _dumps(when.replace("+00:00", "Z")),
+            ',"level":"INFO","logger":', _dumps(self.logger.name),  # every JSON log line's keys
+            ',"event":"prioritize","pod":', _dumps(request.key),
+            ',"uid":', _dumps(request.uid), ',"profile":', _dumps(request.describe()),
+            ',"nodes":', str(summary.nodes), ',"fit":', str(summary.fit),
+            ',"duration_ms":', float.__repr__(round(duration_s * 1000, 3)),
+            ',"weights":', _weights_json(tuple(weighted.items())),
+            ',"scores":[', ",".join(parts), '],"omitted":', str(summary.nodes - len(best)),
+            ',"histogram":{', histogram, "}}"))
 
     def text_line(self, request: filtering.PodRequest, scores: Sequence[scoring.NodeScore],
                   duration_s: float, *, summary: Summary | None = None) -> str:
-        summary = summary or summarize(scores, 3)
+        summary = summary or summarize(scores, TEXT_NODES)
         fit = summary.fit
-        weighted = weights(request)
-        # Names come from the request: escaped, so that no handler can be fed a forged line
-        # or a lone surrogate it cannot encode.
-        parts = [f"{logs.escape(s.node)}={s.score} ({_deciding(s, weighted)})" if s.fits
-                 else f"{logs.escape(s.node)}=0 (does not fit)" for s in summary.best[:3]]
+        if summary.text is not None:
+            parts: Sequence[str] = summary.text[:TEXT_NODES]
+        else:
+            weighted = weights(request)
+            parts = [_described(s, weighted) for s in summary.best[:TEXT_NODES]]
         top = "; ".join(parts) or "no nodes"
         return (f"prioritize {logs.escape(request.key)} {request.describe()}: {top} — "
                 f"{summary.nodes} nodes, "
                 f"{fit} fit, {duration_s * 1000:.2f} ms")
 
     def _wanted(self) -> int:
-        return 3 if self.format == "text" else (
-            0 if self.max_nodes <= 0 else max(self.max_nodes, 3))
+        return TEXT_NODES if self.format == "text" else (
+            0 if self.max_nodes <= 0 else max(self.max_nodes, TEXT_NODES))
 
     def record(self, request: filtering.PodRequest, scores: Sequence[scoring.NodeScore],
                duration_s: float) -> None:
@@ -238,14 +253,18 @@ class ScoringLog:
 
     def flush(self) -> None:
         """Write every queued call's lines."""
+        json_wanted = self.format in ("json", "both")
+        text_wanted = self.format in ("text", "both")
         while self._waiting:
             call = self._waiting.popleft()
             weighted = weights(call.request)
 
-            def plain(s: scoring.NodeScore, weighted: dict[str, float] = weighted) -> str:
+            def render(s: scoring.NodeScore, weighted: dict[str, float] = weighted) -> str:
                 return _dumps(_figures(s, weighted))
 
-            def render(s: scoring.NodeScore, call: Pending = call) -> str:
-                return call.rendered(s, plain)
+            def describe(s: scoring.NodeScore, weighted: dict[str, float] = weighted) -> str:
+                return _described(s, weighted)
 
-            self._write(call.request, call.duration_s, call.summary(self._wanted()), render)
+            summary = call.summary(self._wanted(), render if json_wanted else None,
+                                   describe if text_wanted else None)
+            self._write(call.request, call.duration_s, summary, render)

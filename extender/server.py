@@ -136,15 +136,25 @@ class RawNodes(Mapping[str, Mapping[str, Any]]):
         return out
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
+@dataclasses.dataclass(slots=True)
 class Args:
-    """A decoded ``ExtenderArgs``."""
+    """A decoded ``ExtenderArgs``. ``pod_raw``: the Pod's bytes as sent, when the body was
+    read with msgspec (the key of the server's ``PodRequests``); the Pod object is then
+    decoded from them only when asked (``pod``)."""
 
-    pod: Mapping[str, Any]
+    _pod: Mapping[str, Any] | None
     names: list[str]
     node_list: Mapping[str, Any] | None  # the NodeList when the scheduler sent Nodes
     nodes: Mapping[str, Mapping[str, Any]]  # name -> Node object as sent (Nodes mode)
     exotic: bool = False  # only the standard library read the body (NaN, a lone surrogate)
+    pod_raw: bytes | None = None
+
+    @property
+    def pod(self) -> Mapping[str, Any]:
+        """The Pod object; WireError when its bytes (``pod_raw``) hold no JSON object."""
+        if self._pod is None:
+            self._pod = _pod_object(self.pod_raw or b"")
+        return self._pod
 
     @property
     def cache_mode(self) -> bool:
@@ -154,6 +164,53 @@ class Args:
     def raw(self) -> RawNodes | None:
         """The Nodes as sent, undecoded (``decode_args``'s fast path), else None."""
         return self.nodes if isinstance(self.nodes, RawNodes) else None
+
+
+def _pod_object(raw: bytes) -> Mapping[str, Any]:
+    pod: Any = None
+    try:
+        if msgspec is not None:
+            pod = msgspec.json.decode(raw)
+    except (msgspec.DecodeError, RecursionError):  # e.g. an integer beyond 64 bits
+        pass
+    if pod is None:
+        try:
+            pod, _ = _loads(raw)
+        except (ValueError, RecursionError) as exc:
+            raise WireError(f"request body is not JSON: {exc}") from None
+    if not isinstance(pod, dict):
+        raise WireError("ExtenderArgs.Pod must be a Pod object")
+    return pod
+
+
+class PodRequests:
+    """Pods' MIG requests by the bytes of the Pod as sent: kube-scheduler sends the same Pod
+    to filter and then to prioritize in each scheduling cycle, so the second call skips
+    decoding it. Bounded: ``entries`` pods (least recently used dropped), each at most
+    ``max_bytes`` long; longer ones are decoded every time."""
+
+    def __init__(self, *, entries: int = 64, max_bytes: int = 64 * 1024) -> None:
+        self.entries = entries
+        self.max_bytes = max_bytes
+        self._known: dict[bytes, filtering.PodRequest] = {}
+
+    def of(self, args: Args) -> filtering.PodRequest:
+        """``filtering.decode_pod(args.pod)``, from the table when the same bytes came
+        before; WireError as ``decode_pod`` raises it."""
+        raw = args.pod_raw
+        if raw is None or len(raw) > self.max_bytes:
+            return filtering.decode_pod(args.pod)
+        known = self._known
+        hit = known.pop(raw, None)
+        if hit is None:
+            hit = filtering.decode_pod(args.pod)
+            while len(known) >= self.entries:
+                del known[next(iter(known))]
+        known[raw] = hit
+        return hit
+
+    def __len__(self) -> int:
+        return len(self._known)
 
 
 def _loads(body: bytes) -> tuple[Any, bool]:
@@ -201,6 +258,7 @@ if msgspec is not None:
     _RAW_OBJECT = msgspec.json.Decoder(dict[str, msgspec.Raw])
     _RAW_LIST = msgspec.json.Decoder(list[msgspec.Raw])
     _ITEMS = msgspec.json.Decoder(list[_Item])
+    _NAMES = msgspec.json.Decoder(list[str] | None)
 
 
 def _exact(obj: Mapping[str, Any], name: str) -> bool:
@@ -212,18 +270,43 @@ def _exact(obj: Mapping[str, Any], name: str) -> bool:
     return not any(k.lower() == lower for k in obj)
 
 
+def _decode_names(body: bytes) -> Args | None:
+    """A NodeNames-mode ``ExtenderArgs`` (``"Nodes":null``) read by
+    msgspec: the names straight into a list of strings, the Pod kept as its bytes. None
+    where anything is unusual (as ``_decode_raw``)."""
+    if b"\\" in body or not body.isascii() or b"\x7f" in body:
+        return None
+    try:
+        top = _RAW_OBJECT.decode(body)
+        if not (_exact(top, "Pod") and _exact(top, "Nodes") and _exact(top, "NodeNames")):
+            return None
+        raw_pod, raw_nodes, raw_names = top.get("Pod"), top.get("Nodes"), top.get("NodeNames")
+        if raw_pod is None or raw_nodes is None or bytes(raw_nodes) != b"null":
+            return None
+        names = [] if raw_names is None else _NAMES.decode(raw_names)
+        pod_raw = bytes(raw_pod)
+    except (msgspec.DecodeError, RecursionError):
+        return None
+    if not pod_raw.startswith(b"{"):
+        return None  # not an object (or null): the usual read says what is wrong
+    return Args(None, names if names is not None else [], None, {}, pod_raw=pod_raw)
+
+
 def _decode_raw(body: bytes) -> Args | None:
     """A full-Nodes ``ExtenderArgs`` read without building its Node objects (msgspec): the
     top level and the NodeList as raw values, each item's ``metadata.name`` alone, the Pod
-    whole. None where the body is anything else or anything unusual (keys in another case,
-    escapes, bytes beyond ASCII, an error): ``decode_args`` then reads it the usual way,
-    with the same answers and the same error messages."""
+    whole; a NodeNames one by ``_decode_names``. None where the body is anything else or
+    anything unusual (keys in another case, escapes, bytes beyond ASCII, an error):
+    ``decode_args`` then reads it the usual way, with the same answers and the same error
+    messages."""
     if msgspec is None:
         return None
     # kube-scheduler writes the Pod, then ``"Nodes":null`` in NodeNames mode: seen early.
     at = body.find(b'"Nodes":')
-    if at < 0 or body[at + 8:at + 24].lstrip().startswith(b"null"):
+    if at < 0:
         return None
+    if body[at + 8:at + 24].lstrip().startswith(b"null"):
+        return _decode_names(body)
     if b"\\" in body or not body.isascii() or b"\x7f" in body:
         return None
     try:
@@ -251,7 +334,7 @@ def _decode_raw(body: bytes) -> Args | None:
             return None
         names.append(name)
         by_name.setdefault(name, raw)
-    return Args(pod=pod, names=names, node_list=meta, nodes=RawNodes(by_name, meta))
+    return Args(pod, names, meta, RawNodes(by_name, meta), pod_raw=bytes(top["Pod"]))
 
 
 def decode_args(body: bytes) -> Args:
@@ -274,9 +357,9 @@ def decode_args(body: bytes) -> Args:
         # set(map(type, ...)): one C-level pass; thousands of names arrive on every call.
         if not isinstance(names_raw, list) or not set(map(type, names_raw)) <= {str}:
             raise WireError("ExtenderArgs.NodeNames must be a list of strings or null")
-        return Args(pod=pod, names=names_raw, node_list=None, nodes={})
+        return Args(pod, names_raw, None, {})
     if nodes_raw is None:
-        return Args(pod=pod, names=[], node_list=None, nodes={})
+        return Args(pod, [], None, {})
     if not isinstance(nodes_raw, dict):
         raise WireError("ExtenderArgs.Nodes must be a NodeList object or null")
     items = field(nodes_raw, "items")
@@ -293,7 +376,7 @@ def decode_args(body: bytes) -> Args:
             raise WireError(f"ExtenderArgs.Nodes.items[{i}] has no metadata.name")
         names.append(name)
         by_name.setdefault(name, item)
-    return Args(pod=pod, names=names, node_list=nodes_raw, nodes=by_name, exotic=exotic)
+    return Args(pod, names, nodes_raw, by_name, exotic=exotic)
 
 
 def filter_result(args: Args, result: filtering.FilterResult, error: str = "",
@@ -404,6 +487,7 @@ SETTINGS = web.AppKey("settings", ExtenderSettings)
 CLUSTER = web.AppKey("cluster", cluster.Cluster)
 METRICS = web.AppKey("metrics", Metrics)
 SCORING_LOG = web.AppKey("scoring_log", scoring_log.ScoringLog)
+POD_REQUESTS = web.AppKey("pod_requests", PodRequests)
 INDEX = web.AppKey("index", figures.Index)
 ADVICE = web.AppKey("advice", advice.AdviceCache)
 MESSAGES = web.AppKey("messages", filtering.Messages)
@@ -481,7 +565,7 @@ async def _verb(request: web.Request, *, verb: str, error: Callable[[str], Any],
     """What both verbs share: readiness (503), decoding (400), the body limit (413), the
     calls-and-latency metrics. ``answer`` gets the decoded args, the pod's request and the
     start time; ``error`` shapes an error body for the verb's wire type."""
-    model, metrics = request.app[CLUSTER], request.app[METRICS]
+    model, metrics, pods = request.app[CLUSTER], request.app[METRICS], request.app[POD_REQUESTS]
     start = time.perf_counter()
     code = 200
     try:
@@ -491,7 +575,7 @@ async def _verb(request: web.Request, *, verb: str, error: Callable[[str], Any],
             return _json(error(not_ready), status=code)
         try:
             args = decode_args(await _body(request))
-            pod = filtering.decode_pod(args.pod)
+            pod = pods.of(args)
         except WireError as exc:
             code = 400
             return _json(error(str(exc)), status=code)
@@ -612,6 +696,7 @@ def make_app(
     app[DRAINING] = asyncio.Event()
     app[TABLES] = answers.Tables(index, all_pods=settings.score_all_pods)
     app[METRICS] = _metrics(index, registry)
+    app[POD_REQUESTS] = PodRequests()
     if certificate is not None:
         cert_metrics.register(app[METRICS].registry, server="extender", source=certificate)
     app[SCORING_LOG] = scoring_log.ScoringLog(log_format=settings.log_format,

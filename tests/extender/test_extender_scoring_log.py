@@ -13,7 +13,7 @@ from extender_builders import build, node, pod
 
 from migfit import errors, snapshots
 from migfit.commands import extender as cli
-from migfit.extender import figures, filtering, scoring, scoring_log, server
+from migfit.extender import answers, figures, filtering, scoring, scoring_log, server
 
 
 def _scored() -> tuple[filtering.PodRequest, list[scoring.NodeScore]]:
@@ -131,3 +131,74 @@ def test_cli_rejects_bad_advisor_flags_before_starting(flags: list[str]) -> None
     args = parser.parse_args(["--cluster", "examples/cluster.yaml", "--port", "1", *flags])
     with pytest.raises(errors.UsageError, match=flags[0]):
         cli.run(args)  # raised before serving: the test would otherwise hang
+
+
+class _Lines(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+
+
+def _steady(line: str) -> str:
+    """A line without what differs between two writes of the same call (time, duration)."""
+    if line.startswith("{"):
+        record = json.loads(line)
+        del record["time"], record["duration_ms"]
+        return json.dumps(record)
+    return line.rsplit(",", 1)[0]
+
+
+@pytest.mark.parametrize("fmt", ["json", "text", "both"])
+@pytest.mark.parametrize("max_nodes", [0, 1, 4, 50])
+def test_lines_from_the_answer_tables_are_the_lines_of_a_fresh_computation(
+        fmt: scoring_log.LogFormat, max_nodes: int) -> None:
+    # The tables rank per score, select the best with the request's names and keep each
+    # node's rendered parts; the lines must be those written from freshly computed scores,
+    # for the first call (entries rendered) and the second (entries kept), with names the
+    # tables do not know and nodes that do not fit among them.
+    layouts = [{"1g.10gb": 7}, {"1g.10gb": 3, "2g.20gb": 1}, {"3g.40gb": 2}, {"7g.80gb": 1}]
+    objects: list[dict[str, Any]] = [node(f"n{i:02d}", layouts[i % 4]) for i in range(24)]
+    objects += [pod(f"busy{i}", node_name=f"n{i:02d}") for i in range(0, 24, 3)]
+    model = build(objects)
+    index = figures.Index(model)
+    tables = answers.Tables(index)
+    request = filtering.decode_pod(pod("want"))
+    handler = _Lines()
+    target = logging.getLogger("migfit.test.scoring")
+    target.addHandler(handler)
+    target.setLevel(logging.INFO)
+    target.propagate = False
+    log = scoring_log.ScoringLog(log_format=fmt, max_nodes=max_nodes, target=target)
+    try:
+        for names in (sorted(model.node_names())[::2], ["ghost", "n01", "n03", "n05"],
+                      sorted(model.node_names(), reverse=True)):
+            for _twice in range(2):
+                handler.lines.clear()
+                log.submit(tables.prioritize(request, names))  # no loop: written at once
+                from_tables = [_steady(line) for line in handler.lines]
+                handler.lines.clear()
+                log.record(request, scoring.score_nodes(index, request, names), 0.0)
+                assert from_tables == [_steady(line) for line in handler.lines], names
+                assert len(from_tables) == (2 if fmt == "both" else 1)
+    finally:
+        target.removeHandler(handler)
+
+
+@pytest.mark.parametrize("max_nodes", [0, 2])
+def test_json_line_is_what_json_dumps_writes_for_its_record(max_nodes: int) -> None:
+    # The line is put together from parts; it must be the compact json.dumps of the record,
+    # key order and number spelling included, with names that need escaping.
+    model = build([node("a\u2028\"b", {"1g.10gb": 7}), node("c", {"1g.10gb": 7}),
+                   pod("x", node_name="c"), node("d", {"3g.40gb": 2})])
+    request = filtering.decode_pod(pod("w\u00e9nt\n"))
+    scores = scoring.score_nodes(figures.Index(model), request, ["a\u2028\"b", "c", "d"])
+    log = scoring_log.ScoringLog(log_format="json", max_nodes=max_nodes)
+    for duration in (0.0, 1e-08, 0.0012345, 12.5, 3600.0):
+        line = log.json_line(request, scores, duration)
+        assert line == json.dumps(json.loads(line), separators=(",", ":"))
+        assert list(json.loads(line)) == [
+            "time", "level", "logger", "event", "pod", "uid", "profile", "nodes", "fit",
+            "duration_ms", "weights", "scores", "omitted", "histogram"]

@@ -170,7 +170,7 @@ def test_the_webhook_memo_sees_an_offer_flip_from_0_to_1_free() -> None:
     st = app[server.STATE]
     pod = s.pod({requests.GPU_MEMORY: "8Gi"})
     assert ask(st, pod) == ("2g.20gb",)
-    assert ask(st, pod) == ("2g.20gb",) and st.memo.stats.hits == 1
+    assert ask(st, pod) == ("2g.20gb",) and st.exact.stats.hits == 1
     c.apply("Pod", "DELETED", running("small", "gpu-a", "1g.10gb"))  # 1g.10gb: 0 -> 1 free
     assert ask(st, pod) == ("1g.10gb",)
 

@@ -40,7 +40,8 @@ def test_a_hit_answers_the_same_with_the_new_uid() -> None:
     first = ask(st, s.review(pod()))
     again = s.review(pod())
     second = ask(st, again)
-    assert (st.memo.stats.hits, st.memo.stats.misses) == (1, 1)
+    # The same bytes but the uid: answered from the exact table, without being parsed.
+    assert (st.exact.stats.hits, st.memo.stats.misses) == (1, 1)
     assert second["response"]["uid"] == again["request"]["uid"] != first["response"]["uid"]
     first["response"]["uid"] = second["response"]["uid"]
     assert first == second
@@ -63,6 +64,7 @@ def test_after_a_supply_change_the_memo_is_not_reused() -> None:
         "status": {"phase": "Running"}})
     after = ask(st, s.review(s.pod({requests.GPU_MEMORY: "8Gi"})))
     assert st.memo.stats.hits == 0 and st.memo.stats.resets == 1
+    assert st.exact.stats.hits == 0 and st.exact.stats.resets == 1
     assert any("every 1g.10gb instance is in use" in w for w in after["response"]["warnings"])
 
 
@@ -75,7 +77,7 @@ def test_a_cluster_change_the_decision_does_not_read_keeps_the_memo() -> None:
         "metadata": {"name": "web", "namespace": "ml", "uid": "uid-web"},
         "spec": {"containers": [{"name": "c"}]}, "status": {"phase": "Pending"}})
     ask(st, s.review(pod()))
-    assert st.memo.stats.hits == 1
+    assert st.exact.stats.hits == 1
 
 
 def test_requests_that_differ_in_what_the_decision_reads_are_told_apart() -> None:
@@ -117,10 +119,12 @@ def test_the_memo_is_bounded_and_forgets_the_least_recent() -> None:
     assert len(st.memo) == 2 and st.memo.stats.evictions == 1
     ask(st, s.review(s.pod({requests.GPU_MEMORY: "8Gi"})))  # forgotten: decided again
     assert st.memo.stats.hits == 0
+    assert len(st.exact) == 2 and st.exact.stats.hits == 0
     none = state(capacity=0)
     ask(none, s.review(pod()))
     ask(none, s.review(pod()))
     assert len(none.memo) == 0 and none.memo.stats.hits == 0
+    assert len(none.exact) == 0 and none.exact.stats.hits == 0
 
 
 FRESH = state(capacity=0)
@@ -135,3 +139,69 @@ def test_memoised_answers_equal_fresh_ones(review: Any) -> None:
         got = server.answer_bytes(body, state=MEMO)
         fresh = server.answer_bytes(body, state=FRESH)
         assert got == fresh
+
+
+def test_the_exact_table_takes_only_the_same_bytes_but_the_uid() -> None:
+    st = state()
+    review = s.review(pod())
+    first = ask(st, review)
+    # Another field than the uid differs (who asks): not the same bytes, so the exact table
+    # misses; the decision memo, which keys on what the decision reads, answers the same.
+    other = copy.deepcopy(review)
+    other["request"]["userInfo"] = {"username": "system:serviceaccount:kube-system:job"}
+    ask(st, other)
+    assert (st.exact.stats.hits, st.memo.stats.hits) == (0, 1)
+    # The same bytes spelled otherwise (escaped, pretty): read the usual way, same answer.
+    escaped = json.dumps(review).replace('"AdmissionReview"', '"Admission\\u0052eview"', 1)
+    for body in (escaped.encode(), json.dumps(review, indent=2).encode()):
+        status, out = server.answer_bytes(body, state=st)
+        assert status == 200
+        assert json.loads(out)["response"] == first["response"]
+    assert st.exact.stats.hits == 0
+    # dryRun is part of the key and of the metrics' labels.
+    dry = copy.deepcopy(review)
+    dry["request"]["dryRun"] = True
+    for _ in range(2):
+        ask(st, dry)
+    assert st.exact.stats.hits == 1
+    samples = {(x.labels["dry_run"], x.labels["outcome"]): x.value
+               for x in st.metrics.admissions.collect()[0].samples if x.name.endswith("_total")}
+    assert samples[("true", "patched")] == 2 and samples[("false", "patched")] == 4
+
+
+def test_the_exact_table_keeps_no_long_request() -> None:
+    st = state()
+    big = pod()
+    big["metadata"]["labels"] = {f"label-{i}": "x" * 60 for i in range(400)}  # > 16 KiB
+    for _ in range(2):
+        ask(st, s.review(big))
+    assert len(st.exact) == 0 and st.memo.stats.hits == 1
+
+
+def test_a_review_that_is_no_review_is_refused_as_before_whatever_the_table_holds() -> None:
+    st = state()
+    review = s.review(pod())
+    ask(st, review)
+    for broken, status in ((dict(review, apiVersion="admission.k8s.io/v1beta1"), 400),
+                           ({**review, "request": {**review["request"], "uid": ""}}, 400),
+                           ({**review, "request": {**review["request"], "uid": 7}}, 400)):
+        got, out = server.answer_bytes(json.dumps(broken).encode(), state=st)
+        assert got == status, broken
+        assert "error" in json.loads(out)
+
+
+def test_an_answer_from_the_exact_table_is_logged_like_any(
+        caplog: Any) -> None:
+    import logging
+
+    st = state()
+    review = s.review(pod())
+    with caplog.at_level(logging.INFO, logger="migfit.webhook.server"):
+        ask(st, review)
+        ask(st, review)
+    assert st.exact.stats.hits == 1
+    lines = [r.getMessage() for r in caplog.records]
+    namespace = review["request"]["namespace"]
+    name = review["request"].get("name") or "(generated)"
+    assert len(lines) == 2 and lines[0] == lines[1]
+    assert lines[0].startswith(f"patched {namespace}/{name}: ")

@@ -51,6 +51,11 @@ class Decider:
         self._reads_free = self._policy.contention != "smallest"
         self.misses = 0  # decisions made (not answered from the cache)
         self._cache: dict[tuple[Any, ...], tuple[tuple[str, ...], tuple[Any, ...], str]] = {}
+        # The supply snapshot last read and what the cache key takes of it (snapshots are
+        # immutable: the tracker hands out the same one until the supply changes).
+        self._supply: view.Supply | None = None
+        self._supply_key: tuple[frozenset[tuple[Any, ...]], tuple[str, ...]] = (
+            frozenset(), ())
 
     @property
     def policy(self) -> decision.Policy:
@@ -63,9 +68,13 @@ class Decider:
         meta = pod.get("metadata", {})
         ann = meta.get("annotations", {}) if isinstance(meta, dict) else {}
         conts = tuple(c.get("name") for c in pod.get("spec", {}).get("containers", ()))
-        offers = frozenset((k, o.label_mib, self._reads_free and o.free > 0)
-                           for k, o in supply.offers.items())
-        key = (tuple(sorted(ann.items())), conts, offers, tuple(m.id for m in supply.models))
+        if supply is not self._supply:
+            self._supply = supply
+            self._supply_key = (
+                frozenset((k, o.label_mib, self._reads_free and o.free > 0)
+                          for k, o in supply.offers.items()),
+                tuple(m.id for m in supply.models))
+        key = (tuple(sorted(ann.items())), conts, *self._supply_key)
         hit = self._cache.get(key)
         if hit is None:
             self.misses += 1

@@ -55,6 +55,7 @@ Definitions (capacity = 7 compute slices per A100/H100 GPU; a GPU slice is one c
 
 from __future__ import annotations
 
+import bisect
 import math
 import statistics
 from collections.abc import Mapping, Sequence
@@ -121,17 +122,22 @@ def idle_for_pending(sim: world.World, pending: Sequence[world.Pod]) -> int:
                 wanted.setdefault(p, []).append((pod.spec.cpu_milli, pod.spec.memory_mib))
     if not wanted:
         return 0
-    least = {p: sorted(set(v)) for p, v in wanted.items()}
+    least = {p: _frontier(v) for p, v in wanted.items()}
     total = 0
     for n in sim.nodes.values():
         if n.busy_until is not None or not n.gpus or n.free_compute <= 0:
             continue
         cpu_left, mem_left = n.cpu_alloc - n.cpu_used, n.mem_alloc - n.mem_used
-        usable = {p for p, needs in least.items() if n.model.has_profile(p)
-                  and any(c <= cpu_left and m <= mem_left for c, m in needs)}
+        # Some pod's needs fit the node's room: the frontier's last pair within its cpu has
+        # the least memory of all pairs within its cpu.
+        usable = {p for p, (cpus, mems) in least.items() if n.model.has_profile(p)
+                  and (i := bisect.bisect_right(cpus, cpu_left)) and mems[i - 1] <= mem_left}
         if not usable:
             continue
         for g in n.gpus:
+            if g.holders.count(None) == len(g.holders):  # holds no pod
+                total += n.model.compute_slices
+                continue
             held = 0
             serves = False
             for inst, h in zip(g.instances, g.holders, strict=True):
@@ -142,6 +148,18 @@ def idle_for_pending(sim: world.World, pending: Sequence[world.Pod]) -> int:
             if held == 0 or serves:
                 total += n.model.compute_slices - held
     return total
+
+
+def _frontier(needs: Sequence[tuple[int, int]]) -> tuple[list[int], list[int]]:
+    """The (cpu, memory) pairs of ``needs`` that no other pair is at most on both, as cpus
+    (ascending) and memories (descending)."""
+    cpus: list[int] = []
+    mems: list[int] = []
+    for c, m in sorted(set(needs)):
+        if not mems or m < mems[-1]:
+            cpus.append(c)
+            mems.append(m)
+    return cpus, mems
 
 
 def summarise(values: Sequence[float]) -> dict[str, float]:

@@ -115,27 +115,32 @@ class KubeScheduler:
 
     def _sample(self, feasible: list[str]) -> list[str]:
         """The first ``to_find`` feasible nodes from ``next_start`` on; advances it."""
-        total = len(self.world.order)
-        if not total:
-            return feasible
-        start = self.next_start
-        if len(feasible) < self.to_find:
+        if not feasible or len(feasible) < self.to_find:
             return feasible  # every node examined: a full round, the start stays
-        pos = self.position
-        ranked = sorted(map(pos.__getitem__, feasible))
+        return self._sample_positions(list(map(self.position.__getitem__, feasible)))
+
+    def _sample_positions(self, feasible: list[int]) -> list[str]:
+        """``_sample`` of the feasible nodes' positions in ``World.order``."""
+        order = self.world.order
+        if not feasible or len(feasible) < self.to_find:
+            return [order[p] for p in feasible]  # a full round, the start stays
+        total = len(order)
+        start = self.next_start
+        ranked = sorted(feasible)
         cut = bisect.bisect_left(ranked, start)
         chosen = (ranked[cut:] + ranked[:cut])[: self.to_find]
         examined = (chosen[-1] - start) % total + 1
         self.next_start = (start + examined) % total
-        order = self.world.order
         return [order[p] for p in chosen]
 
     def feasible(self, pod: world.Pod) -> list[str]:
         """Nodes that pass kube-scheduler's own filters (before any extender), sampled."""
         state = self.world
+        nodes = state.nodes
+        cpu, mem = pod.spec.cpu_milli, pod.spec.memory_mib
         if pod.spec.gpu and not state.on_demand:
-            wants = pod.wants
-            first, k = next(iter(wants.items()))
+            first = pod.profiles[0]  # pod.wants' first entry, without building the Counter
+            k = pod.profiles.count(first)
             # NodeResourcesFit on nvidia.com/mig-<p>: the cluster's index holds the nodes with
             # a free instance (and excludes those being re-partitioned, which are tainted).
             free = state.cluster.free_nodes(first)
@@ -145,14 +150,20 @@ class KubeScheduler:
             if len(pod.profiles) > 1 or pod.spec.gpu_spec:
                 return self._sample([name for name, f in free.items()
                                      if f >= k and self._passes(pod, state.nodes[name])])
-            nodes = state.nodes
-            cpu, mem = pod.spec.cpu_milli, pod.spec.memory_mib
-            return self._sample([  # _passes, inlined for the common case (one instance)
-                name for name, f in free.items()
+            if len(free) < self.to_find:  # fewer than to_find pass: no sample, no sort
+                return [  # _passes, inlined for the common case (one instance)
+                    name for name, f in free.items()
+                    if f >= k and (n := nodes[name]).busy_until is None
+                    and n.cpu_used + cpu <= n.cpu_alloc and n.mem_used + mem <= n.mem_alloc]
+            return self._sample_positions([  # the same, as positions to sort
+                n.position for name, f in free.items()
                 if f >= k and (n := nodes[name]).busy_until is None
                 and n.cpu_used + cpu <= n.cpu_alloc and n.mem_used + mem <= n.mem_alloc])
-        return self._sample([name for name, n in state.nodes.items()
-                             if self._passes(pod, n)])
+        if not pod.spec.gpu:  # _passes, inlined: positions in order, as nodes are kept
+            return self._sample_positions([
+                n.position for n in nodes.values() if n.busy_until is None
+                and n.cpu_used + cpu <= n.cpu_alloc and n.mem_used + mem <= n.mem_alloc])
+        return self._sample([name for name, n in nodes.items() if self._passes(pod, n)])
 
     def _passes(self, pod: world.Pod, n: world.Node) -> bool:
         """The filters other than the free-instance count of the pod's first profile."""
@@ -211,8 +222,10 @@ class KubeScheduler:
             return self.rng.choice(names)
         scores = self._scores(pod, names)
         best = max(scores)
-        top = [name for name, s in zip(names, scores, strict=True) if s == best]
-        return top[0] if len(top) == 1 else self.rng.choice(top)
+        if scores.count(best) == 1:
+            return names[scores.index(best)]
+        return self.rng.choice([name for name, s in zip(names, scores, strict=True)
+                                if s == best])
 
     def _scores(self, pod: world.Pod, names: Sequence[str]) -> list[float]:
         nodes = self.world.nodes
@@ -238,24 +251,24 @@ class KubeScheduler:
                         mig = (ns.used.get(pname, 0) + k, ns.node.allocatable.get(pname, 0))
                 out.append(most_allocated(n, cpu, mem, mig, weight) + balanced(n, cpu, mem))
             return out
+        # LeastAllocated + BalancedAllocation, plus the extender's score × weight × 10.
+        if scorer == "migfit" and pod.spec.gpu and pod.request is not None:
+            ext = self.extender.scores(pod.request, names)
+        elif scorer == "migfit" and not pod.spec.gpu and self.options.score_all_pods:
+            request = adapters.Extender.host_request(pod.uid, cpu, mem)
+            ext = self.extender.scores(request, names, all_pods=True)
+        else:
+            ext = [0] * len(names)
+        factor = self.weight * (MAX_NODE_SCORE // MAX_EXTENDER_PRIORITY)
         spread = self._spread.get((cpu, mem))
         if spread is None:
             spread = self._spread[(cpu, mem)] = {}
-        base: list[int] = []
-        for name in names:
+        totals: list[float] = []
+        for name, e in zip(names, ext, strict=True):
             n = nodes[name]
             hit = spread.get(name)
             if hit is None or hit[0] != n.version:
                 hit = spread[name] = (n.version, least_allocated(n, cpu, mem)
                                       + balanced(n, cpu, mem))
-            base.append(hit[1])
-        if scorer == "migfit" and pod.spec.gpu and pod.request is not None:
-            ext = self.extender.scores(pod.request, names)
-            factor = self.weight * (MAX_NODE_SCORE // MAX_EXTENDER_PRIORITY)
-            return [s + e * factor for s, e in zip(base, ext, strict=True)]
-        if scorer == "migfit" and not pod.spec.gpu and self.options.score_all_pods:
-            request = adapters.Extender.host_request(pod.uid, cpu, mem)
-            ext = self.extender.scores(request, names, all_pods=True)
-            factor = self.weight * (MAX_NODE_SCORE // MAX_EXTENDER_PRIORITY)
-            return [s + e * factor for s, e in zip(base, ext, strict=True)]
-        return [float(s) for s in base]
+            totals.append(hit[1] + e * factor)
+        return totals

@@ -50,7 +50,7 @@ class Node:
 
     __slots__ = ("busy_until", "config", "cpu_alloc", "cpu_used", "gpu_pods", "gpus",
                  "group", "mem_alloc", "mem_used", "model", "name", "pending_plan",
-                 "total_compute",
+                 "position", "total_compute",
                  "total_memory", "trace_model", "used_compute", "version")
 
     def __init__(self, s: spec.NodeSpec, *, on_demand: bool) -> None:
@@ -72,6 +72,7 @@ class Node:
         self.busy_until: float | None = None
         self.pending_plan: advisor.Recommendation | None = None
         self.version = 0  # bumped on every change (FGD's per-node cache)
+        self.position = 0  # its index in ``World.order`` (set by the world)
         kinds = {"+".join(lay) or "no instance" for lay in s.gpu_layouts}
         # The initial layout, for the report's picture (nodes grouped by it).
         self.group = (f"{s.model.id}, every GPU {kinds.pop()}" if len(kinds) == 1
@@ -165,6 +166,8 @@ class World:
         self.cluster = cluster.Cluster(catalog)
         self.nodes: dict[str, Node] = {s.name: Node(s, on_demand=on_demand) for s in nodes}
         self.order: list[str] = list(self.nodes)  # kube-scheduler's node list order
+        for i, n in enumerate(self.nodes.values()):
+            n.position = i
         self.capacity_slices = max(1, sum(n.total_compute for n in self.nodes.values()))
         self.capacity_memory = max(1, sum(n.total_memory for n in self.nodes.values()))
         self.gpus = sum(len(n.gpus) for n in self.nodes.values())

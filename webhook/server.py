@@ -263,10 +263,10 @@ ExactKey = tuple[tuple[str, bytes], ...]
 def _exact_key(body: bytes) -> tuple[str, ExactKey, dict[str, Any]] | None:
     """The uid, and the request's fields but the uid as the bytes they came in (msgspec
     Raw, undecoded), of a review spelled plainly: kind and apiVersion as written here, a
-    string uid. None for anything else, or a request longer than ``EXACT_BYTES``: it is
+    string uid. None for anything else, or a review longer than ``EXACT_BYTES``: it is
     read the usual way. Two requests with the same key are the same request but for the uid
     (the same bytes decode the same), so they get the same answer against the same supply."""
-    if msgspec is None or len(body) > 2 * EXACT_BYTES:
+    if msgspec is None or len(body) > EXACT_BYTES:  # the key is shorter than the body
         return None
     try:
         top = _REVIEW.decode(body)
@@ -280,10 +280,7 @@ def _exact_key(body: bytes) -> tuple[str, ExactKey, dict[str, Any]] | None:
         return None
     if not isinstance(uid, str) or not uid:
         return None
-    key = tuple([(k, bytes(v)) for k, v in fields.items()])
-    if sum(len(v) for _k, v in key) > EXACT_BYTES:
-        return None
-    return uid, key, fields
+    return uid, tuple([(k, bytes(v)) for k, v in fields.items()]), fields
 
 
 def answer_bytes(body: bytes, *, state: State) -> tuple[int, bytes]:

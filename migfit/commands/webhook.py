@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 from pathlib import Path
 
 from migfit import cluster, errors, logs, profiles, serving, sources
@@ -123,7 +122,7 @@ def run(args: argparse.Namespace) -> int:
         raise errors.UsageError(f"--decision-memo {args.decision_memo}: use 0 or more")
     model = cluster.Cluster(catalog)
     source = sources.source_from_args(model, args)
-    asyncio.run(server.serve(settings, model, source_run=source.run,
+    serving.run(server.serve(settings, model, source_run=source.run,
                              tracker=view.SupplyTracker(model),
                              decisions=memo.DecisionMemo(args.decision_memo)))
     return 0

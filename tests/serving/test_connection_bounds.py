@@ -171,6 +171,29 @@ async def test_connections_beyond_the_cap_are_refused_and_the_rest_still_served(
     writer.close()
 
 
+async def test_failed_and_stalled_tls_handshakes_free_their_slots(server: Server) -> None:
+    if server.client_tls is None:
+        pytest.skip("TLS only")
+    port = server.started.port
+    stalled = [await asyncio.open_connection("127.0.0.1", port) for _ in range(3)]
+    garbage = [await asyncio.open_connection("127.0.0.1", port) for _ in range(3)]
+    for _, w in garbage:
+        w.write(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")  # plain HTTP to a TLS port
+    for r, _ in garbage:
+        await _closed_within(r, SLACK)
+    for r, _ in stalled:  # no ClientHello: cut off by the handshake timeout
+        await _closed_within(r, LIMITS.handshake_timeout + SLACK)
+    await asyncio.sleep(0.2)
+    assert server.started.open_connections == 0
+    # every slot is free again: the cap's worth of real clients still gets in
+    held = [await server.open() for _ in range(LIMITS.max_connections)]
+    reader, writer = held[-1]
+    writer.write(_request(b"after"))
+    assert (await reader.readuntil(b"\r\n\r\n")).startswith(b"HTTP/1.1 200")
+    for _, w in held + stalled + garbage:
+        w.close()
+
+
 async def test_malformed_http_is_one_warning_line(
         server: Server, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.DEBUG)

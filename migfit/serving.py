@@ -281,7 +281,7 @@ def _listen_sockets(host: str, port: int, *, reuse_port: bool,
             try:
                 sock.bind(address)
             except OSError as exc:  # the address in the message, as create_server says it
-                raise OSError(exc.errno, f"cannot listen on {address[0]} port {address[1]}: "
+                raise OSError(exc.errno, f"cannot listen on {host or '*'} port {port}: "
                                          f"{(exc.strerror or str(exc)).lower()}") from None
             sock.listen(backlog)
             sock.setblocking(False)

@@ -541,7 +541,7 @@ def view(
 # ---------------------------------------------------------------- named configs
 
 
-def _prefer_named(
+def prefer_named(
     config: migparted.Config | None,
 ) -> planner.Prefer | None:
     """A named config instead of the planner's custom layout when one serves as much.
@@ -762,7 +762,7 @@ def advise(
         needs = () if w.pod is None else (w.pod.cpu_milli, w.pod.memory_bytes)
         units.extend(planner.Unit(pod=w.key, profile=p, weight=w.weight, needs=needs, cls=cls)
                      for p, n in w.requests.items() for _ in range(n))
-    prefer = _prefer_named(config)
+    prefer = prefer_named(config)
     limit = settings.max_recommendations
     chosen: list[_Choice] = []
     for supply, hurts in ((fresh, False), (cooling, False), (disruptive, True)):
@@ -785,30 +785,39 @@ def advise(
     recs: list[Recommendation] = []
     unblocked: set[str] = set()
     for choice in chosen:
-        change = choice.change
-        v = views[change.name]
-        gpus = tuple(GpuChange(index=g.index, before=tuple(g.before), after=g.after_names)
-                     for g in change.plan.gpus)
-        here = Counter(u.pod for u in choice.units)
-        unblocks = tuple(sorted(k for k, n in here.items()
-                                if n >= sum(by_key[k].requests.values())))
-        unblocked.update(unblocks)
-        if change.named is not None:
-            cfg: str | None = change.named
-            doc: Mapping[str, Any] | None = None
-        else:
-            after = [g.after for g in gpus]
-            cfg, doc = None, migparted.render(migparted.custom_name(after), after,
-                                              model=v.model)
-        recs.append(Recommendation(
-            node=change.name, model=v.model.id, config=cfg, mig_parted=doc, gpus=gpus,
-            unblocks=unblocks, disrupts=v.pods if choice.disruptive else (),
-            before_config=v.label, before_source=v.layout.source, note=v.layout.note,
-            served=dict(change.plan.served),
-            running=() if choice.disruptive else v.pods))
+        advised = recommendation(choice.change, views[choice.change.name], choice.units,
+                                 by_key, disrupts=views[choice.change.name].pods
+                                 if choice.disruptive else None)
+        unblocked.update(advised.unblocks)
+        recs.append(advised)
     unserved = tuple(sorted(w.key for w in waiting if w.key not in unblocked))
     return Advice(recommendations=tuple(recs), waiting=tuple(waiting), unserved=unserved,
                   generation=state.generation)
+
+
+def recommendation(change: planner.NodeChange, v: NodeView, units: Sequence[planner.Unit],
+                   waiting: Mapping[str, Waiting], *,
+                   disrupts: tuple[str, ...] | None = None) -> Recommendation:
+    """The recommendation for one planned node change serving ``units`` of ``waiting``.
+
+    ``disrupts``: the pods the change stops (a disruptive change or a drain); None when the
+    node's pods keep running (their GPUs unchanged)."""
+    gpus = tuple(GpuChange(index=g.index, before=tuple(g.before), after=g.after_names)
+                 for g in change.plan.gpus)
+    here = Counter(u.pod for u in units)
+    unblocks = tuple(sorted(k for k, n in here.items()
+                            if n >= sum(waiting[k].requests.values())))
+    if change.named is not None:
+        cfg: str | None = change.named
+        doc: Mapping[str, Any] | None = None
+    else:
+        after = [g.after for g in gpus]
+        cfg, doc = None, migparted.render(migparted.custom_name(after), after, model=v.model)
+    return Recommendation(
+        node=change.name, model=v.model.id, config=cfg, mig_parted=doc, gpus=gpus,
+        unblocks=unblocks, disrupts=disrupts or (), before_config=v.label,
+        before_source=v.layout.source, note=v.layout.note, served=dict(change.plan.served),
+        running=v.pods if disrupts is None else ())
 
 
 def dumps(advice: Advice) -> str:

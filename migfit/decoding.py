@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from types import MappingProxyType
 from typing import Any
 
@@ -291,3 +291,89 @@ def uid_of(obj: Mapping[str, Any]) -> str:
     """A Pod's uid, or namespace/name for objects without one (hand-written files)."""
     meta = fields.as_dict(obj.get("metadata"))
     return str(meta.get("uid") or f"{meta.get('namespace', '')}/{meta.get('name', '')}")
+
+
+# ---------------------------------------------------------------- disruption facts (--defrag)
+
+
+def pod_facts(obj: Mapping[str, Any]) -> records.PodFacts:
+    """A pod's labels, controller and placement constraints (``migfit advise --defrag``)."""
+    meta = fields.as_dict(obj.get("metadata"))
+    controller = None
+    for ref in fields.as_list(meta.get("ownerReferences")):
+        if isinstance(ref, dict) and ref.get("controller") is True:
+            controller = (str(ref.get("kind") or ""), str(ref.get("name") or ""))
+            break
+    return records.PodFacts(labels=fields.str_map(meta.get("labels")), controller=controller,
+                            constraints=pod_constraints(fields.as_dict(obj.get("spec"))))
+
+
+def _int_or_string(value: Any, where: str) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        raise errors.UsageError(f"{where} is {value!r}, not an integer or a percentage")
+    text = str(value)
+    digits = text[:-1] if text.endswith("%") else text
+    if not digits.isascii() or not digits.isdigit():
+        raise errors.UsageError(f"{where} is {value!r}, not an integer or a percentage")
+    return text
+
+
+def _status_int(status: Mapping[str, Any], name: str) -> int | None:
+    value = status.get(name)
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def label_selector(value: Any, where: str) -> records.LabelSelector | None:
+    """A ``metav1.LabelSelector``; None when absent. A malformed one is a UsageError."""
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise errors.UsageError(f"{where} is not a mapping")
+    exprs = []
+    for i, e in enumerate(fields.as_list(value.get("matchExpressions"))):
+        op = e.get("operator") if isinstance(e, dict) else None
+        if op not in ("In", "NotIn", "Exists", "DoesNotExist") or not isinstance(
+                e.get("key"), str):
+            raise errors.UsageError(f"{where}.matchExpressions[{i}] needs a key and an "
+                                    f"operator In, NotIn, Exists or DoesNotExist")
+        exprs.append(records.Requirement(
+            key=e["key"], operator=op,
+            values=tuple(str(v) for v in fields.as_list(e.get("values")))))
+    return records.LabelSelector(
+        match_labels=tuple(sorted(fields.str_map(value.get("matchLabels")).items())),
+        expressions=tuple(exprs))
+
+
+def pdb_from_api(obj: Mapping[str, Any]) -> records.PdbRecord:
+    """Decode a policy/v1 PodDisruptionBudget; a malformed spec is a UsageError."""
+    meta = fields.as_dict(obj.get("metadata"))
+    spec = fields.as_dict(obj.get("spec"))
+    status = fields.as_dict(obj.get("status"))
+    generation = meta.get("generation")
+    return records.PdbRecord(
+        namespace=str(meta.get("namespace") or "default"),
+        name=str(meta.get("name") or ""),
+        selector=label_selector(spec.get("selector"), "spec.selector"),
+        min_available=_int_or_string(spec.get("minAvailable"), "spec.minAvailable"),
+        max_unavailable=_int_or_string(spec.get("maxUnavailable"), "spec.maxUnavailable"),
+        disruptions_allowed=_status_int(status, "disruptionsAllowed"),
+        current_healthy=_status_int(status, "currentHealthy"),
+        desired_healthy=_status_int(status, "desiredHealthy"),
+        expected_pods=_status_int(status, "expectedPods"),
+        generation=generation if isinstance(generation, int) else None,
+        observed_generation=_status_int(status, "observedGeneration"),
+    )
+
+
+def disruption(pods: Iterable[Mapping[str, Any]], pdbs: Iterable[Mapping[str, Any]]
+               ) -> records.Disruption:
+    """The PDBs and the facts of the bound, running pods with GPU requests among ``pods``."""
+    facts: dict[str, records.PodFacts] = {}
+    for obj in pods:
+        record = pod_from_api(obj)
+        if record is not None and record.holds_instances and record.requests:
+            facts[record.key] = pod_facts(obj)
+    return records.Disruption(pdbs=tuple(pdb_from_api(p) for p in pdbs),
+                              pods=MappingProxyType(facts))

@@ -32,8 +32,9 @@ model classes, which cost too much for 150,000 pods).
 
 Stable API (other modules rely on it: add to it, do not rename): :func:`connect`,
 :class:`KubeClient` (``patch_node``, ``read_node``, ``read_pod``, ``list_nodes``,
-``list_pods``, ``create_event``, ``read_config_map``, ``list_config_maps``, ``read_lease``,
-``create_lease``, ``update_lease``, ``open_get``, ``close``), :func:`as_client`, :func:`read_json`,
+``list_pods``, ``list_pod_disruption_budgets``, ``create_event``, ``read_config_map``,
+``list_config_maps``, ``read_lease``, ``create_lease``, ``update_lease``, ``open_get``,
+``close``), :func:`as_client`, :func:`read_json`,
 :class:`ApiError`
 (``.status``, ``.final``, ``.retryable``, ``.conflict``, ``.not_found``), :class:`Connection`,
 :func:`discover`, :func:`parse_duration`, :func:`add_request_timeout_argument`.
@@ -470,6 +471,12 @@ class KubeClient:
             return await self._list("/api/v1/pods", "pods", query, page_size)
         return await self._list(f"/api/v1/namespaces/{namespace}/pods",
                                 f"pods in {namespace}", query, page_size)
+
+    async def list_pod_disruption_budgets(self, *, page_size: int = 500
+                                          ) -> tuple[list[dict[str, Any]], str]:
+        """Every policy/v1 PodDisruptionBudget (paginated): (objects, resourceVersion)."""
+        return await self._list("/apis/policy/v1/poddisruptionbudgets",
+                                "PodDisruptionBudgets", [], page_size)
 
     async def create_event(self, namespace: str, body: Mapping[str, Any]) -> dict[str, Any]:
         """POST a core/v1 Event into ``namespace``."""

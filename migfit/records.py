@@ -207,3 +207,77 @@ class ProfileStats:
     free: int = 0
     memory_mib: int | None = None  # the least usable memory reported by a node label
 
+
+
+# ---------------------------------------------------------------- disruption facts (--defrag)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class PodFacts:
+    """What moving a bound pod needs beyond its PodRecord: decoded only for ``migfit advise
+    --defrag`` (``decoding.pod_facts``), never kept by the servers."""
+
+    labels: Mapping[str, str]
+    # (kind, name) of the ownerReference with controller: true; None for a bare pod
+    controller: tuple[str, str] | None
+    # the pod's nodeSelector, required node affinity and tolerations (a bound pod's
+    # PodRecord carries NO_CONSTRAINTS): where its replacement may go
+    constraints: PodConstraints
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class LabelSelector:
+    """A ``metav1.LabelSelector``: ``matchLabels`` and ``matchExpressions``, ANDed."""
+
+    match_labels: tuple[tuple[str, str], ...] = ()
+    expressions: tuple[Requirement, ...] = ()  # In | NotIn | Exists | DoesNotExist
+
+    def matches(self, labels: Mapping[str, str]) -> bool:
+        """Whether ``labels`` satisfy the selector (an empty one matches everything)."""
+        if any(labels.get(k) != v for k, v in self.match_labels):
+            return False
+        for r in self.expressions:
+            value = labels.get(r.key)
+            if r.operator == "In":
+                ok = value is not None and value in r.values
+            elif r.operator == "NotIn":
+                ok = value is None or value not in r.values
+            elif r.operator == "Exists":
+                ok = value is not None
+            elif r.operator == "DoesNotExist":
+                ok = value is None
+            else:
+                ok = False  # the API server rejects other operators
+            if not ok:
+                return False
+        return True
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class PdbRecord:
+    """What migfit reads of a policy/v1 PodDisruptionBudget."""
+
+    namespace: str
+    name: str
+    selector: LabelSelector | None  # None (no spec.selector): selects no pod in policy/v1
+    min_available: str | None  # an int or a percentage, as written
+    max_unavailable: str | None
+    disruptions_allowed: int | None  # status: what the eviction API checks
+    current_healthy: int | None
+    desired_healthy: int | None
+    expected_pods: int | None
+    generation: int | None = None
+    observed_generation: int | None = None
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Disruption:
+    """The PodDisruptionBudgets and the facts of the bound MIG pods (by pod key)."""
+
+    pdbs: tuple[PdbRecord, ...] = ()
+    pods: Mapping[str, PodFacts] = dataclasses.field(
+        default_factory=lambda: MappingProxyType({}))

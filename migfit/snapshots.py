@@ -20,6 +20,7 @@ import re
 import time
 from collections.abc import Generator, Iterable, Iterator, Mapping
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any, Protocol
 
 import yaml
@@ -33,6 +34,7 @@ EXAMPLE_CLUSTER: Path = Path(__file__).with_name("data") / "example-cluster.yaml
 
 DEFAULT_POLL_INTERVAL_S = 2.0
 _KINDS = ("Node", "Pod")
+PDB_KIND = "PodDisruptionBudget"
 # libyaml's C loader parses a 100 MB snapshot several times faster than the pure-Python one.
 _LOADER: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
@@ -53,6 +55,9 @@ class Snapshot:
     node_records: list[records.NodeRecord]
     pod_records: list[records.PodRecord]
     digest: str
+    # PodDisruptionBudgets and the bound GPU pods' labels and owners (``decode(...,
+    # disruption=True)``, for ``migfit advise --defrag``); None when not asked for
+    disruption: records.Disruption | None = None
 
 
 # ---------------------------------------------------------------- parsing
@@ -222,6 +227,12 @@ def _items(doc: Any, where: str, number: int) -> Iterator[Any]:
     yield doc
 
 
+def _group(obj: Mapping[str, Any]) -> str:
+    """The API group of an object's apiVersion ("" for the core group, and when absent)."""
+    version = obj.get("apiVersion")
+    return version.partition("/")[0] if isinstance(version, str) and "/" in version else ""
+
+
 def _describe(obj: Any) -> str:
     if not isinstance(obj, dict):
         return type(obj).__name__
@@ -277,11 +288,13 @@ def _check_quantities(obj: Mapping[str, Any], kind: str) -> None:
 
 
 def decode(data: bytes | str, *, where: str,
-           catalog: profiles.Catalog | None = None) -> Snapshot:
+           catalog: profiles.Catalog | None = None, disruption: bool = False) -> Snapshot:
     """Parse and validate a whole snapshot; raises ConfigError naming the failing object.
 
     Objects are numbered from 1 in file order ("item 12 (Pod gpu/train-3): ..."). Kinds other
-    than Node and Pod are ignored, so a broader ``kubectl get`` export still loads.
+    than Node and Pod are ignored, so a broader ``kubectl get`` export still loads; with
+    ``disruption``, PodDisruptionBudgets (policy/v1) are decoded too, and the bound GPU pods'
+    labels, controllers and constraints kept (``Snapshot.disruption``).
     """
     catalog = catalog or profiles.builtin()
     raw = data if isinstance(data, bytes) else data.encode("utf-8")
@@ -296,10 +309,10 @@ def decode(data: bytes | str, *, where: str,
             f"(an empty cluster is a List with 'items: []')")
     try:
         return _decode_objects(_objects(_streamed(text), where), where=where, catalog=catalog,
-                               digest=digest)
+                               digest=digest, disruption=disruption)
     except _NotStreamable:
         return _decode_objects(_objects(_documents_whole(text, where), where), where=where,
-                               catalog=catalog, digest=digest)
+                               catalog=catalog, digest=digest, disruption=disruption)
 
 
 def _streamed(text: str) -> Iterator[Any]:
@@ -319,9 +332,11 @@ def _objects(documents: Iterator[Any], where: str) -> Iterator[Any]:
 
 
 def _decode_objects(objects: Iterator[Any], *, where: str, catalog: profiles.Catalog,
-                    digest: str) -> Snapshot:
+                    digest: str, disruption: bool = False) -> Snapshot:
     node_records: list[records.NodeRecord] = []
     pod_records: list[records.PodRecord] = []
+    pdbs: list[records.PdbRecord] = []
+    facts: dict[str, records.PodFacts] = {}
     seen: dict[tuple[str, str], int] = {}
     number = 0
     nodes = pods = 0
@@ -331,6 +346,17 @@ def _decode_objects(objects: Iterator[Any], *, where: str, catalog: profiles.Cat
             if not isinstance(obj, dict):
                 raise errors.ConfigError(f"a {type(obj).__name__}, not a Kubernetes object")
             kind = obj.get("kind")
+            if disruption and kind == PDB_KIND:
+                if _group(obj) == "policy":
+                    pdb = decoding.pdb_from_api(obj)
+                    if not pdb.name:
+                        raise errors.ConfigError("no metadata.name")
+                    key = (PDB_KIND, pdb.key)
+                    if key in seen:
+                        raise errors.ConfigError(f"a second copy of item {seen[key]}")
+                    seen[key] = number
+                    pdbs.append(pdb)
+                continue
             if kind not in _KINDS:
                 if not isinstance(kind, str) or not kind:
                     raise errors.ConfigError(
@@ -351,6 +377,8 @@ def _decode_objects(objects: Iterator[Any], *, where: str, catalog: profiles.Cat
                 record = decoding.pod_from_api(obj)
                 if record is not None:
                     pod_records.append(record)
+                    if disruption and record.holds_instances and record.requests:
+                        facts[record.key] = decoding.pod_facts(obj)
                 pods += 1
             if key in seen:
                 raise errors.ConfigError(f"a second copy of item {seen[key]}")
@@ -368,11 +396,15 @@ def _decode_objects(objects: Iterator[Any], *, where: str, catalog: profiles.Cat
         raise errors.ConfigError(
             f"{where}: no Node objects ({pods} pods); migfit needs the nodes: export "
             f"with `kubectl get nodes,pods -A -o yaml`")
-    return Snapshot(node_records=node_records, pod_records=pod_records, digest=digest)
+    kept = (records.Disruption(pdbs=tuple(pdbs), pods=MappingProxyType(facts))
+            if disruption else None)
+    return Snapshot(node_records=node_records, pod_records=pod_records, digest=digest,
+                    disruption=kept)
 
 
-def read(path: str | os.PathLike[str], *, catalog: profiles.Catalog | None = None) -> Snapshot:
-    """Read and validate a snapshot file; raises ConfigError."""
+def read(path: str | os.PathLike[str], *, catalog: profiles.Catalog | None = None,
+         disruption: bool = False) -> Snapshot:
+    """Read and validate a snapshot file; raises ConfigError. ``disruption``: as ``decode``."""
     p = Path(path)
     try:
         data = p.read_bytes()
@@ -380,7 +412,7 @@ def read(path: str | os.PathLike[str], *, catalog: profiles.Catalog | None = Non
         raise errors.ConfigError(
             f"cannot read cluster file {p}: {exc.strerror or exc}; pass --cluster FILE with a "
             f"file made by `kubectl get nodes,pods -A -o yaml`") from None
-    return decode(data, where=str(p), catalog=catalog)
+    return decode(data, where=str(p), catalog=catalog, disruption=disruption)
 
 
 def install(sink: Sink, snapshot: Snapshot) -> None:

@@ -17,7 +17,17 @@ from typing import Any
 
 import yaml
 
-from migfit import advisor, cluster, errors, migparted, sources
+from migfit import (
+    advisor,
+    cluster,
+    decoding,
+    defrag,
+    errors,
+    migparted,
+    records,
+    snapshots,
+    sources,
+)
 from migfit.commands import workstation
 
 
@@ -56,12 +66,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="each GPU's change and the mig-parted config to add, per node "
                              "(the same as -o wide)")
     workstation.add_output_argument(parser, wide="details per node")
+    parser.add_argument("--defrag", action="store_true",
+                        help="also advise draining busy nodes (advice only: migfit evicts "
+                             "nothing): which pods would move where, within their "
+                             "PodDisruptionBudgets, so that the node's GPUs can be re-laid "
+                             "out for pods the other re-layouts leave waiting; replaces the "
+                             "unbounded disruptive re-layouts")
+    parser.add_argument("--max-move-share", metavar="F", type=float,
+                        default=defrag.DEFAULT_MAX_MOVE_SHARE,
+                        help="with --defrag: move at most this share (0 < F <= 1) of the "
+                             "bound MIG pods")
 
 
 def settings_from_args(args: argparse.Namespace) -> advisor.Settings:
     if args.grace < 0:
         raise errors.UsageError(f"--grace must be 0 or more seconds, got {args.grace:g}")
-    return advisor.Settings(grace_s=args.grace, allow_disruptive=not args.no_disruptive,
+    # --defrag's drains (bounded, within PDBs, with a place for every moved pod) take the
+    # place of the unbounded disruptive re-layouts.
+    disruptive = not args.no_disruptive and not getattr(args, "defrag", False)
+    return advisor.Settings(grace_s=args.grace, allow_disruptive=disruptive,
                             busy_nodes=not getattr(args, "no_busy_nodes", False))
 
 
@@ -202,15 +225,110 @@ def render_text(advice: advisor.Advice, *, details: bool = True) -> str:
     return "\n".join(lines)
 
 
+def load_disruption(args: argparse.Namespace) -> tuple[
+        cluster.Cluster, migparted.Config | None, records.Disruption]:
+    """``load`` for ``--defrag``: also the PodDisruptionBudgets and the bound GPU pods'
+    labels and owners (from the snapshot file, or one more list from the API)."""
+    cluster_file = getattr(args, "cluster_file", None)
+    if cluster_file is not None:
+        sources.check_source_args(args)
+        snap = snapshots.read(cluster_file, disruption=True)
+        state = cluster.Cluster()
+        snapshots.install(state, snap)
+        state.mark_synced()
+        config = _config_file(args.mig_parted_config) if args.mig_parted_config else None
+        assert snap.disruption is not None
+        return state, config, snap.disruption
+    seen: list[records.Disruption] = []
+
+    async def reader(client: Any) -> cluster.Cluster:
+        import asyncio
+
+        (nodes, _), (pods, _), (pdbs, _) = await asyncio.gather(
+            client.list_nodes(), client.list_pods(), client.list_pod_disruption_budgets())
+        state = cluster.Cluster()
+        state.replace("Node", nodes)
+        state.replace("Pod", pods)
+        state.mark_synced()
+        seen.append(decoding.disruption(pods, pdbs))
+        return state
+
+    state, config = load(args, reader=reader)
+    return state, config, seen[0]
+
+
+def _share(args: argparse.Namespace) -> float:
+    share = float(args.max_move_share)
+    if not 0 < share <= 1:
+        raise errors.UsageError(f"--max-move-share must be more than 0 and at most 1, got "
+                                f"{share:g}")
+    if not args.defrag and share != defrag.DEFAULT_MAX_MOVE_SHARE:
+        raise errors.UsageError("--max-move-share needs --defrag")
+    return share
+
+
+def render_defrag(result: defrag.Defrag, *, details: bool = True) -> str:
+    """The drains for people: every move, the PDBs consulted, the new layout."""
+    lines = [f"Defragmentation (advice only: migfit evicts nothing): {len(result.drains)} "
+             f"node(s) to drain, moving {result.moved} of {result.bound_pods} bound MIG "
+             f"pod(s) (at most {result.max_moves}: --max-move-share "
+             f"{result.max_move_share:g})."]
+    for d in result.drains:
+        rec = d.recommendation
+        lines.append(f"drain node {d.node} ({rec.model}): move {len(d.moves)} pod(s), then "
+                     f"-> {rec.target}" + ("" if rec.config else " (custom config)"))
+        for m in d.moves:
+            want = " ".join(f"{n} × {p}" if n > 1 else p for p, n in sorted(m.profiles.items()))
+            lines.append(f"  move {m.pod} ({want}) -> free instance on {m.to}"
+                         + (f" (PDB {m.pdb})" if m.pdb else ""))
+        for u in d.pdbs:
+            lines.append(f"  PDB {u.pdb}: allows {u.allowed} disruption(s), the advice uses "
+                         f"{u.used}")
+        lines.append(f"  unblocks: {', '.join(rec.unblocks) or 'none'}")
+        if details:
+            for g in rec.gpus:
+                mark = "" if g.changed else " (unchanged)"
+                lines.append(f"  GPU {g.index}: {' '.join(g.before) or '(none)'} -> "
+                             f"{' '.join(g.after) or '(none)'}{mark}")
+            if rec.mig_parted is not None:
+                lines.append("  add to the mig-parted ConfigMap's config.yaml:")
+                lines.extend("    " + line for line in
+                             migparted.dump(rec.mig_parted).rstrip().splitlines())
+        lines.append(f"  steps: kubectl cordon {d.node}; evict the pods above (the eviction "
+                     f"API honours their PDBs); once no MIG pod runs there: kubectl label "
+                     f"node {d.node} {advisor.LABEL_CONFIG}={rec.target} --overwrite; after "
+                     f"{advisor.LABEL_CONFIG}.state=success: kubectl uncordon {d.node}")
+    for b in result.blocked:
+        lines.append(f"not drained: {b.node}: {b.reason}")
+    if result.unserved:
+        lines.append(f"{len(result.unserved)} waiting pod(s) still unserved: "
+                     f"{', '.join(result.unserved[:10])}"
+                     + (" ..." if len(result.unserved) > 10 else ""))
+    return "\n".join(lines)
+
+
 def run(args: argparse.Namespace) -> int:
     settings = settings_from_args(args)
-    state, config = load(args)
+    share = _share(args)
+    disruption: records.Disruption | None = None
+    if args.defrag:
+        state, config, disruption = load_disruption(args)
+    else:
+        state, config = load(args)
     now = time.time() if args.now is None else args.now
     result = advisor.advise(state, now=now, settings=settings, config=config)
+    drains = None if disruption is None else defrag.advise_defrag(
+        state, result, disruption, max_move_share=share, config=config)
+    doc: dict[str, Any] = dict(result.to_json())
+    if drains is not None:
+        doc["defrag"] = drains.to_json()
+    details = args.details or args.output == "wide"
     if args.json:
-        print(json.dumps(result.to_json()))
+        print(json.dumps(doc))
     elif args.output in ("json", "yaml"):
-        workstation.print_data(result.to_json(), args.output)
+        workstation.print_data(doc, args.output)
     else:
-        print(render_text(result, details=args.details or args.output == "wide"))
+        print(render_text(result, details=details))
+        if drains is not None and result.waiting:
+            print(render_defrag(drains, details=details))
     return 0

@@ -31,6 +31,13 @@ from migfit import (
 from migfit.commands import workstation
 
 
+def _config_lines(config: Any) -> list[str]:
+    """The lines that show a recommendation's mig-parted config to add (none without one)."""
+    if config is None:
+        return []
+    return ["  add to the mig-parted ConfigMap's config.yaml:",
+            *("    " + line for line in migparted.dump(config).rstrip().splitlines())]
+
 def add_common_arguments(parser: argparse.ArgumentParser) -> None:
     """Source, ConfigMap and grace flags shared by ``advise`` and ``explain``."""
     sources.add_source_arguments(parser)
@@ -212,10 +219,7 @@ def render_text(advice: advisor.Advice, *, details: bool = True) -> str:
             lines.append(f"  keeps running (their GPUs unchanged; the MIG Manager pauses the "
                          f"node's GPU operands meanwhile, docs/relayout.md): "
                          f"{', '.join(rec.running)}")
-        if rec.mig_parted is not None:
-            lines.append("  add to the mig-parted ConfigMap's config.yaml:")
-            lines.extend("    " + line for line in
-                         migparted.dump(rec.mig_parted).rstrip().splitlines())
+        lines.extend(_config_lines(rec.mig_parted))
         lines.append(f"  apply: kubectl label node {rec.node} "
                      f"{advisor.LABEL_CONFIG}={rec.target} --overwrite")
     if advice.unserved:
@@ -290,10 +294,7 @@ def render_defrag(result: defrag.Defrag, *, details: bool = True) -> str:
                 mark = "" if g.changed else " (unchanged)"
                 lines.append(f"  GPU {g.index}: {' '.join(g.before) or '(none)'} -> "
                              f"{' '.join(g.after) or '(none)'}{mark}")
-            if rec.mig_parted is not None:
-                lines.append("  add to the mig-parted ConfigMap's config.yaml:")
-                lines.extend("    " + line for line in
-                             migparted.dump(rec.mig_parted).rstrip().splitlines())
+            lines.extend(_config_lines(rec.mig_parted))
         lines.append(f"  steps: kubectl cordon {d.node}; evict the pods above (the eviction "
                      f"API honours their PDBs); once no MIG pod runs there: kubectl label "
                      f"node {d.node} {advisor.LABEL_CONFIG}={rec.target} --overwrite; after "

@@ -4,21 +4,20 @@ one-pod `explain` that reads only what it needs (issue 16 items 3 and 8)."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import pathlib
 import socket
 import subprocess
-import sys
-import time
-from typing import Any
 
 import kmock
 import pytest
 import yaml
 from advisor_scene import node, pod
 from migmanager_sim import store
+
+from tests.workstation import kubeconfig as _kubeconfig
+from tests.workstation import migfit as _migfit
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 COMMANDS = [("status",), ("advise",), ("explain", "ml/small")]
@@ -29,40 +28,6 @@ def server(kmock: kmock.KubernetesEmulator) -> kmock.KubernetesEmulator:
     for res in ("v1/pods", "v1/nodes", "v1/configmaps"):
         kmock.resources[res] = {}  # type: ignore[assignment]
     return kmock
-
-
-def _kubeconfig(path: pathlib.Path, url: str, *, namespace: str | None = None) -> pathlib.Path:
-    context: dict[str, Any] = {"cluster": "c", "user": "u"}
-    if namespace:
-        context["namespace"] = namespace
-    path.write_text(json.dumps({
-        "apiVersion": "v1", "kind": "Config",
-        "clusters": [{"name": "c", "cluster": {"server": url}}],
-        "users": [{"name": "u", "user": {"token": "t0k3n"}}],
-        "contexts": [{"name": "c", "context": context}], "current-context": "c"}))
-    return path
-
-
-def _env(kubeconfig: pathlib.Path | None, home: pathlib.Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("KUBECONFIG", "KUBERNETES_SERVICE_HOST")}
-    env["HOME"] = str(home)  # no ~/.kube/config of the machine running the tests
-    if kubeconfig is not None:
-        env["KUBECONFIG"] = str(kubeconfig)
-    return env
-
-
-async def _migfit(*args: str, kubeconfig: pathlib.Path | None, home: pathlib.Path,
-                  ) -> tuple[subprocess.CompletedProcess[str], float]:
-    """The command as a real process; the emulator keeps serving (same event loop) meanwhile."""
-    began = time.monotonic()
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "migfit.cli", *args, cwd=ROOT, env=_env(kubeconfig, home),
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
-    out, err = await asyncio.wait_for(proc.communicate(), timeout=60)
-    done = subprocess.CompletedProcess(list(args), proc.returncode or 0, out.decode(),
-                                       err.decode())
-    return done, time.monotonic() - began
 
 
 def _scene(server: kmock.KubernetesEmulator) -> None:

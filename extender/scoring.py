@@ -23,9 +23,10 @@ sum of terms in [0, 1], all computed from figures kept current by ``figures.Inde
   still use them: it does not break a node whose other instances nobody asks for, and it
   does not spend the cpu that the node's remaining instances need.
 
-- ``host`` = max(cpu, memory) requested on the node by the MIG pods bound there plus this
-  pod, as a share of the node's allocatable cpu and memory (pods without MIG requests are
-  not in the cache). A MIG instance is of no use on a node whose cpu or memory is gone, and
+- ``host`` = max(cpu, memory) requested on the node by the pods bound there plus this pod,
+  as a share of the node's allocatable cpu and memory (the MIG pods' records, and the other
+  pods' requests as the cache sums them per node, ``NodeState.other_*``).
+  A MIG instance is of no use on a node whose cpu or memory is gone, and
   GPU pods of real traces ask for up to 64 cores: keeping host room everywhere keeps every
   node's instances reachable (``migfit simulate`` on the Alibaba trace: packing left 5–8 %
   of the slices free behind exhausted cpu, spreading 3 %).

@@ -37,7 +37,8 @@ any delay, so it is loose once more has arrived than fits.
 Figures: ``unallocated_share`` (at the last arrival, and at the end in fill mode: the same
 arrivals), ``unallocated_share_time_avg`` and ``allocated_*`` are the bound; figures that
 must be low (waits, idle while pending, re-layouts, disrupted pods, fragmentation, the
-unallocated memory share and FGD's unit) are 0, their trivial bound; pod counts are those
+unallocated memory share, FGD's unit and the unallocated share's parts) are 0, their trivial
+bound; pod counts are those
 of the LP's optimal solution (fractional, not a bound). Needs SciPy (``pip install
 'migfit[sim]'``): ``scipy.optimize.linprog`` (HiGHS).
 """
@@ -266,7 +267,10 @@ def figures(nodes: Sequence[spec.NodeSpec], arrivals: Sequence[workload.PodSpec]
     zero = ("pods_pending", "fragmentation_share", "pending_p50_s", "pending_p99_s",
             "gpu_pending_p50_s", "gpu_pending_p95_s", "idle_while_pending_slice_hours",
             "blocked_by_fragmentation", "relayouts", "gpus_relaid", "pods_disrupted",
-            "decision_differs_from_mapping", "memory_wasted_gib", "memory_wasted_share")
+            "decision_differs_from_mapping", "memory_wasted_gib", "memory_wasted_share",
+            # where the unallocated slices are: each part's trivial bound (module docstring)
+            "unallocated_host_bound_share", "unallocated_partial_gpus_share",
+            "unallocated_idle_gpus_share")
     out: dict[str, float] = dict.fromkeys(zero, 0.0)
     out.update({
         "pods_arrived": float(n),

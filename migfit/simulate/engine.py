@@ -588,6 +588,7 @@ class Simulation(World):
             "allocated_share": self.allocated_slices / self.capacity_slices,
             "allocated_of_arrived": self.allocated_slices / max(1, c.demand_slices),
             "unallocated_share": 1 - self.allocated_slices / self.capacity_slices,
+            **metrics.unallocated_parts(self, self.pending),
             "unallocated_memory_share": 1 - self.allocated_memory / self.capacity_memory,
             "unallocated_trace_gpus_share": 1 - c.placed_trace_gpus / max(1, self.gpus),
             "fragmentation_share": metrics.fragmentation(self),

@@ -25,7 +25,8 @@ Definitions (capacity = 7 compute slices per A100/H100 GPU; a GPU slice is one c
   [first arrival, last arrival] / (capacity × that span).
   ``unallocated_share_at_last_arrival`` is the share at the last arrival (in fill mode
   ``unallocated_share`` is taken once the re-layouts
-  in flight have finished).
+  in flight have finished). The parts below are taken at the same moment as
+  ``unallocated_share``: at the end in fill mode, at the last arrival in events mode.
 - **idle while pending** (slice-hours): compute slices idle (free instances or
   unpartitioned) on GPUs that could serve a pod pending at that moment, as they are (a free
   instance of one of its profiles, on a node with its cpu and memory free and not being
@@ -42,6 +43,11 @@ Definitions (capacity = 7 compute slices per A100/H100 GPU; a GPU slice is one c
 - **re-layouts**: nodes re-partitioned; **GPUs re-laid out** (``gpus_relaid``): GPUs whose
   layout changed; **disrupted**: GPU pods on a node when its re-layout starts (the advisor is
   asked for safe changes only, so it must stay 0).
+- **where the unallocated slices are** (``unallocated_host_bound_share``,
+  ``unallocated_partial_gpus_share``, ``unallocated_idle_gpus_share``; they sum to the
+  unallocated share, taken at the same moment): free slices on GPU nodes whose free cpu and
+  memory no pending GPU pod fits (0 when none waits); else on GPUs with an instance held
+  (the MIG Manager cannot re-partition those); else on GPUs holding none.
 - **unallocated memory share**: the same as the unallocated share, on memory slices (8 per
   A100/H100 GPU) instead of compute slices.
 - **requested GPUs share**: the trace's GPUs (num_gpu × gpu_milli / 1000) of the arrived
@@ -108,6 +114,40 @@ def fragmentation(sim: world.World) -> float:
                 amount += sum(f for f, ok in per_gpu if not ok)
         frag += w * amount
     return frag / sim.capacity_slices
+
+
+def unallocated_parts(sim: world.World, pending: Sequence[world.Pod]) -> dict[str, float]:
+    """Where the unallocated compute slices are, as shares of capacity (they sum to the
+    unallocated share): ``host_bound`` behind exhausted host room (free slices of a GPU node
+    whose free cpu and memory no pending GPU pod fits; 0 when none waits), and of the other
+    nodes' free slices, those on ``partial`` GPUs (an instance held) and on ``idle`` GPUs
+    (none held: the re-layout reserve).
+
+    It tells which lever a policy lacks: host-bound slices need cpu and memory kept next to
+    the GPUs (the score's host terms), partial ones need instances of the demand's profiles
+    on GPUs already in use (the MIG Manager cannot re-partition them), idle ones a re-layout.
+    """
+    needs = sorted({(p.spec.cpu_milli, p.spec.memory_mib) for p in pending if p.spec.gpu})
+    cpus, mems = _frontier(needs) if needs else ([], [])
+    host = partial = idle = 0
+    for n in sim.nodes.values():
+        if not n.gpus or n.free_compute <= 0:
+            continue
+        if cpus:
+            i = bisect.bisect_right(cpus, n.cpu_alloc - n.cpu_used)
+            if not i or mems[i - 1] > n.mem_alloc - n.mem_used:
+                host += n.free_compute
+                continue
+        for g in n.gpus:
+            held = sum(n.model.profile(i.profile).compute_slices for i in g.held())
+            if held:
+                partial += n.model.compute_slices - held
+            else:
+                idle += n.model.compute_slices
+    cap = sim.capacity_slices
+    return {"unallocated_host_bound_share": host / cap,
+            "unallocated_partial_gpus_share": partial / cap,
+            "unallocated_idle_gpus_share": idle / cap}
 
 
 def idle_for_pending(sim: world.World, pending: Sequence[world.Pod]) -> int:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -177,3 +178,28 @@ def test_busy_node_relayout_of_the_idle_gpu(busy: bool, usage: bool, placed: int
     assert f["gpu_pods_placed"] == placed
     assert f["pods_disrupted"] == 0
     assert f["relayouts"] == placed - 1
+
+
+PARTS = ("unallocated_host_bound_share", "unallocated_partial_gpus_share",
+         "unallocated_idle_gpus_share")
+
+
+def test_unallocated_parts_say_where_the_free_slices_are() -> None:
+    # Spreading strands the pair: each node's GPU holds one 1g.10gb, 6 slices free on each,
+    # host room left for the waiting pair: all 12 free slices are on partial GPUs.
+    f = simulate(BALANCED, THREE, "default").figures
+    assert [f[k] for k in PARTS] == pytest.approx([0.0, 12 / 14, 0.0])
+    # The hog's 1g.10gb takes all of its node's cpu, so the pod waiting for a 7g.80gb could
+    # not use that node's 6 free slices whatever their layout (host-bound); the pair holds
+    # two 1g.10gb of the other balanced node (5 free, partial); n3's two 3g.40gb hold nothing
+    # (idle: the 7g.80gb pod needs a re-layout, and no advisor runs here).
+    hog = dataclasses.replace(annotated("hog", 0), cpu_milli=8000)
+    whole = workload.explicit_pod(A100, name="whole", profile="7g.80gb", arrival=1.0)
+    pods = [hog, whole, annotated("pair", 2, containers=2)]
+    cluster = [node("n1", "all-balanced"), node("n2", "all-balanced"),
+               node("n3", ["3g.40gb", "3g.40gb"])]
+    for seed in (0, 1):
+        f = simulate(cluster, pods, "default", seed).figures
+        assert f["pods_pending"] == 1 and f["gpu_pods_placed"] == 2
+        assert [f[k] for k in PARTS] == pytest.approx([6 / 21, 5 / 21, 7 / 21])
+        assert sum(f[k] for k in PARTS) == pytest.approx(f["unallocated_share"])

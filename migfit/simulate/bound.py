@@ -38,8 +38,8 @@ Figures: ``unallocated_share`` (at the last arrival, and at the end in fill mode
 arrivals), ``unallocated_share_time_avg`` and ``allocated_*`` are the bound; figures that
 must be low (waits, idle while pending, re-layouts, disrupted pods, fragmentation, the
 unallocated memory share, FGD's unit and the unallocated share's parts) are 0, their trivial
-bound; pod counts are those
-of the LP's optimal solution (fractional, not a bound). Needs SciPy (``pip install
+bound; pod counts are those of the LP's optimal solution (fractional, not a bound).
+Needs SciPy (``pip install
 'migfit[sim]'``): ``scipy.optimize.linprog`` (HiGHS).
 """
 

@@ -127,8 +127,8 @@ def unallocated_parts(sim: world.World, pending: Sequence[world.Pod]) -> dict[st
     the GPUs (the score's host terms), partial ones need instances of the demand's profiles
     on GPUs already in use (the MIG Manager cannot re-partition them), idle ones a re-layout.
     """
-    needs = sorted({(p.spec.cpu_milli, p.spec.memory_mib) for p in pending if p.spec.gpu})
-    cpus, mems = _frontier(needs) if needs else ([], [])
+    cpus, mems = _frontier([(p.spec.cpu_milli, p.spec.memory_mib) for p in pending
+                            if p.spec.gpu])
     host = partial = idle = 0
     for n in sim.nodes.values():
         if not n.gpus or n.free_compute <= 0:

@@ -8,6 +8,7 @@ roomier instance that a tighter request elsewhere would have used. So the score 
 sum of terms in [0, 1], all computed from figures kept current by ``figures.Index``::
 
     raw   = W_FRAG·no_frag + W_STRAND·(1 − strand) + W_HOST·(1 − host) + W_SCARCE·(1 − scarce)
+            + W_ALIGN·(1 − mismatch)
     score = clamp(⌊10·raw + 0.5 + 0.1·(tie − 0.5)⌋, 0, 10)        (MaxExtenderPriority = 10)
 
 (the weights are ``WEIGHTS``; the scoring log writes them with every line)
@@ -23,6 +24,14 @@ sum of terms in [0, 1], all computed from figures kept current by ``figures.Inde
   still use them: it does not break a node whose other instances nobody asks for, and it
   does not spend the cpu that the node's remaining instances need.
 
+- ``mismatch`` = |ln(pod ratio / node ratio)| / ln 16, clamped to [0, 1], where the pod ratio
+  is its cpu per memory slice it takes and the node ratio the node's free cpu per free memory
+  slice before the placement: shape matching (Tetris's alignment, Grandl et al., SIGCOMM '14,
+  for cpu against MIG slices). A pod light on cpu goes where free cpu is short for the free
+  slices, one heavy on cpu where cpu is plentiful for them, so that neither leaves the other
+  without a node: the trace's nodes range from 8 to 52 cores per GPU and its GPU pods from 1 to
+  64 cores per GPU. 0 (no opinion) for a pod without cpu requests or a node whose allocatable
+  is unknown; 1 on a node with no free cpu.
 - ``host`` = max(cpu, memory) requested on the node by the pods bound there plus this pod,
   as a share of the node's allocatable cpu and memory (the MIG pods' records, and the other
   pods' requests as the cache sums them per node, ``NodeState.other_*``).
@@ -81,13 +90,17 @@ from typing import NamedTuple
 from migfit import cluster, profiles
 from migfit.extender import figures, filtering
 
-# Chosen on the three Alibaba pod lists together (fill, history layouts; docs/simulation.md):
-# more weight on frag keeps idle nodes for re-layouts (multigpu50: 15 % -> 5 % unallocated)
-# but spends host room where cpu binds (gpushare100: 8 % -> 10 %); this is the compromise.
-W_FRAG = 0.15
-W_STRAND = 0.40
-W_HOST = 0.35
+# Chosen on the three Alibaba pod lists and the synthetic mix together (fill, history layouts;
+# docs/simulation.md has the sweep): frag keeps idle nodes for re-layouts (multigpu50: 15 % ->
+# 5 % unallocated) but alone spends host room where cpu binds (gpushare100: 8 % -> 10 %);
+# align sends each pod to the nodes whose free cpu per free slice matches its own, which gives
+# that room back.
+W_FRAG = 0.30
+W_STRAND = 0.25
+W_HOST = 0.15
 W_SCARCE = 0.10
+W_ALIGN = 0.20
+ALIGN_SPAN = math.log(16)  # a ratio 16 times off (either way) is as bad as it gets
 # Computed and logged, weighted 0 (see the module docstring).
 W_PACK = 0.0
 W_FRESH = 0.0
@@ -102,6 +115,7 @@ WEIGHTS: dict[str, float] = {
     "no_strand": W_STRAND,  # 1 − strand
     "host_free": W_HOST,  # 1 − host
     "not_scarce": W_SCARCE,  # 1 − scarce
+    "aligned": W_ALIGN,  # 1 − mismatch
     "pack": W_PACK,
     "busy": W_FRESH,  # 0 on a node with no MIG pod (fresh), else 1
     "tight": W_TIGHT,
@@ -130,6 +144,7 @@ class NodeScore(NamedTuple):
     strand: float = 0.0
     host: float = 0.0
     frag: float = 0.0  # growth of expected fragmentation, in GPUs' worth of memory slices
+    mismatch: float = 0.0  # of the pod's cpu per slice against the node's free cpu per slice
 
 
 def terms(s: NodeScore) -> dict[str, float]:
@@ -137,8 +152,8 @@ def terms(s: NodeScore) -> dict[str, float]:
     (what ``raw`` sums)."""
     return {"no_stranding": 1.0 - min(1.0, s.frag), "no_frag": frag_term(s.frag),
             "no_strand": 1.0 - s.strand, "host_free": 1.0 - s.host,
-            "not_scarce": 1.0 - s.scarce, "pack": s.pack, "busy": 0.0 if s.fresh else 1.0,
-            "tight": s.tight, "snug": 1.0 - s.slack}
+            "not_scarce": 1.0 - s.scarce, "aligned": 1.0 - s.mismatch, "pack": s.pack,
+            "busy": 0.0 if s.fresh else 1.0, "tight": s.tight, "snug": 1.0 - s.slack}
 
 
 def frag_term(growth: float) -> float:
@@ -293,7 +308,8 @@ def score_nodes(
             if kept is not None:
                 if kept.scarce != scarce:  # only the model-wide term moved
                     kept = results[shape] = _assemble(
-                        name, fig, part, scarce, kept.strand, kept.host, kept.frag)
+                        name, fig, part, scarce, kept.strand, kept.host, kept.frag,
+                        kept.mismatch)
                 append(kept)
                 continue
         else:
@@ -536,14 +552,25 @@ def _finish(name: str, fig: figures.NodeFigures, part: _Part, scarce: float, my_
         if cpu_left < mix.most_cpu or mem_left < mix.most_memory:
             after = fragmentation(fig, mix, part[11], part[12], False, cpu_left, mem_left)
     per_gpu = fig.model.memory_slices if fig.model is not None else 1
-    return _assemble(name, fig, part, scarce, strand, u_host, (after - part[10]) / per_gpu)
+    return _assemble(name, fig, part, scarce, strand, u_host, (after - part[10]) / per_gpu,
+                     mismatch(my_cpu, fig.free_slices - part[12], part[8] - part[6],
+                              fig.free_slices) if part[5] and my_cpu else 0.0)
 
 
-_new_score = tuple.__new__  # NodeScore from its 12 fields, without the generated __new__
+def mismatch(cpu: int, slices: int, cpu_free: int, slices_free: int) -> float:
+    """How far a pod's cpu per memory slice (``cpu`` over ``slices``) is from the node's free
+    cpu per free slice, in [0, 1] (``mismatch`` in the module docstring)."""
+    if cpu_free <= 0 or slices <= 0 or slices_free <= 0:
+        return 1.0
+    off = abs(math.log((cpu * slices_free) / (slices * cpu_free))) / ALIGN_SPAN
+    return off if off < 1.0 else 1.0
+
+
+_new_score = tuple.__new__  # NodeScore from its 13 fields, without the generated __new__
 
 
 def _assemble(name: str, fig: figures.NodeFigures, part: _Part, scarce: float, strand: float,
-              u_host: float, frag: float) -> NodeScore:
+              u_host: float, frag: float, mis: float) -> NodeScore:
     """raw and the 0..10 score from the terms' figures (``_finish``; a kept score whose
     model scarcity moved is re-assembled from its figures, with the same arithmetic)."""
     no_frag = 0.5 - frag / 2  # frag_term(frag), inlined: min(1, max(0, ...)) exactly
@@ -553,12 +580,13 @@ def _assemble(name: str, fig: figures.NodeFigures, part: _Part, scarce: float, s
         no_frag = 1.0
     # The same sum, in the same order, as the formula in the module docstring.
     raw = (part[4] + W_SCARCE * (1.0 - scarce) + W_STRAND * (1.0 - strand)
-           + W_HOST * (1.0 - u_host) + W_FRAG * no_frag)
+           + W_HOST * (1.0 - u_host) + W_FRAG * no_frag + W_ALIGN * (1.0 - mis))
     score = math.floor(MAX_SCORE * raw + 0.5 + TIE * (fig.tie - 0.5))
     if score < MIN_SCORE:
         score = MIN_SCORE
     elif score > MAX_SCORE:
         score = MAX_SCORE
     out: NodeScore = _new_score(NodeScore, (name, score, True, part[0], part[1], scarce,
-                                            part[2], part[3], raw, strand, u_host, frag))
+                                            part[2], part[3], raw, strand, u_host, frag,
+                                            mis))
     return out

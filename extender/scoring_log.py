@@ -67,7 +67,8 @@ def _figures(s: scoring.NodeScore, weighted: dict[str, float]) -> dict[str, Any]
             "terms": {t: _r4(values[t]) for t in weighted},
             "strand": _r3(s.strand), "host": _r3(s.host), "pack": _r3(s.pack),
             "fresh": s.fresh, "scarce": _r3(s.scarce), "tight": _r3(s.tight),
-            "slack": _r3(s.slack), "frag": _r4(s.frag)}
+            "slack": _r3(s.slack), "frag": _r4(s.frag),
+            "mismatch": _r3(s.mismatch)}
 
 
 def _deciding(s: scoring.NodeScore, weighted: dict[str, float], shown: int = 3) -> str:

@@ -95,6 +95,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                           "ceil(gpu_milli×8/1000) memory slices; whole GPUs are 7g")
     src.add_argument("--limit-pods", type=int, default=None, metavar="N",
                      help="use only the first N pods of the pod list")
+    src.add_argument("--node-share", type=float, default=1.0, metavar="F",
+                     help="keep this share of the nodes, the same share of every node shape "
+                          "(model, GPUs, cpu, memory), in list order: a smaller cluster with "
+                          "the same mix, which the trace's own arrivals load in events mode "
+                          "(with --arrival-scale)")
     src.add_argument("--catalog", type=Path, default=None,
                      help="a catalog file adding or overriding GPU models")
     run = parser.add_argument_group("simulation")
@@ -227,6 +232,12 @@ def _inputs(args: argparse.Namespace, catalog: profiles.Catalog
                                    model_map=model_map)
         mapped = ", ".join(f"{k}={v.id}" for k, v in sorted(model_map.items()))
         info["cluster"] = f"{path} as {model.id}" + (f" ({mapped})" if mapped else "")
+    if args.node_share != 1.0:
+        if not 0 < args.node_share <= 1:
+            raise errors.UsageError(f"--node-share {args.node_share}: use a share in (0, 1], "
+                                    f"e.g. 0.125 for one node in eight")
+        nodes = share_of_nodes(nodes, args.node_share)
+        info["cluster"] += f", {args.node_share:g} of its nodes per shape"
     gpu_models = Counter[str]()
     for n in nodes:
         gpu_models[n.model.id] += n.gpus
@@ -266,6 +277,17 @@ def _inputs(args: argparse.Namespace, catalog: profiles.Catalog
                 models=", ".join(f"{m} ({g} GPUs)" for m, g in sorted(gpu_models.items())),
                 pods_in_workload=len(pods), mapping=args.mapping)
     return nodes, pods, info
+
+
+def share_of_nodes(nodes: Sequence[spec.NodeSpec], share: float) -> list[spec.NodeSpec]:
+    """``share`` of the nodes of every shape (model, GPUs, cpu, memory), at least one of each,
+    the first ones in list order (deterministic: no seed), in their original order."""
+    groups: dict[tuple[str, int, int, int], list[int]] = {}
+    for i, n in enumerate(nodes):
+        groups.setdefault((n.model.id, n.gpus, n.cpu_milli, n.memory_mib), []).append(i)
+    keep = sorted(i for group in groups.values()
+                  for i in group[: max(1, round(share * len(group)))])
+    return [nodes[i] for i in keep]
 
 
 def _demand_matched(nodes: list[spec.NodeSpec], sizing: Sequence[workload.PodSpec]
@@ -385,7 +407,7 @@ def run(args: argparse.Namespace) -> int:
         "percentage_of_nodes_to_score": options.percentage_of_nodes_to_score or "adaptive",
         "allocation": options.allocation, "busy_nodes": options.busy_nodes,
         "gpu_usage": options.gpu_usage, "score_all_pods": options.score_all_pods,
-        "arrival_scale": options.arrival_scale,
+        "arrival_scale": options.arrival_scale, "node_share": args.node_share,
         "webhook_choice": options.webhook_choice or choice.Policy().contention,
         "seeds": seeds,
         "code": adapters.sources(), "elapsed_s": round(elapsed, 2),

@@ -107,7 +107,9 @@ async def test_prioritize_scores_every_input_node(client: Client) -> None:
     assert [s["Host"] for s in scores] == NAMES
     assert all(set(s) == {"Host", "Score"} and 0 <= s["Score"] <= 10 for s in scores)
     by_host = {s["Host"]: s["Score"] for s in scores}
-    assert by_host["partly"] > by_host["free-1g"] > 0
+    # best fit on slices (raw strictly higher: test_extender_scoring); the 0..10 integer may
+    # round both the same
+    assert by_host["partly"] >= by_host["free-1g"] > 0
     assert by_host["ghost"] == by_host["idle-3g"] == 0
 
 

@@ -55,3 +55,46 @@ def test_a_non_positive_scale_is_a_usage_error(value: str, capsys: pytest.Captur
     assert cli.main(["simulate", "--example", "--mode", "events", "--arrival-scale", value]) == 2
     err = capsys.readouterr().err
     assert "--arrival-scale" in err and "Traceback" not in err
+
+
+def _node(name: str, gpus: int, cpu: int) -> spec.NodeSpec:
+    lay, config = spec.resolve_layout(A100, "all-7g.80gb", where="test")
+    return spec.NodeSpec(name=name, model=A100, gpu_layouts=(lay,) * gpus, cpu_milli=cpu,
+                         memory_mib=32768, config=config)
+
+
+def test_node_share_keeps_the_same_share_of_every_shape_in_list_order() -> None:
+    nodes = [_node(f"big-{i}", 8, 96000) for i in range(8)] + [
+        _node(f"small-{i}", 2, 16000) for i in range(4)] + [_node("odd", 1, 8000)]
+    nodes = nodes[::2] + nodes[1::2]  # shapes interleaved: order is kept, not regrouped
+    got = [n.name for n in cli_share(nodes, 0.25)]
+    assert got == ["big-0", "big-2", "small-0", "odd"]
+    assert [n.name for n in cli_share(nodes, 1.0)] == [n.name for n in nodes]
+
+
+def cli_share(nodes: list[spec.NodeSpec], share: float) -> list[spec.NodeSpec]:
+    from migfit.simulate import cli as simulate_cli
+    return simulate_cli.share_of_nodes(nodes, share)
+
+
+def test_node_share_on_the_command_line_shrinks_the_cluster(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+    out = tmp_path / "r.json"
+    assert cli.main(["simulate", "--example", "--synthetic", "60", "--policies", "default",
+                     "--json", str(out)]) == 0
+    whole = json.loads(out.read_text())["setup"]
+    assert cli.main(["simulate", "--example", "--synthetic", "60", "--policies", "default",
+                     "--node-share", "0.5", "--json", str(out)]) == 0
+    half = json.loads(out.read_text())["setup"]
+    assert half["node_share"] == 0.5 and whole["node_share"] == 1.0
+    assert 0 < half["nodes"] < whole["nodes"]
+    assert half["cluster"].endswith(", 0.5 of its nodes per shape")
+
+
+@pytest.mark.parametrize("value", ["0", "1.5"])
+def test_a_node_share_outside_0_1_is_a_usage_error(
+        value: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["simulate", "--example", "--node-share", value]) == 2
+    err = capsys.readouterr().err
+    assert "--node-share" in err and "Traceback" not in err

@@ -51,7 +51,8 @@ sum of terms in [0, 1], all computed from figures kept current by ``figures.Inde
 Reported in the scoring log but weighted 0 since the trace replay (docs/simulation.md): best-
 fit packing on ``pack``, ``fresh``, ``tight`` and ``slack`` strand instances behind exhausted
 cpu and lose to kube-scheduler's own spreading (7.7 % unallocated against 3.0 %); instances
-are fixed resources, so packing them gains nothing back in a static layout.
+are fixed resources, so packing them gains nothing back in a static layout. (``scarce``, listed
+with them, is weighted: ``W_SCARCE``.)
 
 - ``fresh`` = 1 when the node holds no MIG pod at all. Breaking an idle node costs more than
   its utilisation change shows: it is the only kind of node a re-layout can use without

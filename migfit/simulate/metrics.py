@@ -30,7 +30,9 @@ Definitions (capacity = 7 compute slices per A100/H100 GPU; a GPU slice is one c
 - **idle while pending** (slice-hours): compute slices idle (free instances or
   unpartitioned) on GPUs that could serve a pod pending at that moment, as they are (a free
   instance of one of its profiles, on a node with its cpu and memory free and not being
-  re-laid out) or after a re-layout of the idle GPU (no instance of it held), integrated over
+  re-laid out) or after a re-layout of the idle GPU (no instance of it held) — on a node
+  that could hold all of the pod's instances (free ones plus what its idle GPUs could be
+  re-laid out to: a pod of eight whole GPUs is served by no node with fewer), integrated over
   [first, last arrival] as a step function of ``--samples`` evenly spaced samples: the seed's
   "the GPU is empty but the pod is Pending".
 - **unallocated in FGD's unit** (``unallocated_trace_gpus_share``): 1 − the trace's GPUs
@@ -153,25 +155,52 @@ def unallocated_parts(sim: world.World, pending: Sequence[world.Pod]) -> dict[st
 def idle_for_pending(sim: world.World, pending: Sequence[world.Pod]) -> int:
     """Compute slices idle (free instances or unpartitioned) on GPUs that could serve a
     pending GPU pod now: the node is not being re-laid out, has the pod's cpu and memory
-    free, and the GPU has a free instance of one of the pod's profiles or holds no pod at all
-    (a re-layout of the idle GPU could make one)."""
-    wanted: dict[str, list[tuple[int, int]]] = {}
+    free, could hold all of the pod's instances of the profile (its free instances on GPUs in
+    use, plus as many as its idle GPUs could be re-laid out to hold: a pod of eight whole GPUs
+    is served by no node with fewer than eight), and the GPU has a free instance of one of the
+    pod's profiles or holds no pod at all (a re-layout of the idle GPU could make one)."""
+    wanted: dict[str, dict[int, list[tuple[int, int]]]] = {}
     for pod in pending:
         if pod.spec.gpu:
-            for p in set(pod.profiles):
-                wanted.setdefault(p, []).append((pod.spec.cpu_milli, pod.spec.memory_mib))
+            counts: dict[str, int] = {}
+            for p in pod.profiles:
+                counts[p] = counts.get(p, 0) + 1
+            for p, k in counts.items():
+                wanted.setdefault(p, {}).setdefault(k, []).append(
+                    (pod.spec.cpu_milli, pod.spec.memory_mib))
     if not wanted:
         return 0
-    least = {p: _frontier(v) for p, v in wanted.items()}
+    # per profile: (instances, the (cpu, memory) frontier of the pods needing that many),
+    # fewest instances first
+    least = {p: sorted((k, _frontier(v)) for k, v in ks.items()) for p, ks in wanted.items()}
     total = 0
     for n in sim.nodes.values():
         if n.busy_until is not None or not n.gpus or n.free_compute <= 0:
             continue
         cpu_left, mem_left = n.cpu_alloc - n.cpu_used, n.mem_alloc - n.mem_used
-        # Some pod's needs fit the node's room: the frontier's last pair within its cpu has
-        # the least memory of all pairs within its cpu.
-        usable = {p for p, (cpus, mems) in least.items() if n.model.has_profile(p)
-                  and (i := bisect.bisect_right(cpus, cpu_left)) and mems[i - 1] <= mem_left}
+        idle_gpus = 0
+        spare: dict[str, int] = {}  # free instances on GPUs in use
+        for g in n.gpus:
+            if g.holders.count(None) == len(g.holders):
+                idle_gpus += 1
+                continue
+            for inst, h in zip(g.instances, g.holders, strict=True):
+                if h is None:
+                    spare[inst.profile] = spare.get(inst.profile, 0) + 1
+        usable: set[str] = set()
+        for p, rows in least.items():
+            if not n.model.has_profile(p):
+                continue
+            room = spare.get(p, 0) + idle_gpus * n.model.profile(p).max_instances
+            for k, (cpus, mems) in rows:
+                if k > room:
+                    break
+                # Some pod's needs fit the node's room: the frontier's last pair within its
+                # cpu has the least memory of all pairs within its cpu.
+                i = bisect.bisect_right(cpus, cpu_left)
+                if i and mems[i - 1] <= mem_left:
+                    usable.add(p)
+                    break
         if not usable:
             continue
         for g in n.gpus:

@@ -205,3 +205,28 @@ def test_unallocated_parts_say_where_the_free_slices_are() -> None:
         assert f["pods_pending"] == 1 and f["gpu_pods_placed"] == 2
         assert [f[k] for k in PARTS] == pytest.approx([6 / 21, 5 / 21, 7 / 21])
         assert sum(f[k] for k in PARTS) == pytest.approx(f["unallocated_share"])
+
+
+def test_idle_while_pending_counts_only_nodes_that_could_hold_the_whole_pod() -> None:
+    # A pod of four whole GPUs waits (no advisor: for ever); an hour later a one-GPU pod
+    # arrives. Only a node with four idle GPUs could serve the wide pod (after a re-layout of
+    # its 1g.10gb GPUs); two-GPU nodes cannot, however idle their GPUs are.
+    def whole(name: str, arrival: float, gpus: int) -> workload.PodSpec:
+        return workload.PodSpec(
+            name=name, cpu_milli=1000, memory_mib=1024, num_gpu=gpus, gpu_milli=1000,
+            arrival=arrival, duration=math.inf, annotations={}, containers=gpus,
+            expected=profiles.ProfileName("7g.80gb"), gpu_memory_mib=0,
+            explicit=("7g.80gb",) * gpus)
+
+    pods = [whole("wide", 0.0, 4), whole("one", 3600.0, 1)]
+
+    def figures(nodes: list[spec.NodeSpec]) -> dict[str, float]:
+        return engine.run(nodes, pods, policy=engine.Policy.parse("default"), seed=0,
+                          options=EVENTS, catalog=CATALOG).figures
+
+    narrow = figures([node("a", "all-7g.80gb", gpus=2), node("b", "all-1g.10gb", gpus=2)])
+    assert (narrow["pods_pending"], narrow["idle_while_pending_slice_hours"]) == (1, 0)
+    wide = figures([node("a", "all-7g.80gb", gpus=2), node("b", "all-1g.10gb", gpus=4)])
+    assert wide["pods_pending"] == 1
+    # b's four idle GPUs (28 compute slices) for the hour, sampled as a step function
+    assert 20 <= wide["idle_while_pending_slice_hours"] <= 28

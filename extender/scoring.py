@@ -98,10 +98,10 @@ from migfit.extender import figures, filtering
 # matches its own, which gives much of that room back. No set tried is best on every list;
 # this one is ahead of every baseline on each.
 W_FRAG = 0.25
-W_STRAND = 0.25
+W_STRAND = 0.20
 W_HOST = 0.15
 W_SCARCE = 0.10
-W_ALIGN = 0.25
+W_ALIGN = 0.30
 ALIGN_SPAN = math.log(16)  # a ratio 16 times off (either way) is as bad as it gets
 # Computed and logged, weighted 0 (see the module docstring).
 W_PACK = 0.0

@@ -66,6 +66,7 @@ from __future__ import annotations
 import bisect
 import math
 import statistics
+from collections import Counter
 from collections.abc import Mapping, Sequence
 
 from migfit.simulate import world
@@ -162,10 +163,7 @@ def idle_for_pending(sim: world.World, pending: Sequence[world.Pod]) -> int:
     wanted: dict[str, dict[int, list[tuple[int, int]]]] = {}
     for pod in pending:
         if pod.spec.gpu:
-            counts: dict[str, int] = {}
-            for p in pod.profiles:
-                counts[p] = counts.get(p, 0) + 1
-            for p, k in counts.items():
+            for p, k in Counter(pod.profiles).items():
                 wanted.setdefault(p, {}).setdefault(k, []).append(
                     (pod.spec.cpu_milli, pod.spec.memory_mib))
     if not wanted:

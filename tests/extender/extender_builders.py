@@ -29,6 +29,7 @@ def node(
     state: str = "success",
     taints: Sequence[Mapping[str, str]] = (),
     annotations: Mapping[str, str] | None = None,
+    cpu: str = "64",
 ) -> dict[str, Any]:
     """A GPU node advertising ``alloc`` (profile -> instances) under ``strategy``."""
     labels = builders.mig_labels(product=PRODUCTS[model], instances=alloc, strategy=strategy,
@@ -36,7 +37,7 @@ def node(
                                  memory_mib=memory, config="custom", config_state=state)
     return builders.node(name, labels=labels,
                          resources=builders.mig_resources(alloc, strategy=strategy),
-                         taints=taints, annotations=annotations)
+                         taints=taints, annotations=annotations, cpu=cpu)
 
 
 def decision(

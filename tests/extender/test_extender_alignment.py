@@ -4,23 +4,13 @@ free slice, so that pods light on cpu leave the cpu-rich nodes to the heavy ones
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 from typing import Any
 
 import pytest
+from extender_builders import node as gpu_node
 
 from migfit import builders, cluster, profiles
 from migfit.extender import figures, filtering, scoring
-
-A100 = "NVIDIA-A100-SXM4-80GB"
-
-
-def gpu_node(name: str, alloc: Mapping[str, int], *, cpu: str, gpus: int = 1) -> dict[str, Any]:
-    labels = builders.mig_labels(product=A100, instances=alloc, strategy="mixed", gpus=gpus,
-                                 gpu_memory_mib=81920, memory_mib=None, config="custom",
-                                 config_state="success")
-    return builders.node(name, labels=labels, cpu=cpu,
-                         resources=builders.mig_resources(alloc, strategy="mixed"))
 
 
 def mig_pod(name: str, *, cpu: str, profile: str = "1g.10gb") -> dict[str, Any]:

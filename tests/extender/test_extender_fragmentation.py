@@ -5,23 +5,14 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
+from extender_builders import node as gpu_node
 
 from migfit import builders, cluster, profiles
 from migfit.extender import figures, filtering, scoring, server
-
-A100 = "NVIDIA-A100-SXM4-80GB"
-
-
-def gpu_node(name: str, alloc: Mapping[str, int], *, cpu: str) -> dict[str, Any]:
-    labels = builders.mig_labels(product=A100, instances=alloc, strategy="mixed", gpus=1,
-                                 gpu_memory_mib=81920, memory_mib=None, config="custom",
-                                 config_state="success")
-    return builders.node(name, labels=labels, cpu=cpu,
-                         resources=builders.mig_resources(alloc, strategy="mixed"))
 
 
 def mig_pod(name: str, profile: str = "1g.10gb", *, cpu: str = "4",

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
 import pytest
 
 from migfit import cli, profiles
+from migfit.simulate import cli as simulate_cli
 from migfit.simulate import engine, spec, workload
 
 CATALOG = profiles.builtin()
@@ -67,19 +69,12 @@ def test_node_share_keeps_the_same_share_of_every_shape_in_list_order() -> None:
     nodes = [_node(f"big-{i}", 8, 96000) for i in range(8)] + [
         _node(f"small-{i}", 2, 16000) for i in range(4)] + [_node("odd", 1, 8000)]
     nodes = nodes[::2] + nodes[1::2]  # shapes interleaved: order is kept, not regrouped
-    got = [n.name for n in cli_share(nodes, 0.25)]
+    got = [n.name for n in simulate_cli.share_of_nodes(nodes, 0.25)]
     assert got == ["big-0", "big-2", "small-0", "odd"]
-    assert [n.name for n in cli_share(nodes, 1.0)] == [n.name for n in nodes]
+    assert simulate_cli.share_of_nodes(nodes, 1.0) == nodes
 
 
-def cli_share(nodes: list[spec.NodeSpec], share: float) -> list[spec.NodeSpec]:
-    from migfit.simulate import cli as simulate_cli
-    return simulate_cli.share_of_nodes(nodes, share)
-
-
-def test_node_share_on_the_command_line_shrinks_the_cluster(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    import json
+def test_node_share_on_the_command_line_shrinks_the_cluster(tmp_path: Path) -> None:
     out = tmp_path / "r.json"
     assert cli.main(["simulate", "--example", "--synthetic", "60", "--policies", "default",
                      "--json", str(out)]) == 0

@@ -236,6 +236,9 @@ class Mix:
     # every class's host needs, so its fragment does not depend on the exact room
     most_cpu: int = dataclasses.field(default=0, compare=False, hash=False, repr=False)
     most_memory: int = dataclasses.field(default=0, compare=False, hash=False, repr=False)
+    # the share of the mix's pods that need more than one instance on one node (multi-GPU
+    # pods, several MIG containers): what breaking a node's last whole GPUs costs them
+    multi: float = dataclasses.field(default=0.0, compare=False, hash=False, repr=False)
     # the hash of ``classes``, computed once: the answer tables key on the mix on every call
     _hash: int = dataclasses.field(init=False, compare=False, repr=False)
 
@@ -261,7 +264,8 @@ class Mix:
         return Mix(classes=tuple(classes), asks={
             p: (sum(r[0] for r in rs), tuple(rs)) for p, rs in rows.items()},
             most_cpu=max((c.cpu_milli for c in classes), default=0),
-            most_memory=max((c.memory_bytes for c in classes), default=0))
+            most_memory=max((c.memory_bytes for c in classes), default=0),
+            multi=sum(c.share for c in classes if sum(w.count for w in c.wants) > 1))
 
 
 EMPTY_MIX = Mix()

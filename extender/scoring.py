@@ -17,7 +17,10 @@ sum of terms in [0, 1], all computed from figures kept current by ``figures.Inde
   al., USENIX ATC '23, for fixed MIG instances) over the demand mix (``figures.Index.mix``:
   the pending and running GPU pods' classes — profiles, cpu, memory — and their shares), in
   GPUs' worth of memory slices, when the pod takes its instances and its cpu and memory
-  there; ``no_frag`` = clamp(½ − frag/2, 0, 1). A free instance is a fragment by the share
+  there; ``no_frag`` = clamp(½ − frag/2, floor, 1), ``floor`` = 0, or −``FRAG_FLOOR`` ×
+  the share of the mix's pods that need several instances on one node when there are such
+  pods (breaking a node's last whole GPUs then costs them more than one GPU's worth; the
+  only term that can go below 0). A free instance is a fragment by the share
   of the demand for its profile that cannot use it there (cpu or memory left too small,
   model, strategy); one no class asks for is a fragment whole; a node with no MIG pod is
   the advisor's re-layout reserve. So the term keeps instances where pods of the mix can
@@ -104,6 +107,12 @@ W_HOST = 0.15
 W_SCARCE = 0.10
 W_ALIGN = 0.30
 ALIGN_SPAN = math.log(16)  # a ratio 16 times off (either way) is as bad as it gets
+# no_frag stops at 0 for a growth of one GPU's worth unless pods needing several instances on
+# one node are in the mix: then it goes down to −FRAG_FLOOR × their share (growth up to
+# 1 + 2·FRAG_FLOOR·share GPUs), so that breaking a node's last whole GPUs for them costs what
+# it grows. With multigpu50's 18 % of 8-GPU pods: −1.44, growth up to 3.9 GPUs. No effect on
+# a mix of one-instance pods (gpushare100). docs/simulation.md: 4, 8 and 16 measured.
+FRAG_FLOOR = 8.0
 # Computed and logged, weighted 0 (see the module docstring).
 W_PACK = 0.0
 W_FRESH = 0.0
@@ -148,21 +157,30 @@ class NodeScore(NamedTuple):
     host: float = 0.0
     frag: float = 0.0  # growth of expected fragmentation, in GPUs' worth of memory slices
     mismatch: float = 0.0  # of the pod's cpu per slice against the node's free cpu per slice
+    floor: float = 0.0  # no_frag's lower bound: −FRAG_FLOOR × the mix's multi-instance share
 
 
 def terms(s: NodeScore) -> dict[str, float]:
     """The value of each term of ``WEIGHTS`` (and ``HOST_ONLY_WEIGHTS``) for a node that fits
     (what ``raw`` sums)."""
-    return {"no_stranding": 1.0 - min(1.0, s.frag), "no_frag": frag_term(s.frag),
+    return {"no_stranding": 1.0 - min(1.0, s.frag), "no_frag": frag_term(s.frag, s.floor),
             "no_strand": 1.0 - s.strand, "host_free": 1.0 - s.host,
             "not_scarce": 1.0 - s.scarce, "aligned": 1.0 - s.mismatch, "pack": s.pack,
             "busy": 0.0 if s.fresh else 1.0, "tight": s.tight, "snug": 1.0 - s.slack}
 
 
-def frag_term(growth: float) -> float:
+def frag_term(growth: float, floor: float = 0.0) -> float:
     """The term of a fragmentation growth (in GPUs' worth of slices): 1 for a placement that
-    removes a GPU's worth of fragment, 1/2 for none, 0 for one that adds a GPU's worth."""
-    return min(1.0, max(0.0, 0.5 - growth / 2))
+    removes a GPU's worth of fragment, 1/2 for none, 0 for one that adds a GPU's worth, and
+    below 0 for more, down to ``floor`` (``frag_floor``: 0 unless the mix has pods that need
+    several instances on one node)."""
+    return min(1.0, max(floor, 0.5 - growth / 2))
+
+
+def frag_floor(mix: figures.Mix) -> float:
+    """``no_frag``'s lower bound for the demand mix: −``FRAG_FLOOR`` × the share of its pods
+    that need more than one instance on one node."""
+    return -FRAG_FLOOR * mix.multi if mix.multi else 0.0
 
 
 _ZEROS = ("scoring", "zeros")
@@ -312,7 +330,7 @@ def score_nodes(
                 if kept.scarce != scarce:  # only the model-wide term moved
                     kept = results[shape] = _assemble(
                         name, fig, part, scarce, kept.strand, kept.host, kept.frag,
-                        kept.mismatch)
+                        kept.mismatch, kept.floor)
                 append(kept)
                 continue
         else:
@@ -557,7 +575,8 @@ def _finish(name: str, fig: figures.NodeFigures, part: _Part, scarce: float, my_
     per_gpu = fig.model.memory_slices if fig.model is not None else 1
     return _assemble(name, fig, part, scarce, strand, u_host, (after - part[10]) / per_gpu,
                      mismatch(my_cpu, fig.free_slices - part[12], part[8] - part[6],
-                              fig.free_slices) if part[5] and my_cpu else 0.0)
+                              fig.free_slices) if part[5] and my_cpu else 0.0,
+                     frag_floor(mix))
 
 
 def mismatch(cpu: int, slices: int, cpu_free: int, slices_free: int) -> float:
@@ -569,16 +588,16 @@ def mismatch(cpu: int, slices: int, cpu_free: int, slices_free: int) -> float:
     return off if off < 1.0 else 1.0
 
 
-_new_score = tuple.__new__  # NodeScore from its 13 fields, without the generated __new__
+_new_score = tuple.__new__  # NodeScore from its 14 fields, without the generated __new__
 
 
 def _assemble(name: str, fig: figures.NodeFigures, part: _Part, scarce: float, strand: float,
-              u_host: float, frag: float, mis: float) -> NodeScore:
+              u_host: float, frag: float, mis: float, floor: float) -> NodeScore:
     """raw and the 0..10 score from the terms' figures (``_finish``; a kept score whose
     model scarcity moved is re-assembled from its figures, with the same arithmetic)."""
-    no_frag = 0.5 - frag / 2  # frag_term(frag), inlined: min(1, max(0, ...)) exactly
-    if not no_frag > 0.0:
-        no_frag = 0.0
+    no_frag = 0.5 - frag / 2  # frag_term(frag, floor), inlined: min(1, max(floor, ...)) exactly
+    if not no_frag > floor:
+        no_frag = floor
     elif not no_frag < 1.0:
         no_frag = 1.0
     # The same sum, in the same order, as the formula in the module docstring.
@@ -591,5 +610,5 @@ def _assemble(name: str, fig: figures.NodeFigures, part: _Part, scarce: float, s
         score = MAX_SCORE
     out: NodeScore = _new_score(NodeScore, (name, score, True, part[0], part[1], scarce,
                                             part[2], part[3], raw, strand, u_host, frag,
-                                            mis))
+                                            mis, floor))
     return out

@@ -68,7 +68,7 @@ def _figures(s: scoring.NodeScore, weighted: dict[str, float]) -> dict[str, Any]
             "strand": _r3(s.strand), "host": _r3(s.host), "pack": _r3(s.pack),
             "fresh": s.fresh, "scarce": _r3(s.scarce), "tight": _r3(s.tight),
             "slack": _r3(s.slack), "frag": _r4(s.frag),
-            "mismatch": _r3(s.mismatch)}
+            "mismatch": _r3(s.mismatch), "floor": _r3(s.floor)}
 
 
 def _deciding(s: scoring.NodeScore, weighted: dict[str, float], shown: int = 3) -> str:

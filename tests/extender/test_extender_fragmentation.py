@@ -139,3 +139,48 @@ async def test_a_cpu_only_prioritize_call_over_the_wire_with_score_all_pods(
     other = await aiohttp_client(plain)
     resp = await other.post("/prioritize", data=json.dumps(args))
     assert {h["Score"] for h in await resp.json()} == {0}
+
+
+def whole_gpus_scene(*, big: bool) -> tuple[figures.Index, filtering.PodRequest]:
+    """Two 8-GPU nodes with every GPU a 7g.80gb: ``whole`` holds no pod, ``started`` one;
+    pending: a one-GPU pod (the one scored) and, with ``big``, an 8-GPU pod."""
+    def seven(name: str, count: int = 1, node_name: str | None = None) -> dict[str, Any]:
+        res = {profiles.resource_name("7g.80gb"): str(count)}
+        return builders.pod(name, [res], node_name=node_name, requests=[{"cpu": "8", **res}])
+    objects = [gpu_node("whole", {"7g.80gb": 8}, gpus=8, cpu="96"),
+               gpu_node("started", {"7g.80gb": 8}, gpus=8, cpu="96"),
+               seven("held", node_name="started"), seven("want")]
+    if big:
+        objects.append(seven("big", 8))
+    model = cluster.Cluster()
+    cluster.load_objects(model, objects)
+    return figures.Index(model), filtering.decode_pod(seven("want"))
+
+
+def test_breaking_the_last_whole_node_costs_more_than_a_gpu_when_pods_need_a_node_whole(
+        ) -> None:
+    index, request = whole_gpus_scene(big=True)
+    mix = index.mix()
+    assert 0 < mix.multi < 1  # the 8-GPU pod's class
+    got = by_node(scoring.score_nodes(index, request, ["whole", "started"]))
+    whole, started = got["whole"], got["started"]
+    assert whole.floor == pytest.approx(-scoring.FRAG_FLOOR * mix.multi) == started.floor
+    # On whole, the seven 7g.80gb left serve no 8-GPU pod: more than a GPU's worth of growth,
+    # and the term goes below 0 (down to the floor), where it used to stop at 0.
+    assert whole.frag > 1
+    assert scoring.terms(whole)["no_frag"] == pytest.approx(max(whole.floor, 0.5 - whole.frag / 2))
+    assert scoring.terms(whole)["no_frag"] < 0
+    assert started.frag <= 0  # started was no use to the 8-GPU pod already
+    assert started.score > whole.score
+    for s in got.values():  # raw is still the weighted sum of the logged terms
+        values = scoring.terms(s)
+        assert s.raw == pytest.approx(sum(w * values[t] for t, w in scoring.WEIGHTS.items()))
+        assert scoring.score_node(index, request, s.node) == s
+
+
+def test_without_pods_that_need_several_instances_the_term_stops_at_zero() -> None:
+    index, request = whole_gpus_scene(big=False)
+    assert index.mix().multi == 0
+    got = by_node(scoring.score_nodes(index, request, ["whole", "started"]))
+    assert {s.floor for s in got.values()} == {0.0}
+    assert all(scoring.terms(s)["no_frag"] >= 0 for s in got.values())

@@ -99,8 +99,9 @@ from migfit.extender import figures, filtering
 # seed 0, then checked on seeds 0-2; docs/simulation.md has the sweep): frag keeps idle nodes
 # for re-layouts (multigpu50 pays for more of it) but spends host room where cpu binds
 # (gpushare100 pays for less); align sends each pod to the nodes whose free cpu per free slice
-# matches its own, which gives much of that room back. This set is ahead of every baseline on
-# every list and seed measured; frag 0.30 does better on multigpu50 alone.
+# matches its own, which gives much of that room back. With FRAG_FLOOR this set is ahead of
+# every baseline on every list at seed 0, and of the default scheduler and FGD on seeds 0-2
+# (on multigpu50 binpack-gpu+advisor is 0.07 points ahead on seed 2).
 W_FRAG = 0.25
 W_STRAND = 0.20
 W_HOST = 0.15
@@ -110,8 +111,9 @@ ALIGN_SPAN = math.log(16)  # a ratio 16 times off (either way) is as bad as it g
 # no_frag stops at 0 for a growth of one GPU's worth unless pods needing several instances on
 # one node are in the mix: then it goes down to −FRAG_FLOOR × their share (growth up to
 # 1 + 2·FRAG_FLOOR·share GPUs), so that breaking a node's last whole GPUs for them costs what
-# it grows. With multigpu50's 18 % of 8-GPU pods: −1.44, growth up to 3.9 GPUs. No effect on
-# a mix of one-instance pods (gpushare100). docs/simulation.md: 4, 8 and 16 measured.
+# it grows. With multigpu50's 8-GPU pods (2/11 of its mix): −1.45, growth up to 3.9 GPUs.
+# No effect on a mix of one-instance pods (gpushare100). docs/simulation.md: 4, 8 and 16
+# measured.
 FRAG_FLOOR = 8.0
 # Computed and logged, weighted 0 (see the module docstring).
 W_PACK = 0.0

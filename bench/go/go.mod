@@ -1,3 +1,3 @@
 module migfit.invalid/benchfloors
 
-go 1.22
+go 1.19

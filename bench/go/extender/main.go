@@ -299,6 +299,14 @@ func (r *request) add(c container, into map[string]int64, cpuM, mem *int64) {
 	*mem += int64(quantity(get("memory")))
 }
 
+// max64 is the larger of a and b (the built-in max needs Go 1.21; Debian 12 ships 1.19).
+func max64(a, b int64) int64 {
+	if a > b {
+		return a
+	}
+	return b
+}
+
 // requestOf is the pod's effective request: containers summed, the max with each init one.
 func requestOf(p *pod) request {
 	r := request{mig: map[string]int64{}}
@@ -310,9 +318,9 @@ func requestOf(p *pod) request {
 		var cpuM, mem int64
 		r.add(c, one, &cpuM, &mem)
 		for k, v := range one {
-			r.mig[k] = max(r.mig[k], v)
+			r.mig[k] = max64(r.mig[k], v)
 		}
-		r.cpuM, r.mem = max(r.cpuM, cpuM), max(r.mem, mem)
+		r.cpuM, r.mem = max64(r.cpuM, cpuM), max64(r.mem, mem)
 	}
 	return r
 }
@@ -477,6 +485,19 @@ func (c *cluster) prioritize(w http.ResponseWriter, r *http.Request) {
 	reply(w, out)
 }
 
+// only answers 405 to any other method (what Go 1.22's "POST /path" patterns do; spelled
+// out so that the floor builds with older toolchains too, Debian 12's 1.19 among them).
+func only(method string, h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != method {
+			w.Header().Set("Allow", method)
+			http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+			return
+		}
+		h(w, r)
+	}
+}
+
 func main() {
 	addr := flag.String("addr", "127.0.0.1:8888", "listen address")
 	path := flag.String("figures", "", "the bench's per-node figures (JSON)")
@@ -486,11 +507,11 @@ func main() {
 		log.Fatalf("extender floor: %v", err)
 	}
 	mux := http.NewServeMux()
-	mux.HandleFunc("POST /filter", c.filter)
-	mux.HandleFunc("POST /prioritize", c.prioritize)
-	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+	mux.HandleFunc("/filter", only(http.MethodPost, c.filter))
+	mux.HandleFunc("/prioritize", only(http.MethodPost, c.prioritize))
+	mux.HandleFunc("/readyz", only(http.MethodGet, func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		w.Write([]byte(`{"ready":true}`))
-	})
+	}))
 	log.Fatal(http.ListenAndServe(*addr, mux))
 }

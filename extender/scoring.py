@@ -182,7 +182,7 @@ def frag_term(growth: float, floor: float = 0.0) -> float:
 def frag_floor(mix: figures.Mix) -> float:
     """``no_frag``'s lower bound for the demand mix: −``FRAG_FLOOR`` × the share of its pods
     that need more than one instance on one node."""
-    return -FRAG_FLOOR * mix.multi if mix.multi else 0.0
+    return -FRAG_FLOOR * mix.multi
 
 
 _ZEROS = ("scoring", "zeros")
@@ -306,6 +306,7 @@ def score_nodes(
                             dict[tuple[int, int], NodeScore]]] = \
         index.memo((_SCORED, request.wants))
     mix = index.mix()
+    floor = frag_floor(mix)  # per mix: once per call, not per node
     me = model.pod(request.uid)
     my_cpu = me.cpu_milli if me is not None else request.cpu_milli
     my_mem = me.memory_bytes if me is not None else request.memory_bytes
@@ -351,7 +352,7 @@ def score_nodes(
             part = _node_part(fig, wants, nwants, _host_of(model, name, fig, hosts), mix)
             results = {}
             scored[name] = (fig, mix, part, results)
-        result = _finish(name, fig, part, scarce, my_cpu, my_mem, mix)
+        result = _finish(name, fig, part, scarce, my_cpu, my_mem, mix, floor)
         if len(results) >= HOST_SHAPES:  # pods' cpu and memory are the clients': bounded
             results.clear()
         results[shape] = result
@@ -389,7 +390,8 @@ def score_node(index: figures.Index, request: filtering.PodRequest, name: str, *
     scarce = model_term(index, request, fig.model_key)
     host = _host_used(index.cluster, name) if _host_known(fig) else None
     part = _node_part(fig, request.wants, len(request.wants), host, inputs.mix)
-    return _finish(name, fig, part, scarce, inputs.cpu_milli, inputs.memory_bytes, inputs.mix)
+    return _finish(name, fig, part, scarce, inputs.cpu_milli, inputs.memory_bytes, inputs.mix,
+                   frag_floor(inputs.mix))
 
 
 # A pod without MIG requests (``all_pods``): its cpu and memory should go where they strand
@@ -553,8 +555,9 @@ def _can_host(model: profiles.GpuModel | None, gpus: int, single: bool, model_ke
 
 
 def _finish(name: str, fig: figures.NodeFigures, part: _Part, scarce: float, my_cpu: int,
-            my_mem: int, mix: figures.Mix) -> NodeScore:
-    """The score from a node's part, the model's scarcity and the pod's own cpu and memory."""
+            my_mem: int, mix: figures.Mix, floor: float) -> NodeScore:
+    """The score from a node's part, the model's scarcity, the pod's own cpu and memory and
+    the mix's ``frag_floor``."""
     # On the hot path (once per node and pod shape): the conditional expressions are the
     # builtins' max(a, b) / min(a, b) exactly (the first argument unless the second is
     # strictly greater / smaller), without the calls.
@@ -577,8 +580,7 @@ def _finish(name: str, fig: figures.NodeFigures, part: _Part, scarce: float, my_
     per_gpu = fig.model.memory_slices if fig.model is not None else 1
     return _assemble(name, fig, part, scarce, strand, u_host, (after - part[10]) / per_gpu,
                      mismatch(my_cpu, fig.free_slices - part[12], part[8] - part[6],
-                              fig.free_slices) if part[5] and my_cpu else 0.0,
-                     frag_floor(mix))
+                              fig.free_slices) if part[5] and my_cpu else 0.0, floor)
 
 
 def mismatch(cpu: int, slices: int, cpu_free: int, slices_free: int) -> float:

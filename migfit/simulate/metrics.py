@@ -177,19 +177,18 @@ def idle_for_pending(sim: world.World, pending: Sequence[world.Pod]) -> int:
             continue
         cpu_left, mem_left = n.cpu_alloc - n.cpu_used, n.mem_alloc - n.mem_used
         idle_gpus = 0
-        spare: dict[str, int] = {}  # free instances on GPUs in use
+        spare = Counter[str]()  # free instances on GPUs in use
         for g in n.gpus:
-            if g.holders.count(None) == len(g.holders):
+            if not g.in_use():
                 idle_gpus += 1
                 continue
-            for inst, h in zip(g.instances, g.holders, strict=True):
-                if h is None:
-                    spare[inst.profile] = spare.get(inst.profile, 0) + 1
+            spare.update(inst.profile for inst, h in zip(g.instances, g.holders, strict=True)
+                         if h is None)
         usable: set[str] = set()
         for p, rows in least.items():
             if not n.model.has_profile(p):
                 continue
-            room = spare.get(p, 0) + idle_gpus * n.model.profile(p).max_instances
+            room = spare[p] + idle_gpus * n.model.profile(p).max_instances
             for k, (cpus, mems) in rows:
                 if k > room:
                     break

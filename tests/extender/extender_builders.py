@@ -72,6 +72,13 @@ def pod(
                         annotations=annotations)
 
 
+def mig_pod(name: str, profile: str = "1g.10gb", *, cpu: str = "4", count: int = 1,
+            node_name: str | None = None) -> dict[str, Any]:
+    """A one-container pod requesting ``count`` instances of ``profile`` and ``cpu`` cores."""
+    res = {profiles.resource_name(profile): str(count)}
+    return builders.pod(name, [res], node_name=node_name, requests=[{"cpu": cpu, **res}])
+
+
 def build(objects: Sequence[Mapping[str, Any]]) -> cluster.Cluster:
     """A synced cluster model holding ``objects``."""
     model = cluster.Cluster()

@@ -7,15 +7,11 @@ import math
 from typing import Any
 
 import pytest
+from extender_builders import mig_pod
 from extender_builders import node as gpu_node
 
 from migfit import builders, cluster, profiles
 from migfit.extender import figures, filtering, scoring
-
-
-def mig_pod(name: str, *, cpu: str, profile: str = "1g.10gb") -> dict[str, Any]:
-    res = {profiles.resource_name(profile): "1"}
-    return builders.pod(name, [res], requests=[{"cpu": cpu, **res}])
 
 
 def scores(pod_obj: dict[str, Any]) -> dict[str, scoring.NodeScore]:

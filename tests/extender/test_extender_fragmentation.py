@@ -9,16 +9,11 @@ from collections.abc import Sequence
 from typing import Any
 
 import pytest
+from extender_builders import mig_pod
 from extender_builders import node as gpu_node
 
-from migfit import builders, cluster, profiles
+from migfit import builders, cluster
 from migfit.extender import figures, filtering, scoring, server
-
-
-def mig_pod(name: str, profile: str = "1g.10gb", *, cpu: str = "4",
-            node_name: str | None = None) -> dict[str, Any]:
-    res = {profiles.resource_name(profile): "1"}
-    return builders.pod(name, [res], node_name=node_name, requests=[{"cpu": cpu, **res}])
 
 
 def cpu_pod(name: str, *, cpu: str = "4", node_name: str | None = None) -> dict[str, Any]:
@@ -145,8 +140,7 @@ def whole_gpus_scene(*, big: bool) -> tuple[figures.Index, filtering.PodRequest]
     """Two 8-GPU nodes with every GPU a 7g.80gb: ``whole`` holds no pod, ``started`` one;
     pending: a one-GPU pod (the one scored) and, with ``big``, an 8-GPU pod."""
     def seven(name: str, count: int = 1, node_name: str | None = None) -> dict[str, Any]:
-        res = {profiles.resource_name("7g.80gb"): str(count)}
-        return builders.pod(name, [res], node_name=node_name, requests=[{"cpu": "8", **res}])
+        return mig_pod(name, "7g.80gb", cpu="8", count=count, node_name=node_name)
     objects = [gpu_node("whole", {"7g.80gb": 8}, gpus=8, cpu="96"),
                gpu_node("started", {"7g.80gb": 8}, gpus=8, cpu="96"),
                seven("held", node_name="started"), seven("want")]

@@ -30,7 +30,11 @@ advice from the cluster model:
   there) request: the GPU pods, and the others as the cache sums them per node;
 - hysteresis: a node re-laid out less than ``cooldown_s`` ago (``recent``) is planned last,
   only for pods that became unschedulable after that re-layout, and only when the change
-  serves at least ``cooldown_min`` of their instances.
+  serves at least ``cooldown_min`` of their instances;
+- ahead of demand (``shortfall``, ``Settings.ahead_*``): once a pod waits, a filling cluster
+  may have no idle node left, so idle nodes are also re-laid out, GPU by GPU, for the
+  instances the demand mix will lack while its free supply of other profiles is more than
+  the mix needs (docs/relayout.md, 6). Such a recommendation is marked ``ahead``.
 
 The planner (``migfit.planner``) picks the layouts; a named config from the ConfigMap is
 preferred when one serves at least as much and keeps what is in use, else a custom config in
@@ -42,6 +46,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import math
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any, TypedDict
@@ -57,6 +62,9 @@ LABEL_RELAYOUT_RECOMMENDED = keys.LABEL_RELAYOUT_RECOMMENDED
 # removes it (and the taint).
 ANNOTATION_RELAYOUT_FAILED = keys.ANNOTATION_RELAYOUT_FAILED
 FAILED_STATE = "failed"
+
+
+AHEAD_FROM = 0.0  # Settings.ahead_from's default: from the start (once the mix is a sample)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -77,6 +85,13 @@ class Settings:
     busy_nodes: bool = False
     cooldown_s: float = 900.0  # a node re-laid out this recently is planned last ...
     cooldown_min: int = 2  # ... for at least this many instances of demand newer than that
+    # Ahead of demand (``shortfall``): re-lay out idle nodes toward the demand mix once a
+    # model's instances are this share allocated, for profiles whose free instances fall
+    # short of the mix's share of the free slices by at least ``ahead_short`` of it, when
+    # the mix counts at least ``ahead_min_pods`` pods. None: off.
+    ahead_from: float | None = AHEAD_FROM
+    ahead_short: float = 0.2
+    ahead_min_pods: int = 50
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -128,6 +143,9 @@ class Recommendation:
     # Pods running on the node's GPUs that the change leaves exactly as they are (a busy-node
     # re-layout; the apply mode performs one only with --apply-busy-nodes).
     running: tuple[str, ...] = ()
+    # Planned ahead of demand (``shortfall``): an idle node laid out for the instances the
+    # demand mix will be short of; no pod waits for it yet.
+    ahead: bool = False
 
     @property
     def disruptive(self) -> bool:
@@ -174,6 +192,7 @@ class Recommendation:
             note=self.note,
             running=list(self.running),
             busy_node=self.busy_node,
+            ahead=self.ahead,
         )
 
 
@@ -199,6 +218,7 @@ class RecommendationJson(TypedDict):
     note: str
     running: list[str]
     busy_node: bool
+    ahead: bool
 
 
 class AdviceJson(TypedDict):
@@ -271,6 +291,94 @@ def demand(state: cluster.Cluster, *, now: float, settings: Settings) -> list[Wa
         out.append(Waiting(key=pod.key, requests=reqs, waited_s=waited, weight=weight,
                            pod=pod))
     out.sort(key=lambda w: (-w.weight, w.key))
+    return out
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Shortfall:
+    """One GPU model's free supply against its demand mix (``shortfall``)."""
+
+    short: Mapping[ProfileName, int]  # instances the mix will lack, per profile
+    surplus: frozenset[ProfileName]  # profiles with free instances beyond what it needs
+    # per short profile, the mix's mean cpu (milli) and memory (bytes) per instance of it:
+    # what a node must have free for each instance it is laid out with
+    needs: Mapping[ProfileName, tuple[int, int]] = dataclasses.field(default_factory=dict)
+
+
+def shortfall(state: cluster.Cluster, settings: Settings
+              ) -> dict[profiles.ModelId, Shortfall]:
+    """Per GPU model, the instances of each profile that the demand mix will be short of.
+
+    The mix is the pods that hold or wait for instances (``Cluster.pod_classes``), in memory
+    slices per profile. If it goes on as it is until the model's free slices are taken, a
+    profile q needs mix share(q) × free slices / slices(q) instances; it is short when its
+    free instances fall below that by at least ``ahead_short`` of the need (and in surplus
+    when they exceed it by as much, or nobody asks for it). Only once the
+    model's instances are ``ahead_from`` allocated (before, the free supply of every profile
+    is large and the mix still moves) and the mix counts ``ahead_min_pods`` pods. Pods of
+    the single strategy (``nvidia.com/gpu``) are not counted.
+    """
+    if settings.ahead_from is None:
+        return {}
+    # A pending pod whose profiles have free instances somewhere waits for something else
+    # (cpu, memory, taints): more instances would not serve it, so it is not counted.
+    blocked: Counter[cluster.PodClass] = Counter(
+        cluster.class_of(p) for p in state.pending_pods()
+        if p.mig_requests and all(state.free_nodes(q) for q in p.mig_requests))
+    mix: Counter[ProfileName] = Counter()
+    host: dict[ProfileName, list[float]] = {}  # cpu, memory, instances
+    pods = 0
+    for cls, n in state.pod_classes().items():
+        n -= blocked.get(cls, 0)
+        items, _decision, cpu, memory = cls
+        for resource, k in items:
+            name = profiles.parse_resource(resource)
+            if name is not None and n > 0:
+                q = ProfileName(name)
+                mix[q] += k * n
+                acc = host.setdefault(q, [0.0, 0.0, 0.0])
+                acc[0] += cpu * n
+                acc[1] += memory * n
+                acc[2] += k * n
+                pods += n
+    if pods < settings.ahead_min_pods:
+        return {}
+    stats = state.profile_stats()
+    out: dict[profiles.ModelId, Shortfall] = {}
+    for model in state.models_present():
+        size = {p.name: p.memory_slices for p in model.profiles}
+        total = used = free = 0
+        for (m, q), st in stats.items():
+            if m != model.id or q not in size:
+                continue
+            total += st.allocatable * size[q]
+            free += st.free * size[q]
+            used += (st.allocatable - st.free) * size[q]
+        wanted = {q: k * size[q] for q, k in mix.items() if q in size}
+        weight = sum(wanted.values())
+        if not total or not weight or used < settings.ahead_from * total:
+            continue
+        short: dict[ProfileName, int] = {}
+        surplus: set[ProfileName] = set()
+        count = sum(k for q, k in mix.items() if q in size)
+        for q in size:
+            st_q = stats.get((model.id, q))
+            have = st_q.free if st_q is not None else 0
+            need = wanted.get(q, 0) / weight * free / size[q]
+            # The mix is a sample: a share p of n instances is off by sqrt(p(1 - p)/n) of
+            # itself, so a gap under twice that (or under ahead_short) is no shift.
+            p = mix.get(q, 0) / count
+            noise = 2.0 * math.sqrt((1.0 - p) / (p * count)) if p > 0 else 0.0
+            margin = max(1.0, max(settings.ahead_short, noise) * need)
+            if need - have >= margin:
+                short[q] = int(need - have)
+            elif have - need >= margin:
+                surplus.add(q)
+        if short:
+            out[model.id] = Shortfall(
+                short=short, surplus=frozenset(surplus),
+                needs={q: (int(host[q][0] / host[q][2]), int(host[q][1] / host[q][2]))
+                       for q in short})
     return out
 
 
@@ -701,11 +809,13 @@ def advise(
     """
     settings = settings or Settings()
     waiting = demand(state, now=now, settings=settings)
-    if not waiting:
+    ahead = shortfall(state, settings)
+    if not waiting and not ahead:
         return Advice(recommendations=(), waiting=(), unserved=(),
                       generation=state.generation)
     recent = recent or {}
     wanted = {p for w in waiting for p in w.requests}
+    wanted.update(p for fall in ahead.values() for p in fall.short)
     by_key = {w.key: w for w in waiting}
     views: dict[str, NodeView] = {}
     records_: dict[str, records.NodeRecord] = {}
@@ -790,9 +900,97 @@ def advise(
                                  if choice.disruptive else None)
         unblocked.update(advised.unblocks)
         recs.append(advised)
+    if ahead and (limit is None or len(recs) < limit):
+        taken = {c.change.name for c in chosen}
+        pool = [n for n in fresh if not n.busy and n.name not in taken]
+        for change in _ahead_changes(pool, ahead, room,
+                                     None if limit is None else limit - len(recs)):
+            recs.append(dataclasses.replace(
+                recommendation(change, views[change.name], (), by_key), ahead=True))
     unserved = tuple(sorted(w.key for w in waiting if w.key not in unblocked))
     return Advice(recommendations=tuple(recs), waiting=tuple(waiting), unserved=unserved,
                   generation=state.generation)
+
+
+def _ahead_changes(pool: Sequence[planner.NodeSupply],
+                   ahead: Mapping[profiles.ModelId, Shortfall],
+                   room: Mapping[str, tuple[int, ...]],
+                   limit: int | None) -> list[planner.NodeChange]:
+    """Idle nodes of ``pool`` re-laid out for the instances the mix will be short of
+    (``shortfall``), GPU by GPU, nodes with the most surplus first.
+
+    An instance is worth its memory slices when its profile is short (while the shortfall
+    lasts) or is neither short nor in surplus and already on that GPU (removing it would
+    make a new shortfall); an instance of a surplus profile is worth nothing. A GPU changes
+    when its best layout is worth at least one slice more than its layout now, and the
+    node's free cpu and memory hold the short instances it adds (at the mix's mean per
+    instance). A GPU without instances keeps its layout (its MIG mode is not known).
+    """
+    out: list[planner.NodeChange] = []
+    for model_id, fall in sorted(ahead.items()):
+        nodes = [n for n in pool if n.model.id == model_id]
+        if not nodes:
+            continue
+        model = nodes[0].model
+        size = {p.name: p.memory_slices for p in model.profiles}
+
+        extra = {n.name: sum(size.get(p, 0) for g in n.gpus for p in g.current
+                             if p in fall.surplus) for n in nodes}
+        nodes.sort(key=lambda n: (-extra[n.name], n.name))
+        left: Counter[ProfileName] = Counter(fall.short)
+        for node in nodes:
+            if not any(k > 0 for k in left.values()) or (
+                    limit is not None and len(out) >= limit):
+                break
+            if not extra[node.name]:
+                continue
+            budget = list(room.get(node.name, ()))
+            plans: list[planner.GpuPlan] = []
+            for g in node.gpus:
+                plan = _ahead_gpu(model, g, fall, left, size, budget)
+                plans.append(plan if plan is not None else planner.unchanged(model, g))
+            changed = [p for p in plans if p.changed]
+            if changed:
+                served: Counter[ProfileName] = Counter()
+                for p in changed:
+                    served.update(q for q in p.after_names if q in fall.short)
+                out.append(planner.NodeChange(name=node.name, disruption=0, plan=planner.NodePlan(
+                    model=model.id, gpus=tuple(plans), served=dict(served),
+                    value=sum(p.value for p in changed))))
+    return out
+
+
+def _ahead_gpu(model: profiles.GpuModel, gpu: planner.GpuState, fall: Shortfall,
+               left: Counter[ProfileName], size: Mapping[ProfileName, int],
+               budget: list[int]) -> planner.GpuPlan | None:
+    """One GPU's change for ``_ahead_changes`` (None: it stays), with ``left`` (shortfall
+    still open) and ``budget`` (the node's free cpu, memory) updated."""
+    if gpu.frozen or not gpu.current or not any(p in fall.surplus for p in gpu.current):
+        return None
+    kept = [(p, float(size[p])) for p in gpu.current if p not in fall.surplus]
+    wanted = [(q, float(size[q])) for q, k in left.items() if k > 0
+              for _ in range(min(k, model.profile(q).max_instances))]
+    demand = planner.Demand.of_items(kept + wanted)
+    best = planner.plan_gpu(model, demand=demand, current=gpu.current, index=gpu.index)
+    now = demand.value(planner.serves(model, gpu.current, (), demand))
+    if not best.changed or best.value < now + 1.0:
+        return None
+    delta: Counter[ProfileName] = Counter(best.after_names)
+    delta.subtract(gpu.current)
+    cost = [0, 0]
+    for q, n in delta.items():
+        if n > 0 and q in fall.short:
+            need = fall.needs.get(q, (0, 0))
+            cost[0] += need[0] * n
+            cost[1] += need[1] * n
+    if budget and any(c > b for c, b in zip(cost, budget, strict=False)):
+        return None
+    for i, c in enumerate(cost[: len(budget)]):
+        budget[i] -= c
+    for q, n in delta.items():
+        if q in fall.short or (n < 0 and q not in fall.surplus):
+            left[q] -= n  # an added short instance closes the gap, a removed one opens it
+    return best
 
 
 def recommendation(change: planner.NodeChange, v: NodeView, units: Sequence[planner.Unit],

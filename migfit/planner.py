@@ -308,6 +308,11 @@ class NodePlan:
         return tuple(g for g in self.gpus if g.changed)
 
 
+def unchanged(model: profiles.GpuModel, gpu: GpuState) -> GpuPlan:
+    """The plan that leaves ``gpu`` as it is."""
+    return _unchanged(model, gpu)
+
+
 def _unchanged(model: profiles.GpuModel, gpu: GpuState) -> GpuPlan:
     key = layouts.key_of(model, gpu.current)
     lay = layouts.of(model).by_key.get(key) if key else empty_layout(model)

@@ -58,6 +58,10 @@ def add_common_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-busy-nodes", action="store_true",
                         help="never re-lay out the idle GPUs of nodes where pods run "
                              "(docs/relayout.md)")
+    parser.add_argument("--no-ahead", action="store_true",
+                        help="re-lay out only for waiting pods, never idle nodes ahead of "
+                             "demand (toward the profiles the demand mix will lack; "
+                             "docs/relayout.md)")
     parser.add_argument("--now", metavar="EPOCH", type=float, help=argparse.SUPPRESS)
 
 
@@ -92,7 +96,9 @@ def settings_from_args(args: argparse.Namespace) -> advisor.Settings:
     # place of the unbounded disruptive re-layouts.
     disruptive = not args.no_disruptive and not getattr(args, "defrag", False)
     return advisor.Settings(grace_s=args.grace, allow_disruptive=disruptive,
-                            busy_nodes=not getattr(args, "no_busy_nodes", False))
+                            busy_nodes=not getattr(args, "no_busy_nodes", False),
+                            ahead_from=None if getattr(args, "no_ahead", False)
+                            else advisor.AHEAD_FROM)
 
 
 def _config_file(path: str) -> migparted.Config:
@@ -160,10 +166,13 @@ def _summary(advice: advisor.Advice) -> list[str]:
     disruptive = sum(r.disruptive for r in recs)
     busy = sum(bool(r.running) for r in recs)
     served = len({k for r in recs for k in r.unblocks})
+    ahead = sum(r.ahead for r in recs)
     lines = [f"{len(advice.waiting)} pod(s) wait for a MIG profile no node has free; "
-             f"{len(recs)} re-layout(s) ({len(recs) - disruptive - busy} safe, "
-             + (f"{busy} of busy nodes' idle GPUs, " if busy else "")
-             + f"{disruptive} disruptive) would unblock {served} of them."]
+             f"{len(recs) - ahead} re-layout(s) ({len(recs) - ahead - disruptive - busy} "
+             "safe, " + (f"{busy} of busy nodes' idle GPUs, " if busy else "")
+             + f"{disruptive} disruptive) would unblock {served} of them."
+             + (f" {ahead} idle node(s) re-laid out ahead of demand, for the instances the "
+                "demand mix will lack." if ahead else "")]
     if not recs:
         return lines
     rows = [("NODE", "MODEL", "KIND", "TARGET", "UNBLOCKS", "DISRUPTS", "APPLY")]
@@ -186,6 +195,8 @@ def _summary(advice: advisor.Advice) -> list[str]:
 
 
 def _kind(rec: advisor.Recommendation) -> str:
+    if rec.ahead:
+        return "ahead"
     if rec.disruptive:
         return "DISRUPTIVE"
     return "busy node" if rec.running else "safe"
@@ -193,7 +204,7 @@ def _kind(rec: advisor.Recommendation) -> str:
 
 def render_text(advice: advisor.Advice, *, details: bool = True) -> str:
     """The advice for people: every node in full (``details``), or a summary table."""
-    if not advice.waiting:
+    if not advice.waiting and not advice.recommendations:
         return "No pod waits for a MIG profile that no node has free: nothing to re-lay out."
     if not details:
         lines = _summary(advice)
@@ -213,7 +224,11 @@ def render_text(advice: advisor.Advice, *, details: bool = True) -> str:
                          f"{' '.join(g.after) or '(none)'}{mark}")
         if rec.note:
             lines.append(f"  layout before: {rec.note}")
-        lines.append(f"  unblocks: {', '.join(rec.unblocks) or 'none'}")
+        if rec.ahead:
+            lines.append("  ahead of demand: the demand mix will lack "
+                         + ", ".join(f"{n} × {p}" for p, n in sorted(rec.served.items())))
+        else:
+            lines.append(f"  unblocks: {', '.join(rec.unblocks) or 'none'}")
         lines.append(f"  disrupts: {', '.join(rec.disrupts) or 'none'}")
         if rec.running:
             lines.append(f"  keeps running (their GPUs unchanged; the MIG Manager pauses the "

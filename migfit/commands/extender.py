@@ -71,6 +71,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                      help="with --apply-relayout, also re-lay out the idle GPUs of nodes where "
                           "pods run (their GPUs kept exactly; the node is tainted meanwhile; "
                           "see docs/relayout.md; off by default)")
+    adv.add_argument("--no-ahead", action="store_true",
+                     help="advise (and apply) re-layouts only for waiting pods, never for idle "
+                          "nodes ahead of demand (toward the profiles the demand mix will "
+                          "lack; docs/relayout.md)")
     adv.add_argument("--max-relayouts", type=int, default=1, metavar="N",
                      help="nodes re-laid out at once in apply mode (default 1)")
     adv.add_argument("--relayout-timeout", type=float, default=1200.0, metavar="SECONDS",
@@ -134,8 +138,9 @@ async def _serve(args: argparse.Namespace, settings: server.ExtenderSettings,
     # --apply-busy-nodes (docs/relayout.md).
     # --gpu-usage-from dcgm: which GPU holds each instance in use (extender/usage.py).
     scraper = usage.from_args(args, view, registry=registry)
-    cache = advice.AdviceCache(settings=advisor.Settings(grace_s=args.grace, busy_nodes=True),
-                               usage=scraper)
+    advising = advisor.Settings(grace_s=args.grace, busy_nodes=True,
+                               ahead_from=None if args.no_ahead else advisor.AHEAD_FROM)
+    cache = advice.AdviceCache(settings=advising, usage=scraper)
     # Computed at scrape time from the cache /advice reads: they agree with /advice, with a
     # publisher (API mode) or without one (--cluster FILE, --no-publish).
     metrics = advice.Metrics(registry, state=view, cache=cache)

@@ -147,6 +147,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                      help="+advisor: also re-lay out the GPUs of busy nodes that hold no "
                           "instance in use, their pods' GPUs kept exactly (the apply mode's "
                           "--apply-busy-nodes; docs/relayout.md)")
+    run.add_argument("--ahead-from", type=float, default=policies.SERVER_ADVISOR.ahead_from,
+                     metavar="SHARE",
+                     help="+advisor: re-lay out idle nodes ahead of demand, toward the "
+                          "profiles the demand mix will be short of, once a model's "
+                          "instances are this share allocated (default %(default)s, the "
+                          "server's; 0 from the start; --no-ahead: only for waiting pods)")
+    run.add_argument("--no-ahead", dest="ahead_from", action="store_const", const=None,
+                     help="+advisor: re-lay out only for waiting pods")
     run.add_argument("--gpu-usage", action=argparse.BooleanOptionalAction, default=False,
                      help="+advisor: the advisor knows which GPU holds each instance in use "
                           "(the nodes' DCGM exporters, --dcgm-exporter on the server), not "
@@ -367,6 +375,7 @@ def run(args: argparse.Namespace) -> int:
     options = engine.Options(
         percentage_of_nodes_to_score=args.percentage_of_nodes_to_score,
         allocation=args.allocation, gpu_weight=args.gpu_weight, busy_nodes=args.busy_nodes,
+        ahead_from=args.ahead_from,
         gpu_usage=args.gpu_usage, score_all_pods=args.score_all_pods,
         arrival_scale=args.arrival_scale, webhook_choice=args.webhook_choice,
         mode=args.mode, target=args.target, order=args.order, fill_interval=args.fill_interval,
@@ -406,6 +415,7 @@ def run(args: argparse.Namespace) -> int:
         "advisor_free_grace_s": options.advisor_free_grace,
         "percentage_of_nodes_to_score": options.percentage_of_nodes_to_score or "adaptive",
         "allocation": options.allocation, "busy_nodes": options.busy_nodes,
+        "ahead_from": options.ahead_from,
         "gpu_usage": options.gpu_usage, "score_all_pods": options.score_all_pods,
         "arrival_scale": options.arrival_scale, "node_share": args.node_share,
         "webhook_choice": options.webhook_choice or choice.Policy().contention,

@@ -94,7 +94,8 @@ class Simulation(World):
         self.settings = advisor.Settings(grace_s=options.advisor_grace,
                                          free_grace_s=options.advisor_free_grace,
                                          allow_disruptive=False,
-                                         busy_nodes=options.busy_nodes)
+                                         busy_nodes=options.busy_nodes,
+                                         ahead_from=options.ahead_from)
         # The mig-parted ConfigMap as the MIG Manager sees it: every config a node is
         # labelled with, per model (a device-filter of the model's ids), so that the advisor
         # resolves each node's layout GPU by GPU as it does from a real ConfigMap.
@@ -229,6 +230,8 @@ class Simulation(World):
                 c.blocked += 1
             self.pending.append(pod)
             self._want_advice()
+        elif s.gpu and self.settings.ahead_from is not None:
+            self._want_advice()  # the advisor plans ahead of demand as the mix grows
 
     def try_schedule(self, pod: Pod) -> bool:
         name = self.kube.schedule(pod)
@@ -372,7 +375,7 @@ class Simulation(World):
             return
         self._last_advice = self.now
         room = self.options.max_relayouts - len(self.in_flight)
-        if not any(p.spec.gpu for p in self.pending):
+        if not any(p.spec.gpu for p in self.pending) and self.settings.ahead_from is None:
             return
         if room <= 0:
             return  # a finished re-layout asks again
@@ -386,6 +389,8 @@ class Simulation(World):
         need: Counter[str] = Counter()
         for pod in self.pending:
             need.update(pod.profiles)
+        for fall in advisor.shortfall(self.cluster, self.settings).values():
+            need.update(fall.short)
         coming: Counter[str] = Counter()
         for rec in self.in_flight.values():
             coming.update(rec.served)

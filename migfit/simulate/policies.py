@@ -89,6 +89,9 @@ class Options:
     # Also re-lay out the idle GPUs of nodes where pods run (the apply mode's
     # --apply-busy-nodes; their pods' GPUs are kept exactly, docs/relayout.md).
     busy_nodes: bool = False
+    # The advisor re-lays out idle nodes ahead of demand once a model's instances are this
+    # share allocated (advisor.Settings.ahead_from; None: only for waiting pods).
+    ahead_from: float | None = SERVER_ADVISOR.ahead_from
     # The advisor reads which GPU holds each instance in use (the nodes' DCGM exporters),
     # so a busy node's GPU counts as busy only when it really holds one.
     gpu_usage: bool = False

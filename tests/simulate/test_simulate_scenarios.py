@@ -230,3 +230,28 @@ def test_idle_while_pending_counts_only_nodes_that_could_hold_the_whole_pod() ->
     assert wide["pods_pending"] == 1
     # b's four idle GPUs (28 compute slices) for the hour, sampled as a step function
     assert 20 <= wide["idle_while_pending_slice_hours"] <= 28
+
+
+@pytest.mark.parametrize(("ahead", "relayouts"), [(0.0, True), (None, False)])
+def test_idle_nodes_relaid_out_ahead_of_demand(ahead: float | None, relayouts: bool) -> None:
+    # 60 whole-GPU nodes and 30 laid out as seven 1g.10gb, 60 whole-GPU pods: every pod
+    # finds a 7g.80gb and none waits, so the advisor acts only ahead of demand: once 50
+    # pods make the mix a sample, it sees the 7g.80gb running short (10 free, 36 needed
+    # for the free slices) and re-lays out idle 1g.10gb nodes, disrupting nobody.
+    nodes = [node(f"w{i:02d}", "all-7g.80gb") for i in range(60)]
+    nodes += [node(f"s{i:02d}", ["1g.10gb"] * 7) for i in range(30)]
+    pods = [workload.make_pod(A100, name=f"p{i:02d}", cpu_milli=2000, memory_mib=4096,
+                              num_gpu=1, gpu_milli=1000, arrival=float(i), duration=math.inf,
+                              mapping="compute") for i in range(60)]
+    options = engine.Options(mode="fill", ahead_from=ahead, fill_interval=3.0)
+    sim = engine.Simulation(nodes, policy=engine.Policy.parse("migfit+advisor"), seed=0,
+                            options=options, catalog=CATALOG)
+    sim.run_fill(pods)
+    figs = sim.figures()
+    assert figs["pods_disrupted"] == 0
+    assert not sim.pending
+    assert (figs["relayouts"] > 0) is relayouts
+    if relayouts:
+        relaid = [n for n in sim.nodes.values() if n.name.startswith("s")
+                  and n.layouts() == [("7g.80gb",)]]
+        assert relaid and all(n.gpu_pods == 0 for n in relaid)

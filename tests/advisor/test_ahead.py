@@ -1,0 +1,142 @@
+"""Re-layouts ahead of demand: idle nodes re-laid out toward what the demand mix will lack."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import subprocess
+import sys
+from typing import Any
+
+from advisor_scene import T0, build, node, pod
+
+from migfit import advisor, profiles
+
+A100 = profiles.builtin().get("A100-80GB")
+SETTINGS = advisor.Settings()
+
+
+def _scene(*, bound: int = 60, idle: int = 4, idle_alloc: dict[str, int] | None = None,
+           idle_cpu: str = "64", pod_cpu: str = "8") -> list[dict[str, Any]]:
+    """``bound`` one-GPU nodes each running one 7g.80gb pod (the mix: whole GPUs only) and
+    ``idle`` one-GPU nodes laid out as ``idle_alloc`` (default seven 1g.10gb) with no pod."""
+    objs: list[dict[str, Any]] = []
+    for i in range(bound):
+        objs.append(node(f"busy-{i:03d}", alloc={"7g.80gb": 1}))
+        objs.append(pod(f"train-{i:03d}", "7g.80gb", node=f"busy-{i:03d}", phase="Running",
+                        cpu=pod_cpu))
+    for i in range(idle):
+        objs.append(node(f"idle-{i}", alloc=idle_alloc or {"1g.10gb": 7}, cpu=idle_cpu))
+    return objs
+
+
+def test_shortfall_projects_the_mix_over_the_free_slices() -> None:
+    c = build(*_scene())
+    fall = advisor.shortfall(c, SETTINGS)
+    model, whole = A100.id, profiles.ProfileName("7g.80gb")
+    # 4 idle GPUs × 7 free 1g.10gb = 28 free memory slices; the mix is all 7g.80gb (8 memory
+    # slices): it needs 3.5 of them and has none free. Nobody asks for 1g.10gb: surplus.
+    assert set(fall) == {model}
+    assert dict(fall[model].short) == {whole: 3}
+    assert "1g.10gb" in fall[model].surplus
+    assert fall[model].needs[whole] == (8000, 0)
+
+
+def test_idle_nodes_are_relaid_out_for_the_shortfall() -> None:
+    c = build(*_scene())
+    adv = advisor.advise(c, now=T0 + 600, settings=SETTINGS)
+    ahead = [r for r in adv.recommendations if r.ahead]
+    assert len(ahead) == 3  # the shortfall: three 7g.80gb
+    for r in ahead:
+        assert r.node.startswith("idle-")
+        assert [(g.before, g.after) for g in r.gpus] == [(("1g.10gb",) * 7, ("7g.80gb",))]
+        assert r.unblocks == () and r.disrupts == () and r.running == ()
+        assert r.to_json()["ahead"] is True
+    assert adv.waiting == ()  # no pod waits: the advice is ahead of demand
+
+
+def test_off_below_the_sample_size_and_when_disabled() -> None:
+    few = build(*_scene(bound=SETTINGS.ahead_min_pods - 1))
+    assert advisor.shortfall(few, SETTINGS) == {}
+    assert advisor.advise(few, now=T0 + 600, settings=SETTINGS).recommendations == ()
+    off = advisor.Settings(ahead_from=None)
+    c = build(*_scene())
+    assert advisor.shortfall(c, off) == {}
+    assert advisor.advise(c, now=T0 + 600, settings=off).recommendations == ()
+
+
+def test_not_before_the_allocated_share() -> None:
+    c = build(*_scene(bound=60, idle=60))  # half of the memory slices in use (60 of 120 GPUs)
+    assert advisor.shortfall(c, advisor.Settings(ahead_from=0.6)) == {}
+    assert advisor.shortfall(c, advisor.Settings(ahead_from=0.4)) != {}
+
+
+def test_a_layout_that_matches_the_mix_stays() -> None:
+    c = build(*_scene(idle_alloc={"7g.80gb": 1}))
+    assert advisor.shortfall(c, SETTINGS) == {}
+    assert advisor.advise(c, now=T0 + 600, settings=SETTINGS).recommendations == ()
+
+
+def test_a_node_without_the_cpu_for_the_new_instances_stays() -> None:
+    # each 7g.80gb pod of the mix asks for 8 cores; the idle nodes have 4
+    c = build(*_scene(idle_cpu="4"))
+    assert advisor.shortfall(c, SETTINGS)  # the gap is there ...
+    assert advisor.advise(c, now=T0 + 600, settings=SETTINGS).recommendations == ()  # ... no room
+
+
+def test_busy_gpus_and_needed_instances_are_kept() -> None:
+    # An idle node whose GPU holds 4g.40gb + 3g.40gb: the mix asks for neither, both are
+    # surplus, so the GPU becomes a 7g.80gb. A node with one 1g.10gb pod is not idle: kept.
+    objs = _scene(idle=0)
+    objs.append(node("idle-mixed", alloc={"4g.40gb": 1, "3g.40gb": 1}))
+    objs.append(node("half", alloc={"1g.10gb": 7}))
+    objs.append(pod("small", "1g.10gb", node="half", phase="Running"))
+    objs.append(node("idle-small", alloc={"1g.10gb": 7}))
+    c = build(*objs)
+    adv = advisor.advise(c, now=T0 + 600, settings=SETTINGS)
+    changed = {r.node: [g.after for g in r.gpus if g.changed] for r in adv.recommendations}
+    assert "half" not in changed
+    assert changed.get("idle-mixed") == [("7g.80gb",)]
+
+
+def test_an_instance_the_mix_needs_is_worth_keeping() -> None:
+    # The mix: 7g.80gb and 4g.40gb pods alike. An idle GPU of 4g.40gb + 2g.20gb + 1g.10gb
+    # (2g and 1g: nobody asks) becomes a 7g.80gb only if that is worth a slice more than
+    # keeping its 4g.40gb: 8 memory slices against 4, so it changes; an idle 4g.40gb +
+    # 3g.40gb GPU whose 3g.40gb is in surplus also holds a needed 4g.40gb and the best
+    # layout (7g.80gb, 8) beats it (4) too; an idle 7g.80gb GPU is never touched.
+    objs: list[dict[str, Any]] = []
+    for i in range(40):
+        objs.append(node(f"big-{i:02d}", alloc={"7g.80gb": 1}))
+        objs.append(pod(f"big-{i:02d}", "7g.80gb", node=f"big-{i:02d}", phase="Running"))
+        objs.append(node(f"mid-{i:02d}", alloc={"4g.40gb": 1, "3g.40gb": 1}))
+        objs.append(pod(f"mid-{i:02d}", "4g.40gb", node=f"mid-{i:02d}", phase="Running"))
+    objs.append(node("idle-a", alloc={"4g.40gb": 1, "2g.20gb": 1, "1g.10gb": 1}))
+    objs.append(node("idle-whole", alloc={"7g.80gb": 1}))
+    c = build(*objs)
+    adv = advisor.advise(c, now=T0 + 600, settings=SETTINGS)
+    changed = {r.node: [(g.before, g.after) for g in r.gpus if g.changed]
+               for r in adv.recommendations if r.ahead}
+    assert "idle-whole" not in changed
+    assert changed.get("idle-a") == [(("1g.10gb", "2g.20gb", "4g.40gb"), ("7g.80gb",))]
+
+
+def test_advise_command_shows_and_disables_it(tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "cluster.json"
+    path.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": _scene()}))
+    root = pathlib.Path(__file__).resolve().parents[2]
+
+    def advise(*extra: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "migfit.cli", "advise", "--cluster",
+                               str(path), "--now", str(T0 + 600), *extra], cwd=root,
+                              capture_output=True, text=True, timeout=120, check=False)
+
+    doc = json.loads(advise("--json").stdout)
+    assert [r["ahead"] for r in doc["recommendations"]] == [True] * 3
+    text = advise("--details")
+    assert text.returncode == 0, text.stderr
+    assert "ahead of demand: the demand mix will lack 1 × 7g.80gb" in text.stdout
+    summary = advise().stdout
+    assert "3 idle node(s) re-laid out ahead of demand" in summary and " ahead " in summary
+    off = advise("--no-ahead")
+    assert off.returncode == 0 and "nothing to re-lay out" in off.stdout

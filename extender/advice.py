@@ -269,9 +269,12 @@ class Publisher:
             who = ", ".join(rec.unblocks[:10]) + (" ..." if len(rec.unblocks) > 10 else "")
             hurt = (f"; disrupts {', '.join(rec.disrupts)}" if rec.disrupts
                     else "; disrupts no pod")
+            why = (f"would unblock {len(rec.unblocks)} pod(s): {who}" if not rec.ahead else
+                   "ahead of demand, for instances the demand mix will lack: "
+                   + ", ".join(f"{n} x {p}" for p, n in sorted(rec.served.items())))
             await self._event("Node", name, "", None, REASON_NODE,
-                              f"Re-layout to {rec.target} ({changes}) would unblock "
-                              f"{len(rec.unblocks)} pod(s): {who}{hurt}. {rec.command}")
+                              f"Re-layout to {rec.target} ({changes}) {why}{hurt}. "
+                              f"{rec.command}")
         for name in self._stale(wanted):
             st = self.state.node(name)
             if st is not None and await self._mark(st, {"annotations": {ANNOTATION: None},

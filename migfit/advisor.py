@@ -309,11 +309,14 @@ def shortfall(state: cluster.Cluster, settings: Settings
               ) -> dict[profiles.ModelId, Shortfall]:
     """Per GPU model, the instances of each profile that the demand mix will be short of.
 
-    The mix is the pods that hold or wait for instances (``Cluster.pod_classes``), in memory
-    slices per profile. If it goes on as it is until the model's free slices are taken, a
+    The mix is the pods that hold or wait for instances (``Cluster.pod_classes``; not a
+    waiting pod whose profiles have free instances: it waits for something else), in memory
+    slices per profile; a profile name two models share counts its whole demand on each.
+    If it goes on as it is until the model's free slices are taken, a
     profile q needs mix share(q) × free slices / slices(q) instances; it is short when its
     free instances fall below that by at least ``ahead_short`` of the need (and in surplus
-    when they exceed it by as much, or nobody asks for it). Only once the
+    when they exceed it by as much, or nobody asks for it), and by more than twice the
+    mix's sampling error. Only once the
     model's instances are ``ahead_from`` allocated (before, the free supply of every profile
     is large and the mix still moves) and the mix counts ``ahead_min_pods`` pods. Pods of
     the single strategy (``nvidia.com/gpu``) are not counted.
@@ -331,16 +334,17 @@ def shortfall(state: cluster.Cluster, settings: Settings
     for cls, n in state.pod_classes().items():
         n -= blocked.get(cls, 0)
         items, _decision, cpu, memory = cls
-        for resource, k in items:
-            name = profiles.parse_resource(resource)
-            if name is not None and n > 0:
-                q = ProfileName(name)
-                mix[q] += k * n
-                acc = host.setdefault(q, [0.0, 0.0, 0.0])
-                acc[0] += cpu * n
-                acc[1] += memory * n
-                acc[2] += k * n
-                pods += n
+        named = [(ProfileName(q), k) for q, k in ((profiles.parse_resource(r), k)
+                                                   for r, k in items) if q is not None]
+        if n <= 0 or not named:
+            continue
+        pods += n
+        for q, k in named:
+            mix[q] += k * n
+            acc = host.setdefault(q, [0.0, 0.0, 0.0])
+            acc[0] += cpu * n
+            acc[1] += memory * n
+            acc[2] += k * n
     if pods < settings.ahead_min_pods:
         return {}
     stats = state.profile_stats()

@@ -140,3 +140,18 @@ def test_advise_command_shows_and_disables_it(tmp_path: pathlib.Path) -> None:
     assert "3 idle node(s) re-laid out ahead of demand" in summary and " ahead " in summary
     off = advise("--no-ahead")
     assert off.returncode == 0 and "nothing to re-lay out" in off.stdout
+
+
+def test_a_pod_with_two_profiles_counts_once_toward_the_sample() -> None:
+    # 49 pods, each with a 7g.80gb container and a 1g.10gb one: 98 instances, 49 pods
+    objs: list[dict[str, Any]] = []
+    for i in range(49):
+        objs.append(node(f"busy-{i:02d}", gpus=2, alloc={"7g.80gb": 1, "1g.10gb": 7}))
+        p = pod(f"two-{i:02d}", "7g.80gb", node=f"busy-{i:02d}", phase="Running")
+        p["spec"]["containers"].append({"name": "side", "image": "x", "resources": {
+            "limits": {profiles.resource_name("1g.10gb"): "1"},
+            "requests": {profiles.resource_name("1g.10gb"): "1"}}})
+        objs.append(p)
+    objs.append(node("idle", alloc={"1g.10gb": 7}))
+    assert advisor.shortfall(build(*objs), SETTINGS) == {}
+    assert advisor.shortfall(build(*objs), advisor.Settings(ahead_min_pods=49)) != {}

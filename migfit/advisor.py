@@ -942,6 +942,7 @@ def _ahead_changes(pool: Sequence[planner.NodeSupply],
                              if p in fall.surplus) for n in nodes}
         nodes.sort(key=lambda n: (-extra[n.name], n.name))
         left: Counter[ProfileName] = Counter(fall.short)
+        memo: _AheadMemo = {}
         for node in nodes:
             if not any(k > 0 for k in left.values()) or (
                     limit is not None and len(out) >= limit):
@@ -951,7 +952,7 @@ def _ahead_changes(pool: Sequence[planner.NodeSupply],
             budget = list(room.get(node.name, ()))
             plans: list[planner.GpuPlan] = []
             for g in node.gpus:
-                plan = _ahead_gpu(model, g, fall, left, size, budget)
+                plan = _ahead_gpu(model, g, fall, left, size, budget, memo)
                 plans.append(plan if plan is not None else planner.unchanged(model, g))
             changed = [p for p in plans if p.changed]
             if changed:
@@ -964,21 +965,33 @@ def _ahead_changes(pool: Sequence[planner.NodeSupply],
     return out
 
 
+_AheadMemo = dict[tuple[tuple[ProfileName, ...], tuple[tuple[ProfileName, int], ...]],
+                  "planner.GpuPlan | None"]
+
+
 def _ahead_gpu(model: profiles.GpuModel, gpu: planner.GpuState, fall: Shortfall,
                left: Counter[ProfileName], size: Mapping[ProfileName, int],
-               budget: list[int]) -> planner.GpuPlan | None:
+               budget: list[int], memo: _AheadMemo) -> planner.GpuPlan | None:
     """One GPU's change for ``_ahead_changes`` (None: it stays), with ``left`` (shortfall
-    still open) and ``budget`` (the node's free cpu, memory) updated."""
+    still open) and ``budget`` (the node's free cpu, memory) updated; ``memo`` keeps the
+    plan per layout and open shortfall (GPUs alike are planned once)."""
     if gpu.frozen or not gpu.current or not any(p in fall.surplus for p in gpu.current):
         return None
-    kept = [(p, float(size[p])) for p in gpu.current if p not in fall.surplus]
-    wanted = [(q, float(size[q])) for q, k in left.items() if k > 0
-              for _ in range(min(k, model.profile(q).max_instances))]
-    demand = planner.Demand.of_items(kept + wanted)
-    best = planner.plan_gpu(model, demand=demand, current=gpu.current, index=gpu.index)
-    now = demand.value(planner.serves(model, gpu.current, (), demand))
-    if not best.changed or best.value < now + 1.0:
+    # What the plan reads: the layout, and per open profile at most what one GPU can hold.
+    opened = tuple(sorted((q, min(k, model.profile(q).max_instances))
+                          for q, k in left.items() if k > 0))
+    key = (tuple(sorted(gpu.current)), opened)
+    hit = memo.get(key)
+    if hit is None:
+        kept = [(p, float(size[p])) for p in gpu.current if p not in fall.surplus]
+        wanted = [(q, float(size[q])) for q, k in opened for _ in range(k)]
+        demand = planner.Demand.of_items(kept + wanted)
+        plan = planner.plan_gpu(model, demand=demand, current=gpu.current, index=gpu.index)
+        now = demand.value(planner.serves(model, gpu.current, (), demand))
+        hit = memo[key] = (plan if plan.changed and plan.value >= now + 1.0 else None)
+    if hit is None:
         return None
+    best = dataclasses.replace(hit, index=gpu.index)
     delta: Counter[ProfileName] = Counter(best.after_names)
     delta.subtract(gpu.current)
     cost = [0, 0]

@@ -368,6 +368,9 @@ def run(args: argparse.Namespace) -> int:
     _check_outputs(args)
     if args.percentage_of_nodes_to_score < 0:
         raise errors.UsageError("--percentage-of-nodes-to-score must be 0 (adaptive) to 100")
+    if args.ahead_from is not None and not 0 <= args.ahead_from <= 1:
+        raise errors.UsageError(f"--ahead-from {args.ahead_from:g}: use a share from 0 (from "
+                                "the start) to 1, or --no-ahead")
     if not 0 < args.arrival_scale <= 1e6:
         raise errors.UsageError(f"--arrival-scale {args.arrival_scale}: use a positive factor "
                                 "(0.05 = arrivals 20 times as fast)")

@@ -91,6 +91,14 @@ def test_unknown_policy_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> 
     assert "unknown policy" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("share", ["-0.5", "1.5", "nan"])
+def test_ahead_share_out_of_range_is_a_usage_error(
+        share: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["simulate", "--example", "--ahead-from", share]) == 2
+    err = capsys.readouterr().err
+    assert "--ahead-from" in err and "--no-ahead" in err and "Traceback" not in err
+
+
 def test_layout_cycle_replaces_the_spec_layouts(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     spec = tmp_path / "cluster.yaml"

@@ -270,8 +270,7 @@ class Publisher:
             hurt = (f"; disrupts {', '.join(rec.disrupts)}" if rec.disrupts
                     else "; disrupts no pod")
             why = (f"would unblock {len(rec.unblocks)} pod(s): {who}" if not rec.ahead else
-                   "ahead of demand, for instances the demand mix will lack: "
-                   + ", ".join(f"{n} x {p}" for p, n in sorted(rec.served.items())))
+                   f"ahead of demand, for instances the demand mix will lack: {rec.lacking}")
             await self._event("Node", name, "", None, REASON_NODE,
                               f"Re-layout to {rec.target} ({changes}) {why}{hurt}. "
                               f"{rec.command}")

@@ -158,6 +158,11 @@ class Recommendation:
         return bool(self.running) or bool(self.disrupts)
 
     @property
+    def lacking(self) -> str:
+        """What a recommendation ahead of demand adds: ``2 × 7g.80gb, 1 × 4g.40gb``."""
+        return ", ".join(f"{n} × {p}" for p, n in sorted(self.served.items()))
+
+    @property
     def target(self) -> str:
         """The value ``nvidia.com/mig.config`` must take."""
         if self.config is not None:
@@ -235,6 +240,8 @@ class Advice:
     waiting: tuple[Waiting, ...]
     unserved: tuple[str, ...]  # pod keys in the demand that no recommendation unblocks
     generation: int = 0
+    # per GPU model, what the demand mix will lack (``shortfall``): the ahead demand
+    ahead: Mapping[profiles.ModelId, Shortfall] = dataclasses.field(default_factory=dict)
 
     def for_node(self, name: str) -> Recommendation | None:
         for r in self.recommendations:
@@ -302,7 +309,7 @@ class Shortfall:
     surplus: frozenset[ProfileName]  # profiles with free instances beyond what it needs
     # per short profile, the mix's mean cpu (milli) and memory (bytes) per instance of it:
     # what a node must have free for each instance it is laid out with
-    needs: Mapping[ProfileName, tuple[int, int]] = dataclasses.field(default_factory=dict)
+    needs: Mapping[ProfileName, tuple[int, int]]
 
 
 def shortfall(state: cluster.Cluster, settings: Settings
@@ -351,16 +358,15 @@ def shortfall(state: cluster.Cluster, settings: Settings
     out: dict[profiles.ModelId, Shortfall] = {}
     for model in state.models_present():
         size = {p.name: p.memory_slices for p in model.profiles}
-        total = used = free = 0
+        total = free = 0
         for (m, q), st in stats.items():
             if m != model.id or q not in size:
                 continue
             total += st.allocatable * size[q]
             free += st.free * size[q]
-            used += (st.allocatable - st.free) * size[q]
         wanted = {q: k * size[q] for q, k in mix.items() if q in size}
         weight = sum(wanted.values())
-        if not total or not weight or used < settings.ahead_from * total:
+        if not total or not weight or total - free < settings.ahead_from * total:
             continue
         short: dict[ProfileName, int] = {}
         surplus: set[ProfileName] = set()
@@ -913,7 +919,7 @@ def advise(
                 recommendation(change, views[change.name], (), by_key), ahead=True))
     unserved = tuple(sorted(w.key for w in waiting if w.key not in unblocked))
     return Advice(recommendations=tuple(recs), waiting=tuple(waiting), unserved=unserved,
-                  generation=state.generation)
+                  generation=state.generation, ahead=ahead)
 
 
 def _ahead_changes(pool: Sequence[planner.NodeSupply],

@@ -310,10 +310,6 @@ class NodePlan:
 
 def unchanged(model: profiles.GpuModel, gpu: GpuState) -> GpuPlan:
     """The plan that leaves ``gpu`` as it is."""
-    return _unchanged(model, gpu)
-
-
-def _unchanged(model: profiles.GpuModel, gpu: GpuState) -> GpuPlan:
     key = layouts.key_of(model, gpu.current)
     lay = layouts.of(model).by_key.get(key) if key else empty_layout(model)
     if lay is None:
@@ -336,7 +332,7 @@ def plan_node(
     ``demand`` is what nothing serves now; free instances already on a GPU count as serving
     the demand first, so a GPU is changed only for what it adds.
     """
-    plans = {g.index: _unchanged(model, g) for g in gpus}
+    plans = {g.index: unchanged(model, g) for g in gpus}
     remaining = demand
     held: dict[int, Demand] = {}
     for g in gpus:  # what the current layouts already serve stays with them

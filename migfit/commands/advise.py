@@ -225,8 +225,7 @@ def render_text(advice: advisor.Advice, *, details: bool = True) -> str:
         if rec.note:
             lines.append(f"  layout before: {rec.note}")
         if rec.ahead:
-            lines.append("  ahead of demand: the demand mix will lack "
-                         + ", ".join(f"{n} × {p}" for p, n in sorted(rec.served.items())))
+            lines.append(f"  ahead of demand: the demand mix will lack {rec.lacking}")
         else:
             lines.append(f"  unblocks: {', '.join(rec.unblocks) or 'none'}")
         lines.append(f"  disrupts: {', '.join(rec.disrupts) or 'none'}")

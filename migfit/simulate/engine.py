@@ -379,18 +379,18 @@ class Simulation(World):
             return
         if room <= 0:
             return  # a finished re-layout asks again
+        need: Counter[str] = Counter()
         if self.options.advisor == "planner":
             recs = self._planner_advice(room)
         else:
-            recs = list(advisor.advise(self.cluster, now=EPOCH + self.now,
-                                       settings=self.settings, config=self.mig_config,
-                                       recent=self._recent, usage=self._usage()
-                                       ).recommendations)
-        need: Counter[str] = Counter()
+            advice = advisor.advise(self.cluster, now=EPOCH + self.now, settings=self.settings,
+                                    config=self.mig_config, recent=self._recent,
+                                    usage=self._usage())
+            recs = list(advice.recommendations)
+            for fall in advice.ahead.values():  # what the ahead recommendations are for
+                need.update(fall.short)
         for pod in self.pending:
             need.update(pod.profiles)
-        for fall in advisor.shortfall(self.cluster, self.settings).values():
-            need.update(fall.short)
         coming: Counter[str] = Counter()
         for rec in self.in_flight.values():
             coming.update(rec.served)

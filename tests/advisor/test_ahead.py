@@ -100,11 +100,11 @@ def test_busy_gpus_and_needed_instances_are_kept() -> None:
 
 
 def test_an_instance_the_mix_needs_is_worth_keeping() -> None:
-    # The mix: 7g.80gb and 4g.40gb pods alike. An idle GPU of 4g.40gb + 2g.20gb + 1g.10gb
-    # (2g and 1g: nobody asks) becomes a 7g.80gb only if that is worth a slice more than
-    # keeping its 4g.40gb: 8 memory slices against 4, so it changes; an idle 4g.40gb +
-    # 3g.40gb GPU whose 3g.40gb is in surplus also holds a needed 4g.40gb and the best
-    # layout (7g.80gb, 8) beats it (4) too; an idle 7g.80gb GPU is never touched.
+    # The mix: 7g.80gb and 4g.40gb pods alike (the 4g.40gb ones on busy 4g.40gb + 3g.40gb
+    # GPUs). An idle GPU of 4g.40gb + 2g.20gb + 1g.10gb (2g and 1g: nobody asks) becomes a
+    # 7g.80gb only if that is worth a slice more than keeping its needed 4g.40gb: 8 memory
+    # slices against 4, so it changes; an idle 7g.80gb GPU (nothing in surplus) is never
+    # touched.
     objs: list[dict[str, Any]] = []
     for i in range(40):
         objs.append(node(f"big-{i:02d}", alloc={"7g.80gb": 1}))

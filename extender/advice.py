@@ -270,6 +270,7 @@ class Publisher:
             hurt = (f"; disrupts {', '.join(rec.disrupts)}" if rec.disrupts
                     else "; disrupts no pod")
             why = (f"would unblock {len(rec.unblocks)} pod(s): {who}" if not rec.ahead else
+                   f"ahead of demand: {rec.balance}" if rec.balance else
                    f"ahead of demand, for instances the demand mix will lack: {rec.lacking}")
             await self._event("Node", name, "", None, REASON_NODE,
                               f"Re-layout to {rec.target} ({changes}) {why}{hurt}. "

@@ -51,7 +51,18 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any, TypedDict
 
-from migfit import cluster, errors, keys, layouts, migparted, placements, planner, profiles, records
+from migfit import (
+    cluster,
+    errors,
+    hostbalance,
+    keys,
+    layouts,
+    migparted,
+    placements,
+    planner,
+    profiles,
+    records,
+)
 
 ProfileName = profiles.ProfileName
 
@@ -65,6 +76,7 @@ FAILED_STATE = "failed"
 
 
 AHEAD_FROM = 0.0  # Settings.ahead_from's default: from the start (once the mix is a sample)
+BALANCE_GAIN = hostbalance.MIN_GAIN  # Settings.balance_gain's default
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -92,6 +104,9 @@ class Settings:
     ahead_from: float | None = AHEAD_FROM
     ahead_short: float = 0.2
     ahead_min_pods: int = 50
+    # With ahead_from set: idle nodes of one model trade GPU layouts when that frees at least
+    # this many memory slices from behind exhausted cpu or memory (``hostbalance``). None: off.
+    balance_gain: float | None = BALANCE_GAIN
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -146,6 +161,9 @@ class Recommendation:
     # Planned ahead of demand (``shortfall``): an idle node laid out for the instances the
     # demand mix will be short of; no pod waits for it yet.
     ahead: bool = False
+    # Also planned ahead: an idle node that trades GPU layouts with another idle node so that
+    # both nodes' cpu and memory can feed their instances (``hostbalance``); why, in words.
+    balance: str = ""
 
     @property
     def disruptive(self) -> bool:
@@ -198,6 +216,7 @@ class Recommendation:
             running=list(self.running),
             busy_node=self.busy_node,
             ahead=self.ahead,
+            balance=self.balance,
         )
 
 
@@ -224,6 +243,7 @@ class RecommendationJson(TypedDict):
     running: list[str]
     busy_node: bool
     ahead: bool
+    balance: str
 
 
 class AdviceJson(TypedDict):
@@ -312,7 +332,50 @@ class Shortfall:
     needs: Mapping[ProfileName, tuple[int, int]]
 
 
-def shortfall(state: cluster.Cluster, settings: Settings
+@dataclasses.dataclass(frozen=True, slots=True)
+class DemandMix:
+    """The pods that hold or wait for instances (``demand_mix``), per profile."""
+
+    instances: Mapping[ProfileName, int]  # instances they hold or ask for
+    needs: Mapping[ProfileName, tuple[int, int]]  # mean cpu (milli), memory (bytes) per one
+    pods: int
+    # per profile, the most instances of it one pod asks for (2 or more: such pods need them
+    # on one node)
+    most: Mapping[ProfileName, int] = dataclasses.field(default_factory=dict)
+
+
+def demand_mix(state: cluster.Cluster) -> DemandMix:
+    """The demand mix of ``shortfall`` and ``hostbalance``: ``Cluster.pod_classes`` less the
+    waiting pods whose profiles have free instances (they wait for something else: cpu,
+    memory, taints; more instances would not serve them). A pod asking for several profiles
+    counts its cpu and memory toward each."""
+    blocked: Counter[cluster.PodClass] = Counter(
+        cluster.class_of(p) for p in state.pending_pods()
+        if p.mig_requests and all(state.free_nodes(q) for q in p.mig_requests))
+    mix: Counter[ProfileName] = Counter()
+    host: dict[ProfileName, list[float]] = {}  # cpu, memory, instances
+    most: dict[ProfileName, int] = {}
+    pods = 0
+    for cls, n in state.pod_classes().items():
+        n -= blocked.get(cls, 0)
+        items, _decision, cpu, memory = cls
+        named = [(ProfileName(q), k) for q, k in ((profiles.parse_resource(r), k)
+                                                   for r, k in items) if q is not None]
+        if n <= 0 or not named:
+            continue
+        pods += n
+        for q, k in named:
+            mix[q] += k * n
+            acc = host.setdefault(q, [0.0, 0.0, 0.0])
+            acc[0] += cpu * n
+            acc[1] += memory * n
+            acc[2] += k * n
+            most[q] = max(most.get(q, 0), k)
+    return DemandMix(instances=mix, pods=pods, most=most,
+                     needs={q: (int(h[0] / h[2]), int(h[1] / h[2])) for q, h in host.items()})
+
+
+def shortfall(state: cluster.Cluster, settings: Settings, mixed: DemandMix | None = None
               ) -> dict[profiles.ModelId, Shortfall]:
     """Per GPU model, the instances of each profile that the demand mix will be short of.
 
@@ -330,51 +393,16 @@ def shortfall(state: cluster.Cluster, settings: Settings
     """
     if settings.ahead_from is None:
         return {}
-    # A pending pod whose profiles have free instances somewhere waits for something else
-    # (cpu, memory, taints): more instances would not serve it, so it is not counted.
-    blocked: Counter[cluster.PodClass] = Counter(
-        cluster.class_of(p) for p in state.pending_pods()
-        if p.mig_requests and all(state.free_nodes(q) for q in p.mig_requests))
-    mix: Counter[ProfileName] = Counter()
-    host: dict[ProfileName, list[float]] = {}  # cpu, memory, instances
-    pods = 0
-    for cls, n in state.pod_classes().items():
-        n -= blocked.get(cls, 0)
-        items, _decision, cpu, memory = cls
-        named = [(ProfileName(q), k) for q, k in ((profiles.parse_resource(r), k)
-                                                   for r, k in items) if q is not None]
-        if n <= 0 or not named:
-            continue
-        pods += n
-        for q, k in named:
-            mix[q] += k * n
-            acc = host.setdefault(q, [0.0, 0.0, 0.0])
-            acc[0] += cpu * n
-            acc[1] += memory * n
-            acc[2] += k * n
-    if pods < settings.ahead_min_pods:
+    mixed = mixed or demand_mix(state)
+    mix = mixed.instances
+    if mixed.pods < settings.ahead_min_pods:
         return {}
-    stats = state.profile_stats()
     out: dict[profiles.ModelId, Shortfall] = {}
-    for model in state.models_present():
-        size = {p.name: p.memory_slices for p in model.profiles}
-        total = free = 0
-        for (m, q), st in stats.items():
-            if m != model.id or q not in size:
-                continue
-            total += st.allocatable * size[q]
-            free += st.free * size[q]
-        wanted = {q: k * size[q] for q, k in mix.items() if q in size}
-        weight = sum(wanted.values())
-        if not total or not weight or total - free < settings.ahead_from * total:
-            continue
+    for model, projected in projection(state, mixed, settings.ahead_from).items():
         short: dict[ProfileName, int] = {}
         surplus: set[ProfileName] = set()
-        count = sum(k for q, k in mix.items() if q in size)
-        for q in size:
-            st_q = stats.get((model.id, q))
-            have = st_q.free if st_q is not None else 0
-            need = wanted.get(q, 0) / weight * free / size[q]
+        count = sum(k for q, k in mix.items() if q in projected)
+        for q, (need, have) in projected.items():
             # The mix is a sample: a share p of n instances is off by sqrt(p(1 - p)/n) of
             # itself, so a gap under twice that (or under ahead_short) is no shift.
             p = mix.get(q, 0) / count
@@ -387,8 +415,35 @@ def shortfall(state: cluster.Cluster, settings: Settings
         if short:
             out[model.id] = Shortfall(
                 short=short, surplus=frozenset(surplus),
-                needs={q: (int(host[q][0] / host[q][2]), int(host[q][1] / host[q][2]))
-                       for q in short})
+                needs={q: mixed.needs[q] for q in short})
+    return out
+
+
+def projection(state: cluster.Cluster, mixed: DemandMix, allocated: float = 0.0
+               ) -> dict[profiles.GpuModel, dict[ProfileName, tuple[float, int]]]:
+    """Per GPU model whose instances are at least ``allocated`` allocated, per profile of it:
+    the instances the mix needs if it goes on in its proportions until the model's free
+    slices are taken (share × free slices / the profile's slices), and the free ones."""
+    stats = state.profile_stats()
+    out: dict[profiles.GpuModel, dict[ProfileName, tuple[float, int]]] = {}
+    for model in state.models_present():
+        size = {p.name: p.memory_slices for p in model.profiles}
+        total = free = 0
+        for (m, q), st in stats.items():
+            if m != model.id or q not in size:
+                continue
+            total += st.allocatable * size[q]
+            free += st.free * size[q]
+        wanted = {q: k * size[q] for q, k in mixed.instances.items() if q in size}
+        weight = sum(wanted.values())
+        if not total or not weight or total - free < allocated * total:
+            continue
+        projected: dict[ProfileName, tuple[float, int]] = {}
+        for q in size:
+            st_q = stats.get((model.id, q))
+            projected[q] = (wanted.get(q, 0) / weight * free / size[q],
+                            st_q.free if st_q is not None else 0)
+        out[model] = projected
     return out
 
 
@@ -819,13 +874,18 @@ def advise(
     """
     settings = settings or Settings()
     waiting = demand(state, now=now, settings=settings)
-    ahead = shortfall(state, settings)
-    if not waiting and not ahead:
+    mixed = demand_mix(state) if settings.ahead_from is not None else None
+    ahead = shortfall(state, settings, mixed)
+    balance = (mixed is not None and settings.balance_gain is not None
+               and mixed.pods >= settings.ahead_min_pods)
+    if not waiting and not ahead and not balance:
         return Advice(recommendations=(), waiting=(), unserved=(),
                       generation=state.generation)
     recent = recent or {}
     wanted = {p for w in waiting for p in w.requests}
     wanted.update(p for fall in ahead.values() for p in fall.short)
+    if balance and mixed is not None:
+        wanted.update(mixed.instances)
     by_key = {w.key: w for w in waiting}
     views: dict[str, NodeView] = {}
     records_: dict[str, records.NodeRecord] = {}
@@ -917,9 +977,37 @@ def advise(
                                      None if limit is None else limit - len(recs)):
             recs.append(dataclasses.replace(
                 recommendation(change, views[change.name], (), by_key), ahead=True))
+    if balance and mixed is not None and settings.balance_gain is not None and (
+            limit is None or len(recs) < limit):
+        taken = {r.node for r in recs}
+        by_model: dict[profiles.ModelId, list[planner.NodeSupply]] = {}
+        for n in fresh:
+            if not n.busy and n.name not in taken:
+                by_model.setdefault(n.model.id, []).append(n)
+        for model_id, pool in sorted(by_model.items()):
+            # While the model is short of some profile, its idle GPUs holding a profile in
+            # surplus are the shortfall's to re-lay out (above, or once their node cools
+            # down): trading them would only move the surplus to another node.
+            fall = ahead.get(model_id)
+            if fall is not None and fall.surplus:
+                pool = [_without(n, fall.surplus) for n in pool]
+            for change, why in hostbalance.trades(
+                    pool, mixed.needs, mixed.instances, room, together=mixed.most,
+                    limit=None if limit is None else limit - len(recs),
+                    min_gain=settings.balance_gain):
+                recs.append(dataclasses.replace(
+                    recommendation(change, views[change.name], (), by_key), ahead=True,
+                    balance=why))
     unserved = tuple(sorted(w.key for w in waiting if w.key not in unblocked))
     return Advice(recommendations=tuple(recs), waiting=tuple(waiting), unserved=unserved,
                   generation=state.generation, ahead=ahead)
+
+
+def _without(node: planner.NodeSupply, surplus: frozenset[ProfileName]) -> planner.NodeSupply:
+    """``node`` with its GPUs that hold a profile of ``surplus`` frozen (not traded)."""
+    return dataclasses.replace(node, gpus=tuple(
+        dataclasses.replace(g, frozen=True) if any(p in surplus for p in g.current) else g
+        for g in node.gpus))
 
 
 def _ahead_changes(pool: Sequence[planner.NodeSupply],

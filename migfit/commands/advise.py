@@ -62,6 +62,9 @@ def add_common_arguments(parser: argparse.ArgumentParser) -> None:
                         help="re-lay out only for waiting pods, never idle nodes ahead of "
                              "demand (toward the profiles the demand mix will lack; "
                              "docs/relayout.md)")
+    parser.add_argument("--no-balance", action="store_true",
+                        help="never have idle nodes trade GPU layouts so that each node's cpu "
+                             "and memory can feed its instances (docs/relayout.md)")
     parser.add_argument("--now", metavar="EPOCH", type=float, help=argparse.SUPPRESS)
 
 
@@ -98,7 +101,9 @@ def settings_from_args(args: argparse.Namespace) -> advisor.Settings:
     return advisor.Settings(grace_s=args.grace, allow_disruptive=disruptive,
                             busy_nodes=not getattr(args, "no_busy_nodes", False),
                             ahead_from=None if getattr(args, "no_ahead", False)
-                            else advisor.AHEAD_FROM)
+                            else advisor.AHEAD_FROM,
+                            balance_gain=None if getattr(args, "no_balance", False)
+                            else advisor.BALANCE_GAIN)
 
 
 def _config_file(path: str) -> migparted.Config:
@@ -195,6 +200,8 @@ def _summary(advice: advisor.Advice) -> list[str]:
 
 
 def _kind(rec: advisor.Recommendation) -> str:
+    if rec.balance:
+        return "balance"
     if rec.ahead:
         return "ahead"
     if rec.disruptive:
@@ -224,7 +231,9 @@ def render_text(advice: advisor.Advice, *, details: bool = True) -> str:
                          f"{' '.join(g.after) or '(none)'}{mark}")
         if rec.note:
             lines.append(f"  layout before: {rec.note}")
-        if rec.ahead:
+        if rec.balance:
+            lines.append(f"  ahead of demand: {rec.balance}")
+        elif rec.ahead:
             lines.append(f"  ahead of demand: the demand mix will lack {rec.lacking}")
         else:
             lines.append(f"  unblocks: {', '.join(rec.unblocks) or 'none'}")

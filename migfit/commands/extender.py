@@ -75,6 +75,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                      help="advise (and apply) re-layouts only for waiting pods, never for idle "
                           "nodes ahead of demand (toward the profiles the demand mix will "
                           "lack; docs/relayout.md)")
+    adv.add_argument("--no-balance", action="store_true",
+                     help="never advise idle nodes to trade GPU layouts so that each node's "
+                          "cpu and memory can feed its instances (docs/relayout.md)")
     adv.add_argument("--max-relayouts", type=int, default=1, metavar="N",
                      help="nodes re-laid out at once in apply mode (default 1)")
     adv.add_argument("--relayout-timeout", type=float, default=1200.0, metavar="SECONDS",
@@ -139,7 +142,9 @@ async def _serve(args: argparse.Namespace, settings: server.ExtenderSettings,
     # --gpu-usage-from dcgm: which GPU holds each instance in use (extender/usage.py).
     scraper = usage.from_args(args, view, registry=registry)
     advising = advisor.Settings(grace_s=args.grace, busy_nodes=True,
-                               ahead_from=None if args.no_ahead else advisor.AHEAD_FROM)
+                               ahead_from=None if args.no_ahead else advisor.AHEAD_FROM,
+                               balance_gain=None if args.no_balance
+                               else advisor.BALANCE_GAIN)
     cache = advice.AdviceCache(settings=advising, usage=scraper)
     # Computed at scrape time from the cache /advice reads: they agree with /advice, with a
     # publisher (API mode) or without one (--cluster FILE, --no-publish).

@@ -154,7 +154,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                           "instances are this share allocated (default %(default)s, the "
                           "server's; 0 from the start; --no-ahead: only for waiting pods)")
     run.add_argument("--no-ahead", dest="ahead_from", action="store_const", const=None,
-                     help="+advisor: re-lay out only for waiting pods")
+                     help="+advisor: re-lay out only for waiting pods (and no --balance)")
+    run.add_argument("--balance", action=argparse.BooleanOptionalAction,
+                     default=policies.SERVER_ADVISOR.balance_gain is not None,
+                     help="+advisor, with re-layouts ahead of demand: idle nodes trade GPU "
+                          "layouts so that each node's cpu and memory can feed its instances "
+                          "(the server's default; docs/relayout.md)")
     run.add_argument("--gpu-usage", action=argparse.BooleanOptionalAction, default=False,
                      help="+advisor: the advisor knows which GPU holds each instance in use "
                           "(the nodes' DCGM exporters, --dcgm-exporter on the server), not "
@@ -378,7 +383,7 @@ def run(args: argparse.Namespace) -> int:
     options = engine.Options(
         percentage_of_nodes_to_score=args.percentage_of_nodes_to_score,
         allocation=args.allocation, gpu_weight=args.gpu_weight, busy_nodes=args.busy_nodes,
-        ahead_from=args.ahead_from,
+        ahead_from=args.ahead_from, balance=args.balance,
         gpu_usage=args.gpu_usage, score_all_pods=args.score_all_pods,
         arrival_scale=args.arrival_scale, webhook_choice=args.webhook_choice,
         mode=args.mode, target=args.target, order=args.order, fill_interval=args.fill_interval,
@@ -418,7 +423,7 @@ def run(args: argparse.Namespace) -> int:
         "advisor_free_grace_s": options.advisor_free_grace,
         "percentage_of_nodes_to_score": options.percentage_of_nodes_to_score or "adaptive",
         "allocation": options.allocation, "busy_nodes": options.busy_nodes,
-        "ahead_from": options.ahead_from,
+        "ahead_from": options.ahead_from, "balance": options.balance,
         "gpu_usage": options.gpu_usage, "score_all_pods": options.score_all_pods,
         "arrival_scale": options.arrival_scale, "node_share": args.node_share,
         "webhook_choice": options.webhook_choice or choice.Policy().contention,

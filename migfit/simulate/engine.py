@@ -95,7 +95,9 @@ class Simulation(World):
                                          free_grace_s=options.advisor_free_grace,
                                          allow_disruptive=False,
                                          busy_nodes=options.busy_nodes,
-                                         ahead_from=options.ahead_from)
+                                         ahead_from=options.ahead_from,
+                                         balance_gain=advisor.BALANCE_GAIN
+                                         if options.balance else None)
         # The mig-parted ConfigMap as the MIG Manager sees it: every config a node is
         # labelled with, per model (a device-filter of the model's ids), so that the advisor
         # resolves each node's layout GPU by GPU as it does from a real ConfigMap.
@@ -397,7 +399,8 @@ class Simulation(World):
         for rec in recs:
             if room <= 0:
                 break
-            if rec.disrupts or not any(need[p] > coming[p] for p in rec.served):
+            if rec.disrupts or not (rec.balance or any(need[p] > coming[p]
+                                                        for p in rec.served)):
                 continue
             coming.update(rec.served)
             room -= 1

@@ -92,6 +92,8 @@ class Options:
     # The advisor re-lays out idle nodes ahead of demand once a model's instances are this
     # share allocated (advisor.Settings.ahead_from; None: only for waiting pods).
     ahead_from: float | None = SERVER_ADVISOR.ahead_from
+    # ... and has idle nodes trade GPU layouts for their cpu and memory (with ahead_from).
+    balance: bool = SERVER_ADVISOR.balance_gain is not None
     # The advisor reads which GPU holds each instance in use (the nodes' DCGM exporters),
     # so a busy node's GPU counts as busy only when it really holds one.
     gpu_usage: bool = False

@@ -155,3 +155,53 @@ def test_a_pod_with_two_profiles_counts_once_toward_the_sample() -> None:
     objs.append(node("idle", alloc={"1g.10gb": 7}))
     assert advisor.shortfall(build(*objs), SETTINGS) == {}
     assert advisor.shortfall(build(*objs), advisor.Settings(ahead_min_pods=49)) != {}
+
+
+# ---------------------------------------------------------------- idle nodes trade layouts
+
+
+def _host_scene(*, idle_cpu: str = "32") -> list[dict[str, Any]]:
+    """The mix: 140 pods on 1g.10gb and 20 on 7g.80gb, 4 cores each, on full nodes (as many
+    memory slices of each as the idle nodes have free: no profile in surplus); two idle 2-GPU
+    nodes: ``small`` of 1g.10gb only (14 × 4 cores wanted of ``idle_cpu``) and ``whole`` of
+    7g.80gb only (2 × 4)."""
+    objs: list[dict[str, Any]] = []
+    for i in range(20):
+        objs.append(node(f"ones-{i}", alloc={"1g.10gb": 7}))
+        objs.extend(pod(f"small-{i}-{k}", "1g.10gb", node=f"ones-{i}", phase="Running",
+                        cpu="4") for k in range(7))
+    for i in range(20):
+        objs.append(node(f"big-{i:02d}", alloc={"7g.80gb": 1}))
+        objs.append(pod(f"big-{i:02d}", "7g.80gb", node=f"big-{i:02d}", phase="Running",
+                        cpu="4"))
+    objs.append(node("small", gpus=2, alloc={"1g.10gb": 14}, cpu=idle_cpu))
+    objs.append(node("whole", gpus=2, alloc={"7g.80gb": 2}, cpu=idle_cpu))
+    return objs
+
+
+def test_idle_nodes_trade_layouts_so_their_cpu_feeds_their_instances() -> None:
+    c = build(*_host_scene())
+    assert advisor.shortfall(c, SETTINGS) == {}  # no profile is short: only the host room
+    adv = advisor.advise(c, now=T0 + 600, settings=SETTINGS)
+    recs = {r.node: r for r in adv.recommendations}
+    assert set(recs) == {"small", "whole"}
+    # 14 × 1g.10gb want 56 of small's 32 cores; after one GPU each way both want 32.
+    small, whole = recs["small"], recs["whole"]
+    assert [g.after for g in small.gpus if g.changed] == [("7g.80gb",)]
+    assert [g.after for g in whole.gpus if g.changed] == [("1g.10gb",) * 7]
+    assert sum(g.changed for g in small.gpus) == 1 and sum(g.changed for g in whole.gpus) == 1
+    for r in (small, whole):
+        assert r.ahead and r.served == {} and r.disrupts == () and r.running == ()
+        assert "after trading GPU layouts" in r.balance
+        assert r.to_json()["balance"] == r.balance
+    assert "175%" in small.balance and "100%" in small.balance
+
+
+def test_no_trade_when_the_cpu_suffices_or_when_off() -> None:
+    roomy = build(*_host_scene(idle_cpu="64"))
+    assert advisor.advise(roomy, now=T0 + 600, settings=SETTINGS).recommendations == ()
+    c = build(*_host_scene())
+    off = advisor.Settings(balance_gain=None)
+    assert advisor.advise(c, now=T0 + 600, settings=off).recommendations == ()
+    assert advisor.advise(c, now=T0 + 600,
+                          settings=advisor.Settings(ahead_from=None)).recommendations == ()

@@ -339,9 +339,9 @@ class DemandMix:
     instances: Mapping[ProfileName, int]  # instances they hold or ask for
     needs: Mapping[ProfileName, tuple[int, int]]  # mean cpu (milli), memory (bytes) per one
     pods: int
-    # per profile, the most instances of it one pod asks for (2 or more: such pods need them
-    # on one node)
-    most: Mapping[ProfileName, int] = dataclasses.field(default_factory=dict)
+    # per profile, how many instances of it the pods that ask for several want (all on one
+    # node), e.g. {7g.80gb: {2, 4, 8}}
+    together: Mapping[ProfileName, frozenset[int]] = dataclasses.field(default_factory=dict)
 
 
 def demand_mix(state: cluster.Cluster) -> DemandMix:
@@ -354,7 +354,7 @@ def demand_mix(state: cluster.Cluster) -> DemandMix:
         if p.mig_requests and all(state.free_nodes(q) for q in p.mig_requests))
     mix: Counter[ProfileName] = Counter()
     host: dict[ProfileName, list[float]] = {}  # cpu, memory, instances
-    most: dict[ProfileName, int] = {}
+    together: dict[ProfileName, set[int]] = {}
     pods = 0
     for cls, n in state.pod_classes().items():
         n -= blocked.get(cls, 0)
@@ -370,8 +370,10 @@ def demand_mix(state: cluster.Cluster) -> DemandMix:
             acc[0] += cpu * n
             acc[1] += memory * n
             acc[2] += k * n
-            most[q] = max(most.get(q, 0), k)
-    return DemandMix(instances=mix, pods=pods, most=most,
+            if k > 1:
+                together.setdefault(q, set()).add(k)
+    return DemandMix(instances=mix, pods=pods,
+                     together={q: frozenset(ks) for q, ks in together.items()},
                      needs={q: (int(h[0] / h[2]), int(h[1] / h[2])) for q, h in host.items()})
 
 
@@ -980,34 +982,17 @@ def advise(
     if balance and mixed is not None and settings.balance_gain is not None and (
             limit is None or len(recs) < limit):
         taken = {r.node for r in recs}
-        by_model: dict[profiles.ModelId, list[planner.NodeSupply]] = {}
-        for n in fresh:
-            if not n.busy and n.name not in taken:
-                by_model.setdefault(n.model.id, []).append(n)
-        for model_id, pool in sorted(by_model.items()):
-            # While the model is short of some profile, its idle GPUs holding a profile in
-            # surplus are the shortfall's to re-lay out (above, or once their node cools
-            # down): trading them would only move the surplus to another node.
-            fall = ahead.get(model_id)
-            if fall is not None and fall.surplus:
-                pool = [_without(n, fall.surplus) for n in pool]
-            for change, why in hostbalance.trades(
-                    pool, mixed.needs, mixed.instances, room, together=mixed.most,
-                    limit=None if limit is None else limit - len(recs),
-                    min_gain=settings.balance_gain):
-                recs.append(dataclasses.replace(
-                    recommendation(change, views[change.name], (), by_key), ahead=True,
-                    balance=why))
+        pool = [n for n in fresh if not n.busy and n.name not in taken]
+        for change, why in hostbalance.trades(
+                pool, mixed.needs, mixed.instances, room, together=mixed.together,
+                limit=None if limit is None else limit - len(recs),
+                min_gain=settings.balance_gain):
+            recs.append(dataclasses.replace(
+                recommendation(change, views[change.name], (), by_key), ahead=True,
+                balance=why))
     unserved = tuple(sorted(w.key for w in waiting if w.key not in unblocked))
     return Advice(recommendations=tuple(recs), waiting=tuple(waiting), unserved=unserved,
                   generation=state.generation, ahead=ahead)
-
-
-def _without(node: planner.NodeSupply, surplus: frozenset[ProfileName]) -> planner.NodeSupply:
-    """``node`` with its GPUs that hold a profile of ``surplus`` frozen (not traded)."""
-    return dataclasses.replace(node, gpus=tuple(
-        dataclasses.replace(g, frozen=True) if any(p in surplus for p in g.current) else g
-        for g in node.gpus))
 
 
 def _ahead_changes(pool: Sequence[planner.NodeSupply],

@@ -43,7 +43,11 @@ def test_no_trade_below_the_gain_and_none_that_breaks_a_multi_gpu_node() -> None
     room = {"small": (48000, 1 << 40), "whole": (96000, 1 << 40)}
     assert hostbalance.trades([small, whole], NEEDS, MIX, room)  # 56 cores of 48
     # pods of 8 whole GPUs in the mix: the 8-GPU node keeps its eight
-    assert hostbalance.trades([small, whole], NEEDS, MIX, room, together={WHOLE: 8}) == []
+    assert hostbalance.trades([small, whole], NEEDS, MIX, room,
+                              together={WHOLE: frozenset({8})}) == []
+    # pods of two only: the node keeps two and more whatever it trades
+    assert hostbalance.trades([small, whole], NEEDS, MIX, room,
+                              together={WHOLE: frozenset({2})})
     # 8 cores over: 8000 / (cpu per memory slice: 640 cores / 300 slices) = 3.75 slices
     assert hostbalance.trades([small, whole], NEEDS, MIX, room, min_gain=4.0) == []
     assert hostbalance.trades([small, whole], NEEDS, MIX, room, min_gain=3.5)

@@ -25,6 +25,7 @@ Pure: no I/O.
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 
@@ -47,6 +48,7 @@ class _Node:
     need_cpu: float = 0.0
     need_memory: float = 0.0
     slices: float = 0.0
+    index: int = 0  # in the pool: the order partners are tried in
 
     def signature(self) -> tuple[object, ...]:
         kinds = tuple(sorted({lay for lay, m in zip(self.layouts, self.movable, strict=True)
@@ -112,7 +114,8 @@ def trades(pool: Sequence[planner.NodeSupply], needs: Mapping[ProfileName, tuple
         n = _Node(supply=s, cpu=float(r[0]), memory=float(r[1]),
                   layouts=[tuple(sorted(g.current)) for g in s.gpus],
                   movable=[bool(g.current) and not g.frozen and not g.fixed for g in s.gpus])
-        by_model.setdefault(s.model.id, []).append(n)
+        n.index = len(by_model.setdefault(s.model.id, []))
+        by_model[s.model.id].append(n)
     changed: dict[str, _Node] = {}
     start: dict[str, tuple[float, float]] = {}
     for model_id in sorted(by_model):
@@ -143,6 +146,13 @@ def trades(pool: Sequence[planner.NodeSupply], needs: Mapping[ProfileName, tuple
                 n.slices += k
         value = {n.supply.name: stranded(n.need_cpu, n.need_memory, n.cpu, n.memory, per)
                  for n in nodes}
+        # Nodes alike (room, needs, layouts) give the same trades: partners are tried once
+        # per group, the first of it in pool order.
+        groups: dict[tuple[object, ...], list[int]] = {}
+        sig: list[tuple[object, ...]] = []
+        for n in nodes:
+            sig.append(n.signature())
+            groups.setdefault(sig[-1], []).append(n.index)
         done: set[str] = set()  # nodes no trade helps any more
         while True:
             hi = max((n for n in nodes if n.supply.name not in done
@@ -150,7 +160,7 @@ def trades(pool: Sequence[planner.NodeSupply], needs: Mapping[ProfileName, tuple
                      key=lambda n: (value[n.supply.name], n.supply.name), default=None)
             if hi is None:
                 break
-            best = _best_trade(hi, nodes, need, value, min_gain, per, changed=changed,
+            best = _best_trade(hi, nodes, groups, need, value, min_gain, per, changed=changed,
                                slots=None if limit is None else limit - len(changed),
                                keep=keep)
             if best is None:
@@ -168,6 +178,14 @@ def trades(pool: Sequence[planner.NodeSupply], needs: Mapping[ProfileName, tuple
                 value[n.supply.name] = stranded(n.need_cpu, n.need_memory, n.cpu, n.memory,
                                                 per)
                 changed[n.supply.name] = n
+                old, new = sig[n.index], n.signature()
+                if old != new:
+                    members = groups[old]
+                    members.remove(n.index)
+                    if not members:
+                        del groups[old]
+                    bisect.insort(groups.setdefault(new, []), n.index)
+                    sig[n.index] = new
     for name in changed:  # in the order trades touched them: partners side by side
         n = changed[name]
         s = n.supply
@@ -193,7 +211,8 @@ def _move(n: _Node, i: int, lay: Layout, need: Need) -> None:
     n.layouts[i] = lay
 
 
-def _best_trade(hi: _Node, nodes: Sequence[_Node], need: Need,
+def _best_trade(hi: _Node, nodes: Sequence[_Node], groups: Mapping[tuple[object, ...], list[int]],
+                need: Need,
                 value: Mapping[str, float], min_gain: float, per: tuple[float, float], *,
                 changed: Mapping[str, _Node], slots: int | None,
                 keep: Mapping[ProfileName, frozenset[int]]) -> tuple[_Node, int, int] | None:
@@ -206,17 +225,19 @@ def _best_trade(hi: _Node, nodes: Sequence[_Node], need: Need,
     if not mine:
         return None
     best: tuple[float, str, _Node, int, int] | None = None
-    seen: set[tuple[object, ...]] = set()
     hi_name = hi.supply.name
-    for lo in nodes:
+    firsts: list[int] = []
+    for members in groups.values():
+        for k in members:
+            name = nodes[k].supply.name
+            if name == hi_name or (slots is not None and (hi_name not in changed)
+                                   + (name not in changed) > slots):
+                continue
+            firsts.append(k)
+            break
+    for k in sorted(firsts):
+        lo = nodes[k]
         name = lo.supply.name
-        if name == hi_name or (slots is not None and (hi_name not in changed)
-                               + (name not in changed) > slots):
-            continue
-        sig = lo.signature()
-        if sig in seen:
-            continue  # an identical node gives the same trades
-        seen.add(sig)
         theirs: dict[Layout, int] = {}
         for j, (lay, m) in enumerate(zip(lo.layouts, lo.movable, strict=True)):
             if m:

@@ -172,12 +172,15 @@ def _summary(advice: advisor.Advice) -> list[str]:
     busy = sum(bool(r.running) for r in recs)
     served = len({k for r in recs for k in r.unblocks})
     ahead = sum(r.ahead for r in recs)
+    traded = sum(bool(r.balance) for r in recs)
     lines = [f"{len(advice.waiting)} pod(s) wait for a MIG profile no node has free; "
              f"{len(recs) - ahead} re-layout(s) ({len(recs) - ahead - disruptive - busy} "
              "safe, " + (f"{busy} of busy nodes' idle GPUs, " if busy else "")
              + f"{disruptive} disruptive) would unblock {served} of them."
-             + (f" {ahead} idle node(s) re-laid out ahead of demand, for the instances the "
-                "demand mix will lack." if ahead else "")]
+             + (f" {ahead - traded} idle node(s) re-laid out ahead of demand, for the "
+                "instances the demand mix will lack." if ahead - traded else "")
+             + (f" {traded} idle node(s) trade GPU layouts, so that each node's cpu and "
+                "memory can feed its instances." if traded else "")]
     if not recs:
         return lines
     rows = [("NODE", "MODEL", "KIND", "TARGET", "UNBLOCKS", "DISRUPTS", "APPLY")]

@@ -205,3 +205,26 @@ def test_no_trade_when_the_cpu_suffices_or_when_off() -> None:
     assert advisor.advise(c, now=T0 + 600, settings=off).recommendations == ()
     assert advisor.advise(c, now=T0 + 600,
                           settings=advisor.Settings(ahead_from=None)).recommendations == ()
+
+
+def test_advise_command_shows_trades_and_disables_them(tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "cluster.json"
+    path.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": _host_scene()}))
+    root = pathlib.Path(__file__).resolve().parents[2]
+
+    def advise(*extra: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "migfit.cli", "advise", "--cluster",
+                               str(path), "--now", str(T0 + 600), *extra], cwd=root,
+                              capture_output=True, text=True, timeout=120, check=False)
+
+    doc = json.loads(advise("--json").stdout)
+    assert sorted(r["node"] for r in doc["recommendations"] if r["balance"]) == [
+        "small", "whole"]
+    text = advise("--details")
+    assert text.returncode == 0, text.stderr
+    assert "node small (A100-80GB, balance)" in text.stdout
+    assert "ahead of demand: its instances would ask for 175% of its free cpu" in text.stdout
+    summary = advise().stdout
+    assert "2 idle node(s) trade GPU layouts" in summary and "re-laid out ahead" not in summary
+    off = advise("--no-balance")
+    assert off.returncode == 0 and "nothing to re-lay out" in off.stdout

@@ -6,6 +6,7 @@ import json
 import pathlib
 import subprocess
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from advisor_scene import T0, build, node, pod
@@ -121,9 +122,11 @@ def test_an_instance_the_mix_needs_is_worth_keeping() -> None:
     assert changed.get("idle-a") == [(("1g.10gb", "2g.20gb", "4g.40gb"), ("7g.80gb",))]
 
 
-def test_advise_command_shows_and_disables_it(tmp_path: pathlib.Path) -> None:
+def _advise_cli(tmp_path: pathlib.Path, items: list[dict[str, Any]]
+                ) -> Callable[..., subprocess.CompletedProcess[str]]:
+    """``migfit advise --cluster FILE`` on ``items``, with the extra arguments given."""
     path = tmp_path / "cluster.json"
-    path.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": _scene()}))
+    path.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": items}))
     root = pathlib.Path(__file__).resolve().parents[2]
 
     def advise(*extra: str) -> subprocess.CompletedProcess[str]:
@@ -131,6 +134,11 @@ def test_advise_command_shows_and_disables_it(tmp_path: pathlib.Path) -> None:
                                str(path), "--now", str(T0 + 600), *extra], cwd=root,
                               capture_output=True, text=True, timeout=120, check=False)
 
+    return advise
+
+
+def test_advise_command_shows_and_disables_it(tmp_path: pathlib.Path) -> None:
+    advise = _advise_cli(tmp_path, _scene())
     doc = json.loads(advise("--json").stdout)
     assert [r["ahead"] for r in doc["recommendations"]] == [True] * 3
     text = advise("--details")
@@ -208,15 +216,7 @@ def test_no_trade_when_the_cpu_suffices_or_when_off() -> None:
 
 
 def test_advise_command_shows_trades_and_disables_them(tmp_path: pathlib.Path) -> None:
-    path = tmp_path / "cluster.json"
-    path.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": _host_scene()}))
-    root = pathlib.Path(__file__).resolve().parents[2]
-
-    def advise(*extra: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "migfit.cli", "advise", "--cluster",
-                               str(path), "--now", str(T0 + 600), *extra], cwd=root,
-                              capture_output=True, text=True, timeout=120, check=False)
-
+    advise = _advise_cli(tmp_path, _host_scene())
     doc = json.loads(advise("--json").stdout)
     assert sorted(r["node"] for r in doc["recommendations"] if r["balance"]) == [
         "small", "whole"]

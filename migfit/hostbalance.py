@@ -3,11 +3,11 @@
 Operators lay out MIG per node (one ``nvidia.com/mig.config`` per node), so a node of small
 instances needs far more cpu than a node of whole GPUs: on the Alibaba trace's 96-core,
 8-GPU nodes, ``4g.40gb + 2g.20gb + 1g.10gb`` GPUs ask for about 140 cores at the mix's mean
-per instance and strand a quarter of their slices behind exhausted cpu, while ``7g.80gb``
-nodes finish with a third of their cpu idle. No placement fixes that: a pod can only go where
-its profile is. Trading GPU layouts between two idle nodes of the same model keeps the
-cluster's instances per profile exactly as they are and moves the cpu-hungry layouts to the
-nodes that have the cpu.
+per instance and strand over a quarter of their slices behind exhausted cpu, while
+``7g.80gb`` nodes finish with nearly a third of their cpu idle. No placement fixes that: a
+pod can only go where its profile is. Trading GPU layouts between two idle nodes of the
+same model keeps the cluster's instances per profile exactly as they are and moves the
+cpu-hungry layouts to the nodes that have the cpu.
 
 The measure is a node's expected stranded slices: with H its instances' expected cpu and
 memory (the demand mix's mean per instance of each profile, ``advisor.demand_mix``) and C its

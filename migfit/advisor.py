@@ -402,7 +402,7 @@ def shortfall(state: cluster.Cluster, settings: Settings, mixed: DemandMix | Non
     if mixed.pods < settings.ahead_min_pods:
         return {}
     out: dict[profiles.ModelId, Shortfall] = {}
-    for model, projected in projection(state, mixed, settings.ahead_from).items():
+    for model, projected in _projection(state, mixed, settings.ahead_from).items():
         short: dict[ProfileName, int] = {}
         surplus: set[ProfileName] = set()
         count = sum(k for q, k in mix.items() if q in projected)
@@ -423,8 +423,8 @@ def shortfall(state: cluster.Cluster, settings: Settings, mixed: DemandMix | Non
     return out
 
 
-def projection(state: cluster.Cluster, mixed: DemandMix, allocated: float = 0.0
-               ) -> dict[profiles.GpuModel, dict[ProfileName, tuple[float, int]]]:
+def _projection(state: cluster.Cluster, mixed: DemandMix, allocated: float
+                ) -> dict[profiles.GpuModel, dict[ProfileName, tuple[float, int]]]:
     """Per GPU model whose instances are at least ``allocated`` allocated, per profile of it:
     the instances the mix needs if it goes on in its proportions until the model's free
     slices are taken (share × free slices / the profile's slices), and the free ones."""
@@ -880,16 +880,17 @@ def advise(
     waiting = demand(state, now=now, settings=settings)
     mixed = demand_mix(state) if settings.ahead_from is not None else None
     ahead = shortfall(state, settings, mixed)
-    balance = (mixed is not None and settings.balance_gain is not None
-               and mixed.pods >= settings.ahead_min_pods)
-    if not waiting and not ahead and not balance:
+    # What idle nodes trade layouts for (``hostbalance``): the sampled mix and the gain.
+    trading = (None if mixed is None or settings.balance_gain is None
+               or mixed.pods < settings.ahead_min_pods else (mixed, settings.balance_gain))
+    if not waiting and not ahead and trading is None:
         return Advice(recommendations=(), waiting=(), unserved=(),
                       generation=state.generation)
     recent = recent or {}
     wanted = {p for w in waiting for p in w.requests}
     wanted.update(p for fall in ahead.values() for p in fall.short)
-    if balance and mixed is not None:
-        wanted.update(mixed.instances)
+    if trading is not None:
+        wanted.update(trading[0].instances)
     by_key = {w.key: w for w in waiting}
     views: dict[str, NodeView] = {}
     records_: dict[str, records.NodeRecord] = {}
@@ -981,14 +982,13 @@ def advise(
                                      None if limit is None else limit - len(recs)):
             recs.append(dataclasses.replace(
                 recommendation(change, views[change.name], (), by_key), ahead=True))
-    if balance and mixed is not None and settings.balance_gain is not None and (
-            limit is None or len(recs) < limit):
+    if trading is not None and (limit is None or len(recs) < limit):
+        mix, gain = trading
         taken = {r.node for r in recs}
         pool = [n for n in fresh if not n.busy and n.name not in taken]
         for change, why in hostbalance.trades(
-                pool, mixed.needs, mixed.instances, room, together=mixed.together,
-                limit=None if limit is None else limit - len(recs),
-                min_gain=settings.balance_gain):
+                pool, mix.needs, mix.instances, room, together=mix.together,
+                limit=None if limit is None else limit - len(recs), min_gain=gain):
             recs.append(dataclasses.replace(
                 recommendation(change, views[change.name], (), by_key), ahead=True,
                 balance=why))

@@ -2,12 +2,12 @@
 
 Operators lay out MIG per node (one ``nvidia.com/mig.config`` per node), so a node of small
 instances needs far more cpu than a node of whole GPUs: on the Alibaba trace's 96-core,
-8-GPU nodes, ``4g.40gb + 2g.20gb + 1g.10gb`` GPUs ask for about 140 cores at the mix's mean
-per instance and strand over a quarter of their slices behind exhausted cpu, while
-``7g.80gb`` nodes finish with nearly a third of their cpu idle. No placement fixes that: a
-pod can only go where its profile is. Trading GPU layouts between two idle nodes of the
-same model keeps the cluster's instances per profile exactly as they are and moves the
-cpu-hungry layouts to the nodes that have the cpu.
+8-GPU nodes, ``4g.40gb + 2g.20gb + 1g.10gb`` GPUs ask for about 150 cores at the gpushare100
+pod list's mean per instance (``7g.80gb`` GPUs about 40) and strand over a quarter of their
+slices behind exhausted cpu, while ``7g.80gb`` nodes finish with nearly a third of their cpu
+idle. No placement fixes that: a pod can only go where its profile is. Trading GPU layouts
+between two idle nodes of the same model keeps the cluster's instances per profile exactly
+as they are and moves the cpu-hungry layouts to the nodes that have the cpu.
 
 The measure is a node's expected stranded slices: with H its instances' expected cpu and
 memory (the demand mix's mean per instance of each profile, ``advisor.demand_mix``) and C its
@@ -33,7 +33,7 @@ from migfit import planner, profiles
 
 ProfileName = profiles.ProfileName
 Layout = tuple[ProfileName, ...]
-Need = Callable[[Layout], tuple[float, float, float]]  # cpu, memory, memory slices
+Need = Callable[[Layout], tuple[float, float]]  # cpu (milli), memory (bytes)
 
 MIN_GAIN = 2.0  # memory slices a trade must un-strand (the two nodes together)
 
@@ -47,14 +47,12 @@ class _Node:
     movable: list[bool]  # per GPU: a known layout on a GPU that may change
     need_cpu: float = 0.0
     need_memory: float = 0.0
-    slices: float = 0.0
     index: int = 0  # in the pool: the order partners are tried in
 
     def signature(self) -> tuple[object, ...]:
         kinds = tuple(sorted({lay for lay, m in zip(self.layouts, self.movable, strict=True)
                               if m}))
-        return (self.cpu, self.memory, round(self.need_cpu), round(self.need_memory),
-                self.slices, kinds)
+        return (self.cpu, self.memory, round(self.need_cpu), round(self.need_memory), kinds)
 
 
 def pressure(need_cpu: float, need_memory: float, cpu: float, memory: float) -> float:
@@ -74,15 +72,14 @@ def stranded(need_cpu: float, need_memory: float, cpu: float, memory: float,
     return out
 
 
-def _layout_need(layout: Layout, needs: Mapping[ProfileName, tuple[int, int]],
-                 size: Mapping[ProfileName, int]) -> tuple[float, float, float]:
-    cpu = mem = slices = 0.0
+def _layout_need(layout: Layout, needs: Mapping[ProfileName, tuple[int, int]]
+                 ) -> tuple[float, float]:
+    cpu = mem = 0.0
     for q in layout:
         c, m = needs.get(q, (0, 0))
         cpu += c
         mem += m
-        slices += size.get(q, 0)
-    return cpu, mem, slices
+    return cpu, mem
 
 
 def trades(pool: Sequence[planner.NodeSupply], needs: Mapping[ProfileName, tuple[int, int]],
@@ -117,12 +114,12 @@ def trades(pool: Sequence[planner.NodeSupply], needs: Mapping[ProfileName, tuple
         n.index = len(by_model.setdefault(s.model.id, []))
         by_model[s.model.id].append(n)
     changed: dict[str, _Node] = {}
-    start: dict[str, tuple[float, float]] = {}
+    was: dict[str, float] = {}  # each changed node's pressure before its first trade
     for model_id in sorted(by_model):
         nodes = by_model[model_id]
         model = nodes[0].supply.model
         size = {p.name: p.memory_slices for p in model.profiles}
-        memo: dict[Layout, tuple[float, float, float]] = {}
+        memo: dict[Layout, tuple[float, float]] = {}
         slices = sum(k * size[q] for q, k in instances.items() if q in size)
         if not slices:
             continue
@@ -131,19 +128,18 @@ def trades(pool: Sequence[planner.NodeSupply], needs: Mapping[ProfileName, tuple
                sum(k * needs.get(q, (0, 0))[1] for q, k in instances.items() if q in size)
                / slices)
 
-        def need(lay: Layout, memo: dict[Layout, tuple[float, float, float]] = memo,
-                 size: Mapping[ProfileName, int] = size) -> tuple[float, float, float]:
+        def need(lay: Layout, memo: dict[Layout, tuple[float, float]] = memo
+                 ) -> tuple[float, float]:
             hit = memo.get(lay)
             if hit is None:
-                hit = memo[lay] = _layout_need(lay, needs, size)
+                hit = memo[lay] = _layout_need(lay, needs)
             return hit
 
         for n in nodes:
             for lay in n.layouts:
-                c, m, k = need(lay)
+                c, m = need(lay)
                 n.need_cpu += c
                 n.need_memory += m
-                n.slices += k
         value = {n.supply.name: stranded(n.need_cpu, n.need_memory, n.cpu, n.memory, per)
                  for n in nodes}
         # Nodes alike (room, needs, layouts) give the same trades: partners are tried once
@@ -168,9 +164,8 @@ def trades(pool: Sequence[planner.NodeSupply], needs: Mapping[ProfileName, tuple
                 continue
             lo, i, j = best
             for n in (hi, lo):
-                start.setdefault(n.supply.name, (value[n.supply.name],
-                                                 pressure(n.need_cpu, n.need_memory,
-                                                          n.cpu, n.memory)))
+                was.setdefault(n.supply.name, pressure(n.need_cpu, n.need_memory, n.cpu,
+                                                       n.memory))
             a, b = hi.layouts[i], lo.layouts[j]
             _move(hi, i, b, need)
             _move(lo, j, a, need)
@@ -193,9 +188,8 @@ def trades(pool: Sequence[planner.NodeSupply], needs: Mapping[ProfileName, tuple
             continue  # traded away and back
         plan = planner.plan_from_layouts(s.model, gpus=s.gpus, after=n.layouts,
                                          demand=planner.Demand.of_items([]))
-        was = start[name][1]
         now = pressure(n.need_cpu, n.need_memory, n.cpu, n.memory)
-        why = (f"its instances would ask for {was:.0%} of its free cpu or memory at the "
+        why = (f"its instances would ask for {was[name]:.0%} of its free cpu or memory at the "
                f"demand mix's mean, {now:.0%} after trading GPU layouts with another idle "
                f"node of the same model")
         out.append((planner.NodeChange(name=name, disruption=0, plan=plan), why))
@@ -203,11 +197,10 @@ def trades(pool: Sequence[planner.NodeSupply], needs: Mapping[ProfileName, tuple
 
 
 def _move(n: _Node, i: int, lay: Layout, need: Need) -> None:
-    oc, om, os_ = need(n.layouts[i])
-    nc, nm, ns = need(lay)
+    oc, om = need(n.layouts[i])
+    nc, nm = need(lay)
     n.need_cpu += nc - oc
     n.need_memory += nm - om
-    n.slices += ns - os_
     n.layouts[i] = lay
 
 
@@ -244,11 +237,11 @@ def _best_trade(hi: _Node, nodes: Sequence[_Node], groups: Mapping[tuple[object,
                 theirs.setdefault(lay, j)
         before = value[hi_name] + value[name]
         for a, i in mine.items():
-            ac, am, _ = need(a)
+            ac, am = need(a)
             for b, j in theirs.items():
                 if a == b or (keep and (_breaks(hi, a, b, keep) or _breaks(lo, b, a, keep))):
                     continue
-                bc, bm, _ = need(b)
+                bc, bm = need(b)
                 after = (stranded(hi.need_cpu - ac + bc, hi.need_memory - am + bm, hi.cpu,
                                   hi.memory, per)
                          + stranded(lo.need_cpu - bc + ac, lo.need_memory - bm + am, lo.cpu,

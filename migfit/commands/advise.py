@@ -28,7 +28,7 @@ from migfit import (
     snapshots,
     sources,
 )
-from migfit.commands import workstation
+from migfit.commands import options, workstation
 
 
 def _config_lines(config: Any) -> list[str]:
@@ -58,13 +58,7 @@ def add_common_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-busy-nodes", action="store_true",
                         help="never re-lay out the idle GPUs of nodes where pods run "
                              "(docs/relayout.md)")
-    parser.add_argument("--no-ahead", action="store_true",
-                        help="re-lay out only for waiting pods, never idle nodes ahead of "
-                             "demand (toward the profiles the demand mix will lack; "
-                             "docs/relayout.md)")
-    parser.add_argument("--no-balance", action="store_true",
-                        help="never have idle nodes trade GPU layouts so that each node's cpu "
-                             "and memory can feed its instances (docs/relayout.md)")
+    options.add_ahead_arguments(parser)
     parser.add_argument("--now", metavar="EPOCH", type=float, help=argparse.SUPPRESS)
 
 
@@ -98,12 +92,8 @@ def settings_from_args(args: argparse.Namespace) -> advisor.Settings:
     # --defrag's drains (bounded, within PDBs, with a place for every moved pod) take the
     # place of the unbounded disruptive re-layouts.
     disruptive = not args.no_disruptive and not getattr(args, "defrag", False)
-    return advisor.Settings(grace_s=args.grace, allow_disruptive=disruptive,
-                            busy_nodes=not getattr(args, "no_busy_nodes", False),
-                            ahead_from=None if getattr(args, "no_ahead", False)
-                            else advisor.AHEAD_FROM,
-                            balance_gain=None if getattr(args, "no_balance", False)
-                            else advisor.BALANCE_GAIN)
+    return options.advisor_settings(args, grace_s=args.grace, allow_disruptive=disruptive,
+                                    busy_nodes=not getattr(args, "no_busy_nodes", False))
 
 
 def _config_file(path: str) -> migparted.Config:

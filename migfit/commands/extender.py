@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from migfit import advisor, cluster, errors, kube, logs, profiles, serving, sources
+from migfit import cluster, errors, kube, logs, profiles, serving, sources
 from migfit import metrics as common_metrics
 from migfit.commands import options
 from migfit.extender import figures, scoring_log, server, usage
@@ -71,13 +71,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                      help="with --apply-relayout, also re-lay out the idle GPUs of nodes where "
                           "pods run (their GPUs kept exactly; the node is tainted meanwhile; "
                           "see docs/relayout.md; off by default)")
-    adv.add_argument("--no-ahead", action="store_true",
-                     help="advise (and apply) re-layouts only for waiting pods, never for idle "
-                          "nodes ahead of demand (toward the profiles the demand mix will "
-                          "lack; docs/relayout.md)")
-    adv.add_argument("--no-balance", action="store_true",
-                     help="never advise idle nodes to trade GPU layouts so that each node's "
-                          "cpu and memory can feed its instances (docs/relayout.md)")
+    options.add_ahead_arguments(adv)
     adv.add_argument("--max-relayouts", type=int, default=1, metavar="N",
                      help="nodes re-laid out at once in apply mode (default 1)")
     adv.add_argument("--relayout-timeout", type=float, default=1200.0, metavar="SECONDS",
@@ -141,11 +135,9 @@ async def _serve(args: argparse.Namespace, settings: server.ExtenderSettings,
     # --apply-busy-nodes (docs/relayout.md).
     # --gpu-usage-from dcgm: which GPU holds each instance in use (extender/usage.py).
     scraper = usage.from_args(args, view, registry=registry)
-    advising = advisor.Settings(grace_s=args.grace, busy_nodes=True,
-                               ahead_from=None if args.no_ahead else advisor.AHEAD_FROM,
-                               balance_gain=None if args.no_balance
-                               else advisor.BALANCE_GAIN)
-    cache = advice.AdviceCache(settings=advising, usage=scraper)
+    cache = advice.AdviceCache(
+        settings=options.advisor_settings(args, grace_s=args.grace, busy_nodes=True),
+        usage=scraper)
     # Computed at scrape time from the cache /advice reads: they agree with /advice, with a
     # publisher (API mode) or without one (--cluster FILE, --no-publish).
     metrics = advice.Metrics(registry, state=view, cache=cache)

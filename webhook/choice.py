@@ -26,9 +26,13 @@ StrategyChoice = Literal["auto", "mixed", "single"]
 STRATEGY_CHOICES: Final[tuple[StrategyChoice, ...]] = ("auto", "mixed", "single")
 #: Which fitting profile under contention (``--choice``): ``smallest`` overall; ``free`` = the
 #: smallest with a free instance now, else the smallest; ``ceiling`` = as ``free`` but never
-#: one that would leave more than ``Policy.waste_ceiling`` of its memory unused.
-Contention = Literal["smallest", "free", "ceiling"]
-CONTENTIONS: Final[tuple[Contention, ...]] = ("smallest", "free", "ceiling")
+#: one that would leave more than ``Policy.waste_ceiling`` of its memory unused; ``usable`` =
+#: as ``free``, counting only free instances on nodes with the pod's cpu and memory left.
+Contention = Literal["smallest", "free", "ceiling", "usable"]
+CONTENTIONS: Final[tuple[Contention, ...]] = ("smallest", "free", "ceiling", "usable")
+#: A pod's own cpu (milli) and memory (bytes) requests: what ``usable`` needs left on a node.
+Host = tuple[int, int]
+NO_HOST: Final[Host] = (0, 0)
 
 _NOMINAL: Final = re.compile(r"\.(\d+)gb")
 ANY_GPU: Final = "use a whole GPU (nvidia.com/gpu) instead"
@@ -143,15 +147,16 @@ def choose(
     pool: Sequence[profiles.GpuModel],
     supply: view.Supply,
     policy: Policy,
+    host: Host = NO_HOST,
 ) -> Choice:
     """The profile that holds ``req`` (advertised first; under contention as
     ``policy.contention`` says), or Denied naming the largest one; ``key``/``value`` are the
-    annotation the request came from."""
+    annotation the request came from, ``host`` the pod's cpu and memory (``usable``)."""
     mib = req.memory_mib
     advertised = _advertised(req, pool=pool, supply=supply, policy=policy)
     if advertised:
         (model, p, usable), reason = _contend(sorted(advertised, key=_order), req, pool=pool,
-                                              supply=supply, policy=policy)
+                                              supply=supply, policy=policy, host=host)
     else:
         anywhere = [(m, p, usable_mib(m, p, supply=supply, policy=policy))
                     for m in pool for p in m.profiles]
@@ -178,13 +183,18 @@ def choose(
 def _contend(
     ordered: Sequence[_Candidate], req: requests.GpuRequest, *,
     pool: Sequence[profiles.GpuModel], supply: view.Supply, policy: Policy,
+    host: Host = NO_HOST,
 ) -> tuple[_Candidate, str]:
     """The candidate ``policy.contention`` picks among the advertised ones (smallest first)
-    and why. Reads of the supply only whether each offer has a free instance, never how many
-    (what the simulator's cache keys on), so the reason names no count but 0."""
+    and why. Reads of the supply only whether each offer has a free instance (``usable``:
+    one on a node with ``host`` left), never how many (what the simulator's cache keys on),
+    so the reason names no count but 0."""
     smallest = ordered[0]
     if policy.contention == "smallest":
         return smallest, "smallest fitting"
+    if policy.contention == "usable":
+        return _contend_usable(ordered, req, pool=pool, supply=supply, policy=policy,
+                               host=host)
     busy: list[str] = []  # profile names passed over: no free instance
     wasteful: tuple[str, int] | None = None  # the smallest free one refused by the ceiling
     seen: set[str] = set()
@@ -209,6 +219,31 @@ def _contend(
                           f"({wasteful[0]} would leave {wasteful[1]}% unused, more than "
                           f"{int(policy.waste_ceiling * 100)}%)")
     return smallest, "smallest fitting: no fitting profile has a free instance"
+
+
+def _contend_usable(
+    ordered: Sequence[_Candidate], req: requests.GpuRequest, *,
+    pool: Sequence[profiles.GpuModel], supply: view.Supply, policy: Policy, host: Host,
+) -> tuple[_Candidate, str]:
+    """``usable``: the smallest fitting profile with a free instance on a node that has the
+    pod's cpu and memory left, else the smallest."""
+    busy: list[str] = []
+    seen: set[str] = set()
+    for c in ordered:
+        name = c[1].name
+        if name in seen:
+            continue
+        seen.add(name)
+        fit = _fit_models(req, name, pool=pool, supply=supply, policy=policy)
+        if not any(supply.usable((mid, name), *host) for mid in fit):
+            busy.append(name)
+            continue
+        if c is ordered[0]:
+            return c, "smallest fitting, with a free instance where the pod's cpu and memory fit"
+        return c, (f"smallest with a free instance where the pod's cpu and memory fit "
+                   f"({', '.join(busy)}: none)")
+    return ordered[0], ("smallest fitting: no fitting profile has a free instance where the "
+                        "pod's cpu and memory fit")
 
 
 def _fit_models(
@@ -299,8 +334,10 @@ def plan(
     supply: view.Supply,
     policy: Policy,
     warnings: list[str],
+    host: Host = NO_HOST,
 ) -> tuple[list[Plan], requests.Strategy]:
-    """A profile per requesting container, and the strategy to ask for it under."""
+    """A profile per requesting container, and the strategy to ask for it under (``host``:
+    the pod's cpu and memory, which ``usable`` reads)."""
     pool = pool_of(supply, policy, warnings)
     many = len(reqs) > 1
     plans: list[Plan] = []
@@ -310,7 +347,8 @@ def plan(
                if requests.GPU_MEMORY_PREFIX + r.container in annotations
                else requests.GPU_MEMORY)
         value = annotations[key]
-        choice = choose(r, key=key, value=value, pool=pool, supply=supply, policy=policy)
+        choice = choose(r, key=key, value=value, pool=pool, supply=supply, policy=policy,
+                        host=host)
         choices.append(choice)
         who = f"{requests.shorten(r.container)}: " if many else ""
         _warn(choice, r, key=key, asked=value, who=who, pool=pool, supply=supply,

@@ -14,7 +14,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any, Final, Literal
 
-from migfit import errors, requests
+from migfit import decoding, errors, requests
 from migfit.webhook import choice, patching, reading, view
 
 # The public names of the decision, wherever they live.
@@ -105,6 +105,15 @@ def _recorded(plan: choice.Plan, strategy: requests.Strategy) -> requests.Decisi
     return out
 
 
+def _host(pod: Mapping[str, Any]) -> choice.Host:
+    """The pod's effective cpu (milli) and memory (bytes) requests (Kubernetes' rules)."""
+    spec = pod.get("spec")
+    if not isinstance(spec, Mapping):
+        return choice.NO_HOST
+    _gpus, _per_container, cpu, memory = decoding.effective_requests(spec)
+    return int(cpu), int(memory)
+
+
 def _decide(pod: Mapping[str, Any], *, supply: view.Supply, policy: Policy) -> Verdict:
     annotations = reading.annotations_of(pod)
     if not requests.has_request(annotations):
@@ -126,7 +135,9 @@ def _decide(pod: Mapping[str, Any], *, supply: view.Supply, policy: Policy) -> V
         plans, strategy = reused
     else:
         plans, strategy = choice.plan(parsed.requests, by_name, annotations=annotations,
-                                      supply=supply, policy=policy, warnings=warnings)
+                                      supply=supply, policy=policy, warnings=warnings,
+                                      host=_host(pod) if policy.contention == "usable"
+                                      else choice.NO_HOST)
     record = requests.DecisionRecord(
         v=requests.DECISION_VERSION,
         strategy=strategy,

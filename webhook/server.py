@@ -139,6 +139,13 @@ class State:
         against: no synced cluster view and no ``--gpu-models``."""
         return self.synced or bool(self.settings.policy.fallback_models)
 
+    @property
+    def memoises(self) -> bool:
+        """Whether answers may come from the memos: not under ``--choice usable``, whose
+        answer reads every node's cpu and memory left, which moves with pods (cpu-only ones
+        too) that the supply's content does not see."""
+        return self.settings.policy.contention != "usable"
+
     def supply(self) -> view.Supply:
         """What to decide against now: the cluster's snapshot once synced, else the catalog
         of ``--gpu-models`` (built once)."""
@@ -286,7 +293,7 @@ def _exact_key(body: bytes) -> tuple[str, ExactKey, dict[str, Any]] | None:
 def answer_bytes(body: bytes, *, state: State) -> tuple[int, bytes]:
     """``answer`` encoded: what ``POST /mutate`` sends."""
     started = time.perf_counter()
-    exact = _exact_key(body) if state.exact.capacity else None
+    exact = _exact_key(body) if state.exact.capacity and state.memoises else None
     if exact is not None:
         uid, key, fields = exact
         supply = state.supply()
@@ -337,7 +344,7 @@ def _decided(uid: str, admission: Mapping[str, Any], state: State) -> Answer:
     if pod is None:
         return _IGNORED
     supply = state.supply()
-    key = reading.memo_key(pod) if isinstance(pod, Mapping) else None
+    key = reading.memo_key(pod) if isinstance(pod, Mapping) and state.memoises else None
     if key is not None:
         hit = state.memo.get(key, supply)
         if hit is not None:

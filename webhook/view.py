@@ -5,7 +5,9 @@ instances are free, the usable memory the node labels report, the device-plugin 
 those nodes and their ``nvidia.com/gpu.product`` values (for node affinity). Counts come from
 the cluster's own incremental ``profile_stats``; strategies and product labels only change
 when a node changes, so they are re-aggregated only when some node's entry really changed,
-never on a pod bind. Pure: no I/O, no HTTP.
+never on a pod bind. For ``--choice usable`` the snapshot also answers, per offer, how much
+cpu and memory is left where its free instances are (``SupplyTracker.frontier``, read from
+the live cluster when asked). Pure: no I/O, no HTTP.
 """
 
 from __future__ import annotations
@@ -13,13 +15,17 @@ from __future__ import annotations
 import dataclasses
 import re
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Literal
 
-from migfit import cluster, keys, profiles, records, requests
+from migfit import advisor, cluster, keys, profiles, records, requests
 
 _MIG_SUFFIX = re.compile(r"-MIG-.*$", re.IGNORECASE)
 Key = tuple[profiles.ModelId, profiles.ProfileName]
+#: The (cpu milli, memory bytes) left on the schedulable nodes with a free instance of one
+#: offer, no pair at most another on both (a node that reports neither counts as unbounded).
+Frontier = tuple[tuple[int, int], ...]
+_UNBOUNDED = 1 << 62
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -47,6 +53,21 @@ class Supply:
     #: Changes exactly when the content above changes (a tracker's count of distinct
     #: snapshots; 0 for a catalog's): what a memo of decisions keys on.
     generation: int = 0
+    #: Per offer, the cpu and memory left where its free instances are (``Frontier``), read
+    #: from the live cluster when asked (``--choice usable`` only; None: not known). Not part
+    #: of the content: it moves with every pod's cpu and memory, so decisions that read it
+    #: are not memoised.
+    rooms: Callable[[Key], Frontier] | None = dataclasses.field(default=None, compare=False)
+
+    def usable(self, key: Key, cpu_milli: int, memory_bytes: int) -> bool:
+        """Whether a free instance of ``key`` is on a node with ``cpu_milli`` and
+        ``memory_bytes`` left (without ``rooms``: whether one is free at all)."""
+        offer = self.offers.get(key)
+        if offer is None or offer.free <= 0:
+            return False
+        if self.rooms is None:
+            return True
+        return any(c >= cpu_milli and m >= memory_bytes for c, m in self.rooms(key))
 
     def same_content(self, other: Supply) -> bool:
         """Equal in everything the decision reads (the generation aside)."""
@@ -103,6 +124,33 @@ class SupplyTracker:
         self._strategy: dict[profiles.ModelId, requests.Strategy] = {}
         self._strategies: dict[Key, frozenset[str]] = {}
         self._mig_products: dict[Key, tuple[str, ...]] = {}
+        self._frontiers: dict[Key, Frontier] = {}  # for the cluster generation below
+        self._frontiers_at = -1
+
+    def frontier(self, key: Key) -> Frontier:
+        """``Supply.rooms``: the cpu and memory left on the schedulable nodes of ``key``'s
+        model with a free instance of its profile, as the cluster is now (kept per cluster
+        generation; one pass over those nodes per offer asked)."""
+        view = self._cluster
+        if self._frontiers_at != view.generation:
+            self._frontiers.clear()
+            self._frontiers_at = view.generation
+        hit = self._frontiers.get(key)
+        if hit is not None:
+            return hit
+        pairs: set[tuple[int, int]] = set()
+        for name in view.free_nodes(key[1]):
+            state = view.node(name)
+            if state is None or state.node.model != key[0]:
+                continue
+            room = advisor.host_room(view, state.node)
+            pairs.add(room if room is not None else (_UNBOUNDED, _UNBOUNDED))
+        kept: list[tuple[int, int]] = []
+        for cpu, mem in sorted(pairs, reverse=True):  # most cpu first
+            if not kept or mem > kept[-1][1]:
+                kept.append((cpu, mem))
+        out = self._frontiers[key] = tuple(kept)
+        return out
 
     def _changed(self, name: str) -> None:
         self._pending.add(name)
@@ -135,7 +183,8 @@ class SupplyTracker:
         self._generation = view.generation
         if self._snapshot is None or not fresh.same_content(self._snapshot):
             self._version += 1
-            self._snapshot = dataclasses.replace(fresh, generation=self._version)
+            self._snapshot = dataclasses.replace(fresh, generation=self._version,
+                                                 rooms=self.frontier)
         return self._snapshot
 
     def _absorb(self) -> None:

@@ -62,7 +62,9 @@ def add_policy_arguments(parser: argparse.ArgumentParser) -> None:
                         default=decision.Policy().contention,
                         help="which fitting profile when the smallest has no free instance: "
                              "smallest = it anyway (the pod waits); free = the smallest with "
-                             "a free instance; ceiling = as free, within --waste-ceiling "
+                             "a free instance; ceiling = as free, within --waste-ceiling; "
+                             "usable = as free, counting only free instances on nodes with "
+                             "the pod's cpu and memory left (not memoised) "
                              "(default %(default)s; measured in docs/simulation.md)")
     parser.add_argument("--waste-ceiling", type=float, default=decision.Policy().waste_ceiling,
                         metavar="FRACTION",

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from migfit import advisor, cluster, profiles, records
+from migfit import advisor, cluster, decoding, profiles, records
 from migfit.extender import figures, filtering, scoring
 from migfit.webhook import decision, view
 
@@ -39,7 +39,8 @@ class Decider:
     with their memory labels (webhook.view.Supply), and, unless the policy's contention is
     ``smallest``, whether each offer has a free instance (a bit, never the count: the
     choice reads no more, and the bits change far less often than the counts), so verdicts
-    are cached on those.
+    are cached on those; under ``usable``, also on which offers have a free instance where
+    the pod's cpu and memory fit.
     """
 
     def __init__(self, cluster_view: cluster.Cluster, *,
@@ -49,6 +50,7 @@ class Decider:
         self._policy = (decision.Policy() if contention is None
                         else decision.Policy(contention=contention))
         self._reads_free = self._policy.contention != "smallest"
+        self._usable = self._policy.contention == "usable"
         self.misses = 0  # decisions made (not answered from the cache)
         self._cache: dict[tuple[Any, ...], tuple[tuple[str, ...], tuple[Any, ...], str]] = {}
         # The supply snapshot last read and what the cache key takes of it (snapshots are
@@ -74,7 +76,13 @@ class Decider:
                 frozenset((k, o.label_mib, self._reads_free and o.free > 0)
                           for k, o in supply.offers.items()),
                 tuple(m.id for m in supply.models))
-        key = (tuple(sorted(ann.items())), conts, *self._supply_key)
+        key: tuple[Any, ...] = (tuple(sorted(ann.items())), conts, *self._supply_key)
+        if self._usable:
+            # What ``usable`` reads besides: per offer, a free instance where this pod's cpu
+            # and memory fit.
+            spec = pod.get("spec", {})
+            _gpus, _per_container, cpu, mem = decoding.effective_requests(spec)
+            key = (*key, frozenset(k for k in supply.offers if supply.usable(k, cpu, mem)))
         hit = self._cache.get(key)
         if hit is None:
             self.misses += 1

@@ -1,6 +1,6 @@
-"""The webhook's choice under contention (issue 15 item 5): ``--choice smallest|free|ceiling``,
-the reason recorded in ``migfit.io/decision``, the memos kept correct, and the simulator's
-``--webhook-choice`` reaching the decision it replays."""
+"""The webhook's choice under contention (issue 15 item 5): ``--choice
+smallest|free|ceiling|usable``, the reason recorded in ``migfit.io/decision``, the memos kept
+correct, and the simulator's ``--webhook-choice`` reaching the decision it replays."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 import webhook_scenery as s
 from webhook_scenery import MakeClient
 
-from migfit import cluster, errors, keys, profiles, requests, sources
+from migfit import builders, cluster, errors, keys, profiles, requests, sources
 from migfit.commands import webhook as webhook_cli
 from migfit.simulate import adapters, engine, spec
 from migfit.webhook import decision, memo, server, view
@@ -231,3 +231,80 @@ def test_the_default_is_free_by_measurement() -> None:
     verdict = decision.decide_pod(review["request"]["object"], supply=s.supply_of(c),
                                   policy=decision.Policy())
     assert verdict.profiles == ("1g.18gb",)
+
+
+# ---------------------------------------------------------------- usable: where the pod fits
+
+USABLE = decision.Policy(fallback_models=A100, contention="usable")
+
+
+def _gpu_node(name: str, alloc: dict[str, int], cpu: str) -> dict[str, Any]:
+    labels = builders.mig_labels(product=s.A100_PRODUCT, instances=alloc, gpus=1, config=None,
+                                 config_state="success", count_labels=False)
+    return builders.node(name, labels=labels,
+                         resources=builders.mig_resources(alloc, whole_gpus=None),
+                         cpu=cpu, memory="512Gi")
+
+
+def _asking(cpu: str) -> dict[str, Any]:
+    """A pod asking for 8Gi (1g.10gb fits) and ``cpu`` cores."""
+    return s.pod({requests.GPU_MEMORY: "8Gi"}, containers=[
+        {"name": "main", "image": "registry.example/train:1",
+         "resources": {"requests": {"cpu": cpu, "memory": "16Gi"}}}])
+
+
+def test_usable_counts_only_free_instances_where_the_pods_cpu_and_memory_fit() -> None:
+    # The only free 1g.10gb is on a node with 4 cores; a free 2g.20gb on one with 64.
+    view_ = s.make_cluster(_gpu_node("cramped", {"1g.10gb": 1}, "4"),
+                           _gpu_node("roomy", {"2g.20gb": 1}, "64"))
+    supply = s.supply_of(view_)
+    hungry = _asking("8")
+    assert decision.decide_pod(hungry, supply=supply, policy=FREE).profiles == ("1g.10gb",)
+    got = decision.decide_pod(hungry, supply=supply, policy=USABLE)
+    assert got.profiles == ("2g.20gb",)
+    assert reason(got) == ("smallest with a free instance where the pod's cpu and memory fit "
+                           "(1g.10gb: none)")
+    light = decision.decide_pod(_asking("2"), supply=supply, policy=USABLE)
+    assert light.profiles == ("1g.10gb",)
+    assert reason(light) == ("smallest fitting, with a free instance where the pod's cpu and "
+                             "memory fit")
+    # Nowhere: the smallest, as `free` does when nothing is free.
+    huge = decision.decide_pod(_asking("100"), supply=supply, policy=USABLE)
+    assert huge.profiles == ("1g.10gb",)
+    assert reason(huge).startswith("smallest fitting: no fitting profile has a free instance")
+    # A pod bound on the roomy node takes its cpu: the 2g.20gb there no longer serves.
+    taker = running("taker", "roomy", "2g.20gb")
+    taker["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "60"
+    more = s.make_cluster(_gpu_node("cramped", {"1g.10gb": 1}, "4"),
+                          _gpu_node("roomy", {"2g.20gb": 2}, "64"), taker)
+    assert decision.decide_pod(hungry, supply=s.supply_of(more),
+                               policy=USABLE).profiles == ("1g.10gb",)
+
+
+def test_the_simulators_decider_keys_usable_on_the_pods_own_requests() -> None:
+    view_ = s.make_cluster(_gpu_node("cramped", {"1g.10gb": 1}, "4"),
+                           _gpu_node("roomy", {"2g.20gb": 1}, "64"))
+    decider = adapters.Decider(view_, contention="usable")
+    assert decider.decide(_asking("8"))[0] == ("2g.20gb",)
+    assert decider.decide(_asking("2"))[0] == ("1g.10gb",)  # not the first answer, cached
+    assert decider.decide(_asking("8"))[0] == ("2g.20gb",)
+    assert decider.misses == 2
+
+
+def test_the_webhook_decides_usable_afresh_when_only_cpu_moved() -> None:
+    c = s.make_cluster(_gpu_node("cramped", {"1g.10gb": 1}, "4"),
+                       _gpu_node("roomy", {"2g.20gb": 1}, "64"))
+    app = server.make_app(server.Settings(policy=USABLE), c, tracker=view.SupplyTracker(c),
+                          decisions=memo.DecisionMemo())
+    st = app[server.STATE]
+    assert ask(st, _asking("8")) == ("2g.20gb",)
+    # A pod without GPU requests takes 60 of roomy's cores: no offer changes, so the supply's
+    # content is the same, but the 2g.20gb there no longer has the pod's 8 cores beside it.
+    cpu_only = {"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": "batch", "namespace": "ml", "uid": "uid-batch"},
+                "spec": {"nodeName": "roomy", "containers": [
+                    {"name": "c", "resources": {"requests": {"cpu": "60"}}}]},
+                "status": {"phase": "Running"}}
+    c.apply("Pod", "ADDED", cpu_only)
+    assert ask(st, _asking("8")) == ("1g.10gb",)
+    assert st.exact.stats.hits == 0 and st.memo.stats.hits == 0

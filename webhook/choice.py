@@ -192,9 +192,9 @@ def _contend(
     smallest = ordered[0]
     if policy.contention == "smallest":
         return smallest, "smallest fitting"
-    if policy.contention == "usable":
-        return _contend_usable(ordered, req, pool=pool, supply=supply, policy=policy,
-                               host=host)
+    usable = policy.contention == "usable"
+    # ``usable`` counts a free instance only where the pod's cpu and memory fit beside it
+    where, none = (" where the pod's cpu and memory fit", "none") if usable else ("", "0 free")
     busy: list[str] = []  # profile names passed over: no free instance
     wasteful: tuple[str, int] | None = None  # the smallest free one refused by the ceiling
     seen: set[str] = set()
@@ -203,47 +203,23 @@ def _contend(
         if name in seen:  # the same profile on another model: more usable memory, same count
             continue
         seen.add(name)
-        if _free(_fit_models(req, name, pool=pool, supply=supply, policy=policy), name,
-                 supply) <= 0:
+        fit = _fit_models(req, name, pool=pool, supply=supply, policy=policy)
+        if (not any(supply.usable((mid, name), *host) for mid in fit) if usable
+                else _free(fit, name, supply) <= 0):
             busy.append(name)
             continue
         unused = 1 - req.memory_mib / c[2]
         if c is smallest:
-            return c, "smallest fitting, with a free instance"
-        if policy.contention == "free" or unused <= policy.waste_ceiling:
-            return c, f"smallest with a free instance ({', '.join(busy)}: 0 free)"
+            return c, f"smallest fitting, with a free instance{where}"
+        if policy.contention != "ceiling" or unused <= policy.waste_ceiling:
+            return c, f"smallest with a free instance{where} ({', '.join(busy)}: {none})"
         if wasteful is None:
             wasteful = (name, int(unused * 100))
     if wasteful is not None:
         return smallest, (f"smallest fitting: none free within the waste ceiling "
                           f"({wasteful[0]} would leave {wasteful[1]}% unused, more than "
                           f"{int(policy.waste_ceiling * 100)}%)")
-    return smallest, "smallest fitting: no fitting profile has a free instance"
-
-
-def _contend_usable(
-    ordered: Sequence[_Candidate], req: requests.GpuRequest, *,
-    pool: Sequence[profiles.GpuModel], supply: view.Supply, policy: Policy, host: Host,
-) -> tuple[_Candidate, str]:
-    """``usable``: the smallest fitting profile with a free instance on a node that has the
-    pod's cpu and memory left, else the smallest."""
-    busy: list[str] = []
-    seen: set[str] = set()
-    for c in ordered:
-        name = c[1].name
-        if name in seen:
-            continue
-        seen.add(name)
-        fit = _fit_models(req, name, pool=pool, supply=supply, policy=policy)
-        if not any(supply.usable((mid, name), *host) for mid in fit):
-            busy.append(name)
-            continue
-        if c is ordered[0]:
-            return c, "smallest fitting, with a free instance where the pod's cpu and memory fit"
-        return c, (f"smallest with a free instance where the pod's cpu and memory fit "
-                   f"({', '.join(busy)}: none)")
-    return ordered[0], ("smallest fitting: no fitting profile has a free instance where the "
-                        "pod's cpu and memory fit")
+    return smallest, f"smallest fitting: no fitting profile has a free instance{where}"
 
 
 def _fit_models(

@@ -93,3 +93,21 @@ def test_a_node_share_outside_0_1_is_a_usage_error(
     assert cli.main(["simulate", "--example", "--node-share", value]) == 2
     err = capsys.readouterr().err
     assert "--node-share" in err and "Traceback" not in err
+
+
+def test_events_on_a_list_without_times_says_to_use_fill(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    # The trace's multigpu lists have no creation_time or deletion_time: replayed as events
+    # every pod would arrive at 0 and never leave.
+    pods = tmp_path / "pods.csv"
+    pods.write_text("name,cpu_milli,memory_mib,num_gpu,gpu_milli\n"
+                    "p0,12000,16384,1,1000\np1,6000,12288,1,460\np2,4000,8192,2,1000\n",
+                    encoding="utf-8")
+    assert cli.main(["simulate", "--cluster", str(simulate_cli.EXAMPLE_CLUSTER),
+                     "--pods", str(pods), "--mode", "events"]) == 2
+    err = capsys.readouterr().err
+    assert "no creation_time" in err and "--mode fill" in err and "never leave" in err
+    assert "Traceback" not in err
+    # The same list fills.
+    assert cli.main(["simulate", "--cluster", str(simulate_cli.EXAMPLE_CLUSTER),
+                     "--pods", str(pods), "--mode", "fill", "--policies", "default"]) == 0

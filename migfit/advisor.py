@@ -390,7 +390,9 @@ def shortfall(state: cluster.Cluster, settings: Settings, mixed: DemandMix | Non
     profile q needs mix share(q) × free slices / slices(q) instances; it is short when its
     free instances fall below that by at least ``ahead_short`` of the need (and in surplus
     when they exceed it by as much, or nobody asks for it), and by more than twice the
-    mix's sampling error. Only once the
+    mix's sampling error; and short by at most the instances of it the mix itself counts
+    (each round adds at most what the mix has shown, however far the projection reaches).
+    Only once the
     model's instances are ``ahead_from`` allocated (before, the free supply of every profile
     is large and the mix still moves) and the mix counts ``ahead_min_pods`` pods. Pods of
     the single strategy (``nvidia.com/gpu``) are not counted.
@@ -413,7 +415,12 @@ def shortfall(state: cluster.Cluster, settings: Settings, mixed: DemandMix | Non
             noise = 2.0 * math.sqrt((1.0 - p) / (p * count)) if p > 0 else 0.0
             margin = max(1.0, max(settings.ahead_short, noise) * need)
             if need - have >= margin:
-                short[q] = int(need - have)
+                # Never more ahead than the mix holds or asks for of q: the projection
+                # extrapolates the mix to every free slice, and on an empty cluster a mix
+                # of 50 pods would re-lay out a tenth of it at once, then the next sample
+                # the other way (gpushare100 in events: 128 GPUs to 3g+4g at 30 s, 18
+                # back to 7g at 210 s). Each round adds at most what the mix has shown.
+                short[q] = min(int(need - have), mix.get(q, 0))
             elif have - need >= margin:
                 surplus.add(q)
         if short:

@@ -56,6 +56,23 @@ def test_idle_nodes_are_relaid_out_for_the_shortfall() -> None:
     assert adv.waiting == ()  # no pod waits: the advice is ahead of demand
 
 
+def test_ahead_adds_at_most_what_the_mix_has_shown() -> None:
+    # 50 whole-GPU pods (the smallest sample) and 200 idle GPUs: the projection over the
+    # 1,400 free memory slices wants 175 7g.80gb, but a round re-lays out only as many as
+    # the mix holds (a small early sample would otherwise re-lay out most of an empty
+    # cluster, then the next sample the other way).
+    bound = SETTINGS.ahead_min_pods
+    c = build(*_scene(bound=bound, idle=200))
+    fall = advisor.shortfall(c, SETTINGS)
+    assert dict(fall[A100.id].short) == {profiles.ProfileName("7g.80gb"): bound}
+    adv = advisor.advise(c, now=T0 + 600, settings=SETTINGS)
+    assert len([r for r in adv.recommendations if r.ahead]) == bound
+    # Once those hold pods, the next round may add as many again.
+    objs = _scene(bound=2 * bound, idle=150)
+    assert dict(advisor.shortfall(build(*objs), SETTINGS)[A100.id].short) == {
+        profiles.ProfileName("7g.80gb"): 2 * bound}
+
+
 def test_off_below_the_sample_size_and_when_disabled() -> None:
     few = build(*_scene(bound=SETTINGS.ahead_min_pods - 1))
     assert advisor.shortfall(few, SETTINGS) == {}

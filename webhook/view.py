@@ -5,9 +5,10 @@ instances are free, the usable memory the node labels report, the device-plugin 
 those nodes and their ``nvidia.com/gpu.product`` values (for node affinity). Counts come from
 the cluster's own incremental ``profile_stats``; strategies and product labels only change
 when a node changes, so they are re-aggregated only when some node's entry really changed,
-never on a pod bind. For ``--choice usable`` the snapshot also answers, per offer, how much
-cpu and memory is left where its free instances are (``SupplyTracker.frontier``, read from
-the live cluster when asked). Pure: no I/O, no HTTP.
+never on a pod bind. For ``--choice usable`` the snapshot also answers whether a free
+instance of an offer is on a node with given cpu and memory left (``SupplyTracker.fits``:
+each node's room kept current as its pods change, the free instances read from the live
+cluster's index when asked). Pure: no I/O, no HTTP.
 """
 
 from __future__ import annotations
@@ -22,10 +23,10 @@ from migfit import advisor, cluster, keys, profiles, records, requests
 
 _MIG_SUFFIX = re.compile(r"-MIG-.*$", re.IGNORECASE)
 Key = tuple[profiles.ModelId, profiles.ProfileName]
-#: The (cpu milli, memory bytes) left on the schedulable nodes with a free instance of one
-#: offer, no pair at most another on both (a node that reports neither counts as unbounded).
-Frontier = tuple[tuple[int, int], ...]
-_UNBOUNDED = 1 << 62
+#: Whether a schedulable node with a free instance of an offer has this cpu (milli) and
+#: memory (bytes) left (``SupplyTracker.fits``).
+Fits = Callable[[Key, int, int], bool]
+_UNBOUNDED = 1 << 62  # a node that reports neither cpu nor memory
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -53,21 +54,21 @@ class Supply:
     #: Changes exactly when the content above changes (a tracker's count of distinct
     #: snapshots; 0 for a catalog's): what a memo of decisions keys on.
     generation: int = 0
-    #: Per offer, the cpu and memory left where its free instances are (``Frontier``), read
+    #: Whether a free instance of an offer is where given cpu and memory are left, read
     #: from the live cluster when asked (``--choice usable`` only; None: not known). Not part
     #: of the content: it moves with every pod's cpu and memory, so decisions that read it
     #: are not memoised.
-    rooms: Callable[[Key], Frontier] | None = dataclasses.field(default=None, compare=False)
+    fits: Fits | None = dataclasses.field(default=None, compare=False)
 
     def usable(self, key: Key, cpu_milli: int, memory_bytes: int) -> bool:
         """Whether a free instance of ``key`` is on a node with ``cpu_milli`` and
-        ``memory_bytes`` left (without ``rooms``: whether one is free at all)."""
+        ``memory_bytes`` left (without ``fits``: whether one is free at all)."""
         offer = self.offers.get(key)
         if offer is None or offer.free <= 0:
             return False
-        if self.rooms is None:
+        if self.fits is None:
             return True
-        return any(c >= cpu_milli and m >= memory_bytes for c, m in self.rooms(key))
+        return self.fits(key, cpu_milli, memory_bytes)
 
     def same_content(self, other: Supply) -> bool:
         """Equal in everything the decision reads (the generation aside)."""
@@ -124,36 +125,38 @@ class SupplyTracker:
         self._strategy: dict[profiles.ModelId, requests.Strategy] = {}
         self._strategies: dict[Key, frozenset[str]] = {}
         self._mig_products: dict[Key, tuple[str, ...]] = {}
-        self._frontiers: dict[Key, Frontier] = {}  # for the cluster generation below
-        self._frontiers_at = -1
+        # Per node: its GPU model and the cpu and memory left (``advisor.host_room``), kept
+        # current from the nodes the cluster reports changed (a pod bound or gone included).
+        self._rooms: dict[str, tuple[profiles.ModelId | None, int, int]] = {}
+        self._rooms_stale: set[str] = set(self._pending)
 
-    def frontier(self, key: Key) -> Frontier:
-        """``Supply.rooms``: the cpu and memory left on the schedulable nodes of ``key``'s
-        model with a free instance of its profile, as the cluster is now (kept per cluster
-        generation; one pass over those nodes per offer asked)."""
+    def fits(self, key: Key, cpu_milli: int, memory_bytes: int) -> bool:
+        """``Supply.fits``: whether a schedulable node of ``key``'s model with a free instance
+        of its profile has ``cpu_milli`` and ``memory_bytes`` left, as the cluster is now.
+        The rooms of the nodes changed since the last call are recomputed first (each
+        O(pods on it)); then the nodes with a free instance are scanned until one fits."""
         view = self._cluster
-        if self._frontiers_at != view.generation:
-            self._frontiers.clear()
-            self._frontiers_at = view.generation
-        hit = self._frontiers.get(key)
-        if hit is not None:
-            return hit
-        pairs: set[tuple[int, int]] = set()
+        if self._rooms_stale:
+            stale, self._rooms_stale = self._rooms_stale, set()
+            for name in stale:
+                state = view.node(name)
+                if state is None:
+                    self._rooms.pop(name, None)
+                    continue
+                room = advisor.host_room(view, state.node)
+                cpu, mem = room if room is not None else (_UNBOUNDED, _UNBOUNDED)
+                self._rooms[name] = (state.node.model, cpu, mem)
+        model = key[0]
+        rooms = self._rooms
         for name in view.free_nodes(key[1]):
-            state = view.node(name)
-            if state is None or state.node.model != key[0]:
-                continue
-            room = advisor.host_room(view, state.node)
-            pairs.add(room if room is not None else (_UNBOUNDED, _UNBOUNDED))
-        kept: list[tuple[int, int]] = []
-        for cpu, mem in sorted(pairs, reverse=True):  # most cpu first
-            if not kept or mem > kept[-1][1]:
-                kept.append((cpu, mem))
-        out = self._frontiers[key] = tuple(kept)
-        return out
+            r = rooms.get(name)
+            if r is not None and r[0] == model and r[1] >= cpu_milli and r[2] >= memory_bytes:
+                return True
+        return False
 
     def _changed(self, name: str) -> None:
         self._pending.add(name)
+        self._rooms_stale.add(name)
 
     def supply(self) -> Supply:
         """The current snapshot; a few dict operations when nothing changed."""
@@ -184,7 +187,7 @@ class SupplyTracker:
         if self._snapshot is None or not fresh.same_content(self._snapshot):
             self._version += 1
             self._snapshot = dataclasses.replace(fresh, generation=self._version,
-                                                 rooms=self.frontier)
+                                                 fits=self.fits)
         return self._snapshot
 
     def _absorb(self) -> None:

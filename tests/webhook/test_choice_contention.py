@@ -308,3 +308,26 @@ def test_the_webhook_decides_usable_afresh_when_only_cpu_moved() -> None:
     c.apply("Pod", "ADDED", cpu_only)
     assert ask(st, _asking("8")) == ("1g.10gb",)
     assert st.exact.stats.hits == 0 and st.memo.stats.hits == 0
+
+
+def test_one_trackers_rooms_follow_pods_and_nodes_as_they_change() -> None:
+    # The tracker keeps each node's cpu and memory left and recomputes a node's only when
+    # the cluster reports it changed: one tracker, asked between changes.
+    roomy = _gpu_node("roomy", {"2g.20gb": 2}, "64")
+    c = s.make_cluster(roomy)
+    t = view.SupplyTracker(c)
+    state = c.node("roomy")
+    assert state is not None and state.node.model is not None
+    key = (state.node.model, profiles.ProfileName("2g.20gb"))
+    gib = 1 << 30
+    assert t.fits(key, 8000, 16 * gib)
+    assert not t.fits(key, 65000, 0) and not t.fits(key, 0, 513 * gib)
+    taker = running("taker", "roomy", "2g.20gb")
+    taker["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "60"
+    c.apply("Pod", "ADDED", taker)
+    assert not t.fits(key, 8000, 16 * gib)  # one 2g.20gb still free, 4 cores beside it
+    assert t.fits(key, 4000, 16 * gib)
+    c.apply("Pod", "DELETED", taker)
+    assert t.fits(key, 8000, 16 * gib)
+    c.apply("Node", "DELETED", roomy)
+    assert not t.fits(key, 0, 0)

@@ -1,0 +1,163 @@
+"""The webhook's ``--choice usable`` on a large cluster: python bench/bench_choice.py.
+
+``usable`` counts a profile's free instances only on nodes with the pod's own cpu and memory
+left (``webhook.view.SupplyTracker.fits``: each node's cpu and memory left is recomputed when
+the cluster reports the node changed, and the nodes with a free instance of the offer are
+scanned until one fits). Measured against ``free`` (the default: the supply's per-offer free
+counts only) in the same run, alternating, on migfit.synthetic's cluster (default 5,000
+nodes, 150,000 pods), deciding every admission (the server's memos are off under
+``usable``; here off for both):
+
+- ``steady``: nothing changed between two admissions (a burst of pods);
+- ``changed``: a bound pod deleted and added back between two admissions (a busy cluster:
+  both choices re-absorb the change, ``usable`` recomputes that node's room);
+- ``crowded``: as ``changed``, for a pod whose cpu and memory requests fit on few of the
+  nodes with a free instance of its smallest fitting profiles (``usable`` scans those nodes
+  for larger profiles too).
+
+Figures: the median and p99 time of ``decision.decide_pod`` (µs, medians over the runs), the
+ratio of the medians usable / free, and usable's recorded reason. The webhook's own budget:
+p99 admission latency ≤ 5 ms (bench/bench_webhook.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import gc
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from migfit import cluster, synthetic
+from migfit.webhook import choice, decision, view
+
+
+def _load(nodes: int, pods: int, seed: int) -> tuple[cluster.Cluster, list[dict[str, Any]]]:
+    model = cluster.Cluster()
+    bound: list[dict[str, Any]] = []
+    for obj in synthetic.iter_objects(nodes, pods, seed, full=False):
+        kind = obj.get("kind")
+        if kind == "Node":
+            model.apply("Node", "ADDED", obj)
+        elif kind == "Pod":
+            model.apply("Pod", "ADDED", obj)
+            if obj["spec"].get("nodeName") and len(bound) < 1000:
+                bound.append(obj)
+    model.mark_synced()
+    gc.collect()
+    gc.freeze()
+    return model, bound
+
+
+def _pod(memory: str, cpu: str, mem: str) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "trainer", "namespace": "ml",
+                         "annotations": {"migfit.io/gpu-memory": memory}},
+            "spec": {"containers": [{"name": "main", "image": "trainer:1",
+                                     "resources": {"requests": {"cpu": cpu, "memory": mem}}}]}}
+
+
+def _time(fn: Callable[[], object], n: int, between: Callable[[], None] | None) -> list[float]:
+    out = []
+    for _ in range(n):
+        if between is not None:
+            between()
+        t = time.perf_counter()
+        fn()
+        out.append(time.perf_counter() - t)
+    return out
+
+
+def _p(samples: list[float], q: float) -> float:
+    s = sorted(samples)
+    return s[min(len(s) - 1, int(q * len(s)))]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--nodes", type=int, default=5000)
+    parser.add_argument("--pods", type=int, default=150_000)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--admissions", type=int, default=400, help="per case and choice")
+    parser.add_argument("--runs", type=int, default=3, help="repetitions (medians reported)")
+    parser.add_argument("--json", type=Path, help="also write the figures here")
+    a = parser.parse_args()
+
+    started = time.perf_counter()
+    model, bound = _load(a.nodes, a.pods, a.seed)
+    load_s = time.perf_counter() - started
+    tracker = view.SupplyTracker(model)
+    policies = {c: choice.Policy(contention=c) for c in ("free", "usable")}
+    flip = {"i": 0}
+
+    def change() -> None:
+        # One bound pod deleted and added back: two watch events, the cluster's generation
+        # moves, and the node's cpu, memory and free instances are as before afterwards.
+        obj = bound[flip["i"] % len(bound)]
+        flip["i"] += 1
+        model.apply("Pod", "DELETED", obj)
+        again = copy.copy(obj)
+        again["metadata"] = dict(obj["metadata"], resourceVersion=str(10**9 + flip["i"]))
+        model.apply("Pod", "ADDED", again)
+
+    cases: dict[str, tuple[dict[str, Any], Callable[[], None] | None]] = {
+        "steady": (_pod("12Gi", "4", "16Gi"), None),
+        "changed": (_pod("12Gi", "4", "16Gi"), change),
+        "crowded": (_pod("12Gi", "48", "384Gi"), change),
+    }
+    results: dict[str, dict[str, Any]] = {}
+    for name, (pod, between) in cases.items():
+        per: dict[str, list[list[float]]] = {c: [] for c in policies}
+        verdicts = {}
+        for _ in range(a.runs):
+            for c, policy in policies.items():  # alternate the choices within a repetition
+
+                def once(pod: dict[str, Any] = pod, policy: choice.Policy = policy) -> object:
+                    return decision.decide_pod(pod, supply=tracker.supply(), policy=policy)
+
+                per[c].append(_time(once, a.admissions, between))
+                verdicts[c] = decision.decide_pod(pod, supply=tracker.supply(), policy=policy)
+        row: dict[str, Any] = {}
+        for c, runs in per.items():
+            row[c] = {"median_us": statistics.median(statistics.median(r) for r in runs) * 1e6,
+                      "p99_us": statistics.median(_p(r, 0.99) for r in runs) * 1e6,
+                      "outcome": verdicts[c].outcome,
+                      "reason": _reason(verdicts[c])}
+        row["ratio"] = row["usable"]["median_us"] / row["free"]["median_us"]
+        results[name] = row
+
+    print(f"{a.nodes:,} nodes, {a.pods:,} pods (migfit.synthetic, seed {a.seed}), loaded in "
+          f"{load_s:.1f} s; {a.admissions} admissions per case and choice, {a.runs} runs; "
+          f"{os.cpu_count()} CPUs, Python {platform.python_version()}")
+    print(f"{'case':8} {'free p50':>10} {'free p99':>10} {'usable p50':>11} "
+          f"{'usable p99':>11} {'ratio':>6}  usable's reason")
+    for name, row in results.items():
+        f, u = row["free"], row["usable"]
+        print(f"{name:8} {f['median_us']:8.0f}µs {f['p99_us']:8.0f}µs {u['median_us']:9.0f}µs "
+              f"{u['p99_us']:9.0f}µs {row['ratio']:5.1f}×  {u['reason']}")
+    if a.json is not None:
+        a.json.write_text(json.dumps({"nodes": a.nodes, "pods": a.pods, "seed": a.seed,
+                                      "admissions": a.admissions, "runs": a.runs,
+                                      "cases": results}, indent=2) + "\n", encoding="utf-8")
+    return 0
+
+
+def _reason(verdict: decision.Verdict) -> str:
+    record = verdict.record
+    if record is None:
+        return verdict.outcome
+    reasons = [f"{c['profile']}: {c.get('reason', '')}" for c in record["containers"]]
+    return "; ".join(reasons) or verdict.outcome
+
+
+if __name__ == "__main__":
+    sys.exit(main())

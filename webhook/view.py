@@ -127,8 +127,11 @@ class SupplyTracker:
         self._mig_products: dict[Key, tuple[str, ...]] = {}
         # Per node: its GPU model and the cpu and memory left (``advisor.host_room``), kept
         # current from the nodes the cluster reports changed (a pod bound or gone included).
+        # Kept only once ``fits`` has been asked (``usable``): under the other choices the
+        # names of changed nodes (autoscaled ones come and go) are not collected at all.
         self._rooms: dict[str, tuple[profiles.ModelId | None, int, int]] = {}
-        self._rooms_stale: set[str] = set(self._pending)
+        self._rooms_stale: set[str] = set()
+        self._rooms_kept = False
 
     def fits(self, key: Key, cpu_milli: int, memory_bytes: int) -> bool:
         """``Supply.fits``: whether a schedulable node of ``key``'s model with a free instance
@@ -136,6 +139,9 @@ class SupplyTracker:
         The rooms of the nodes changed since the last call are recomputed first (each
         O(pods on it)); then the nodes with a free instance are scanned until one fits."""
         view = self._cluster
+        if not self._rooms_kept:
+            self._rooms_kept = True
+            self._rooms_stale = set(view.node_names())
         if self._rooms_stale:
             stale, self._rooms_stale = self._rooms_stale, set()
             for name in stale:
@@ -154,9 +160,14 @@ class SupplyTracker:
                 return True
         return False
 
+    def rooms_kept(self) -> int:
+        """How many nodes' rooms the tracker holds or has to recompute (tests, metrics)."""
+        return len(self._rooms.keys() | self._rooms_stale)
+
     def _changed(self, name: str) -> None:
         self._pending.add(name)
-        self._rooms_stale.add(name)
+        if self._rooms_kept:
+            self._rooms_stale.add(name)
 
     def supply(self) -> Supply:
         """The current snapshot; a few dict operations when nothing changed."""

@@ -331,3 +331,19 @@ def test_one_trackers_rooms_follow_pods_and_nodes_as_they_change() -> None:
     assert t.fits(key, 8000, 16 * gib)
     c.apply("Node", "DELETED", roomy)
     assert not t.fits(key, 0, 0)
+
+
+def test_a_tracker_not_asked_for_rooms_collects_no_node_names() -> None:
+    # Under --choice free nothing asks for rooms: nodes that come and go (an autoscaler's)
+    # leave nothing behind in the tracker.
+    c = s.make_cluster(_gpu_node("roomy", {"2g.20gb": 2}, "64"))
+    t = view.SupplyTracker(c)
+    for i in range(50):
+        node = _gpu_node(f"scaled-{i}", {"1g.10gb": 1}, "8")
+        c.apply("Node", "ADDED", node)
+        c.apply("Node", "DELETED", node)
+        t.supply()
+    assert t.rooms_kept() == 0
+    key = (profiles.ModelId(c.node("roomy").node.model or ""), profiles.ProfileName("2g.20gb"))
+    assert t.fits(key, 8000, 0)
+    assert t.rooms_kept() == 1  # the nodes there are now, not the 50 that went

@@ -392,10 +392,9 @@ def shortfall(state: cluster.Cluster, settings: Settings, mixed: DemandMix | Non
     when they exceed it by as much, or nobody asks for it), and by more than twice the
     mix's sampling error; and short by at most the instances of it the mix itself counts
     (each round adds at most what the mix has shown, however far the projection reaches).
-    Only once the
-    model's instances are ``ahead_from`` allocated (before, the free supply of every profile
-    is large and the mix still moves) and the mix counts ``ahead_min_pods`` pods. Pods of
-    the single strategy (``nvidia.com/gpu``) are not counted.
+    Only once the model's instances are ``ahead_from`` allocated (before, the free supply of
+    every profile is large and the mix still moves) and the mix counts ``ahead_min_pods``
+    pods. Pods of the single strategy (``nvidia.com/gpu``) are not counted.
     """
     if settings.ahead_from is None:
         return {}

@@ -161,7 +161,7 @@ class SupplyTracker:
         return False
 
     def rooms_kept(self) -> int:
-        """How many nodes' rooms the tracker holds or has to recompute (tests, metrics)."""
+        """How many nodes' rooms the tracker holds or has to recompute."""
         return len(self._rooms.keys() | self._rooms_stale)
 
     def _changed(self, name: str) -> None:

@@ -278,17 +278,18 @@ def _inputs(args: argparse.Namespace, catalog: profiles.Catalog
     if not pods:
         raise errors.UsageError("the workload has no pods")
     if args.mode == "events" and len(pods) > 1 and len({p.arrival for p in pods}) == 1:
-        # Such a list (the trace's multigpu and gpushare variants without creation_time)
-        # would arrive all at once and, without deletion_time, never leave: a fill whose
+        # Such a list (the trace's multigpu lists, which have no creation_time) would
+        # arrive all at once and, without deletion_time, never leave: a fill whose
         # waits measure only how long a policy keeps the clock running (re-layouts do,
         # the default scheduler does not), not a replay.
         leave = ("and never leave" if all(math.isinf(p.duration) for p in pods)
                  else "at once")
         raise errors.UsageError(
             f"--mode events: all {len(pods)} pods of {info['workload']} arrive at "
-            f"{pods[0].arrival:g} s {leave}: the list has no creation_time (and "
-            f"deletion_time) to replay. Use --mode fill for it, or a pod list with those "
-            f"columns (openb_pod_list_default.csv, openb_pod_list_gpushare100.csv)")
+            f"{pods[0].arrival:g} s {leave}: the list gives no arrival times "
+            f"(creation_time) to replay. Use --mode fill for it, or a pod list with "
+            f"creation_time and deletion_time (openb_pod_list_default.csv, "
+            f"openb_pod_list_gpushare100.csv)")
     layout: str | None = args.layout
     if layout is None and cluster_file is None:
         layout = DEFAULT_LAYOUT

@@ -106,7 +106,8 @@ def test_events_on_a_list_without_times_says_to_use_fill(
     assert cli.main(["simulate", "--cluster", str(simulate_cli.EXAMPLE_CLUSTER),
                      "--pods", str(pods), "--mode", "events"]) == 2
     err = capsys.readouterr().err
-    assert "no creation_time" in err and "--mode fill" in err and "never leave" in err
+    assert "no arrival times (creation_time)" in err and "--mode fill" in err
+    assert "never leave" in err
     assert "Traceback" not in err
     # The same list fills.
     assert cli.main(["simulate", "--cluster", str(simulate_cli.EXAMPLE_CLUSTER),

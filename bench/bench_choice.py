@@ -37,7 +37,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_extender import _load  # the same synthetic cluster, loaded as the server does
+# the same synthetic cluster, loaded as the server does, and the same timing and percentile
+from bench_extender import _load, _pct, _time
 
 from migfit.webhook import choice, decision, view
 
@@ -48,22 +49,6 @@ def _pod(memory: str, cpu: str, mem: str) -> dict[str, Any]:
                          "annotations": {"migfit.io/gpu-memory": memory}},
             "spec": {"containers": [{"name": "main", "image": "trainer:1",
                                      "resources": {"requests": {"cpu": cpu, "memory": mem}}}]}}
-
-
-def _time(fn: Callable[[], object], n: int, between: Callable[[], None] | None) -> list[float]:
-    out = []
-    for _ in range(n):
-        if between is not None:
-            between()
-        t = time.perf_counter()
-        fn()
-        out.append(time.perf_counter() - t)
-    return out
-
-
-def _p(samples: list[float], q: float) -> float:
-    s = sorted(samples)
-    return s[min(len(s) - 1, int(q * len(s)))]
 
 
 def main() -> int:
@@ -117,7 +102,7 @@ def main() -> int:
         row: dict[str, Any] = {}
         for c, runs in per.items():
             row[c] = {"median_us": statistics.median(statistics.median(r) for r in runs) * 1e6,
-                      "p99_us": statistics.median(_p(r, 0.99) for r in runs) * 1e6,
+                      "p99_us": statistics.median(_pct(r, 0.99) for r in runs) * 1e6,
                       "outcome": verdicts[c].outcome,
                       "reason": _reason(verdicts[c])}
         row["ratio"] = row["usable"]["median_us"] / row["free"]["median_us"]

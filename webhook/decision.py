@@ -105,7 +105,7 @@ def _recorded(plan: choice.Plan, strategy: requests.Strategy) -> requests.Decisi
     return out
 
 
-def _host(pod: Mapping[str, Any]) -> choice.Host:
+def host_of(pod: Mapping[str, Any]) -> choice.Host:
     """The pod's effective cpu (milli) and memory (bytes) requests (Kubernetes' rules)."""
     spec = pod.get("spec")
     if not isinstance(spec, Mapping):
@@ -136,7 +136,7 @@ def _decide(pod: Mapping[str, Any], *, supply: view.Supply, policy: Policy) -> V
     else:
         plans, strategy = choice.plan(parsed.requests, by_name, annotations=annotations,
                                       supply=supply, policy=policy, warnings=warnings,
-                                      host=_host(pod) if policy.contention == "usable"
+                                      host=host_of(pod) if policy.contention == "usable"
                                       else choice.NO_HOST)
     record = requests.DecisionRecord(
         v=requests.DECISION_VERSION,

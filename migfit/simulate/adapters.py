@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from migfit import advisor, cluster, decoding, profiles, records
+from migfit import advisor, cluster, profiles, records
 from migfit.extender import figures, filtering, scoring
 from migfit.webhook import decision, view
 
@@ -80,8 +80,7 @@ class Decider:
         if self._usable:
             # What ``usable`` reads besides: per offer, a free instance where this pod's cpu
             # and memory fit.
-            spec = pod.get("spec", {})
-            _gpus, _per_container, cpu, mem = decoding.effective_requests(spec)
+            cpu, mem = decision.host_of(pod)
             key = (*key, frozenset(k for k in supply.offers if supply.usable(k, cpu, mem)))
         hit = self._cache.get(key)
         if hit is None:

@@ -386,9 +386,11 @@ def shortfall(state: cluster.Cluster, settings: Settings, mixed: DemandMix | Non
     The mix is the pods that hold or wait for instances (``Cluster.pod_classes``; not a
     waiting pod whose profiles have free instances: it waits for something else), in memory
     slices per profile; a profile name two models share counts its whole demand on each.
-    If it goes on as it is until the model's free slices are taken, a
-    profile q needs mix share(q) × free slices / slices(q) instances; it is short when its
-    free instances fall below that by at least ``ahead_short`` of the need (and in surplus
+    If it goes on as it is until the model's usable free slices are taken (free instances
+    on nodes whose free cpu and memory can still feed them at the mix's mean, ``_usable``),
+    a profile q needs mix share(q) × usable free slices / slices(q) instances; it is short
+    when its usable free instances fall below that by at least ``ahead_short`` of the need
+    (and in surplus
     when they exceed it by as much, or nobody asks for it), and by more than twice the
     mix's sampling error; and short by at most the instances of it the mix itself counts
     (each round adds at most what the mix has shown, however far the projection reaches).
@@ -432,9 +434,11 @@ def shortfall(state: cluster.Cluster, settings: Settings, mixed: DemandMix | Non
 def _projection(state: cluster.Cluster, mixed: DemandMix, allocated: float
                 ) -> dict[profiles.GpuModel, dict[ProfileName, tuple[float, int]]]:
     """Per GPU model whose instances are at least ``allocated`` allocated, per profile of it:
-    the instances the mix needs if it goes on in its proportions until the model's free
-    slices are taken (share × free slices / the profile's slices), and the free ones."""
+    the instances the mix needs if it goes on in its proportions until the model's usable
+    free slices are taken (share × usable free slices / the profile's slices), and the
+    usable free ones (``_usable``: instances behind exhausted cpu or memory are no supply)."""
     stats = state.profile_stats()
+    rooms: dict[str, tuple[int, int] | None] = {}
     out: dict[profiles.GpuModel, dict[ProfileName, tuple[float, int]]] = {}
     for model in state.models_present():
         size = {p.name: p.memory_slices for p in model.profiles}
@@ -448,13 +452,37 @@ def _projection(state: cluster.Cluster, mixed: DemandMix, allocated: float
         weight = sum(wanted.values())
         if not total or not weight or total - free < allocated * total:
             continue
-        projected: dict[ProfileName, tuple[float, int]] = {}
-        for q in size:
-            st_q = stats.get((model.id, q))
-            projected[q] = (wanted.get(q, 0) / weight * free / size[q],
-                            st_q.free if st_q is not None else 0)
-        out[model] = projected
+        usable = {q: _usable(state, model.id, q, mixed.needs.get(q), rooms) for q in size}
+        supply = sum(k * size[q] for q, k in usable.items())
+        out[model] = {q: (wanted.get(q, 0) / weight * supply / size[q], usable[q])
+                      for q in size}
     return out
+
+
+def _usable(state: cluster.Cluster, model: profiles.ModelId, profile: ProfileName,
+            need: tuple[int, int] | None, rooms: dict[str, tuple[int, int] | None]) -> int:
+    """Free instances of ``profile`` on nodes of ``model``, each node's counted at most as
+    many times as its free cpu and memory hold ``need`` (the mix's mean pod of the profile;
+    None: every free instance counts). A free instance on a node whose cpu is taken is no
+    supply: the history layouts of the Alibaba default list give 16-core 2-GPU nodes
+    ``3g.40gb + 4g.40gb`` GPUs, and with arrivals ×100 the ``4g.40gb`` pods (12 cores, 46 GiB
+    at the mean) waited while every free ``4g.40gb`` was on such a node. ``rooms``: the
+    nodes' free cpu and memory (``host_room``), filled as they are read."""
+    total = 0
+    for name, k in state.free_nodes(profile).items():
+        ns = state.node(name)
+        if ns is None or ns.node.model != model:
+            continue
+        if need is not None:
+            if name not in rooms:
+                rooms[name] = host_room(state, ns.node)
+            room = rooms[name]
+            if room is not None:
+                for have, want in zip(room, need, strict=True):
+                    if want > 0:
+                        k = min(k, have // want)
+        total += k
+    return total
 
 
 # ---------------------------------------------------------------- supply

@@ -102,6 +102,32 @@ def test_a_node_without_the_cpu_for_the_new_instances_stays() -> None:
     assert advisor.advise(c, now=T0 + 600, settings=SETTINGS).recommendations == ()  # ... no room
 
 
+def test_free_instances_behind_exhausted_cpu_are_no_supply() -> None:
+    # Eight nodes with a free 7g.80gb but 4 cores (the mix's 7g pod asks for 8) and two idle
+    # nodes of 1g.10gb. Counting those 7g as free, the projection over 78 free memory slices
+    # wants 9.75 and has 8: no shift. None of them can take a pod: the usable supply is the
+    # 14 slices of the idle nodes, which want 1.75 7g.80gb, and none is usable.
+    whole = profiles.ProfileName("7g.80gb")
+
+    def scene(cpu: str) -> list[dict[str, Any]]:
+        objs = _scene(idle=2)
+        objs.extend(node(f"starved-{i}", alloc={"7g.80gb": 1}, cpu=cpu) for i in range(8))
+        return objs
+
+    fall = advisor.shortfall(build(*scene("4")), SETTINGS)
+    assert dict(fall[A100.id].short) == {whole: 1}
+    adv = advisor.advise(build(*scene("4")), now=T0 + 600, settings=SETTINGS)
+    recs = [(r.node, [g.after for g in r.gpus]) for r in adv.recommendations]
+    assert recs[0] == ("idle-0", [(whole,)])  # ahead of demand: the usable 7g.80gb it lacks
+    # ... and a starved node trades its 7g.80gb for the other idle node's 1g.10gb layout
+    # (nobody asks for 1g.10gb: those want no cpu)
+    assert len(recs) == 3 and recs[1][1] == [("1g.10gb",) * 7] and recs[2] == (
+        "idle-1", [(whole,)])
+    assert all(r.balance for r in adv.recommendations[1:])
+    # The same nodes with the cores for it: eight usable 7g.80gb, nothing short.
+    assert advisor.shortfall(build(*scene("64")), SETTINGS) == {}
+
+
 def test_busy_gpus_and_needed_instances_are_kept() -> None:
     # An idle node whose GPU holds 4g.40gb + 3g.40gb: the mix asks for neither, both are
     # surplus, so the GPU becomes a 7g.80gb. A node with one 1g.10gb pod is not idle: kept.
@@ -206,7 +232,11 @@ def _host_scene(*, idle_cpu: str = "32") -> list[dict[str, Any]]:
 
 def test_idle_nodes_trade_layouts_so_their_cpu_feeds_their_instances() -> None:
     c = build(*_host_scene())
-    assert advisor.shortfall(c, SETTINGS) == {}  # no profile is short: only the host room
+    # small's cpu feeds 8 of its 14 1g.10gb: the other 6 are no supply, so the projection
+    # finds 1g.10gb short; no idle GPU holds a profile in surplus, so no change is ahead of
+    # demand: the trade is what feeds them.
+    assert dict(advisor.shortfall(c, SETTINGS)[A100.id].short) == {
+        profiles.ProfileName("1g.10gb"): 3}
     adv = advisor.advise(c, now=T0 + 600, settings=SETTINGS)
     recs = {r.node: r for r in adv.recommendations}
     assert set(recs) == {"small", "whole"}

@@ -390,10 +390,10 @@ def shortfall(state: cluster.Cluster, settings: Settings, mixed: DemandMix | Non
     on nodes whose free cpu and memory can still feed them at the mix's mean, ``_usable``),
     a profile q needs mix share(q) × usable free slices / slices(q) instances; it is short
     when its usable free instances fall below that by at least ``ahead_short`` of the need
-    (and in surplus
-    when they exceed it by as much, or nobody asks for it), and by more than twice the
-    mix's sampling error; and short by at most the instances of it the mix itself counts
-    (each round adds at most what the mix has shown, however far the projection reaches).
+    (and in surplus when they exceed it by as much, or nobody asks for it), and by more
+    than twice the mix's sampling error; and short by at most the instances of it the mix
+    itself counts (each round adds at most what the mix has shown, however far the
+    projection reaches).
     Only once the model's instances are ``ahead_from`` allocated (before, the free supply of
     every profile is large and the mix still moves) and the mix counts ``ahead_min_pods``
     pods. Pods of the single strategy (``nvidia.com/gpu``) are not counted.

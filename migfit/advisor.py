@@ -465,8 +465,9 @@ def _usable(state: cluster.Cluster, model: profiles.ModelId, profile: ProfileNam
     many times as its free cpu and memory hold ``need`` (the mix's mean pod of the profile;
     None: every free instance counts). A free instance on a node whose cpu is taken is no
     supply: the history layouts of the Alibaba default list give 16-core 2-GPU nodes
-    ``3g.40gb + 4g.40gb`` GPUs, and with arrivals ×100 the ``4g.40gb`` pods (12 cores, 46 GiB
-    at the mean) waited while every free ``4g.40gb`` was on such a node. ``rooms``: the
+    ``3g.40gb + 4g.40gb`` GPUs, and with arrivals ×100 ``4g.40gb`` pods (the one logged: 12
+    cores, 46 GiB) waited while every free ``4g.40gb`` was on a node without the pod's cpu
+    or memory, such nodes among them. ``rooms``: the
     nodes' free cpu and memory (``host_room``), filled as they are read."""
     total = 0
     for name, k in state.free_nodes(profile).items():

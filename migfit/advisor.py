@@ -461,14 +461,14 @@ def _projection(state: cluster.Cluster, mixed: DemandMix, allocated: float
 
 def _usable(state: cluster.Cluster, model: profiles.ModelId, profile: ProfileName,
             need: tuple[int, int] | None, rooms: dict[str, tuple[int, int] | None]) -> int:
-    """Free instances of ``profile`` on nodes of ``model``, each node's counted at most as
-    many times as its free cpu and memory hold ``need`` (the mix's mean pod of the profile;
-    None: every free instance counts). A free instance on a node whose cpu is taken is no
-    supply: the history layouts of the Alibaba default list give 16-core 2-GPU nodes
-    ``3g.40gb + 4g.40gb`` GPUs, and with arrivals ×100 ``4g.40gb`` pods (the one logged: 12
-    cores, 46 GiB) waited while every free ``4g.40gb`` was on a node without the pod's cpu
-    or memory, such nodes among them. ``rooms``: the
-    nodes' free cpu and memory (``host_room``), filled as they are read."""
+    """Free instances of ``profile`` on schedulable nodes of ``model`` (``free_nodes``: a
+    cordoned node's are no supply either), each node's counted at most as many times as its
+    free cpu and memory hold ``need`` (the mix's mean pod of the profile; None: every free
+    instance counts). A free instance on a node whose cpu is taken is no supply: the history
+    layouts of the Alibaba default list give 16-core 2-GPU nodes ``3g.40gb + 4g.40gb`` GPUs,
+    and with arrivals ×100 ``4g.40gb`` pods (the one logged: 12 cores, 46 GiB) waited while
+    every free ``4g.40gb`` was on a node without the pod's cpu or memory, such nodes among
+    them. ``rooms``: the nodes' free cpu and memory (``host_room``), filled as read."""
     total = 0
     for name, k in state.free_nodes(profile).items():
         ns = state.node(name)

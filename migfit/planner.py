@@ -527,12 +527,31 @@ def plan_pods(
     takes then use up its room, once per pod. Nodes are visited as in ``plan_cluster`` (no
     disruption, fewest busy pods, then what each could serve of the units it may take); a
     changed node serves its eligible, fitting units, heaviest first.
+
+    A pod runs on one node, so its units go to one node or none: a node is planned only for
+    the pods whose every instance its GPUs could hold (an eight-GPU pod never counts toward a
+    two-GPU node), and a plan that would serve only some of a pod's instances is planned
+    again without that pod.
     """
     ok = eligible or (lambda _node, _unit: True)
     groups: dict[_Group, list[Unit]] = {}
     for u in sorted(units, key=lambda u: -u.weight):
         groups.setdefault((u.cls, u.profile, u.needs), []).append(u)
     verdict: dict[tuple[str, _Group], bool] = {}
+    whole = Counter((u.pod, u.profile) for u in units)  # a pod's instances per profile
+    size = Counter(u.pod for u in units)
+    several = {k: n for k, n in whole.items() if size[k[0]] > 1}
+    holds: dict[tuple[object, ...], Counter[ProfileName]] = {}
+
+    def too_big(node: NodeSupply) -> set[str]:
+        """The pods of several instances that the node's GPUs could not hold all of."""
+        if not several:
+            return set()
+        sig = _signature(node)
+        cap = holds.get(sig)
+        if cap is None:
+            cap = holds[sig] = _capacity(node, {p for _, p in several})
+        return {pod for (pod, p), n in several.items() if n > cap[p]}
 
     def open_groups(node: NodeSupply) -> tuple[_Group, ...]:
         left = None if room is None else room.get(node.name)
@@ -549,8 +568,9 @@ def plan_pods(
                 out.append(g)
         return tuple(out)
 
-    def pool_of(open_: Sequence[_Group]) -> list[Unit]:
-        pool = [u for g in open_ for u in groups[g]]
+    def pool_of(node: NodeSupply, open_: Sequence[_Group]) -> list[Unit]:
+        out = too_big(node)
+        pool = [u for g in open_ for u in groups[g] if u.pod not in out]
         pool.sort(key=lambda u: -u.weight)
         return pool
 
@@ -562,7 +582,7 @@ def plan_pods(
             continue
         sig = (_signature(node), open_)
         if sig not in potential:
-            demand = Demand.of_items((u.profile, u.weight) for u in pool_of(open_))
+            demand = Demand.of_items((u.profile, u.weight) for u in pool_of(node, open_))
             potential[sig] = plan_node(node.model, gpus=node.gpus, demand=demand).value
         if potential[sig] > 0:
             keyed.append(((node.disruption, node.busy, -potential[sig], node.name), node))
@@ -572,23 +592,12 @@ def plan_pods(
     for _, node in keyed:
         if not any(groups.values()) or (max_nodes is not None and len(changes) >= max_nodes):
             break
-        pool = pool_of(open_groups(node))
-        if not pool:
+        pool = pool_of(node, open_groups(node))
+        left = None if room is None else room.get(node.name)
+        planned = _plan_whole(node, pool, size, left, prefer)
+        if planned is None:
             continue
-        demand = Demand.of_items((u.profile, u.weight) for u in pool)
-        plan = plan_node(node.model, gpus=node.gpus, demand=demand)
-        if plan.value <= 1e-9 or not plan.changed:
-            continue
-        named: str | None = None
-        if prefer is not None:
-            alternative = prefer(node, plan, demand)
-            if alternative is not None:
-                plan, named = alternative
-            if not plan.changed:
-                continue  # the node must stay as it is
-        taken = _take_units(pool, plan.served, None if room is None else room.get(node.name))
-        if not taken:
-            continue
+        plan, named, taken = planned
         gone = {id(u) for u in taken}
         for g, members in groups.items():
             groups[g] = [u for u in members if id(u) not in gone]
@@ -600,27 +609,87 @@ def plan_pods(
     return PodsPlan(changes=tuple(changes), assigned=assigned, unserved=tuple(rest))
 
 
+def _capacity(node: NodeSupply, wanted: set[ProfileName]) -> Counter[ProfileName]:
+    """At most how many instances of each ``wanted`` profile the node's GPUs could hold: a
+    frozen GPU its free instances, any other GPU as many as the profile fits on one GPU."""
+    cap: Counter[ProfileName] = Counter()
+    for p in wanted:
+        if not model_has(node.model, p):
+            continue
+        most = node.model.profile(p).max_instances
+        for g in node.gpus:
+            if g.frozen:
+                cap[p] += g.current.count(p) - sum(1 for i in g.fixed if i.profile == p)
+            else:
+                cap[p] += most
+    return cap
+
+
+_REPLANS = 4  # plans per node at most, each without the pods the last one split
+
+
+def _plan_whole(node: NodeSupply, pool: list[Unit], size: Mapping[str, int],
+                left: tuple[int, ...] | None, prefer: Prefer | None
+                ) -> tuple[NodePlan, str | None, list[Unit]] | None:
+    """The node's plan for ``pool``, the named config it came from and the units it takes,
+    none of a pod's instances split from the others; None when nothing worth a change."""
+    for attempt in range(_REPLANS):
+        if not pool:
+            return None
+        demand = Demand.of_items((u.profile, u.weight) for u in pool)
+        plan = plan_node(node.model, gpus=node.gpus, demand=demand)
+        if plan.value <= 1e-9 or not plan.changed:
+            return None
+        named: str | None = None
+        if prefer is not None:
+            alternative = prefer(node, plan, demand)
+            if alternative is not None:
+                plan, named = alternative
+            if not plan.changed:
+                return None  # the node must stay as it is
+        taken, split = _take_units(pool, plan.served, left, size)
+        if not split or attempt == _REPLANS - 1:
+            return (plan, named, taken) if taken else None
+        pool = [u for u in pool if u.pod not in split]
+    return None
+
+
 def _take_units(pool: Sequence[Unit], served: Mapping[ProfileName, int],
-                left: tuple[int, ...] | None) -> list[Unit]:
-    """The units that ``served`` instances go to: heaviest first, a pod's host needs
-    subtracted from ``left`` once, when its first unit is taken (skipping pods that no
-    longer fit)."""
+                left: tuple[int, ...] | None, size: Mapping[str, int]
+                ) -> tuple[list[Unit], set[str]]:
+    """The units that ``served`` instances go to, and the pods to plan the node without.
+
+    Pods heaviest first, each taken whole or not at all: all its instances (``size``: per
+    pod) must be in ``pool`` and served, and its host needs
+    fit what is left of ``left`` (subtracted once per pod). When served instances go to
+    nobody while a pod got only some of its instances, that pod is returned: the plan
+    counted instances no pod can use."""
     want = Counter(served)
     budget = list(left) if left is not None else None
-    placed: set[str] = set()
-    out: list[Unit] = []
+    pods: dict[str, list[Unit]] = {}
     for u in pool:
-        if want[u.profile] <= 0:
+        pods.setdefault(u.pod, []).append(u)
+    out: list[Unit] = []
+    short: set[str] = set()
+    for pod, mine in pods.items():
+        if len(mine) != size.get(pod, 0):
+            continue  # some of its instances are not in the pool: another node's
+        need = Counter(u.profile for u in mine)
+        if any(want[p] < n for p, n in need.items()):
+            if any(want[p] > 0 for p in need):
+                short.add(pod)
             continue
-        if u.pod not in placed and budget is not None and u.needs:
-            if any(n > r for n, r in zip(u.needs, budget, strict=False)):
+        needs = mine[0].needs
+        if budget is not None and needs:
+            if any(n > r for n, r in zip(needs, budget, strict=False)):
                 continue
-            budget = [r - n for r, n in zip(budget, u.needs, strict=False)] + \
-                budget[len(u.needs):]
-        placed.add(u.pod)
-        want[u.profile] -= 1
-        out.append(u)
-    return out
+            budget = [r - n for r, n in zip(budget, needs, strict=False)] + \
+                budget[len(needs):]
+        want.subtract(need)
+        out.extend(mine)
+    if not short or not any(n > 0 for n in want.values()):
+        short = set()
+    return out, short
 
 
 def plan_from_layouts(

@@ -250,3 +250,33 @@ def test_plan_pods_counts_a_unit_only_where_it_may_go_and_fits() -> None:
     busy = planner.NodeSupply("a-busy", model, gpus, busy=3)
     first = planner.plan_pods([busy, supply[1]], units[:1])
     assert [c.name for c in first.changes] == ["b"]
+
+
+def test_plan_pods_never_splits_a_pods_instances_across_nodes() -> None:
+    model = profiles.builtin().get("A100-80GB")
+    idle = planner.GpuState(0, (P("3g.40gb"), P("4g.40gb")))
+    two = planner.NodeSupply("two", model, (idle, dataclasses_replace(idle, index=1)))
+    four = planner.NodeSupply("four", model, tuple(dataclasses_replace(idle, index=i)
+                                                    for i in range(4)))
+    big = [planner.Unit("big", P("7g.80gb"), 1.0) for _ in range(4)]
+    assert planner.plan_pods([two], big).changes == ()  # never two of its four
+    plan = planner.plan_pods([two, four], big)
+    assert [c.name for c in plan.changes] == ["four"] and len(plan.assigned["four"]) == 4
+    # A frozen GPU holds only its free instances: one free 4g.40gb and one GPU that may
+    # change make room for two 4g.40gb, not three.
+    used = placements.Instance(start=4, size=model.profile(P("3g.40gb")).size,
+                               profile=P("3g.40gb"))
+    frozen = planner.GpuState(0, (P("3g.40gb"), P("4g.40gb")), fixed=(used,), frozen=True)
+    mixed = planner.NodeSupply("mixed", model, (frozen, dataclasses_replace(idle, index=1)))
+    three = [planner.Unit("three", P("4g.40gb"), 1.0) for _ in range(3)]
+    assert planner.plan_pods([mixed], three).changes == ()
+    # A plan that would serve some of a pod's instances is made again without that pod:
+    # one of two 7g.80gb would be worth less than the 1g.10gb pod's layout beside it, so the
+    # node changes one GPU, for the 1g.10gb pod, and the other keeps its layout.
+    pair = [planner.Unit("pair", P("7g.80gb"), 1.0) for _ in range(2)]
+    small = [planner.Unit("small", P("1g.10gb"), 5.0)]
+    plan = planner.plan_pods([two], pair + small)
+    assert [u.pod for u in plan.assigned["two"]] == ["small"]
+    assert [u.pod for u in plan.unserved] == ["pair"] * 2
+    (change,) = plan.changes
+    assert len(change.plan.changed) == 1 and dict(change.plan.served) == {"1g.10gb": 1}

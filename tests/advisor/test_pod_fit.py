@@ -157,3 +157,16 @@ def test_clearly_new_demand_lifts_the_cool_down() -> None:
     two = [pod(f"new{i}", "1g.10gb", since=LATER) for i in range(2)]
     (rec,) = advisor.advise(build(a, *two), now=NOW, recent=recent).recommendations
     assert rec.node == "a" and rec.unblocks == ("default/new0", "default/new1")
+
+
+def test_a_pod_of_several_instances_counts_only_toward_a_node_that_holds_them_all() -> None:
+    # A pod runs on one node: four 7g.80gb never count toward 2-GPU nodes, however many.
+    twos = [node(f"two{i}", gpus=2, alloc={"3g.40gb": 2, "4g.40gb": 2}) for i in range(3)]
+    big = pod("big", "7g.80gb", count=4)
+    advice = advisor.advise(build(*twos, big), now=NOW)
+    assert advice.recommendations == () and advice.unserved == ("default/big",)
+    # A 4-GPU node takes it whole, and no 2-GPU node is re-laid out beside it.
+    four = node("four", gpus=4, alloc={"3g.40gb": 4, "4g.40gb": 4})
+    recs = advisor.advise(build(*twos, four, big), now=NOW).recommendations
+    assert [(r.node, r.unblocks) for r in recs] == [("four", ("default/big",))]
+    assert recs[0].served == {"7g.80gb": 4}

@@ -452,21 +452,32 @@ def plan_cluster(
     for _, node in keyed:
         if not remaining or (max_nodes is not None and len(changes) >= max_nodes):
             break
-        plan = plan_node(node.model, gpus=node.gpus, demand=remaining)
-        if plan.value <= 1e-9 or not plan.changed:
+        planned = _changed_plan(node, remaining, prefer)
+        if planned is None:
             continue
-        named: str | None = None
-        if prefer is not None:
-            alternative = prefer(node, plan, remaining)
-            if alternative is not None:
-                plan, named = alternative
-            if not plan.changed:
-                continue  # the node must stay as it is
+        plan, named = planned
         _, remaining = remaining.take(plan.served)
         served.update(plan.served)
         changes.append(NodeChange(name=node.name, plan=plan, disruption=node.disruption,
                                   named=named))
     return ClusterPlan(changes=tuple(changes), served=dict(served), unserved=remaining)
+
+
+def _changed_plan(node: NodeSupply, demand: Demand, prefer: Prefer | None
+                  ) -> tuple[NodePlan, str | None] | None:
+    """The node's plan for ``demand`` (or the named config ``prefer`` swaps in) and that
+    config's name; None when the plan gains nothing or changes no GPU."""
+    plan = plan_node(node.model, gpus=node.gpus, demand=demand)
+    if plan.value <= 1e-9 or not plan.changed:
+        return None
+    named: str | None = None
+    if prefer is not None:
+        alternative = prefer(node, plan, demand)
+        if alternative is not None:
+            plan, named = alternative
+        if not plan.changed:
+            return None  # the node must stay as it is
+    return plan, named
 
 
 def model_has(model: profiles.GpuModel, profile: str) -> bool:
@@ -636,17 +647,11 @@ def _plan_whole(node: NodeSupply, pool: list[Unit], size: Mapping[str, int],
     for attempt in range(_REPLANS):
         if not pool:
             return None
-        demand = Demand.of_items((u.profile, u.weight) for u in pool)
-        plan = plan_node(node.model, gpus=node.gpus, demand=demand)
-        if plan.value <= 1e-9 or not plan.changed:
+        planned = _changed_plan(node, Demand.of_items((u.profile, u.weight) for u in pool),
+                                prefer)
+        if planned is None:
             return None
-        named: str | None = None
-        if prefer is not None:
-            alternative = prefer(node, plan, demand)
-            if alternative is not None:
-                plan, named = alternative
-            if not plan.changed:
-                return None  # the node must stay as it is
+        plan, named = planned
         taken, split = _take_units(pool, plan.served, left, size)
         if not split or attempt == _REPLANS - 1:
             return (plan, named, taken) if taken else None

@@ -2,7 +2,9 @@
 
 Prints the median time of ``advisor.advise`` (cold: first call in the process, with the
 layout enumeration and planner caches empty; warm: later calls), the peak memory it
-allocates (tracemalloc), the input size and the machine.
+allocates (tracemalloc), the input size and the machine; twice: every pending pod asking for
+one instance, then one pod in five asking for several (4 × 1g.10gb or 2 × 2g.20gb, all on
+one node: the planner takes a pod's instances whole).
 """
 
 from __future__ import annotations
@@ -39,14 +41,14 @@ def _node(name: str, alloc: dict[str, int]) -> dict[str, Any]:
                                "conditions": [{"type": "Ready", "status": "True"}]}}
 
 
-def _pod(name: str, profile: str, node: str | None) -> dict[str, Any]:
+def _pod(name: str, profile: str, node: str | None, count: int = 1) -> dict[str, Any]:
     status: dict[str, Any] = {"phase": "Running" if node else "Pending"}
     if node is None:
         status["conditions"] = [{"type": "PodScheduled", "status": "False",
                                  "reason": "Unschedulable",
                                  "lastTransitionTime": "2033-05-18T03:00:00Z"}]
     spec: dict[str, Any] = {"containers": [{"name": "c", "resources": {
-        "limits": {f"nvidia.com/mig-{profile}": "1"}}}]}
+        "limits": {f"nvidia.com/mig-{profile}": str(count)}}}]}
     if node:
         spec["nodeName"] = node
     return {"kind": "Pod", "metadata": {"name": name, "namespace": "bench", "uid": name,
@@ -54,9 +56,10 @@ def _pod(name: str, profile: str, node: str | None) -> dict[str, Any]:
             "spec": spec, "status": status}
 
 
-def objects() -> list[dict[str, Any]]:
+def objects(several: bool = False) -> list[dict[str, Any]]:
     """40 % idle nodes of 7g.80gb, 30 % of 3g.40gb half in use, 30 % full of busy 1g.10gb;
-    5,000 pending pods for 1g.10gb (all in use), 2g.20gb and 1g.20gb (advertised nowhere)."""
+    5,000 pending pods for 1g.10gb (all in use), 2g.20gb and 1g.20gb (advertised nowhere);
+    ``several``: every fifth pending pod asks for four 1g.10gb or two 2g.20gb."""
     out: list[dict[str, Any]] = []
     for i in range(NODES):
         name = f"node-{i:04d}"
@@ -69,13 +72,21 @@ def objects() -> list[dict[str, Any]]:
             out.append(_node(name, {"1g.10gb": 7 * GPUS}))
             out.extend(_pod(f"{name}-r{j}", "1g.10gb", name) for j in range(7 * GPUS))
     mix = ["1g.10gb"] * 6 + ["2g.20gb"] * 3 + ["1g.20gb"]
-    out.extend(_pod(f"wait-{k:05d}", mix[k % len(mix)], None) for k in range(PENDING))
+    for k in range(PENDING):
+        profile = mix[k % len(mix)]
+        count = (4 if profile == "1g.10gb" else 2) if several and k % 5 == 0 else 1
+        out.append(_pod(f"wait-{k:05d}", profile, None, count))
     return out
 
 
 def main() -> None:
+    for several in (False, True):
+        run(several)
+
+
+def run(several: bool) -> None:
     state = cluster.Cluster()
-    cluster.load_objects(state, objects())
+    cluster.load_objects(state, objects(several))
     pending = len(state.pending_pods())
     t0 = time.perf_counter()
     first = advisor.advise(state, now=NOW)
@@ -92,7 +103,9 @@ def main() -> None:
     unblocked = sum(len(r.unblocks) for r in advice.recommendations)
     print(f"machine: {platform.machine()} {platform.processor() or ''} "
           f"{os.cpu_count()} cpus, Python {platform.python_version()}")
-    print(f"input: {len(state)} nodes x {GPUS} GPUs (A100-80GB), {pending} pending pods")
+    kind = "a fifth asking for several instances" if several else "one instance each"
+    print(f"input: {len(state)} nodes x {GPUS} GPUs (A100-80GB), {pending} pending pods "
+          f"({kind})")
     print(f"advise: cold {cold * 1e3:.0f} ms, warm median {statistics.median(warm) * 1e3:.0f} ms"
           f" (of {REPEAT}); peak allocated {peak / 2**20:.1f} MiB")
     print(f"result: {len(first.recommendations)} nodes recommended "

@@ -552,17 +552,22 @@ def plan_pods(
     whole = Counter((u.pod, u.profile) for u in units)  # a pod's instances per profile
     size = Counter(u.pod for u in units)
     several = {k: n for k, n in whole.items() if size[k[0]] > 1}
-    holds: dict[tuple[object, ...], Counter[ProfileName]] = {}
+    multi: dict[str, list[Unit]] = {}  # the units of each pod that has several
+    for u in units:
+        if size[u.pod] > 1:
+            multi.setdefault(u.pod, []).append(u)
+    too_big_for: dict[tuple[object, ...], set[str]] = {}  # per node signature
 
     def too_big(node: NodeSupply) -> set[str]:
         """The pods of several instances that the node's GPUs could not hold all of."""
         if not several:
             return set()
         sig = _signature(node)
-        cap = holds.get(sig)
-        if cap is None:
-            cap = holds[sig] = _capacity(node, {p for _, p in several})
-        return {pod for (pod, p), n in several.items() if n > cap[p]}
+        out = too_big_for.get(sig)
+        if out is None:
+            cap = _capacity(node, {p for _, p in several})
+            out = too_big_for[sig] = {pod for (pod, p), n in several.items() if n > cap[p]}
+        return out
 
     def open_groups(node: NodeSupply) -> tuple[_Group, ...]:
         left = None if room is None else room.get(node.name)
@@ -603,9 +608,10 @@ def plan_pods(
     for _, node in keyed:
         if not any(groups.values()) or (max_nodes is not None and len(changes) >= max_nodes):
             break
-        pool = pool_of(node, open_groups(node))
+        open_ = open_groups(node)
+        pool = pool_of(node, open_)
         left = None if room is None else room.get(node.name)
-        planned = _plan_whole(node, pool, size, left, prefer)
+        planned = _plan_whole(node, pool, multi, set(open_), left, prefer)
         if planned is None:
             continue
         plan, named, taken = planned
@@ -639,8 +645,8 @@ def _capacity(node: NodeSupply, wanted: set[ProfileName]) -> Counter[ProfileName
 _REPLANS = 4  # plans per node at most, each without the pods the last one split
 
 
-def _plan_whole(node: NodeSupply, pool: list[Unit], size: Mapping[str, int],
-                left: tuple[int, ...] | None, prefer: Prefer | None
+def _plan_whole(node: NodeSupply, pool: list[Unit], multi: Mapping[str, Sequence[Unit]],
+                open_: set[_Group], left: tuple[int, ...] | None, prefer: Prefer | None
                 ) -> tuple[NodePlan, str | None, list[Unit]] | None:
     """The node's plan for ``pool``, the named config it came from and the units it takes,
     none of a pod's instances split from the others; None when nothing worth a change."""
@@ -652,7 +658,7 @@ def _plan_whole(node: NodeSupply, pool: list[Unit], size: Mapping[str, int],
         if planned is None:
             return None
         plan, named = planned
-        taken, split = _take_units(pool, plan.served, left, size)
+        taken, split = _take_units(pool, plan.served, left, multi, open_)
         if not split or attempt == _REPLANS - 1:
             return (plan, named, taken) if taken else None
         pool = [u for u in pool if u.pod not in split]
@@ -660,39 +666,46 @@ def _plan_whole(node: NodeSupply, pool: list[Unit], size: Mapping[str, int],
 
 
 def _take_units(pool: Sequence[Unit], served: Mapping[ProfileName, int],
-                left: tuple[int, ...] | None, size: Mapping[str, int]
-                ) -> tuple[list[Unit], set[str]]:
+                left: tuple[int, ...] | None, multi: Mapping[str, Sequence[Unit]],
+                open_: set[_Group]) -> tuple[list[Unit], set[str]]:
     """The units that ``served`` instances go to, and the pods to plan the node without.
 
-    Pods heaviest first, each taken whole or not at all: all its instances (``size``: per
-    pod) must be in ``pool`` and served, and its host needs
-    fit what is left of ``left`` (subtracted once per pod). When served instances go to
-    nobody while a pod got only some of its instances, that pod is returned: the plan
-    counted instances no pod can use."""
+    Pods heaviest first, each taken whole or not at all: all its instances (``multi``: the
+    units of each pod that has several) must be in ``pool`` (their groups in ``open_``:
+    a pod's units leave the groups together) and served, and its host needs fit what is
+    left of ``left`` (subtracted once per pod). When served instances go to nobody while a
+    pod got only some of its instances, that pod is returned: the plan counted instances
+    no pod can use."""
     want = Counter(served)
+    remaining = sum(n for n in want.values() if n > 0)
     budget = list(left) if left is not None else None
-    pods: dict[str, list[Unit]] = {}
-    for u in pool:
-        pods.setdefault(u.pod, []).append(u)
+    seen: set[str] = set()
     out: list[Unit] = []
     short: set[str] = set()
-    for pod, mine in pods.items():
-        if len(mine) != size.get(pod, 0):
-            continue  # some of its instances are not in the pool: another node's
-        need = Counter(u.profile for u in mine)
-        if any(want[p] < n for p, n in need.items()):
-            if any(want[p] > 0 for p in need):
-                short.add(pod)
+    for u in pool:
+        if remaining <= 0:
+            break
+        if want[u.profile] <= 0 or u.pod in seen:
             continue
-        needs = mine[0].needs
-        if budget is not None and needs:
-            if any(n > r for n, r in zip(needs, budget, strict=False)):
+        mine: Sequence[Unit] = multi.get(u.pod, (u,))
+        if len(mine) > 1:
+            seen.add(u.pod)
+            if any((v.cls, v.profile, v.needs) not in open_ for v in mine):
+                continue  # some of its instances cannot go here
+            need = Counter(v.profile for v in mine)
+            if any(want[p] < n for p, n in need.items()):
+                short.add(u.pod)
                 continue
-            budget = [r - n for r, n in zip(budget, needs, strict=False)] + \
-                budget[len(needs):]
-        want.subtract(need)
+        if budget is not None and u.needs:
+            if any(n > r for n, r in zip(u.needs, budget, strict=False)):
+                continue
+            budget = [r - n for r, n in zip(budget, u.needs, strict=False)] + \
+                budget[len(u.needs):]
+        for v in mine:
+            want[v.profile] -= 1
+        remaining -= len(mine)
         out.extend(mine)
-    if not short or not any(n > 0 for n in want.values()):
+    if not short or remaining <= 0:
         short = set()
     return out, short
 

@@ -549,13 +549,13 @@ def plan_pods(
     for u in sorted(units, key=lambda u: -u.weight):
         groups.setdefault((u.cls, u.profile, u.needs), []).append(u)
     verdict: dict[tuple[str, _Group], bool] = {}
-    whole = Counter((u.pod, u.profile) for u in units)  # a pod's instances per profile
     size = Counter(u.pod for u in units)
-    several = {k: n for k, n in whole.items() if size[k[0]] > 1}
     multi: dict[str, list[Unit]] = {}  # the units of each pod that has several
     for u in units:
         if size[u.pod] > 1:
             multi.setdefault(u.pod, []).append(u)
+    # per pod of several units and profile, how many instances it asks for
+    several = Counter((u.pod, u.profile) for us in multi.values() for u in us)
     too_big_for: dict[tuple[object, ...], set[str]] = {}  # per node signature
 
     def too_big(node: NodeSupply) -> set[str]:
@@ -650,16 +650,16 @@ def _plan_whole(node: NodeSupply, pool: list[Unit], multi: Mapping[str, Sequence
                 ) -> tuple[NodePlan, str | None, list[Unit]] | None:
     """The node's plan for ``pool``, the named config it came from and the units it takes,
     none of a pod's instances split from the others; None when nothing worth a change."""
-    for attempt in range(_REPLANS):
-        if not pool:
-            return None
+    tries = _REPLANS
+    while pool:
         planned = _changed_plan(node, Demand.of_items((u.profile, u.weight) for u in pool),
                                 prefer)
         if planned is None:
             return None
         plan, named = planned
         taken, split = _take_units(pool, plan.served, left, multi, open_)
-        if not split or attempt == _REPLANS - 1:
+        tries -= 1
+        if not split or not tries:
             return (plan, named, taken) if taken else None
         pool = [u for u in pool if u.pod not in split]
     return None

@@ -6,7 +6,8 @@ someone changes the node's mig-parted config. This module (pure: no I/O) compute
 advice from the cluster model:
 
 - demand: pending, unbound pods with MIG requests, unschedulable for longer than a grace
-  period, for a profile no schedulable node has a free instance of right now;
+  period, that no schedulable node with free instances of their profiles can take right
+  now (selectors, affinity, taints, cpu and memory; ``demand``);
 - supply: schedulable, ready MIG nodes of a known model that are not being re-partitioned,
   with their layout per GPU (from the mig-parted config when the ConfigMap is readable and
   agrees with the allocatable, else inferred from the allocatable, and said so);
@@ -63,6 +64,7 @@ from migfit import (
     placements,
     planner,
     profiles,
+    quantity,
     records,
 )
 
@@ -295,16 +297,21 @@ def demand(state: cluster.Cluster, *, now: float, settings: Settings) -> list[Wa
     """Pending unbound MIG pods, unschedulable for longer than the grace period (heaviest,
     i.e. longest waiting, first).
 
-    The scheduler's verdict is the test of "nothing can serve it now". A pod whose profile
-    has no free instance anywhere counts after ``grace_s``. One whose profile does have free
-    instances counts after ``free_grace_s``: kube-scheduler retries it on every cluster change
-    and at least every 5 minutes, so still being Unschedulable then means those instances are
-    of no use to it (CPU, memory, taints, affinity or the extender's memory check rule them
-    out). Treating them as supply for ever would hide the pod for as long as they stay free
-    (``migfit simulate`` showed it: nodes re-laid out to 7g.80gb ran out of CPU first, and
-    their free 7g.80gb masked every waiting 7g pod).
+    The scheduler's verdict is the test of "nothing can serve it now". A pod counts after
+    ``grace_s`` unless a schedulable node could take it on its free instances: as many free
+    as it asks for of each profile, its selectors, affinity and taints, its cpu and memory
+    (``_free_rooms``). Then it counts after ``free_grace_s``: kube-scheduler retries it on
+    every cluster change and at least every 5 minutes, so still being Unschedulable then
+    means those instances are of no use to it for a reason migfit does not model (pod
+    affinity, topology spread, volumes, the extender's memory check). Treating them as
+    supply for ever would hide the pod for as long as they stay free (``migfit simulate``
+    showed it: nodes re-laid out to 7g.80gb ran out of CPU first, and their free 7g.80gb
+    masked every waiting 7g pod); treating them as supply until ``free_grace_s`` when the
+    pod's own cpu could not go there kept ``4g.40gb`` pods waiting 3–4 minutes next to idle
+    GPUs (docs/simulation.md, "Free instances a pod cannot use").
     """
     out: list[Waiting] = []
+    rooms: dict[tuple[object, ...], list[tuple[int, int]]] = {}
     for pod in state.pending_pods():
         if not pod.pending or pod.unschedulable_since is None:
             continue
@@ -314,12 +321,69 @@ def demand(state: cluster.Cluster, *, now: float, settings: Settings) -> list[Wa
         waited = now - pod.unschedulable_since
         if waited < settings.grace_s:
             continue
-        if waited < settings.free_grace_s and any(state.free_nodes(p) for p in reqs):
-            continue
+        if waited < settings.free_grace_s:
+            cls = (pod.constraints, tuple(sorted(reqs.items())))
+            if cls not in rooms:
+                rooms[cls] = _free_rooms(state, pod.constraints, reqs)
+            if any(pod.cpu_milli <= cpu and pod.memory_bytes <= mem for cpu, mem in rooms[cls]):
+                continue  # a node with a free instance could take it: kube-scheduler's turn
         weight = 1.0 + max(waited, 0.0) / 3600.0 * settings.weight_per_hour
         out.append(Waiting(key=pod.key, requests=reqs, waited_s=waited, weight=weight,
                            pod=pod))
     out.sort(key=lambda w: (-w.weight, w.key))
+    return out
+
+
+def _admits(state: cluster.Cluster, name: str, constraints: records.PodConstraints,
+            reqs: Mapping[ProfileName, int]) -> str | None:
+    """Why schedulable node ``name`` cannot take a pod with ``constraints`` asking for
+    ``reqs`` on its free instances, cpu and memory aside: fewer free instances than it asks
+    for, or its selectors, affinity or taints (``excludes``); None when it can."""
+    for p, n in reqs.items():
+        free = state.free_nodes(p).get(name, 0)
+        if free < n:
+            return f"{free} free {p}, it asks for {n}"
+    ns = state.node(name)
+    return "not in migfit's view" if ns is None else excludes(ns.node, constraints)
+
+
+def _room(state: cluster.Cluster, name: str) -> tuple[int, int]:
+    """``host_room`` of node ``name``; unbounded where the node reports neither."""
+    ns = state.node(name)
+    left = None if ns is None else host_room(state, ns.node)
+    return (1 << 62, 1 << 62) if left is None else left
+
+
+def _refusal(state: cluster.Cluster, pod: records.PodRecord, name: str,
+             reqs: Mapping[ProfileName, int]) -> str | None:
+    """Why schedulable node ``name`` cannot take ``pod`` on its free instances now, or None
+    (``_admits``, then its cpu and memory room)."""
+    why = _admits(state, name, pod.constraints, reqs)
+    if why is not None:
+        return why
+    cpu, mem = _room(state, name)
+    if pod.cpu_milli > cpu:
+        return f"cpu: {cpu}m free, it asks for {pod.cpu_milli}m"
+    if pod.memory_bytes > mem:
+        return (f"memory: {quantity.format_bytes(mem)} free, it asks for "
+                f"{quantity.format_bytes(pod.memory_bytes)}")
+    return None
+
+
+def _free_rooms(state: cluster.Cluster, constraints: records.PodConstraints,
+                reqs: Mapping[ProfileName, int]) -> list[tuple[int, int]]:
+    """The cpu and memory room of the nodes that could take a pod with ``constraints`` on
+    free instances of ``reqs`` (``_admits``), less those another one's room covers: the pod
+    fits one of them if and only if its requests fit one of these. The test kube-scheduler
+    applies, short of the rules migfit does not model (pod affinity, topology spread,
+    volumes), which ``Settings.free_grace_s`` covers."""
+    smallest = min((state.free_nodes(p) for p in reqs), key=len)
+    found = sorted((_room(state, n) for n in smallest
+                    if _admits(state, n, constraints, reqs) is None), reverse=True)
+    out: list[tuple[int, int]] = []
+    for cpu, mem in found:  # most cpu first: keep each that has more memory than all before
+        if not out or mem > out[-1][1]:
+            out.append((cpu, mem))
     return out
 
 
@@ -1201,11 +1265,20 @@ def explain(
     blocked: list[str] = []
     for p in sorted(reqs):
         free = sorted(state.free_nodes(p))
+        refusals = {n: _refusal(state, pod, n, reqs) for n in free}
+        fits = [n for n in free if refusals[n] is None]
+        if fits:
+            lines.append(f"- {p}: {len(fits)} schedulable node(s) have a free instance and "
+                         f"room for it ({_names(fits)}). MIG capacity is not what holds it; "
+                         f"check what migfit does not model (pod affinity, topology spread, "
+                         f"volumes) with kubectl describe pod -n {namespace} {name}.")
+            continue
         if free:
-            lines.append(f"- {p}: {len(free)} schedulable node(s) have a free instance "
-                         f"({_names(free)}). MIG capacity is not what holds it; check its "
-                         f"other constraints (cpu, memory, affinity, taints) with "
-                         f"kubectl describe pod -n {namespace} {name}.")
+            shown = "; ".join(f"{n}: {refusals[n]}" for n in free[:5])
+            more = f"; and {len(free) - 5} more" if len(free) > 5 else ""
+            lines.append(f"- {p}: {len(free)} schedulable node(s) have a free instance, but "
+                         f"none can take it ({shown}{more}).")
+            blocked.append(p)
             continue
         blocked.append(p)
         advertising = [s for s in state.nodes() if s.node.allocatable.get(p, 0) > 0]

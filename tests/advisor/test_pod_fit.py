@@ -170,3 +170,60 @@ def test_a_pod_of_several_instances_counts_only_toward_a_node_that_holds_them_al
     recs = advisor.advise(build(*twos, four, big), now=NOW).recommendations
     assert [(r.node, r.unblocks) for r in recs] == [("four", ("default/big",))]
     assert recs[0].served == {"7g.80gb": 4}
+
+
+def test_free_instances_the_pod_cannot_use_do_not_hide_it() -> None:
+    # Within the free grace (600 s < 900 s) a pod whose profile has free instances counts
+    # only when no node holding them could take it: here "full" has seven free 1g.10gb but
+    # not the pod's cpu, is tainted, or holds fewer than the pod asks for.
+    idle = node("idle", alloc={"3g.40gb": 2})
+    hungry = pod("p", "1g.10gb", cpu="4")
+    assert advisor.Settings().free_grace_s > NOW - T0
+    short = node("full", alloc={"1g.10gb": 7}, cpu="2")
+    assert _nodes_for(build(short, idle, hungry)) == ["idle"]
+    taint = {"key": "dedicated", "value": "ml", "effect": "NoSchedule"}
+    tainted = node("full", alloc={"1g.10gb": 7}, taints=[taint])
+    assert _nodes_for(build(tainted, idle, hungry)) == ["idle"]
+    one_free = node("full", alloc={"1g.10gb": 7})
+    taken = [pod(f"r{i}", "1g.10gb", node="full", phase="Running") for i in range(6)]
+    pair = pod("p", "1g.10gb", count=2)
+    assert _nodes_for(build(one_free, idle, *taken, pair)) == ["idle"]
+    # Where a node could take it, the pod is the scheduler's to place: no advice yet.
+    roomy = node("full", alloc={"1g.10gb": 7}, cpu="64")
+    assert _nodes_for(build(roomy, idle, hungry)) == []
+    assert _nodes_for(build(one_free, idle, *taken, pod("p", "1g.10gb"))) == []
+    assert _nodes_for(build(tainted, idle, pod("p", "1g.10gb", spec={"tolerations": [
+        {"key": "dedicated", "operator": "Exists", "effect": "NoSchedule"}]}))) == []
+
+
+def test_explain_names_why_each_free_instance_cannot_take_the_pod() -> None:
+    short = node("full", alloc={"1g.10gb": 7}, cpu="2")
+    c = build(short, node("idle", alloc={"3g.40gb": 2}), pod("p", "1g.10gb", cpu="4"))
+    text = advisor.explain(c, "default", "p", now=NOW)
+    assert ("1 schedulable node(s) have a free instance, but none can take it "
+            "(full: cpu: 2000m free, it asks for 4000m)") in text
+    assert "Fix: re-partition node idle" in text
+    roomy = build(node("full", alloc={"1g.10gb": 7}), pod("p", "1g.10gb", cpu="4"))
+    text = advisor.explain(roomy, "default", "p", now=NOW)
+    assert "have a free instance and room for it (full)" in text and "Fix" not in text
+
+
+def test_a_pod_counts_unless_one_node_has_both_its_cpu_and_its_memory() -> None:
+    # Two nodes with free 1g.10gb: one rich in cpu, one in memory. A pod needing much of both
+    # fits neither and counts at once; one needing much of either is the scheduler's.
+    cpu_rich = node("cpu-rich", alloc={"1g.10gb": 7}, cpu="64", memory="8Gi")
+    mem_rich = node("mem-rich", alloc={"1g.10gb": 7}, cpu="4", memory="512Gi")
+    idle = node("idle", alloc={"3g.40gb": 2})
+
+    def asking(cpu: str, memory: str) -> dict[str, Any]:
+        p = pod("p", "1g.10gb", cpu=cpu)
+        p["spec"]["containers"][0]["resources"]["requests"]["memory"] = memory
+        return p
+
+    assert _nodes_for(build(cpu_rich, mem_rich, idle, asking("32", "64Gi"))) == ["idle"]
+    assert _nodes_for(build(cpu_rich, mem_rich, idle, asking("32", "4Gi"))) == []
+    assert _nodes_for(build(cpu_rich, mem_rich, idle, asking("2", "64Gi"))) == []
+    text = advisor.explain(build(cpu_rich, mem_rich, idle, asking("32", "64Gi")), "default", "p",
+                           now=NOW)
+    assert "cpu-rich: memory: 8Gi free, it asks for 64Gi" in text
+    assert "mem-rich: cpu: 4000m free, it asks for 32000m" in text

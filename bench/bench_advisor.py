@@ -2,9 +2,12 @@
 
 Prints the median time of ``advisor.advise`` (cold: first call in the process, with the
 layout enumeration and planner caches empty; warm: later calls), the peak memory it
-allocates (tracemalloc), the input size and the machine; twice: every pending pod asking for
-one instance, then one pod in five asking for several (4 × 1g.10gb or 2 × 2g.20gb, all on
-one node: the planner takes a pod's instances whole).
+allocates (tracemalloc), the time of ``advisor.demand`` alone, the input size and the
+machine; three times: every pending pod asking for one instance, then one pod in five asking
+for several (4 × 1g.10gb or 2 × 2g.20gb, all on one node: the planner takes a pod's
+instances whole), then half of them asking for a profile whose free instances all sit on
+nodes without cpu left (``advisor.demand`` checks each class of pod against those nodes
+before counting it).
 """
 
 from __future__ import annotations
@@ -41,25 +44,32 @@ def _node(name: str, alloc: dict[str, int]) -> dict[str, Any]:
                                "conditions": [{"type": "Ready", "status": "True"}]}}
 
 
-def _pod(name: str, profile: str, node: str | None, count: int = 1) -> dict[str, Any]:
+def _pod(name: str, profile: str, node: str | None, count: int = 1, *, cpu: str | None = None,
+         since: str = "2033-05-18T03:00:00Z", toleration: str | None = None) -> dict[str, Any]:
     status: dict[str, Any] = {"phase": "Running" if node else "Pending"}
     if node is None:
         status["conditions"] = [{"type": "PodScheduled", "status": "False",
-                                 "reason": "Unschedulable",
-                                 "lastTransitionTime": "2033-05-18T03:00:00Z"}]
-    spec: dict[str, Any] = {"containers": [{"name": "c", "resources": {
-        "limits": {f"nvidia.com/mig-{profile}": str(count)}}}]}
+                                 "reason": "Unschedulable", "lastTransitionTime": since}]
+    resources: dict[str, Any] = {"limits": {f"nvidia.com/mig-{profile}": str(count)}}
+    if cpu is not None:
+        resources["requests"] = {"cpu": cpu}
+    spec: dict[str, Any] = {"containers": [{"name": "c", "resources": resources}]}
     if node:
         spec["nodeName"] = node
+    if toleration is not None:
+        spec["tolerations"] = [{"key": toleration, "operator": "Exists"}]
     return {"kind": "Pod", "metadata": {"name": name, "namespace": "bench", "uid": name,
                                         "resourceVersion": "1"},
             "spec": spec, "status": status}
 
 
-def objects(several: bool = False) -> list[dict[str, Any]]:
+def objects(several: bool = False, host_bound: bool = False) -> list[dict[str, Any]]:
     """40 % idle nodes of 7g.80gb, 30 % of 3g.40gb half in use, 30 % full of busy 1g.10gb;
     5,000 pending pods for 1g.10gb (all in use), 2g.20gb and 1g.20gb (advertised nowhere);
-    ``several``: every fifth pending pod asks for four 1g.10gb or two 2g.20gb."""
+    ``several``: every fifth pending pod asks for four 1g.10gb or two 2g.20gb;
+    ``host_bound``: the 3g.40gb nodes' pods take all their cpu and every other pending pod
+    asks for a 3g.40gb, unschedulable for 5 minutes, in 100 classes (tolerations) that the
+    advisor checks against each of the 300 nodes with free 3g.40gb instances (demand)."""
     out: list[dict[str, Any]] = []
     for i in range(NODES):
         name = f"node-{i:04d}"
@@ -67,12 +77,17 @@ def objects(several: bool = False) -> list[dict[str, Any]]:
             out.append(_node(name, {"7g.80gb": GPUS}))
         elif i % 10 < 7:
             out.append(_node(name, {"3g.40gb": 2 * GPUS}))
-            out.extend(_pod(f"{name}-r{j}", "3g.40gb", name) for j in range(GPUS))
+            out.extend(_pod(f"{name}-r{j}", "3g.40gb", name, cpu="16" if host_bound else None)
+                       for j in range(GPUS))
         else:
             out.append(_node(name, {"1g.10gb": 7 * GPUS}))
             out.extend(_pod(f"{name}-r{j}", "1g.10gb", name) for j in range(7 * GPUS))
     mix = ["1g.10gb"] * 6 + ["2g.20gb"] * 3 + ["1g.20gb"]
     for k in range(PENDING):
+        if host_bound and k % 2:
+            out.append(_pod(f"wait-{k:05d}", "3g.40gb", None, cpu="1",
+                            since="2033-05-18T03:28:20Z", toleration=f"team-{k % 100}"))
+            continue
         profile = mix[k % len(mix)]
         count = (4 if profile == "1g.10gb" else 2) if several and k % 5 == 0 else 1
         out.append(_pod(f"wait-{k:05d}", profile, None, count))
@@ -80,13 +95,13 @@ def objects(several: bool = False) -> list[dict[str, Any]]:
 
 
 def main() -> None:
-    for several in (False, True):
-        run(several)
+    for several, host_bound in ((False, False), (True, False), (False, True)):
+        run(several, host_bound)
 
 
-def run(several: bool) -> None:
+def run(several: bool, host_bound: bool) -> None:
     state = cluster.Cluster()
-    cluster.load_objects(state, objects(several))
+    cluster.load_objects(state, objects(several, host_bound))
     pending = len(state.pending_pods())
     t0 = time.perf_counter()
     first = advisor.advise(state, now=NOW)
@@ -96,6 +111,12 @@ def run(several: bool) -> None:
         t0 = time.perf_counter()
         advice = advisor.advise(state, now=NOW)
         warm.append(time.perf_counter() - t0)
+    settings = advisor.Settings()
+    part = []  # advisor.demand alone: which pending pods count (the free-instance check)
+    for _ in range(REPEAT):
+        t0 = time.perf_counter()
+        counted = advisor.demand(state, now=NOW, settings=settings)
+        part.append(time.perf_counter() - t0)
     tracemalloc.start()
     advisor.advise(state, now=NOW)
     _, peak = tracemalloc.get_traced_memory()
@@ -103,11 +124,14 @@ def run(several: bool) -> None:
     unblocked = sum(len(r.unblocks) for r in advice.recommendations)
     print(f"machine: {platform.machine()} {platform.processor() or ''} "
           f"{os.cpu_count()} cpus, Python {platform.python_version()}")
-    kind = "a fifth asking for several instances" if several else "one instance each"
+    kind = ("a fifth asking for several instances" if several
+            else "half for 3g.40gb free only behind exhausted cpu" if host_bound
+            else "one instance each")
     print(f"input: {len(state)} nodes x {GPUS} GPUs (A100-80GB), {pending} pending pods "
           f"({kind})")
     print(f"advise: cold {cold * 1e3:.0f} ms, warm median {statistics.median(warm) * 1e3:.0f} ms"
-          f" (of {REPEAT}); peak allocated {peak / 2**20:.1f} MiB")
+          f" (of {REPEAT}); peak allocated {peak / 2**20:.1f} MiB; of which demand "
+          f"{statistics.median(part) * 1e3:.0f} ms ({len(counted)} pods counted)")
     print(f"result: {len(first.recommendations)} nodes recommended "
           f"({sum(r.disruptive for r in advice.recommendations)} disruptive), "
           f"{unblocked} pods unblocked, {len(advice.unserved)} unserved")

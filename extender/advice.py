@@ -103,7 +103,7 @@ class _AdviceCollector(Collector):
         yield family
         yield GaugeMetricFamily(
             "migfit_relayout_waiting_pods",
-            "Pods waiting past the grace period for a MIG profile no node has free",
+            "Pods waiting past the grace period for a MIG instance no node can give them",
             value=len(advice.waiting) if advice is not None else 0)
         yield GaugeMetricFamily(
             "migfit_relayout_unserved_pods",

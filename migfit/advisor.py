@@ -311,7 +311,8 @@ def demand(state: cluster.Cluster, *, now: float, settings: Settings) -> list[Wa
     GPUs (docs/simulation.md, "Free instances a pod cannot use").
     """
     out: list[Waiting] = []
-    rooms: dict[tuple[object, ...], list[tuple[int, int]]] = {}
+    rooms: dict[tuple[object, ...], list[tuple[int, int]]] = {}  # per class of pod
+    memo: dict[str, tuple[int, int]] = {}  # per node
     for pod in state.pending_pods():
         if not pod.pending or pod.unschedulable_since is None:
             continue
@@ -324,7 +325,7 @@ def demand(state: cluster.Cluster, *, now: float, settings: Settings) -> list[Wa
         if waited < settings.free_grace_s:
             cls = (pod.constraints, tuple(sorted(reqs.items())))
             if cls not in rooms:
-                rooms[cls] = _free_rooms(state, pod.constraints, reqs)
+                rooms[cls] = _free_rooms(state, pod.constraints, reqs, memo)
             if any(pod.cpu_milli <= cpu and pod.memory_bytes <= mem for cpu, mem in rooms[cls]):
                 continue  # a node with a free instance could take it: kube-scheduler's turn
         weight = 1.0 + max(waited, 0.0) / 3600.0 * settings.weight_per_hour
@@ -347,11 +348,18 @@ def _admits(state: cluster.Cluster, name: str, constraints: records.PodConstrain
     return "not in migfit's view" if ns is None else excludes(ns.node, constraints)
 
 
-def _room(state: cluster.Cluster, name: str) -> tuple[int, int]:
-    """``host_room`` of node ``name``; unbounded where the node reports neither."""
+def _room(state: cluster.Cluster, name: str,
+          memo: dict[str, tuple[int, int]] | None = None) -> tuple[int, int]:
+    """``host_room`` of node ``name`` (kept in ``memo``); unbounded where the node reports
+    neither."""
+    if memo is not None and name in memo:
+        return memo[name]
     ns = state.node(name)
     left = None if ns is None else host_room(state, ns.node)
-    return (1 << 62, 1 << 62) if left is None else left
+    out = (1 << 62, 1 << 62) if left is None else left
+    if memo is not None:
+        memo[name] = out
+    return out
 
 
 def _refusal(state: cluster.Cluster, pod: records.PodRecord, name: str,
@@ -371,14 +379,15 @@ def _refusal(state: cluster.Cluster, pod: records.PodRecord, name: str,
 
 
 def _free_rooms(state: cluster.Cluster, constraints: records.PodConstraints,
-                reqs: Mapping[ProfileName, int]) -> list[tuple[int, int]]:
+                reqs: Mapping[ProfileName, int],
+                memo: dict[str, tuple[int, int]]) -> list[tuple[int, int]]:
     """The cpu and memory room of the nodes that could take a pod with ``constraints`` on
     free instances of ``reqs`` (``_admits``), less those another one's room covers: the pod
     fits one of them if and only if its requests fit one of these. The test kube-scheduler
     applies, short of the rules migfit does not model (pod affinity, topology spread,
     volumes), which ``Settings.free_grace_s`` covers."""
     smallest = min((state.free_nodes(p) for p in reqs), key=len)
-    found = sorted((_room(state, n) for n in smallest
+    found = sorted((_room(state, n, memo) for n in smallest
                     if _admits(state, n, constraints, reqs) is None), reverse=True)
     out: list[tuple[int, int]] = []
     for cpu, mem in found:  # most cpu first: keep each that has more memory than all before

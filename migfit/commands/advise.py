@@ -163,7 +163,7 @@ def _summary(advice: advisor.Advice) -> list[str]:
     served = len({k for r in recs for k in r.unblocks})
     ahead = sum(r.ahead for r in recs)
     traded = sum(bool(r.balance) for r in recs)
-    lines = [f"{len(advice.waiting)} pod(s) wait for a MIG profile no node has free; "
+    lines = [f"{len(advice.waiting)} pod(s) wait for a MIG instance no node can give them; "
              f"{len(recs) - ahead} re-layout(s) ({len(recs) - ahead - disruptive - busy} "
              "safe, " + (f"{busy} of busy nodes' idle GPUs, " if busy else "")
              + f"{disruptive} disruptive) would unblock {served} of them."
@@ -205,7 +205,7 @@ def _kind(rec: advisor.Recommendation) -> str:
 def render_text(advice: advisor.Advice, *, details: bool = True) -> str:
     """The advice for people: every node in full (``details``), or a summary table."""
     if not advice.waiting and not advice.recommendations:
-        return "No pod waits for a MIG profile that no node has free: nothing to re-lay out."
+        return "No pod waits for a MIG instance that no node can give it: nothing to re-lay out."
     if not details:
         lines = _summary(advice)
         if advice.unserved:

@@ -124,7 +124,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                      help="re-layouts in flight at once")
     run.add_argument("--advisor", choices=("advisor", "planner"), default="advisor",
                      help="advisor = migfit.advisor.advise (what the server recommends: pods "
-                          "whose profile no node has free, safe nodes); planner = "
+                          "that no node with free instances can take, safe nodes); planner = "
                           "migfit.planner.plan_cluster on every pending pod's instances over "
                           "idle nodes (for comparison)")
     run.add_argument("--advisor-grace", type=float, default=policies.SERVER_ADVISOR.grace_s,

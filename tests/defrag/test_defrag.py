@@ -117,8 +117,8 @@ def test_a_malformed_pdb_names_the_item(tmp_path: Path) -> None:
 
 
 EXPECTED = """\
-1 pod(s) wait for a MIG profile no node has free; 0 re-layout(s) (0 safe, 0 disruptive) would \
-unblock 0 of them.
+1 pod(s) wait for a MIG instance no node can give them; 0 re-layout(s) (0 safe, 0 disruptive) \
+would unblock 0 of them.
 1 waiting pod(s) no re-layout can serve now: ml/big
 Defragmentation (advice only: migfit evicts nothing): 1 node(s) to drain, moving 2 of 3 bound \
 MIG pod(s) (at most 2: --max-move-share 0.7).

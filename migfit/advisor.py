@@ -111,6 +111,10 @@ class Settings:
     # With ahead_from set: idle nodes of one model trade GPU layouts when that frees at least
     # this many memory slices from behind exhausted cpu or memory (``hostbalance``). None: off.
     balance_gain: float | None = BALANCE_GAIN
+    # ... once the mix counts this many pods: a trade rests on the mix's mean cpu and memory
+    # per instance of each profile, which a first sample of 50 pods estimates too poorly
+    # (docs/simulation.md, "Trades once the mix counts 200 pods").
+    balance_min_pods: int = 200
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -990,7 +994,8 @@ def advise(
     ahead = shortfall(state, settings, mixed)
     # What idle nodes trade layouts for (``hostbalance``): the sampled mix and the gain.
     trading = (None if mixed is None or settings.balance_gain is None
-               or mixed.pods < settings.ahead_min_pods else (mixed, settings.balance_gain))
+               or mixed.pods < max(settings.ahead_min_pods, settings.balance_min_pods)
+               else (mixed, settings.balance_gain))
     if not waiting and not ahead and trading is None:
         return Advice(recommendations=(), waiting=(), unserved=(),
                       generation=state.generation)

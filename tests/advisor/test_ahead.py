@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import pathlib
 import subprocess
@@ -116,7 +117,9 @@ def test_free_instances_behind_exhausted_cpu_are_no_supply() -> None:
 
     fall = advisor.shortfall(build(*scene("4")), SETTINGS)
     assert dict(fall[A100.id].short) == {whole: 1}
-    adv = advisor.advise(build(*scene("4")), now=T0 + 600, settings=SETTINGS)
+    # The mix counts 60 pods: trades allowed from 50 here (their own gate is tested below).
+    early = dataclasses.replace(SETTINGS, balance_min_pods=50)
+    adv = advisor.advise(build(*scene("4")), now=T0 + 600, settings=early)
     recs = [(r.node, [g.after for g in r.gpus]) for r in adv.recommendations]
     assert recs[0] == ("idle-0", [(whole,)])  # ahead of demand: the usable 7g.80gb it lacks
     # ... and a starved node trades its 7g.80gb for the other idle node's 1g.10gb layout
@@ -211,17 +214,18 @@ def test_a_pod_with_two_profiles_counts_once_toward_the_sample() -> None:
 # ---------------------------------------------------------------- idle nodes trade layouts
 
 
-def _host_scene(*, idle_cpu: str = "32") -> list[dict[str, Any]]:
-    """The mix: 140 pods on 1g.10gb and 20 on 7g.80gb, 4 cores each, on full nodes (as many
-    memory slices of each as the idle nodes have free: no profile in surplus); two idle 2-GPU
+def _host_scene(*, idle_cpu: str = "32", full: int = 30) -> list[dict[str, Any]]:
+    """The mix: 210 pods on 1g.10gb and 30 on 7g.80gb, 4 cores each, on full nodes (as many
+    memory slices of each, in proportion, as the idle nodes have free: no profile in surplus;
+    240 pods: enough for trades, ``balance_min_pods``; ``full`` nodes of each); two idle 2-GPU
     nodes: ``small`` of 1g.10gb only (14 × 4 cores wanted of ``idle_cpu``) and ``whole`` of
     7g.80gb only (2 × 4)."""
     objs: list[dict[str, Any]] = []
-    for i in range(20):
+    for i in range(full):
         objs.append(node(f"ones-{i}", alloc={"1g.10gb": 7}))
         objs.extend(pod(f"small-{i}-{k}", "1g.10gb", node=f"ones-{i}", phase="Running",
                         cpu="4") for k in range(7))
-    for i in range(20):
+    for i in range(full):
         objs.append(node(f"big-{i:02d}", alloc={"7g.80gb": 1}))
         objs.append(pod(f"big-{i:02d}", "7g.80gb", node=f"big-{i:02d}", phase="Running",
                         cpu="4"))
@@ -250,6 +254,18 @@ def test_idle_nodes_trade_layouts_so_their_cpu_feeds_their_instances() -> None:
         assert "after trading GPU layouts" in r.balance
         assert r.to_json()["balance"] == r.balance
     assert "175%" in small.balance and "100%" in small.balance
+
+
+def test_trades_wait_for_a_mix_of_200_pods() -> None:
+    # The same scene with a third of the mix gone (80 pods): the means per profile are the
+    # same, but a sample that small does not move layouts; the shortfall still counts.
+    small = build(*_host_scene(full=10))
+    assert advisor.demand_mix(small).pods == 80
+    assert not any(r.balance for r in advisor.advise(small, now=T0 + 600).recommendations)
+    assert advisor.Settings().balance_min_pods == 200
+    trading = advisor.advise(small, now=T0 + 600,
+                             settings=advisor.Settings(balance_min_pods=80)).recommendations
+    assert sorted(r.node for r in trading if r.balance) == ["small", "whole"]
 
 
 def test_no_trade_when_the_cpu_suffices_or_when_off() -> None:

@@ -352,28 +352,25 @@ def _admits(state: cluster.Cluster, name: str, constraints: records.PodConstrain
     return "not in migfit's view" if ns is None else excludes(ns.node, constraints)
 
 
-def _room(state: cluster.Cluster, name: str,
-          memo: dict[str, tuple[int, int]] | None = None) -> tuple[int, int]:
-    """``host_room`` of node ``name`` (kept in ``memo``); unbounded where the node reports
-    neither."""
-    if memo is not None and name in memo:
-        return memo[name]
-    ns = state.node(name)
-    left = None if ns is None else host_room(state, ns.node)
-    out = (1 << 62, 1 << 62) if left is None else left
-    if memo is not None:
-        memo[name] = out
-    return out
+def _room(state: cluster.Cluster, name: str, memo: dict[str, tuple[int, int]]
+          ) -> tuple[int, int]:
+    """``host_room`` of node ``name``, computed once per ``memo``; unbounded where the node
+    reports neither."""
+    if name not in memo:
+        ns = state.node(name)
+        left = None if ns is None else host_room(state, ns.node)
+        memo[name] = (1 << 62, 1 << 62) if left is None else left
+    return memo[name]
 
 
 def _refusal(state: cluster.Cluster, pod: records.PodRecord, name: str,
-             reqs: Mapping[ProfileName, int]) -> str | None:
+             reqs: Mapping[ProfileName, int], memo: dict[str, tuple[int, int]]) -> str | None:
     """Why schedulable node ``name`` cannot take ``pod`` on its free instances now, or None
     (``_admits``, then its cpu and memory room)."""
     why = _admits(state, name, pod.constraints, reqs)
     if why is not None:
         return why
-    cpu, mem = _room(state, name)
+    cpu, mem = _room(state, name, memo)
     if pod.cpu_milli > cpu:
         return f"cpu: {cpu}m free, it asks for {pod.cpu_milli}m"
     if pod.memory_bytes > mem:
@@ -1277,9 +1274,10 @@ def explain(
     want = ", ".join(f"{n} × {p}" for p, n in sorted(reqs.items()))
     lines.append(f"{key} is pending and needs {want}.")
     blocked: list[str] = []
+    memo: dict[str, tuple[int, int]] = {}  # host room per node
     for p in sorted(reqs):
         free = sorted(state.free_nodes(p))
-        refusals = {n: _refusal(state, pod, n, reqs) for n in free}
+        refusals = {n: _refusal(state, pod, n, reqs, memo) for n in free}
         fits = [n for n in free if refusals[n] is None]
         if fits:
             lines.append(f"- {p}: {len(fits)} schedulable node(s) have a free instance and "

@@ -270,11 +270,18 @@ def plan_gpu(
     )
 
 
+def _free_instances(names: Sequence[str], fixed: Sequence[placements.Instance]
+                    ) -> Counter[str]:
+    """A layout's instances per profile beyond the ``fixed`` (in use) ones."""
+    free = Counter(names)
+    free.subtract(i.profile for i in fixed)
+    return free
+
+
 def serves(model: profiles.GpuModel, names: Sequence[str], fixed: Sequence[placements.Instance],
            demand: Demand) -> dict[ProfileName, int]:
     """What a layout's free instances (beyond ``fixed``) serve of ``demand`` right now."""
-    free = Counter(names)
-    free.subtract(i.profile for i in fixed)
+    free = _free_instances(names, fixed)
     return {ProfileName(p): min(n, demand.count(p)) for p, n in free.items()
             if n > 0 and demand.count(p) and model.has_profile(p)}
 
@@ -636,7 +643,7 @@ def _capacity(node: NodeSupply, wanted: set[ProfileName]) -> Counter[ProfileName
         most = node.model.profile(p).max_instances
         for g in node.gpus:
             if g.frozen:
-                cap[p] += g.current.count(p) - sum(1 for i in g.fixed if i.profile == p)
+                cap[p] += _free_instances(g.current, g.fixed)[p]
             else:
                 cap[p] += most
     return cap

@@ -423,8 +423,10 @@ class DemandMix:
 def demand_mix(state: cluster.Cluster) -> DemandMix:
     """The demand mix of ``shortfall`` and ``hostbalance``: ``Cluster.pod_classes`` less the
     waiting pods whose profiles have free instances (they wait for something else: cpu,
-    memory, taints; more instances would not serve them). A pod asking for several profiles
-    counts its cpu and memory toward each."""
+    memory, taints; more instances would not serve them). Counting them too, as ``demand``
+    does when the free instances cannot take them, measured the same (docs/simulation.md,
+    "Unseen seeds, and four tries"). A pod asking for several profiles counts its cpu and
+    memory toward each."""
     blocked: Counter[cluster.PodClass] = Counter(
         cluster.class_of(p) for p in state.pending_pods()
         if p.mig_requests and all(state.free_nodes(q) for q in p.mig_requests))

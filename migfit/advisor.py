@@ -113,8 +113,8 @@ class Settings:
     balance_gain: float | None = BALANCE_GAIN
     # ... once the mix counts this many pods: a trade rests on the mix's mean cpu and memory
     # per instance of each profile, which a first sample of 50 pods estimates too poorly
-    # (docs/simulation.md, "Trades once the mix counts 200 pods").
-    balance_min_pods: int = 200
+    # (docs/simulation.md, "Trades once the mix counts 100 pods": 50, 100 and 200 measured).
+    balance_min_pods: int = 100
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

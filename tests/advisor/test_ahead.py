@@ -256,13 +256,13 @@ def test_idle_nodes_trade_layouts_so_their_cpu_feeds_their_instances() -> None:
     assert "175%" in small.balance and "100%" in small.balance
 
 
-def test_trades_wait_for_a_mix_of_200_pods() -> None:
+def test_trades_wait_for_a_mix_of_100_pods() -> None:
     # The same scene with a third of the mix gone (80 pods): the means per profile are the
     # same, but a sample that small does not move layouts; the shortfall still counts.
     small = build(*_host_scene(full=10))
     assert advisor.demand_mix(small).pods == 80
     assert not any(r.balance for r in advisor.advise(small, now=T0 + 600).recommendations)
-    assert advisor.Settings().balance_min_pods == 200
+    assert advisor.Settings().balance_min_pods == 100
     trading = advisor.advise(small, now=T0 + 600,
                              settings=advisor.Settings(balance_min_pods=80)).recommendations
     assert sorted(r.node for r in trading if r.balance) == ["small", "whole"]

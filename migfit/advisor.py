@@ -1277,9 +1277,12 @@ def explain(
     lines.append(f"{key} is pending and needs {want}.")
     blocked: list[str] = []
     memo: dict[str, tuple[int, int]] = {}  # host room per node
+    refusals: dict[str, str | None] = {}  # per node: the verdict holds for all its profiles
     for p in sorted(reqs):
         free = sorted(state.free_nodes(p))
-        refusals = {n: _refusal(state, pod, n, reqs, memo) for n in free}
+        for n in free:
+            if n not in refusals:
+                refusals[n] = _refusal(state, pod, n, reqs, memo)
         fits = [n for n in free if refusals[n] is None]
         if fits:
             lines.append(f"- {p}: {len(fits)} schedulable node(s) have a free instance and "
@@ -1287,14 +1290,13 @@ def explain(
                          f"check what migfit does not model (pod affinity, topology spread, "
                          f"volumes) with kubectl describe pod -n {namespace} {name}.")
             continue
+        blocked.append(p)
         if free:
             shown = "; ".join(f"{n}: {refusals[n]}" for n in free[:5])
             more = f"; and {len(free) - 5} more" if len(free) > 5 else ""
             lines.append(f"- {p}: {len(free)} schedulable node(s) have a free instance, but "
                          f"none can take it ({shown}{more}).")
-            blocked.append(p)
             continue
-        blocked.append(p)
         advertising = [s for s in state.nodes() if s.node.allocatable.get(p, 0) > 0]
         busy = sorted(s.name for s in advertising
                       if not s.repartitioning and not s.node.unschedulable)

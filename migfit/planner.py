@@ -637,15 +637,11 @@ def _capacity(node: NodeSupply, wanted: set[ProfileName]) -> Counter[ProfileName
     """At most how many instances of each ``wanted`` profile the node's GPUs could hold: a
     frozen GPU its free instances, any other GPU as many as the profile fits on one GPU."""
     cap: Counter[ProfileName] = Counter()
+    frozen = [_free_instances(g.current, g.fixed) for g in node.gpus if g.frozen]
+    others = len(node.gpus) - len(frozen)
     for p in wanted:
-        if not model_has(node.model, p):
-            continue
-        most = node.model.profile(p).max_instances
-        for g in node.gpus:
-            if g.frozen:
-                cap[p] += _free_instances(g.current, g.fixed)[p]
-            else:
-                cap[p] += most
+        if model_has(node.model, p):
+            cap[p] = sum(f[p] for f in frozen) + others * node.model.profile(p).max_instances
     return cap
 
 

@@ -1097,7 +1097,14 @@ def advise(
     if trading is not None and (limit is None or len(recs) < limit):
         mix, gain = trading
         taken = {r.node for r in recs}
-        pool = [n for n in fresh if not n.busy and n.name not in taken]
+        # Not while a node of the model is being re-partitioned: a trade takes two nodes'
+        # free instances out of service for minutes, and the changes in flight were made for
+        # waiting pods, whose profiles newly arriving pods are likely to ask for too (with
+        # fast arrivals a round of trades took the free 3g.40gb that such pods then waited
+        # for beside idle GPUs: docs/simulation.md, "Trades after the changes in flight").
+        moving = {n.node.model for n in state.nodes() if n.repartitioning}
+        pool = [n for n in fresh if not n.busy and n.name not in taken
+                and n.model.id not in moving]
         for change, why in hostbalance.trades(
                 pool, mix.needs, mix.instances, room, together=mix.together,
                 limit=None if limit is None else limit - len(recs), min_gain=gain):

@@ -291,3 +291,18 @@ def test_advise_command_shows_trades_and_disables_them(tmp_path: pathlib.Path) -
     assert "2 idle node(s) trade GPU layouts" in summary and "re-laid out ahead" not in summary
     off = advise("--no-balance")
     assert off.returncode == 0 and "nothing to re-lay out" in off.stdout
+
+
+def test_no_trade_while_a_node_of_the_model_is_re_partitioned() -> None:
+    # The trading scene plus a node of the same model whose MIG Manager is at work: the
+    # trade waits for it; a node of another model being re-partitioned does not hold it up.
+    moving = node("moving", gpus=1, alloc={"3g.40gb": 2}, state="pending")
+    c = build(*_host_scene(), moving)
+    state = c.node("moving")
+    assert state is not None and state.repartitioning
+    assert not any(r.balance for r in advisor.advise(c, now=T0 + 600).recommendations)
+    other = node("other", product="NVIDIA-H100-80GB-HBM3", gpus=1, alloc={"3g.40gb": 2},
+                 state="pending")
+    c = build(*_host_scene(), other)
+    assert sorted(r.node for r in advisor.advise(c, now=T0 + 600).recommendations
+                  if r.balance) == ["small", "whole"]

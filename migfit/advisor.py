@@ -1010,10 +1010,13 @@ def advise(
     cooling: list[planner.NodeSupply] = []
     disruptive: list[planner.NodeSupply] = []
     room: dict[str, tuple[int, ...]] = {}
+    moving: set[profiles.ModelId] = set()  # models with a node being re-partitioned
     for node in state.nodes():
         rec = node.node
         if rec.model is None:
             continue
+        if node.repartitioning:
+            moving.add(rec.model)
         model = state.catalog.get(rec.model)
         if not any(model.has_profile(p) for p in wanted):
             continue
@@ -1102,7 +1105,6 @@ def advise(
         # waiting pods, whose profiles newly arriving pods are likely to ask for too (with
         # fast arrivals a round of trades took the free 3g.40gb that such pods then waited
         # for beside idle GPUs: docs/simulation.md, "Trades after the changes in flight").
-        moving = {n.node.model for n in state.nodes() if n.repartitioning}
         pool = [n for n in fresh if not n.busy and n.name not in taken
                 and n.model.id not in moving]
         for change, why in hostbalance.trades(

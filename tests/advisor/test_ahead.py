@@ -304,5 +304,8 @@ def test_no_trade_while_a_node_of_the_model_is_re_partitioned() -> None:
     other = node("other", product="NVIDIA-H100-80GB-HBM3", gpus=1, alloc={"3g.40gb": 2},
                  state="pending")
     c = build(*_host_scene(), other)
+    state = c.node("other")
+    assert state is not None and state.repartitioning
+    assert state.node.model == "H100-80GB"
     assert sorted(r.node for r in advisor.advise(c, now=T0 + 600).recommendations
                   if r.balance) == ["small", "whole"]

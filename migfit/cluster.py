@@ -13,6 +13,7 @@ The records live in ``migfit.records``, their decoding in ``migfit.decoding`` (G
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -55,6 +56,9 @@ class Cluster:
         self._overcommitted: set[str] = set()  # nodes with used > allocatable somewhere
         self._models: Counter[profiles.ModelId] = Counter()
         self._pending: set[str] = set()  # uids of pending pods with GPU requests
+        # MIG instances the pending pods ask for, per profile, any model (``claims_of``):
+        # what the webhook's choice under contention does not count as free (webhook.view).
+        self._claims: Counter[profiles.ProfileName] = Counter()
         # The workload's pod classes: pods pending or holding instances, by the shape the
         # score reads (``PodClass``); ``classes_generation`` moves when one count does.
         self._classes: Counter[PodClass] = Counter()
@@ -98,6 +102,11 @@ class Cluster:
 
     def pending_pods(self) -> list[PodRecord]:
         return [self._pods[u] for u in self._pending]
+
+    def pending_claims(self) -> Mapping[profiles.ProfileName, int]:
+        """MIG instances per profile that pending pods ask for, any model (``claims_of``);
+        kept as pods come, go and bind."""
+        return self._claims
 
     def free_nodes(self, profile: str) -> Mapping[str, int]:
         """Schedulable nodes with at least one free instance of ``profile``, and how many."""
@@ -276,6 +285,7 @@ class Cluster:
             self.classes_generation += 1
         if pod.pending and pod.requests:
             self._pending.add(pod.uid)
+            self._claims.update(claims_of(pod))
             self.pending_generation += 1
         if pod.holds_instances and pod.requests and pod.node is not None:
             used = self._used.setdefault(pod.node, Counter())
@@ -295,7 +305,12 @@ class Cluster:
             self.classes_generation += 1
         if pod.uid in self._pending:
             self._pending.discard(pod.uid)
+            for profile, n in claims_of(pod).items():
+                self._claims[profile] -= n
+                if self._claims[profile] <= 0:
+                    del self._claims[profile]
             self.pending_generation += 1
+            self.generation += 1  # the claims moved (what the webhook's supply reads)
         if pod.holds_instances and pod.requests and pod.node is not None:
             used = self._used.get(pod.node)
             if used is not None:
@@ -413,6 +428,28 @@ def class_of(pod: PodRecord) -> PodClass:
     named = any(r.startswith(profiles.RESOURCE_PREFIX) for r, _ in items)
     decision = None if named else pod.annotations.get(keys.DECISION)
     return items, decision, pod.cpu_milli, pod.memory_bytes
+
+
+def claims_of(pod: PodRecord) -> dict[profiles.ProfileName, int]:
+    """The MIG instances per profile that ``pod`` asks for: its ``nvidia.com/mig-*``
+    requests, or its ``nvidia.com/gpu`` under a single-strategy decision record naming one
+    profile (a whole GPU without MIG claims none)."""
+    named = pod.mig_requests
+    gpus = pod.requests.get(profiles.GPU_RESOURCE, 0)
+    if named or gpus <= 0:
+        return named
+    profile = _single_profile(pod.annotations.get(keys.DECISION))
+    return {} if profile is None else {profile: gpus}
+
+
+@functools.lru_cache(maxsize=1024)
+def _single_profile(text: str | None) -> profiles.ProfileName | None:
+    """The one profile a single-strategy decision record names (None otherwise)."""
+    record = None if text is None else keys.decision_of({keys.DECISION: text})
+    if record is None or record["strategy"] != "single":
+        return None
+    names = {profiles.canonical_profile(c["profile"]) for c in record["containers"]}
+    return profiles.ProfileName(names.pop()) if len(names) == 1 else None
 
 
 def _same_accounting(old: PodRecord, new: PodRecord) -> bool:

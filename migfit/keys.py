@@ -105,7 +105,8 @@ class DecisionContainer(TypedDict):
     resource: str
     models: list[str]  # GPU models on which the request fits the profile; empty = any model
     #: Why this profile (``smallest fitting``, ``smallest with a free instance (1g.10gb: 0
-    #: free)``); absent in records written before migfit recorded it.
+    #: free that no waiting pod asks for)``); absent in records written before migfit
+    #: recorded it.
     reason: NotRequired[str]
 
 

@@ -1,5 +1,6 @@
 """Choosing a MIG profile: the smallest one that fits each container's request (DESIGN.md §4),
-or under contention the smallest fitting one with a free instance (``Policy.contention``).
+or under contention the smallest fitting one with a free instance (``Policy.contention``;
+free: not asked for by pods already waiting, ``view.Offer.free``).
 
 Candidates are what schedulable nodes advertise now; when none fits, any profile of the GPU
 models present (a re-layout could create it); without a cluster view, the catalog of the
@@ -25,9 +26,10 @@ MEMORY_MATCHES: Final[tuple[MemoryMatch, ...]] = ("label", "catalog", "nominal")
 StrategyChoice = Literal["auto", "mixed", "single"]
 STRATEGY_CHOICES: Final[tuple[StrategyChoice, ...]] = ("auto", "mixed", "single")
 #: Which fitting profile under contention (``--choice``): ``smallest`` overall; ``free`` = the
-#: smallest with a free instance now, else the smallest; ``ceiling`` = as ``free`` but never
-#: one that would leave more than ``Policy.waste_ceiling`` of its memory unused; ``usable`` =
-#: as ``free``, counting only free instances on nodes with the pod's cpu and memory left.
+#: smallest with a free instance now (one no pending pod asks for), else the smallest;
+#: ``ceiling`` = as ``free`` but never one that would leave more than
+#: ``Policy.waste_ceiling`` of its memory unused; ``usable`` = as ``free``, counting only
+#: free instances on nodes with the pod's cpu and memory left.
 Contention = Literal["smallest", "free", "ceiling", "usable"]
 CONTENTIONS: Final[tuple[Contention, ...]] = ("smallest", "free", "ceiling", "usable")
 #: A pod's own cpu (milli) and memory (bytes) requests: what ``usable`` needs left on a node.
@@ -194,7 +196,8 @@ def _contend(
         return smallest, "smallest fitting"
     usable = policy.contention == "usable"
     # ``usable`` counts a free instance only where the pod's cpu and memory fit beside it
-    where, none = (" where the pod's cpu and memory fit", "none") if usable else ("", "0 free")
+    where, none = ((" where the pod's cpu and memory fit", "none") if usable
+                   else ("", "0 free that no waiting pod asks for"))
     busy: list[str] = []  # profile names passed over: no free instance
     wasteful: tuple[str, int] | None = None  # the smallest free one refused by the ceiling
     seen: set[str] = set()
@@ -357,8 +360,8 @@ def _warn(
         warnings.append(f"{who}no node advertises {name} now; the pod stays Pending until a "
                         f"GPU is re-partitioned (see migfit advise)")
     elif supply.available and choice.free <= 0:
-        warnings.append(f"{who}every {name} instance is in use now; the pod waits for one "
-                        f"to be freed"
+        warnings.append(f"{who}every {name} instance is in use now or asked for by pods "
+                        f"already waiting; the pod waits for one to be freed"
                         + _free_alternative(choice, req, key=key, pool=pool, supply=supply,
                                             policy=policy))
     unused = 1 - req.memory_mib / choice.usable

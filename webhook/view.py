@@ -3,7 +3,9 @@
 The decision needs, per (GPU model, profile), whether schedulable nodes advertise it, how many
 instances are free, the usable memory the node labels report, the device-plugin strategy of
 those nodes and their ``nvidia.com/gpu.product`` values (for node affinity). Counts come from
-the cluster's own incremental ``profile_stats``; strategies and product labels only change
+the cluster's own incremental ``profile_stats``, less the instances pods already waiting ask
+for (``Cluster.pending_claims``, ``unclaimed``): a free instance a waiting pod will take is
+not free for the next one; strategies and product labels only change
 when a node changes, so they are re-aggregated only when some node's entry really changed,
 never on a pod bind. For ``--choice usable`` the snapshot also answers whether a free
 instance of an offer is on a node with given cpu and memory left (``SupplyTracker.fits``:
@@ -35,10 +37,15 @@ class Offer:
 
     nodes: int
     allocatable: int
+    #: Free instances that no pending pod asks for: the cluster's free count less the
+    #: instances of this profile that pods admitted earlier and still waiting ask for
+    #: (``claimed``; ``unclaimed``). Ten pods admitted in a burst against one free
+    #: ``4g.40gb`` would otherwise all get ``4g.40gb``, and nine wait beside free larger ones.
     free: int
     label_mib: int | None  # least nvidia.com/mig-<p>.memory seen, when labelled
     strategies: frozenset[str]  # device-plugin strategies of the advertising nodes
     mig_products: tuple[str, ...]  # single-strategy product labels (…-MIG-<profile>)
+    claimed: int = 0  # of the cluster's free instances, those set aside for waiting pods
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -176,16 +183,20 @@ class SupplyTracker:
             return self._snapshot
         self._absorb()
         offers: dict[Key, Offer] = {}
-        for key, stats in view.profile_stats().items():
-            if stats.nodes <= 0 or stats.allocatable <= 0:
-                continue
+        stats_by_key = {k: s for k, s in view.profile_stats().items()
+                        if s.nodes > 0 and s.allocatable > 0}
+        claimed = unclaimed({k: s.free for k, s in stats_by_key.items()},
+                            view.pending_claims())
+        for key, stats in stats_by_key.items():
+            taken = claimed.get(key, 0)
             offers[key] = Offer(
                 nodes=stats.nodes,
                 allocatable=stats.allocatable,
-                free=stats.free,
+                free=stats.free - taken,
                 label_mib=stats.memory_mib,
                 strategies=self._strategies.get(key, frozenset({"mixed"})),
                 mig_products=self._mig_products.get(key, ()),
+                claimed=taken,
             )
         fresh = Supply(
             available=bool(view.synced),
@@ -237,6 +248,28 @@ class SupplyTracker:
         self._strategy = {m: _majority(c) for m, c in counts.items()}
         self._strategies = {k: frozenset(v) for k, v in strategies.items()}
         self._mig_products = {k: tuple(sorted(v)) for k, v in mig_products.items()}
+
+
+def unclaimed(free: Mapping[Key, int], claims: Mapping[profiles.ProfileName, int]
+              ) -> dict[Key, int]:
+    """How many of each offer's ``free`` instances the pending pods' ``claims`` (instances
+    per profile, any model: ``Cluster.pending_claims``) set aside. A profile's claims go to
+    its models' offers, most free first (then by model id), never more than an offer has:
+    exact on a cluster of one GPU model; where a profile is on several, a pod restricted to
+    one model may be charged to another (the decision record's models are not read)."""
+    out: dict[Key, int] = {}
+    for profile, wanted in claims.items():
+        if wanted <= 0:
+            continue
+        keys_ = sorted((k for k in free if k[1] == profile and free[k] > 0),
+                       key=lambda k: (-free[k], k[0]))
+        for key in keys_:
+            take = min(free[key], wanted)
+            out[key] = take
+            wanted -= take
+            if wanted <= 0:
+                break
+    return out
 
 
 def _majority(counts: Counter[str]) -> Literal["mixed", "single"]:

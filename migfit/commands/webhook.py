@@ -60,7 +60,8 @@ def add_policy_arguments(parser: argparse.ArgumentParser) -> None:
                         help="warn when more than this share of an instance's memory is unused")
     parser.add_argument("--choice", choices=decision.CONTENTIONS,
                         default=decision.Policy().contention,
-                        help="which fitting profile when the smallest has no free instance: "
+                        help="which fitting profile when the smallest has no free instance "
+                             "(free: in no pending pod's request): "
                              "smallest = it anyway (the pod waits); free = the smallest with "
                              "a free instance; ceiling = as free, within --waste-ceiling; "
                              "usable = as free, counting only free instances on nodes with "

@@ -24,6 +24,7 @@ SMALLEST = decision.Policy(fallback_models=A100, contention="smallest")
 FREE = decision.Policy(fallback_models=A100, contention="free")
 CEILING = decision.Policy(fallback_models=A100, contention="ceiling")
 ONE_G = profiles.ProfileName("1g.10gb")
+BUSY_1G = "smallest with a free instance (1g.10gb: 0 free that no waiting pod asks for)"
 
 
 def running(name: str, node: str, profile: str) -> dict[str, Any]:
@@ -51,8 +52,8 @@ def reason(verdict: decision.Verdict) -> str:
 
 @pytest.mark.parametrize(("policy", "profile", "why"), [
     (SMALLEST, "1g.10gb", "smallest fitting"),
-    (FREE, "1g.18gb", "smallest with a free instance (1g.10gb: 0 free)"),
-    (CEILING, "1g.18gb", "smallest with a free instance (1g.10gb: 0 free)"),
+    (FREE, "1g.18gb", BUSY_1G),
+    (CEILING, "1g.18gb", BUSY_1G),
 ])
 async def test_the_example_8gi_pod_over_https(
         make_client: MakeClient, policy: decision.Policy, profile: str, why: str) -> None:
@@ -87,7 +88,8 @@ def test_free_takes_the_free_3g40gb_but_the_ceiling_refuses_its_waste() -> None:
     pod = s.pod({requests.GPU_MEMORY: "8Gi"})
     free = decision.decide_pod(pod, supply=supply, policy=FREE)
     assert free.profiles == ("3g.40gb",)
-    assert reason(free) == "smallest with a free instance (1g.10gb, 2g.20gb: 0 free)"
+    assert reason(free) == ("smallest with a free instance (1g.10gb, 2g.20gb: 0 free that no "
+                            "waiting pod asks for)")
     assert any("79% of its memory unused" in w for w in free.warnings)
     ceiling = decision.decide_pod(pod, supply=supply, policy=CEILING)
     assert ceiling.profiles == ("1g.10gb",)
@@ -347,3 +349,99 @@ def test_a_tracker_not_asked_for_rooms_collects_no_node_names() -> None:
     key = (profiles.ModelId(c.node("roomy").node.model or ""), profiles.ProfileName("2g.20gb"))
     assert t.fits(key, 8000, 0)
     assert t.rooms_kept() == 1  # the nodes there are now, not the 50 that went
+
+
+# ---------------------------------------------------------------- instances waiting pods ask for
+
+
+def waiting(name: str, profile: str, count: int = 1) -> dict[str, Any]:
+    """A pod admitted earlier that kube-scheduler has not bound yet."""
+    resource = profiles.resource_name(profile)
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": "ml", "uid": f"uid-{name}"},
+            "spec": {"containers": [{"name": "c", "resources": {
+                "limits": {resource: str(count)}, "requests": {resource: str(count)}}}]},
+            "status": {"phase": "Pending"}}
+
+
+def burst() -> cluster.Cluster:
+    """Two 1g.10gb and a 2g.20gb free; two pods admitted before wait for a 1g.10gb each."""
+    return s.make_cluster(
+        s.mig_node("gpu-a", allocatable={"1g.10gb": 2, "2g.20gb": 1}),
+        waiting("first", "1g.10gb"), waiting("second", "1g.10gb"))
+
+
+async def test_a_burst_over_https_does_not_all_get_the_last_free_profile(
+        make_client: MakeClient) -> None:
+    # The two free 1g.10gb are the waiting pods'; the next 8Gi pod gets the free 2g.20gb
+    # instead of a third 1g.10gb that would leave it waiting beside it.
+    client = await make_client(burst(), policy=FREE)
+    body = await (await client.post("/mutate", json=s.review(
+        s.pod({requests.GPU_MEMORY: "8Gi"})))).json()
+    record = record_of(s.patch_of(body))
+    assert [c["profile"] for c in record["containers"]] == ["2g.20gb"]
+    assert record["containers"][0]["reason"] == BUSY_1G
+
+
+def test_claims_follow_the_waiting_pods() -> None:
+    view_ = burst()
+    tracker = view.SupplyTracker(view_)
+    key = (profiles.ModelId("A100-80GB"), ONE_G)
+    offer = tracker.supply().offers[key]
+    assert (offer.free, offer.claimed) == (0, 2)
+    pod = s.pod({requests.GPU_MEMORY: "8Gi"})
+    assert decision.decide_pod(pod, supply=tracker.supply(), policy=FREE).profiles == (
+        "2g.20gb",)
+    assert decision.decide_pod(pod, supply=tracker.supply(), policy=SMALLEST).profiles == (
+        "1g.10gb",)
+    # The first waiting pod is bound: it holds one instance, its claim is gone; the other
+    # still claims the last free one.
+    bound = waiting("first", "1g.10gb")
+    bound["spec"]["nodeName"] = "gpu-a"
+    bound["status"]["phase"] = "Running"
+    view_.apply("Pod", "MODIFIED", bound)
+    assert view_.pending_claims() == {ONE_G: 1}
+    offer = tracker.supply().offers[key]
+    assert (offer.free, offer.claimed) == (0, 1)
+    # The second is deleted before it runs: the free instance is free again.
+    view_.apply("Pod", "DELETED", waiting("second", "1g.10gb"))
+    assert view_.pending_claims() == {}
+    offer = tracker.supply().offers[key]
+    assert (offer.free, offer.claimed) == (1, 0)
+    assert decision.decide_pod(pod, supply=tracker.supply(), policy=FREE).profiles == (
+        "1g.10gb",)
+
+
+def test_more_claims_than_free_instances_leave_none_and_never_below_zero() -> None:
+    view_ = s.make_cluster(
+        s.mig_node("gpu-a", allocatable={"1g.10gb": 1, "3g.40gb": 1}),
+        *(waiting(f"w{i}", "1g.10gb") for i in range(3)), waiting("big", "3g.40gb", 2))
+    offers = s.supply_of(view_).offers
+    a100 = profiles.ModelId("A100-80GB")
+    assert (offers[(a100, ONE_G)].free, offers[(a100, ONE_G)].claimed) == (0, 1)
+    three = profiles.ProfileName("3g.40gb")
+    assert (offers[(a100, three)].free, offers[(a100, three)].claimed) == (0, 1)
+    assert view_.pending_claims() == {ONE_G: 3, three: 2}
+
+
+def test_a_single_strategy_pod_claims_the_profile_its_decision_names() -> None:
+    record: requests.DecisionRecord = {
+        "v": keys.DECISION_VERSION, "strategy": "single", "containers": [{
+            "container": "c", "request_mib": 8192, "profile": "1g.10gb",
+            "resource": profiles.GPU_RESOURCE, "models": ["A100-80GB"]}]}
+    pod = waiting("single", "1g.10gb")
+    pod["metadata"]["annotations"] = {keys.DECISION: keys.encode_decision(record)}
+    limits = {profiles.GPU_RESOURCE: "2"}
+    pod["spec"]["containers"][0]["resources"] = {"limits": limits, "requests": limits}
+    whole = waiting("whole", "1g.10gb")  # nvidia.com/gpu without a record: no MIG claim
+    whole["spec"]["containers"][0]["resources"] = {"limits": limits, "requests": limits}
+    view_ = s.make_cluster(s.mig_node("gpu-a"), pod, whole)
+    assert view_.pending_claims() == {ONE_G: 2}
+
+
+def test_claims_go_to_the_model_with_the_most_free_first() -> None:
+    a100, h100 = profiles.ModelId("A100-80GB"), profiles.ModelId("H100-80GB")
+    free = {(a100, ONE_G): 2, (h100, ONE_G): 5, (a100, profiles.ProfileName("7g.80gb")): 1}
+    assert view.unclaimed(free, {ONE_G: 6}) == {(h100, ONE_G): 5, (a100, ONE_G): 1}
+    assert view.unclaimed(free, {ONE_G: 9}) == {(h100, ONE_G): 5, (a100, ONE_G): 2}
+    assert view.unclaimed(free, {}) == {}

@@ -114,9 +114,10 @@ def _entry(state: records.NodeState | None) -> _NodeEntry | None:
 class SupplyTracker:
     """Builds ``Supply`` snapshots from a live ``Cluster``, cached per cluster generation.
 
-    A cluster change that leaves the snapshot's content as it was (a pending pod created,
-    a status update) gives back the same snapshot object, so its ``generation`` moves only
-    when what the decision reads moves.
+    A cluster change that leaves the snapshot's content as it was (a status update, a
+    pending pod whose profile has no free instance left to claim) gives back the same
+    snapshot object, so its ``generation`` moves only when what the decision reads moves
+    (a pending pod that claims a free instance does move it).
     """
 
     def __init__(self, view: cluster.Cluster) -> None:

@@ -4,7 +4,7 @@ The decision needs, per (GPU model, profile), whether schedulable nodes advertis
 instances are free, the usable memory the node labels report, the device-plugin strategy of
 those nodes and their ``nvidia.com/gpu.product`` values (for node affinity). Counts come from
 the cluster's own incremental ``profile_stats``, less the instances pods already waiting ask
-for (``Cluster.pending_claims``, ``unclaimed``): a free instance a waiting pod will take is
+for (``Cluster.pending_claims``, ``set_aside``): a free instance a waiting pod will take is
 not free for the next one; strategies and product labels only change
 when a node changes, so they are re-aggregated only when some node's entry really changed,
 never on a pod bind. For ``--choice usable`` the snapshot also answers whether a free
@@ -39,7 +39,7 @@ class Offer:
     allocatable: int
     #: Free instances that no pending pod asks for: the cluster's free count less the
     #: instances of this profile that pods admitted earlier and still waiting ask for
-    #: (``claimed``; ``unclaimed``). Ten pods admitted in a burst against one free
+    #: (``claimed``; ``set_aside``). Ten pods admitted in a burst against one free
     #: ``4g.40gb`` would otherwise all get ``4g.40gb``, and nine wait beside free larger ones.
     free: int
     label_mib: int | None  # least nvidia.com/mig-<p>.memory seen, when labelled
@@ -186,8 +186,9 @@ class SupplyTracker:
         offers: dict[Key, Offer] = {}
         stats_by_key = {k: s for k, s in view.profile_stats().items()
                         if s.nodes > 0 and s.allocatable > 0}
-        claimed = unclaimed({k: s.free for k, s in stats_by_key.items()},
-                            view.pending_claims())
+        claims = view.pending_claims()
+        claimed = (set_aside({k: s.free for k, s in stats_by_key.items()}, claims)
+                   if claims else {})
         for key, stats in stats_by_key.items():
             taken = claimed.get(key, 0)
             offers[key] = Offer(
@@ -251,7 +252,7 @@ class SupplyTracker:
         self._mig_products = {k: tuple(sorted(v)) for k, v in mig_products.items()}
 
 
-def unclaimed(free: Mapping[Key, int], claims: Mapping[profiles.ProfileName, int]
+def set_aside(free: Mapping[Key, int], claims: Mapping[profiles.ProfileName, int]
               ) -> dict[Key, int]:
     """How many of each offer's ``free`` instances the pending pods' ``claims`` (instances
     per profile, any model: ``Cluster.pending_claims``) set aside. A profile's claims go to

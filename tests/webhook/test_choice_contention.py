@@ -442,6 +442,6 @@ def test_a_single_strategy_pod_claims_the_profile_its_decision_names() -> None:
 def test_claims_go_to_the_model_with_the_most_free_first() -> None:
     a100, h100 = profiles.ModelId("A100-80GB"), profiles.ModelId("H100-80GB")
     free = {(a100, ONE_G): 2, (h100, ONE_G): 5, (a100, profiles.ProfileName("7g.80gb")): 1}
-    assert view.unclaimed(free, {ONE_G: 6}) == {(h100, ONE_G): 5, (a100, ONE_G): 1}
-    assert view.unclaimed(free, {ONE_G: 9}) == {(h100, ONE_G): 5, (a100, ONE_G): 2}
-    assert view.unclaimed(free, {}) == {}
+    assert view.set_aside(free, {ONE_G: 6}) == {(h100, ONE_G): 5, (a100, ONE_G): 1}
+    assert view.set_aside(free, {ONE_G: 9}) == {(h100, ONE_G): 5, (a100, ONE_G): 2}
+    assert view.set_aside(free, {}) == {}

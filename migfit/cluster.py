@@ -59,6 +59,9 @@ class Cluster:
         # MIG instances the pending pods ask for, per profile, any model (``claims_of``):
         # what the webhook's choice under contention does not count as free (webhook.view).
         self._claims: Counter[profiles.ProfileName] = Counter()
+        # Of those, the pods that ask for several instances of one profile: (profile,
+        # instances) -> pods. They claim only while some node has that many free.
+        self._multi_claims: Counter[tuple[profiles.ProfileName, int]] = Counter()
         # The workload's pod classes: pods pending or holding instances, by the shape the
         # score reads (``PodClass``); ``classes_generation`` moves when one count does.
         self._classes: Counter[PodClass] = Counter()
@@ -105,8 +108,29 @@ class Cluster:
 
     def pending_claims(self) -> Mapping[profiles.ProfileName, int]:
         """MIG instances per profile that pending pods ask for, any model (``claims_of``);
-        kept as pods come, go and bind."""
-        return self._claims
+        kept as pods come, go and bind. A pod that asks for n > 1 instances of a profile
+        must get them on one node: it claims them only while some schedulable node has n
+        free. Free instances scattered one or two per node are not its (it waits for a node
+        to free n), and the next pod that can use one should not wait beside them."""
+        if not self._multi_claims:
+            return self._claims
+        need: dict[profiles.ProfileName, int] = {}  # the most instances one pod asks for
+        for profile, n in self._multi_claims:
+            need[profile] = max(n, need.get(profile, 0))
+        most: dict[profiles.ProfileName, int] = {}  # free on one node, up to ``need``
+        for profile, n in need.items():
+            best = 0
+            for free in self._free_index.get(profile, {}).values():
+                if free > best:
+                    best = free
+                    if best >= n:
+                        break
+            most[profile] = best
+        out = Counter(self._claims)
+        for (profile, n), pods in self._multi_claims.items():
+            if most[profile] < n:
+                out[profile] -= n * pods
+        return +out
 
     def free_nodes(self, profile: str) -> Mapping[str, int]:
         """Schedulable nodes with at least one free instance of ``profile``, and how many."""
@@ -285,7 +309,9 @@ class Cluster:
             self.classes_generation += 1
         if pod.pending and pod.requests:
             self._pending.add(pod.uid)
-            self._claims.update(claims_of(pod))
+            claims = claims_of(pod)
+            self._claims.update(claims)
+            self._multi_claims.update((p, n) for p, n in claims.items() if n > 1)
             self.pending_generation += 1
         if pod.holds_instances and pod.requests and pod.node is not None:
             used = self._used.setdefault(pod.node, Counter())
@@ -309,6 +335,10 @@ class Cluster:
                 self._claims[profile] -= n
                 if self._claims[profile] <= 0:
                     del self._claims[profile]
+                if n > 1:
+                    self._multi_claims[(profile, n)] -= 1
+                    if self._multi_claims[(profile, n)] <= 0:
+                        del self._multi_claims[(profile, n)]
             self.pending_generation += 1
             self.generation += 1  # the claims moved (what the webhook's supply reads)
         if pod.holds_instances and pod.requests and pod.node is not None:

@@ -5,7 +5,8 @@ instances are free, the usable memory the node labels report, the device-plugin 
 those nodes and their ``nvidia.com/gpu.product`` values (for node affinity). Counts come from
 the cluster's own incremental ``profile_stats``, less the instances pods already waiting ask
 for (``Cluster.pending_claims``, ``set_aside``): a free instance a waiting pod will take is
-not free for the next one; strategies and product labels only change
+not free for the next one (a pod that needs n instances on one node claims them only while
+some node has n free); strategies and product labels only change
 when a node changes, so they are re-aggregated only when some node's entry really changed,
 never on a pod bind. For ``--choice usable`` the snapshot also answers whether a free
 instance of an offer is on a node with given cpu and memory left (``SupplyTracker.fits``:

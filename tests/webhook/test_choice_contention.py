@@ -414,14 +414,56 @@ def test_claims_follow_the_waiting_pods() -> None:
 
 def test_more_claims_than_free_instances_leave_none_and_never_below_zero() -> None:
     view_ = s.make_cluster(
-        s.mig_node("gpu-a", allocatable={"1g.10gb": 1, "3g.40gb": 1}),
-        *(waiting(f"w{i}", "1g.10gb") for i in range(3)), waiting("big", "3g.40gb", 2))
+        s.mig_node("gpu-a", allocatable={"1g.10gb": 1, "3g.40gb": 2}),
+        *(waiting(f"w{i}", "1g.10gb") for i in range(3)), waiting("big", "3g.40gb", 2),
+        waiting("bigger", "3g.40gb", 2))
     offers = s.supply_of(view_).offers
     a100 = profiles.ModelId("A100-80GB")
     assert (offers[(a100, ONE_G)].free, offers[(a100, ONE_G)].claimed) == (0, 1)
     three = profiles.ProfileName("3g.40gb")
-    assert (offers[(a100, three)].free, offers[(a100, three)].claimed) == (0, 1)
-    assert view_.pending_claims() == {ONE_G: 3, three: 2}
+    assert (offers[(a100, three)].free, offers[(a100, three)].claimed) == (0, 2)
+    assert view_.pending_claims() == {ONE_G: 3, three: 4}
+
+
+SEVEN = profiles.ProfileName("7g.80gb")
+
+
+def test_a_pod_asking_for_several_instances_claims_them_only_where_one_node_has_them(
+) -> None:
+    # Two nodes with one free 7g.80gb each; a pod waits for two on one node. It cannot take
+    # the scattered ones, so they stay free for the next pod that can use one now.
+    view_ = s.make_cluster(
+        s.mig_node("gpu-a", allocatable={"7g.80gb": 1}),
+        s.mig_node("gpu-b", allocatable={"7g.80gb": 1}),
+        waiting("pair", "7g.80gb", 2), waiting("one", "7g.80gb"))
+    tracker = view.SupplyTracker(view_)
+    key = (profiles.ModelId("A100-80GB"), SEVEN)
+    assert view_.pending_claims() == {SEVEN: 1}
+    assert (tracker.supply().offers[key].free, tracker.supply().offers[key].claimed) == (1, 1)
+    pod = s.pod({requests.GPU_MEMORY: "60Gi"})
+    verdict = decision.decide_pod(pod, supply=tracker.supply(), policy=FREE)
+    assert verdict.profiles == ("7g.80gb",)
+    assert "0 free" not in reason(verdict)
+    # A node with two free appears: the pair's claim counts again (it will land there).
+    view_.apply("Node", "ADDED", s.mig_node("gpu-c", allocatable={"7g.80gb": 2}))
+    assert view_.pending_claims() == {SEVEN: 3}
+    assert (tracker.supply().offers[key].free, tracker.supply().offers[key].claimed) == (1, 3)
+    # The pair is bound there: its claim is gone with it, and the node has none left.
+    bound = waiting("pair", "7g.80gb", 2)
+    bound["spec"]["nodeName"] = "gpu-c"
+    bound["status"]["phase"] = "Running"
+    view_.apply("Pod", "MODIFIED", bound)
+    assert view_.pending_claims() == {SEVEN: 1}
+    assert (tracker.supply().offers[key].free, tracker.supply().offers[key].claimed) == (1, 1)
+    # A second pair waits; the only node left with two 7g.80gb is cordoned: no claim.
+    view_.apply("Pod", "ADDED", waiting("pair2", "7g.80gb", 2))
+    assert view_.pending_claims() == {SEVEN: 1}
+    view_.apply("Node", "ADDED", s.mig_node("gpu-d", allocatable={"7g.80gb": 2},
+                                            unschedulable=True))
+    assert view_.pending_claims() == {SEVEN: 1}
+    view_.apply("Pod", "DELETED", waiting("pair2", "7g.80gb", 2))
+    view_.apply("Pod", "DELETED", waiting("one", "7g.80gb"))
+    assert view_.pending_claims() == {}
 
 
 def test_a_single_strategy_pod_claims_the_profile_its_decision_names() -> None:

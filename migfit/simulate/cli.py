@@ -163,7 +163,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                           "(the server's default; docs/relayout.md)")
     run.add_argument("--gpu-usage", action=argparse.BooleanOptionalAction, default=False,
                      help="+advisor: the advisor knows which GPU holds each instance in use "
-                          "(the nodes' DCGM exporters, --dcgm-exporter on the server), not "
+                          "(the nodes' DCGM exporters, --gpu-usage-from dcgm on the server), not "
                           "only the node's counts")
     run.add_argument("--arrival-scale", type=float, default=1.0, metavar="F",
                      help="events: arrival times (from the first) multiplied by F; below 1 the "
@@ -205,6 +205,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                      help="points per time series")
     out.add_argument("--markdown", action="store_true",
                      help="also print the results as a markdown table")
+    out.add_argument("--waits-by-class", action="store_true",
+                     help="also print the GPU waits per pod class (its instances): pods, "
+                          "p50, p95, longest, and which classes make the GPU wait p95")
 
 
 def _policies(text: str) -> list[engine.Policy]:
@@ -454,10 +457,15 @@ def run(args: argparse.Namespace) -> int:
     if args.markdown:
         print()
         print(report.markdown(summary))
+    if args.waits_by_class:
+        print()
+        print(report.waits_table([(r.policy, r.waits_by_class) for r in results
+                                  if r.waits_by_class]))
     print(f"{len(results)} runs in {elapsed:.1f} s")
     document: dict[str, Any] = {
         "setup": setup, "summary": summary,
         "runs": [{"policy": r.policy, "seed": r.seed, "figures": r.figures,
+                  "waits_by_class": r.waits_by_class,
                   "series": r.series, "snapshot": r.snapshot} for r in results],
     }
     if args.json is not None:

@@ -293,6 +293,8 @@ class Simulation(World):
         c.waits.append(self.now - pod.arrival)
         if pod.spec.gpu:
             c.gpu_waits.append(self.now - pod.arrival)
+            c.gpu_waits_by_class.setdefault(metrics.class_name(pod.profiles), []).append(
+                self.now - pod.arrival)
         if self.options.mode == "events" and math.isfinite(pod.spec.duration):
             self._push(self.now + pod.spec.duration, "depart", pod.uid)
 
@@ -572,6 +574,13 @@ class Simulation(World):
 
     # ------------------------------------------------------------ figures
 
+    def waits_by_class(self) -> dict[str, dict[str, float]]:
+        """How long the GPU pods of each class waited, now (``metrics.waits_by_class``)."""
+        return metrics.waits_by_class(
+            self.counters.gpu_waits_by_class,
+            [(metrics.class_name(p.profiles), self.now - p.arrival)
+             for p in self.pending if p.spec.gpu])
+
     def figures(self) -> dict[str, float]:
         c = self.counters
         waits = sorted(c.waits)
@@ -623,6 +632,8 @@ class RunResult:
     series: list[dict[str, float]]
     snapshot: list[dict[str, Any]] | None
     wall_s: float
+    # GPU waits per pod class at the end of the run (``Simulation.waits_by_class``)
+    waits_by_class: dict[str, dict[str, float]] = dataclasses.field(default_factory=dict)
 
 
 # Allocations between two young collections of the cyclic GC during a replay (CPython's
@@ -695,4 +706,4 @@ def _run(nodes: Sequence[spec.NodeSpec], pods: Sequence[workload.PodSpec], *, po
     figs["wall_s"] = time.perf_counter() - started
     return RunResult(policy=policy.name, seed=seed, figures=figs, series=sim.series,
                      snapshot=sim.snapshot if keep_snapshot else None,
-                     wall_s=figs["wall_s"])
+                     wall_s=figs["wall_s"], waits_by_class=sim.waits_by_class())

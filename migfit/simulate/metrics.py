@@ -20,7 +20,10 @@ Definitions (capacity = 7 compute slices per A100/H100 GPU; a GPU slice is one c
   another profile and stranded slices are free but unusable for c).
 - **pending time**: start − arrival of every placed pod; p50 and p99 (nearest rank).
   **GPU pending** p50/p95: the same for GPU pods only, pods still waiting at the end counted
-  with the time they waited so far.
+  with the time they waited so far. **GPU waits by class** (``--waits-by-class``, the
+  runs' ``waits_by_class`` in ``--json``): the same per class of GPU pod (the instances
+  the decision gave it, ``8 × 7g.80gb``), with how many of its pods waited at least the
+  run's GPU wait p95: which classes make that figure.
 - **time-averaged unallocated share**: 1 − allocated compute slices integrated exactly over
   [first arrival, last arrival] / (capacity × that span).
   ``unallocated_share_at_last_arrival`` is the share at the last arrival (in fill mode
@@ -78,6 +81,36 @@ def percentile(values: Sequence[float], q: float) -> float:
         return 0.0
     k = max(0, min(len(values) - 1, math.ceil(q / 100 * len(values)) - 1))
     return float(values[k])
+
+
+def class_name(profiles: Sequence[str]) -> str:
+    """A GPU pod's class for the waits by class: its instances, ``8 × 7g.80gb`` or
+    ``1 × 1g.10gb + 1 × 3g.40gb``."""
+    return " + ".join(f"{k} × {p}" for p, k in sorted(Counter(profiles).items()))
+
+
+def waits_by_class(done: Mapping[str, Sequence[float]],
+                   waiting: Sequence[tuple[str, float]]) -> dict[str, dict[str, float]]:
+    """Per pod class, how long its GPU pods waited: the placed pods' waits (``done``) and the
+    pods still waiting with the time waited so far (``waiting``: class, seconds), as the GPU
+    wait p95 counts them. Per class: ``pods``, ``waiting`` (still), ``p50_s``, ``p95_s``,
+    ``max_s`` and ``in_run_p95_tail``: how many of its pods waited at least the run's GPU
+    wait p95 (> 0), i.e. which classes make that figure."""
+    by: dict[str, list[float]] = {k: list(v) for k, v in done.items()}
+    still: Counter[str] = Counter()
+    for name, wait in waiting:
+        by.setdefault(name, []).append(wait)
+        still[name] += 1
+    every = sorted(w for v in by.values() for w in v)
+    p95 = percentile(every, 95)
+    out: dict[str, dict[str, float]] = {}
+    for name in sorted(by):
+        waits = sorted(by[name])
+        tail = len(waits) - bisect.bisect_left(waits, p95) if p95 > 0 else 0
+        out[name] = {"pods": len(waits), "waiting": still[name],
+                     "p50_s": percentile(waits, 50), "p95_s": percentile(waits, 95),
+                     "max_s": waits[-1] if waits else 0.0, "in_run_p95_tail": tail}
+    return out
 
 
 def fragmentation(sim: world.World) -> float:

@@ -71,6 +71,45 @@ def table(summary: Mapping[str, Mapping[str, Mapping[str, float]]]) -> str:
     return "\n".join(lines)
 
 
+def waits_table(runs: Sequence[tuple[str, Mapping[str, Mapping[str, float]]]]) -> str:
+    """GPU waits per pod class (``--waits-by-class``): for each policy and class, the mean
+    over seeds of its pods, of those still waiting and of its p50 and p95 wait, its longest
+    wait, and its share of the run's p95 tail (the pods that waited at least the run's GPU
+    wait p95, all seeds together): which classes make the p95. Classes with most of the
+    tail first."""
+    by: dict[str, dict[str, list[Mapping[str, float]]]] = {}
+    for policy, run in runs:
+        for name, figs in run.items():
+            by.setdefault(policy, {}).setdefault(name, []).append(figs)
+    seeds: dict[str, int] = {}
+    for policy, _ in runs:
+        seeds[policy] = seeds.get(policy, 0) + 1
+    headers = ["policy", "pod class", "pods", "waiting", "p50 s", "p95 s", "max s",
+               "of the p95 tail"]
+    rows: list[list[str]] = []
+    for policy, classes in by.items():
+        n = seeds[policy]
+        tails = {k: sum(f["in_run_p95_tail"] for f in v) for k, v in classes.items()}
+        total = sum(tails.values())
+        for name in sorted(classes, key=lambda k: (-tails[k],
+                                                   -sum(f["pods"] for f in classes[k]), k)):
+            v = classes[name]
+            rows.append([policy, name, f"{sum(f['pods'] for f in v) / n:.0f}",
+                         f"{sum(f['waiting'] for f in v) / n:.0f}",
+                         f"{sum(f['p50_s'] for f in v) / n:.0f}",
+                         f"{sum(f['p95_s'] for f in v) / n:.0f}",
+                         f"{max(f['max_s'] for f in v):.0f}",
+                         f"{tails[name] / total:.0%}" if total else "-"])
+    widths = [max(len(r[i]) for r in [headers, *rows]) for i in range(len(headers))]
+    lines = ["  ".join(h.ljust(w) if i < 2 else h.rjust(w)
+                       for i, (h, w) in enumerate(zip(headers, widths, strict=True)))]
+    lines.append("  ".join("-" * w for w in widths))
+    for r in rows:
+        lines.append("  ".join(v.ljust(w) if i < 2 else v.rjust(w)
+                               for i, (v, w) in enumerate(zip(r, widths, strict=True))))
+    return "\n".join(lines)
+
+
 def markdown(summary: Mapping[str, Mapping[str, Mapping[str, float]]]) -> str:
     headers = ["policy", "GPU pods placed", "unallocated at end", "time-averaged",
                "fragmentation", "idle while pending (slice-h)", "GPU wait p95 s",

@@ -153,6 +153,8 @@ class Counters:
     usable_mib: int = 0
     waits: list[float] = dataclasses.field(default_factory=list)
     gpu_waits: list[float] = dataclasses.field(default_factory=list)
+    # the same per pod class (``metrics.class_name`` of the instances the webhook gave it)
+    gpu_waits_by_class: dict[str, list[float]] = dataclasses.field(default_factory=dict)
 
 
 class World:

@@ -71,12 +71,18 @@ def table(summary: Mapping[str, Mapping[str, Mapping[str, float]]]) -> str:
     return "\n".join(lines)
 
 
+def _count(mean: float) -> str:
+    """A mean count over seeds: whole when it is, else one decimal below 10 (0.3 pods, not
+    0)."""
+    return f"{mean:.0f}" if mean == int(mean) or mean >= 10 else f"{mean:.1f}"
+
+
 def waits_table(runs: Sequence[tuple[str, Mapping[str, Mapping[str, float]]]]) -> str:
     """GPU waits per pod class (``--waits-by-class``): for each policy and class, the mean
-    over seeds of its pods, of those still waiting and of its p50 and p95 wait, its longest
-    wait, and its share of the run's p95 tail (the pods that waited at least the run's GPU
-    wait p95, all seeds together): which classes make the p95. Classes with most of the
-    tail first."""
+    over seeds of its pods and of those still waiting, the mean of its p50 and p95 wait over
+    the seeds that had pods of it, its longest wait, and its share of the run's p95 tail
+    (the pods that waited at least the run's GPU wait p95, all seeds together): which
+    classes make the p95. Classes with most of the tail first."""
     by: dict[str, dict[str, list[Mapping[str, float]]]] = {}
     for policy, run in runs:
         for name, figs in run.items():
@@ -94,10 +100,10 @@ def waits_table(runs: Sequence[tuple[str, Mapping[str, Mapping[str, float]]]]) -
         for name in sorted(classes, key=lambda k: (-tails[k],
                                                    -sum(f["pods"] for f in classes[k]), k)):
             v = classes[name]
-            rows.append([policy, name, f"{sum(f['pods'] for f in v) / n:.0f}",
-                         f"{sum(f['waiting'] for f in v) / n:.0f}",
-                         f"{sum(f['p50_s'] for f in v) / n:.0f}",
-                         f"{sum(f['p95_s'] for f in v) / n:.0f}",
+            rows.append([policy, name, _count(sum(f["pods"] for f in v) / n),
+                         _count(sum(f["waiting"] for f in v) / n),
+                         f"{sum(f['p50_s'] for f in v) / len(v):.0f}",
+                         f"{sum(f['p95_s'] for f in v) / len(v):.0f}",
                          f"{max(f['max_s'] for f in v):.0f}",
                          f"{tails[name] / total:.0%}" if total else "-"])
     widths = [max(len(r[i]) for r in [headers, *rows]) for i in range(len(headers))]

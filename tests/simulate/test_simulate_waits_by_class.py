@@ -74,3 +74,19 @@ def test_the_command_prints_and_writes_the_waits_by_class(
     assert sum(c["in_run_p95_tail"] for c in classes.values()) >= 1
     rows = [line for line in text.splitlines() if line.startswith("default ")]
     assert {name for name in classes if any(f" {name} " in r for r in rows)} == set(classes)
+
+
+def test_the_table_averages_a_class_over_the_seeds_that_had_it() -> None:
+    def figs(pods: int, p95: float, tail: int) -> dict[str, float]:
+        return {"pods": pods, "waiting": 0, "p50_s": 0.0, "p95_s": p95, "max_s": p95,
+                "in_run_p95_tail": tail}
+
+    # Two seeds; only the second had a pod of eight GPUs (it waited 900 s, the whole tail).
+    text = report.waits_table([
+        ("migfit", {"1 × 7g.80gb": figs(10, 100.0, 1)}),
+        ("migfit", {"1 × 7g.80gb": figs(12, 300.0, 0), "8 × 7g.80gb": figs(1, 900.0, 1)}),
+    ])
+    rows = [line.split("  ") for line in text.splitlines()[2:]]
+    cells = [[c.strip() for c in r if c.strip()] for r in rows]
+    assert cells == [["migfit", "1 × 7g.80gb", "11", "0", "0", "200", "300", "50%"],
+                     ["migfit", "8 × 7g.80gb", "0.5", "0", "0", "900", "900", "50%"]]

@@ -14,7 +14,12 @@ nodes, 150,000 pods), deciding every admission (the server's memos are off under
   node's room);
 - ``crowded``: as ``changed``, for a pod whose cpu and memory requests fit on few of the
   nodes with a free instance of its smallest fitting profiles (``usable`` scans those nodes
-  for larger profiles too).
+  for larger profiles too);
+- ``waiting``: as ``changed``, with six more pending pods that each ask for several instances
+  of one profile on one node (2, 4 or 7 × ``1g.10gb``, 2 × ``3g.40gb``, 3 × ``2g.20gb``,
+  8 × ``7g.80gb``): every supply rebuilt after a change checks, per profile, whether some
+  node has that many free (``Cluster.pending_claims``). Compare its ``free`` column with
+  ``changed``'s.
 
 Figures: the median and p99 time of ``decision.decide_pod`` (µs, medians over the runs), the
 ratio of the medians usable / free, and usable's recorded reason. The webhook's own budget:
@@ -86,9 +91,13 @@ def main() -> int:
         "steady": (_pod("12Gi", "4", "16Gi"), None),
         "changed": (_pod("12Gi", "4", "16Gi"), change),
         "crowded": (_pod("12Gi", "48", "384Gi"), change),
+        "waiting": (_pod("12Gi", "4", "16Gi"), change),
     }
     results: dict[str, dict[str, Any]] = {}
     for name, (pod, between) in cases.items():
+        if name == "waiting":  # last: the pods stay in the cluster
+            for i, (profile, n) in enumerate(WAITING):
+                model.apply("Pod", "ADDED", _waiting(f"waiting-{i}", profile, n))
         per: dict[str, list[list[float]]] = {c: [] for c in policies}
         verdicts = {}
         for _ in range(a.runs):
@@ -122,6 +131,20 @@ def main() -> int:
                                       "admissions": a.admissions, "runs": a.runs,
                                       "cases": results}, indent=2) + "\n", encoding="utf-8")
     return 0
+
+
+#: Pending pods of the ``waiting`` case: (profile, instances on one node).
+WAITING = (("1g.10gb", 2), ("1g.10gb", 4), ("1g.10gb", 7), ("3g.40gb", 2), ("2g.20gb", 3),
+           ("7g.80gb", 8))
+
+
+def _waiting(name: str, profile: str, count: int) -> dict[str, Any]:
+    resource = {f"nvidia.com/mig-{profile}": str(count)}
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": "bench", "uid": name},
+            "spec": {"containers": [{"name": "c", "resources": {"limits": resource,
+                                                                "requests": resource}}]},
+            "status": {"phase": "Pending"}}
 
 
 def _reason(verdict: decision.Verdict) -> str:

@@ -4,8 +4,8 @@ answered from ready bytes.
 Pods of one Deployment or Job arrive in bursts, all alike. The key is what the decision reads
 of the pod (``reading.memo_key``: migfit's annotation values, the containers' names and GPU
 resources, affinity, scheduler name) and the supply snapshot (``Supply.generation`` moves
-only when the content the decision reads moves, free counts included, and those less what
-pending pods ask for: a pod of a burst that claims a free instance moves it; ``--choice free`` and
+only when the content the decision reads moves, free counts included (less what pending
+pods ask for: a pod of a burst that claims a free instance moves them); ``--choice free`` and
 ``ceiling`` read whether each offer has a free instance, and the warnings quote the counts, so
 keying on a free bit per offer, as the simulator's cache does, would serve stale warnings
 here); the value is the verdict with its AdmissionResponse already encoded, so that a hit

@@ -11,6 +11,7 @@ import html
 import json
 import math
 import re
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -87,9 +88,7 @@ def waits_table(runs: Sequence[tuple[str, Mapping[str, Mapping[str, float]]]]) -
     for policy, run in runs:
         for name, figs in run.items():
             by.setdefault(policy, {}).setdefault(name, []).append(figs)
-    seeds: dict[str, int] = {}
-    for policy, _ in runs:
-        seeds[policy] = seeds.get(policy, 0) + 1
+    seeds = Counter(policy for policy, _ in runs)
     headers = ["policy", "pod class", "pods", "waiting", "p50 s", "p95 s", "max s",
                "of the p95 tail"]
     rows: list[list[str]] = []

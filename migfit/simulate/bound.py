@@ -35,12 +35,13 @@ sum Σ_k LP(t_k) (t_k − t_{k−1}) over ``TIME_POINTS`` even steps. In events 
 any delay, so it is loose once more has arrived than fits.
 
 Figures: ``unallocated_share`` (at the last arrival, and at the end in fill mode: the same
-arrivals), ``unallocated_share_time_avg`` and ``allocated_*`` are the bound; figures that
-must be low (waits, idle while pending, re-layouts, disrupted pods, fragmentation, the
-unallocated memory share, FGD's unit and the unallocated share's parts) are 0, their trivial
-bound; pod counts are those of the LP's optimal solution (fractional, not a bound).
-Needs SciPy (``pip install
-'migfit[sim]'``): ``scipy.optimize.linprog`` (HiGHS).
+arrivals), ``unallocated_share_time_avg`` and ``allocated_*`` are the bound; in events mode
+the GPU wait p50 and p95 are bounds of their own (``waitbound``: a covering LP over the
+pods' runs); figures that must be low (the other waits, idle while pending, re-layouts,
+disrupted pods, fragmentation, the unallocated memory share, FGD's unit and the unallocated
+share's parts) are 0, their trivial bound; pod counts are those of the LP's optimal solution
+(fractional, not a bound). Needs SciPy (``pip install 'migfit[sim]'``):
+``scipy.optimize.linprog`` (HiGHS).
 """
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from migfit import errors, profiles
-from migfit.simulate import adapters, objects, policies, spec, workload, world
+from migfit.simulate import adapters, objects, policies, spec, waitbound, workload, world
 
 TIME_POINTS = 40
 
@@ -272,6 +273,9 @@ def figures(nodes: Sequence[spec.NodeSpec], arrivals: Sequence[workload.PodSpec]
             "unallocated_host_bound_share", "unallocated_partial_gpus_share",
             "unallocated_idle_gpus_share")
     out: dict[str, float] = dict.fromkeys(zero, 0.0)
+    if options.mode == "events":
+        # The GPU wait percentiles: a bound of their own (``waitbound``), not the trivial 0.
+        out.update(waitbound.figures(nodes, arrivals))
     out.update({
         "pods_arrived": float(n),
         "gpu_pods_arrived": float(gpu_arrived),

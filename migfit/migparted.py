@@ -561,8 +561,13 @@ def spread_note(model: profiles.GpuModel, allocatable: Mapping[ProfileName, int]
     s = spread(model, allocatable, used, gpu_count, replicas=replicas)
     if s is None or s.worst <= s.needed:
         return ""
-    return (f"in-use instances fit on {s.needed} GPU(s) but may occupy {s.worst}: set the "
-            f"device plugin's packed allocation policy to keep whole GPUs free for re-layouts")
+    # k8s-device-plugin's --allocation-policy=packed (v0.20.0, PR #1621) groups candidates
+    # by device UUID, one per MIG instance: it packs MIG instances by GPU only once they are
+    # grouped by parent GPU (PR #2036, open in 2026-09). README, "Which GPU the device plugin
+    # gives a pod".
+    return (f"in-use instances fit on {s.needed} GPU(s) but may occupy {s.worst}: which GPUs "
+            f"are idle is known only from the DCGM exporter (--gpu-usage-from dcgm) until the "
+            f"device plugin's packed allocation policy packs MIG instances by GPU")
 
 
 def _pack(model: profiles.GpuModel, names: list[ProfileName], k: int,

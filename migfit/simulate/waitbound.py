@@ -25,9 +25,9 @@ it. The same for the p50 (L = N − ⌈0.5 N⌉).
 
 It relaxes which node and which GPU holds an instance (placements, a pod's instances on one
 node, per-node cpu), re-layout time and integrality, so the bound may be out of reach; it is
-0 where nothing ever has to wait. Fill mode has no departures and its waits end with the run,
-which each policy sets: there the bound stays the trivial 0. Needs SciPy, like the LP of
-``bound``.
+0 where leaving the percentile's share of the pods late lets every other pod start at once.
+Fill mode has no departures and its waits end with the run, which each policy sets: there
+the bound stays the trivial 0. Needs SciPy, like the LP of ``bound``.
 """
 
 from __future__ import annotations
@@ -41,6 +41,9 @@ from migfit.simulate import objects, spec, workload
 
 # Seconds: the bisection stops when the interval is this narrow (the bound is its low end).
 RESOLUTION_S = 1.0
+# Relative: how far the LP's optimum must exceed the pods allowed late to count as a proof
+# (HiGHS's feasibility tolerances are 1e-7; this is a thousand times that).
+LP_MARGIN = 1e-4
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -204,22 +207,24 @@ def percentile_bound(pods: Sequence[Footprint], cap: Sequence[float], q: float) 
     if not n:
         return 0.0
     allowed = n - max(1, math.ceil(q / 100 * n))  # pods that may wait longer than W
-    # Small tolerance: the LP's optimum is a float; a proof needs a clear excess.
-    if least_late(pods, cap, 0.0) <= allowed + 1e-6:
+    # The solver's optimum is within its tolerances of the true one: a proof needs a clear
+    # excess over ``allowed`` (the bound errs low, never high).
+    proof = allowed + LP_MARGIN * (1 + allowed)
+    if least_late(pods, cap, 0.0) <= proof:
         return 0.0
     lo = 0.0  # proved: the percentile exceeds lo
     hi = max((p.duration for p in pods if math.isfinite(p.duration)), default=0.0)
-    if least_late(pods, cap, hi) > allowed + 1e-6:
+    if least_late(pods, cap, hi) > proof:
         # Pods that never leave keep the excess whatever the wait: no finite bound found
         # below the longest run; report that (still a proof).
         return hi
     while hi - lo > RESOLUTION_S:
         mid = (lo + hi) / 2
-        if least_late(pods, cap, mid) > allowed + 1e-6:
+        if least_late(pods, cap, mid) > proof:
             lo = mid
         else:
             hi = mid
-    return math.floor(lo)
+    return float(math.floor(lo))
 
 
 def figures(nodes: Sequence[spec.NodeSpec], arrivals: Sequence[workload.PodSpec]

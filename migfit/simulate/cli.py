@@ -322,8 +322,8 @@ def share_of_nodes(nodes: Sequence[spec.NodeSpec], share: float) -> list[spec.No
 
 def _demand_matched(nodes: list[spec.NodeSpec], sizing: Sequence[workload.PodSpec]
                     ) -> list[spec.NodeSpec]:
-    """Demand-matched layouts from ``sizing``'s mix, per GPU model (cpu-only nodes kept)."""
-    mix = initial.instance_mix(sizing)
+    """Demand-matched layouts from ``sizing``'s mix in each GPU model's profiles (cpu-only
+    nodes kept)."""
     out = list(nodes)
     by_model: dict[str, list[int]] = {}
     for i, n in enumerate(nodes):
@@ -332,6 +332,7 @@ def _demand_matched(nodes: list[spec.NodeSpec], sizing: Sequence[workload.PodSpe
     for positions in by_model.values():
         group = [nodes[i] for i in positions]
         gpus = sum(n.gpus for n in group)
+        mix = initial.instance_mix(sizing, group[0].model)
         laid = initial.spread(group, initial.demand_matched(group[0].model, mix, gpus))
         for i, n in zip(positions, laid, strict=True):
             out[i] = n

@@ -56,14 +56,27 @@ def parse_option(text: str) -> list[str | list[str]]:
     return out
 
 
-def instance_mix(pods: Sequence[workload.PodSpec]) -> Counter[str]:
-    """Instances per profile that the workload's GPU pods ask for (by the mapping)."""
+def instance_mix(pods: Sequence[workload.PodSpec], model: profiles.GpuModel | None = None
+                 ) -> Counter[str]:
+    """Instances per profile that the workload's GPU pods ask for (by the mapping).
+
+    With ``model``, in that model's profiles: the mapping's profile where the model has it,
+    else each container's smallest fitting profile of the model by the pod's request (a
+    mixed cluster's other models: the mapping names the reference model's profiles); pods
+    the model cannot hold are left out."""
     mix: Counter[str] = Counter()
     for p in pods:
-        if p.gpu and p.expected is not None:
+        if not p.gpu:
+            continue
+        if p.explicit:
+            if model is None or all(model.has_profile(q) for q in p.explicit):
+                mix.update(p.explicit)
+        elif p.expected is not None and (model is None or model.has_profile(p.expected)):
             mix[p.expected] += p.containers
-        elif p.gpu:
-            mix.update(p.explicit)
+        elif model is not None:
+            fits = [workload.smallest_fit(model, r) for r in workload.gpu_requests(p)]
+            if fits and all(f is not None for f in fits):
+                mix.update(f.name for f in fits if f is not None)
     return mix
 
 

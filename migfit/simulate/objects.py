@@ -96,6 +96,13 @@ def _node(name: str, labels: dict[str, str], resources: dict[str, str],
     }
 
 
+def container_names(containers: int) -> list[str]:
+    """The names of a simulated pod's containers: ``main``, or ``gpu0``… when it has several
+    (each holds one instance; the per-container annotation keys name them)."""
+    n = max(1, containers)
+    return [f"gpu{i}" for i in range(n)] if n > 1 else ["main"]
+
+
 def pod_object(
     *,
     name: str,
@@ -108,16 +115,15 @@ def pod_object(
     decision: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """A pod; with ``profile_per_container`` it is the webhook's mutated pod."""
-    n = max(1, containers)
     conts: list[dict[str, Any]] = []
-    for i in range(n):
+    for i, cname in enumerate(container_names(containers)):
         req: dict[str, str] = {}
         if i == 0:
             req = {"cpu": f"{cpu_milli}m", "memory": f"{memory_mib}Mi"}
         if i < len(profile_per_container):
             req[profiles.resource_name(profile_per_container[i])] = "1"
         lim = {k: v for k, v in req.items() if k.startswith(profiles.RESOURCE_PREFIX)}
-        conts.append({"name": f"gpu{i}" if n > 1 else "main", "image": "sim",
+        conts.append({"name": cname, "image": "sim",
                       "resources": {"requests": req, "limits": lim}})
     ann = dict(annotations)
     if profile_per_container:

@@ -37,7 +37,7 @@ import math
 from collections.abc import Sequence
 
 from migfit import errors, profiles, requests
-from migfit.simulate import objects, spec, workload
+from migfit.simulate import spec, workload
 
 # Seconds: the bisection stops when the interval is this narrow (the bound is its low end).
 RESOLUTION_S = 1.0
@@ -77,20 +77,11 @@ def _smallest(nodes: Sequence[spec.NodeSpec], pods: Sequence[workload.PodSpec]
     of ``nodes`` that can hold every one of its requests; None where none can (denied)."""
     models = {n.model.id: n.model for n in nodes if n.gpus}
     out: list[tuple[float, float, float] | None] = []
-    for i, s in enumerate(pods):
+    for s in pods:
         best: tuple[float, float, float] | None = None
         if s.gpu:
-            if s.explicit:
-                asks: list[requests.GpuRequest | str] = list(s.explicit)
-            else:
-                obj = objects.pod_object(name=f"wait-bound-{i}", cpu_milli=s.cpu_milli,
-                                         memory_mib=s.memory_mib, annotations=s.annotations,
-                                         containers=s.containers)
-                names = [c["name"] for c in obj["spec"]["containers"]]
-                try:
-                    asks = list(requests.parse(s.annotations, containers=names).requests)
-                except requests.RequestError:
-                    asks = []
+            asks: list[requests.GpuRequest | str] = (
+                list(s.explicit) if s.explicit else list(workload.gpu_requests(s)))
             for model in models.values():
                 total = [0.0, 0.0, 0.0]
                 for ask in asks:

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Literal
 
 from migfit import errors, profiles, requests
+from migfit.simulate import objects
 
 Mapping_ = Literal["compute", "memory"]
 ANN_MEMORY = requests.GPU_MEMORY
@@ -97,6 +98,28 @@ def request_annotations(model: profiles.GpuModel, *, gpu_milli: int, mapping: Ma
         m = math.ceil(gpu_milli * model.memory_slices / 1000)
     below = [p.memory_mib for p in cands if p.memory_slices < m]
     return {ANN_MEMORY: f"{max(below) + 1 if below else 1}Mi"}
+
+
+def gpu_requests(s: PodSpec) -> tuple[requests.GpuRequest, ...]:
+    """What the pod's annotations ask for, per container, as the webhook reads them (none
+    when they do not parse: the webhook denies such a pod)."""
+    try:
+        return requests.parse(s.annotations,
+                              containers=objects.container_names(s.containers)).requests
+    except requests.RequestError:
+        return ()
+
+
+def smallest_fit(model: profiles.GpuModel, req: requests.GpuRequest
+                 ) -> profiles.Profile | None:
+    """The model's smallest profile that holds ``req``, in the webhook's order (memory, then
+    compute slices, then without media extensions; by the catalog's memory), or None."""
+    fit = [p for p in model.profiles
+           if p.memory_mib >= req.memory_mib
+           and (req.compute is None or p.compute_slices >= req.compute)
+           and (p.media or not req.media)]
+    return min(fit, key=lambda p: (p.memory_mib, p.compute_slices, p.media, p.name),
+               default=None)
 
 
 def parse_gpu_spec(text: str) -> frozenset[str]:

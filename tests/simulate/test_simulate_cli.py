@@ -134,3 +134,30 @@ def test_same_seed_same_result_across_processes(tmp_path: Path) -> None:
             r["figures"].pop("wall_s")
         docs.append(runs)
     assert docs[0] == docs[1]
+
+
+def test_history_layouts_on_a_mixed_cluster_use_each_models_profiles(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``--model-map T4=A30-24GB`` with the default history layouts: the mapping names the
+    reference model's (A100-80GB) profiles, so the A30's layouts are sized from each pod's
+    request in A30 profiles, as the webhook reads it (an eighth of a GPU: 1g.6gb there; a
+    whole A100 does not fit an A30 and is left out of its mix), not refused."""
+    (tmp_path / "openb_node_list_gpu_node.csv").write_text(
+        "sn,cpu_milli,memory_mib,gpu,model\n"
+        "a1,64000,262144,1,V100M32\na2,64000,262144,1,V100M32\nt,64000,262144,2,T4\n")
+    rows = ["name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,"
+            "creation_time,deletion_time,scheduled_time"]
+    rows += [f"p{i},1000,1024,1,{1000 if i % 4 == 0 else 125},,LS,Running,{i},{i + 500},{i}"
+             for i in range(16)]
+    (tmp_path / "openb_pod_list_default.csv").write_text("\n".join(rows) + "\n")
+    out_json = tmp_path / "r.json"
+    rc = cli.main(["simulate", "--trace-dir", str(tmp_path), "--model-map", "T4=A30-24GB",
+                   "--mode", "events", "--policies", "default", "--picture", "default",
+                   "--json", str(out_json)])
+    assert rc == 0, capsys.readouterr().err
+    (run,) = json.loads(out_json.read_text())["runs"]
+    layouts = {n["node"]: sorted({i[2] for gpu in n["gpus"] for i in gpu})
+               for n in run["snapshot"]}
+    # Whole nodes take one layout each: the A100s one 7g.80gb and one seven 1g.10gb.
+    assert sorted([layouts["a1"], layouts["a2"]]) == [["1g.10gb"], ["7g.80gb"]]
+    assert layouts["t"] == ["1g.6gb"]

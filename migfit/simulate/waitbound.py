@@ -60,10 +60,7 @@ def _least(model: profiles.GpuModel, req: requests.GpuRequest
     """The least compute share, memory share and big count of the model's profiles that
     hold ``req`` (each on its own; None when none does). Every profile counts, not only
     those some node offers now: a re-layout may create any of them."""
-    fit = [p for p in model.profiles
-           if p.memory_mib >= req.memory_mib
-           and (req.compute is None or p.compute_slices >= req.compute)
-           and (p.media or not req.media)]
+    fit = workload.fitting(model, req)
     if not fit:
         return None
     return (min(p.compute_slices for p in fit) / model.compute_slices,

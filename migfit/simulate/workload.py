@@ -110,16 +110,20 @@ def gpu_requests(s: PodSpec) -> tuple[requests.GpuRequest, ...]:
         return ()
 
 
+def fitting(model: profiles.GpuModel, req: requests.GpuRequest) -> list[profiles.Profile]:
+    """The model's profiles that hold ``req`` (by the catalog's memory)."""
+    return [p for p in model.profiles
+            if p.memory_mib >= req.memory_mib
+            and (req.compute is None or p.compute_slices >= req.compute)
+            and (p.media or not req.media)]
+
+
 def smallest_fit(model: profiles.GpuModel, req: requests.GpuRequest
                  ) -> profiles.Profile | None:
     """The model's smallest profile that holds ``req``, in the webhook's order (memory, then
     compute slices, then without media extensions; by the catalog's memory), or None."""
-    fit = [p for p in model.profiles
-           if p.memory_mib >= req.memory_mib
-           and (req.compute is None or p.compute_slices >= req.compute)
-           and (p.media or not req.media)]
-    return min(fit, key=lambda p: (p.memory_mib, p.compute_slices, p.media, p.name),
-               default=None)
+    return min(fitting(model, req),
+               key=lambda p: (p.memory_mib, p.compute_slices, p.media, p.name), default=None)
 
 
 def parse_gpu_spec(text: str) -> frozenset[str]:

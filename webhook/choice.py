@@ -94,7 +94,9 @@ def usable_mib(
     return profile.memory_mib
 
 
-def _meets(profile: profiles.Profile, req: requests.GpuRequest) -> bool:
+def meets(profile: profiles.Profile, req: requests.GpuRequest) -> bool:
+    """Whether ``profile`` has the compute slices and media engines ``req`` asks for (its
+    memory is checked against the usable MiB, which depends on the policy)."""
     if req.compute is not None and profile.compute_slices < req.compute:
         return False
     return not (req.media and not profile.media)
@@ -103,10 +105,15 @@ def _meets(profile: profiles.Profile, req: requests.GpuRequest) -> bool:
 _Candidate = tuple[profiles.GpuModel, profiles.Profile, int]
 
 
+def smallest_first(profile: profiles.Profile, usable: int) -> tuple[Any, ...]:
+    """The order of "smallest" (DESIGN §4): least usable memory, then fewest compute
+    slices, then without +me."""
+    return (usable, profile.compute_slices, profile.media, profile.name)
+
+
 def _order(c: _Candidate) -> tuple[Any, ...]:
     model, p, usable = c
-    # Smallest = least memory, then fewest compute slices, then without +me (DESIGN §4).
-    return (usable, p.compute_slices, p.media, p.name, model.id)
+    return (*smallest_first(p, usable), model.id)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -136,7 +143,7 @@ def _advertised(
             continue
         p = model.profile(pname)
         usable = usable_mib(model, p, supply=supply, policy=policy)
-        if usable >= req.memory_mib and _meets(p, req):
+        if usable >= req.memory_mib and meets(p, req):
             out.append((model, p, usable))
     return out
 
@@ -162,7 +169,7 @@ def choose(
     else:
         anywhere = [(m, p, usable_mib(m, p, supply=supply, policy=policy))
                     for m in pool for p in m.profiles]
-        fitting = [c for c in anywhere if c[2] >= mib and _meets(c[1], req)]
+        fitting = [c for c in anywhere if c[2] >= mib and meets(c[1], req)]
         if not fitting:
             raise Denied(_too_big(req, key=key, value=value, pool=pool, supply=supply,
                                   policy=policy))
@@ -232,7 +239,7 @@ def _fit_models(
     """The models whose profile ``name`` holds ``req``."""
     return tuple(m.id for m in pool if m.has_profile(name)
                  and usable_mib(m, m.profile(name), supply=supply, policy=policy)
-                 >= req.memory_mib and _meets(m.profile(name), req))
+                 >= req.memory_mib and meets(m.profile(name), req))
 
 
 def _free(fit: Iterable[profiles.ModelId], name: profiles.ProfileName,
@@ -251,7 +258,7 @@ def _too_big(
 ) -> str:
     where = ("in this cluster" if supply.available and supply.models
              else "configured (--gpu-models)")
-    constrained = [(m, p) for m in pool for p in m.profiles if _meets(p, req)]
+    constrained = [(m, p) for m in pool for p in m.profiles if meets(p, req)]
     wants = []
     if req.compute is not None:
         wants.append(f"at least {req.compute} compute slices")

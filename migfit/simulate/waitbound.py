@@ -55,53 +55,53 @@ class Footprint:
     use: tuple[float, float, float, float, float]  # compute, memory, big, cpu, memory MiB
 
 
-def _least(model: profiles.GpuModel, req: requests.GpuRequest
-           ) -> tuple[float, float, float] | None:
-    """The least compute share, memory share and big count of the model's profiles that
-    hold ``req`` (each on its own; None when none does). Every profile counts, not only
-    those some node offers now: a re-layout may create any of them."""
-    fit = workload.fitting(model, req)
-    if not fit:
+Shares = tuple[float, float, float]  # of one GPU: compute, memory, big instances
+
+
+def _shares(model: profiles.GpuModel, p: profiles.Profile) -> Shares:
+    return (p.compute_slices / model.compute_slices, p.memory_slices / model.memory_slices,
+            float(2 * p.compute_slices > model.compute_slices))
+
+
+def _least(model: profiles.GpuModel, req: requests.GpuRequest) -> Shares | None:
+    """The least of each share over the model's profiles that hold ``req`` (each on its own;
+    None when none does). Every profile counts, not only those some node offers now: a
+    re-layout may create any of them."""
+    each = [_shares(model, p) for p in workload.fitting(model, req)]
+    return (min(e[0] for e in each), min(e[1] for e in each),
+            min(e[2] for e in each)) if each else None
+
+
+def _on_model(model: profiles.GpuModel, s: workload.PodSpec,
+              asks: Sequence[requests.GpuRequest]) -> Shares | None:
+    """The pod's least shares on ``model``, summed over its instances (explicit profiles, or
+    its requests ``asks``); None when the model cannot hold one of them."""
+    if s.explicit:
+        if not all(model.has_profile(q) for q in s.explicit):
+            return None
+        parts: list[Shares | None] = [_shares(model, model.profile(q)) for q in s.explicit]
+    else:
+        parts = [_least(model, r) for r in asks]
+    if not parts or any(x is None for x in parts):
         return None
-    return (min(p.compute_slices for p in fit) / model.compute_slices,
-            min(p.memory_slices for p in fit) / model.memory_slices,
-            float(min(2 * p.compute_slices > model.compute_slices for p in fit)))
+    got = [x for x in parts if x is not None]
+    return (sum(x[0] for x in got), sum(x[1] for x in got), sum(x[2] for x in got))
 
 
 def _smallest(nodes: Sequence[spec.NodeSpec], pods: Sequence[workload.PodSpec]
-              ) -> list[tuple[float, float, float] | None]:
-    """Per pod, the least (compute share, memory share, big instances) over the GPU models
-    of ``nodes`` that can hold every one of its requests; None where none can (denied)."""
-    models = {n.model.id: n.model for n in nodes if n.gpus}
-    out: list[tuple[float, float, float] | None] = []
+              ) -> list[Shares | None]:
+    """Per pod, the least shares over the GPU models of ``nodes`` that can hold every one of
+    its instances; None where none can (denied) and for cpu-only pods."""
+    models = list({n.model.id: n.model for n in nodes if n.gpus}.values())
+    out: list[Shares | None] = []
     for s in pods:
-        best: tuple[float, float, float] | None = None
-        if s.gpu:
-            asks: list[requests.GpuRequest | str] = (
-                list(s.explicit) if s.explicit else list(workload.gpu_requests(s)))
-            for model in models.values():
-                total = [0.0, 0.0, 0.0]
-                for ask in asks:
-                    if isinstance(ask, str):
-                        if not model.has_profile(ask):
-                            break
-                        p = model.profile(ask)
-                        one: tuple[float, float, float] | None = (
-                            p.compute_slices / model.compute_slices,
-                            p.memory_slices / model.memory_slices,
-                            float(2 * p.compute_slices > model.compute_slices))
-                    else:
-                        one = _least(model, ask)
-                    if one is None:
-                        break
-                    total = [a + b for a, b in zip(total, one, strict=True)]
-                else:
-                    if asks:
-                        got = (total[0], total[1], total[2])
-                        best = got if best is None else (min(best[0], got[0]),
-                                                         min(best[1], got[1]),
-                                                         min(best[2], got[2]))
-        out.append(best)
+        if not s.gpu:
+            out.append(None)
+            continue
+        asks = () if s.explicit else workload.gpu_requests(s)
+        each = [x for m in models if (x := _on_model(m, s, asks)) is not None]
+        out.append((min(e[0] for e in each), min(e[1] for e in each),
+                    min(e[2] for e in each)) if each else None)
     return out
 
 
@@ -188,9 +188,18 @@ def least_late(pods: Sequence[Footprint], cap: Sequence[float], wait: float) -> 
     return float(res.fun)
 
 
-def percentile_bound(pods: Sequence[Footprint], cap: Sequence[float], q: float) -> float:
+def percentile_bound(pods: Sequence[Footprint], cap: Sequence[float], q: float,
+                     solved: dict[float, float] | None = None) -> float:
     """The largest wait W (to ``RESOLUTION_S``) that every policy's nearest-rank q-th
-    percentile GPU wait exceeds; 0 when none is proved."""
+    percentile GPU wait exceeds; 0 when none is proved. ``solved``: ``least_late`` by W,
+    shared between percentiles of the same pods (the LP does not depend on q)."""
+    memo = {} if solved is None else solved
+
+    def late(wait: float) -> float:
+        if wait not in memo:
+            memo[wait] = least_late(pods, cap, wait)
+        return memo[wait]
+
     n = len(pods)
     if not n:
         return 0.0
@@ -198,17 +207,17 @@ def percentile_bound(pods: Sequence[Footprint], cap: Sequence[float], q: float) 
     # The solver's optimum is within its tolerances of the true one: a proof needs a clear
     # excess over ``allowed`` (the bound errs low, never high).
     proof = allowed + LP_MARGIN * (1 + allowed)
-    if least_late(pods, cap, 0.0) <= proof:
+    if late(0.0) <= proof:
         return 0.0
     lo = 0.0  # proved: the percentile exceeds lo
     hi = max((p.duration for p in pods if math.isfinite(p.duration)), default=0.0)
-    if least_late(pods, cap, hi) > proof:
+    if late(hi) > proof:
         # Pods that never leave keep the excess whatever the wait: no finite bound found
         # below the longest run; report that (still a proof).
         return hi
     while hi - lo > RESOLUTION_S:
         mid = (lo + hi) / 2
-        if least_late(pods, cap, mid) > proof:
+        if late(mid) > proof:
             lo = mid
         else:
             hi = mid
@@ -220,5 +229,6 @@ def figures(nodes: Sequence[spec.NodeSpec], arrivals: Sequence[workload.PodSpec]
     """``gpu_pending_p50_s`` and ``gpu_pending_p95_s`` bounds of an events replay."""
     pods = footprints(nodes, arrivals)
     cap = capacity(nodes)
-    return {"gpu_pending_p50_s": percentile_bound(pods, cap, 50),
-            "gpu_pending_p95_s": percentile_bound(pods, cap, 95)}
+    solved: dict[float, float] = {}
+    return {"gpu_pending_p50_s": percentile_bound(pods, cap, 50, solved),
+            "gpu_pending_p95_s": percentile_bound(pods, cap, 95, solved)}

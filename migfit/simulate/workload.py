@@ -25,6 +25,7 @@ from typing import Literal
 
 from migfit import errors, profiles, requests
 from migfit.simulate import objects
+from migfit.webhook import choice
 
 Mapping_ = Literal["compute", "memory"]
 ANN_MEMORY = requests.GPU_MEMORY
@@ -111,19 +112,17 @@ def gpu_requests(s: PodSpec) -> tuple[requests.GpuRequest, ...]:
 
 
 def fitting(model: profiles.GpuModel, req: requests.GpuRequest) -> list[profiles.Profile]:
-    """The model's profiles that hold ``req`` (by the catalog's memory)."""
-    return [p for p in model.profiles
-            if p.memory_mib >= req.memory_mib
-            and (req.compute is None or p.compute_slices >= req.compute)
-            and (p.media or not req.media)]
+    """The model's profiles that hold ``req``, by the webhook's rule (``choice.meets``) on
+    the catalog's memory."""
+    return [p for p in model.profiles if p.memory_mib >= req.memory_mib and choice.meets(p, req)]
 
 
 def smallest_fit(model: profiles.GpuModel, req: requests.GpuRequest
                  ) -> profiles.Profile | None:
-    """The model's smallest profile that holds ``req``, in the webhook's order (memory, then
-    compute slices, then without media extensions; by the catalog's memory), or None."""
-    return min(fitting(model, req),
-               key=lambda p: (p.memory_mib, p.compute_slices, p.media, p.name), default=None)
+    """The model's smallest profile that holds ``req``, in the webhook's order
+    (``choice.smallest_first``), or None."""
+    return min(fitting(model, req), key=lambda p: choice.smallest_first(p, p.memory_mib),
+               default=None)
 
 
 def parse_gpu_spec(text: str) -> frozenset[str]:

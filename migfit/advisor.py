@@ -379,6 +379,62 @@ def _refusal(state: cluster.Cluster, pod: records.PodRecord, name: str,
     return None
 
 
+def _larger_free(state: cluster.Cluster, pod: records.PodRecord, name: ProfileName,
+                 reqs: Mapping[ProfileName, int], memo: dict[str, tuple[int, int]]) -> str | None:
+    """For a pod of one ``name`` instance whose free instances all sit where it cannot go: the
+    smallest larger profile that holds its recorded request (the webhook's decision record:
+    the catalog's memory at least the request, at least as many compute slices, +me kept)
+    with a free instance on a node that can take the pod, as an ``explain`` line; None when
+    there is none or no record says what the pod asked for.
+
+    The webhook's default ``--choice free`` counts a free instance wherever it is, so a pod
+    can be given a profile whose free instances are all behind exhausted cpu or memory while
+    a larger fitting one is free beside room (docs/simulation.md, "`--choice usable`").
+    """
+    if dict(reqs) != {name: 1}:
+        return None
+    try:
+        record = keys.decode_decision(pod.annotations.get(keys.DECISION, ""))
+    except keys.AnnotationError:
+        return None
+    mine = [c for c in record["containers"] if c["profile"] == name]
+    if len(mine) != 1:
+        return None
+    mib = mine[0]["request_mib"]
+    best: tuple[tuple[int, int, str], list[str]] | None = None
+    for model in state.models_present():
+        if not model.has_profile(name):
+            continue
+        chosen = model.profile(name)
+        for q in model.profiles:
+            if (q.name == name or q.memory_mib < mib
+                    or q.compute_slices < chosen.compute_slices
+                    or (chosen.media and not q.media)):
+                continue
+            order = (q.memory_mib, q.compute_slices, q.name)
+            if best is not None and best[0] <= order:
+                continue
+            nodes = sorted(n for n in state.free_nodes(q.name)
+                           if (ns := state.node(n)) is not None and ns.node.model == model.id
+                           and _refusal(state, pod, n, {q.name: 1}, memo) is None)
+            if nodes:
+                best = (order, nodes)
+    if best is None:
+        return None
+    larger = best[0][2]
+    where = f"({_names(best[1])})"
+    if "where the pod's cpu and memory fit" in mine[0].get("reason", ""):  # --choice usable
+        then = (f"a {name} with room for it was free when it was admitted and has been taken "
+                f"since; delete and recreate it to be decided again")
+    else:
+        then = (f"the webhook's --choice free counted the free {name} wherever they were, and "
+                f"may choose it again; under --choice usable it gives such a pod the larger "
+                f"free instance (docs/simulation.md, \"--choice usable\"), and a pod admitted "
+                f"before the change must be recreated")
+    return (f"- {larger}: holds the {quantity.format_mib(mib)} it asked for and has a free "
+            f"instance on a node with room for it {where}. The pod keeps its {name}: {then}.")
+
+
 def _free_rooms(state: cluster.Cluster, constraints: records.PodConstraints,
                 reqs: Mapping[ProfileName, int],
                 memo: dict[str, tuple[int, int]]) -> list[tuple[int, int]]:
@@ -1305,6 +1361,9 @@ def explain(
             more = f"; and {len(free) - 5} more" if len(free) > 5 else ""
             lines.append(f"- {p}: {len(free)} schedulable node(s) have a free instance, but "
                          f"none can take it ({shown}{more}).")
+            larger = _larger_free(state, pod, p, reqs, memo)
+            if larger is not None:
+                lines.append(larger)
             continue
         advertising = [s for s in state.nodes() if s.node.allocatable.get(p, 0) > 0]
         busy = sorted(s.name for s in advertising

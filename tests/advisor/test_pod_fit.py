@@ -227,3 +227,47 @@ def test_a_pod_counts_unless_one_node_has_both_its_cpu_and_its_memory() -> None:
                            now=NOW)
     assert "cpu-rich: memory: 8Gi free, it asks for 64Gi" in text
     assert "mem-rich: cpu: 4000m free, it asks for 32000m" in text
+
+
+def _decided(p: dict[str, Any], profile: str, mib: int, reason: str) -> dict[str, Any]:
+    """``p`` with the webhook's decision record: ``mib`` asked for, ``profile`` chosen."""
+    record: keys.DecisionRecord = {"v": keys.DECISION_VERSION, "strategy": "mixed",
+                                   "containers": [{
+                                       "container": "main", "request_mib": mib,
+                                       "profile": profile,
+                                       "resource": profiles.resource_name(profile),
+                                       "models": [], "reason": reason}]}
+    p["metadata"].setdefault("annotations", {})[keys.DECISION] = keys.encode_decision(record)
+    return p
+
+
+def test_explain_names_a_larger_free_profile_beside_room() -> None:
+    # The only free 4g.40gb is on a node without the pod's cpu; an idle 7g.80gb GPU has room,
+    # and a free 3g.40gb (too few slices) and a free 1g.10gb (too little memory) do not count.
+    short = node("short", alloc={"4g.40gb": 1, "3g.40gb": 1}, cpu="2")
+    whole = node("whole", alloc={"7g.80gb": 1})
+    small = node("small", alloc={"1g.10gb": 7})
+    waiting = _decided(pod("p", "4g.40gb", cpu="4"), "4g.40gb", 30 * 1024,
+                       "smallest fitting, with a free instance")
+    text = advisor.explain(build(short, whole, small, waiting), "default", "p", now=NOW)
+    assert ("- 7g.80gb: holds the 30Gi it asked for and has a free instance on a node with "
+            "room for it (whole). The pod keeps its 4g.40gb: the webhook's --choice free "
+            "counted the free 4g.40gb wherever they were") in text
+    assert "under --choice usable it gives such a pod the larger free instance" in text
+    # Decided under --choice usable: the 4g.40gb with room has been taken since.
+    usable = _decided(pod("p", "4g.40gb", cpu="4"), "4g.40gb", 30 * 1024,
+                      "smallest fitting, with a free instance where the pod's cpu and memory "
+                      "fit")
+    text = advisor.explain(build(short, whole, usable), "default", "p", now=NOW)
+    assert "has been taken since; delete and recreate it to be decided again." in text
+    # No line without a record, when the larger instance has no room either, or when the
+    # request needs more memory than any free instance has.
+    bare = advisor.explain(build(short, whole, pod("p", "4g.40gb", cpu="4")), "default", "p",
+                           now=NOW)
+    assert "holds the" not in bare and "none can take it (short: cpu" in bare
+    cramped = node("whole", alloc={"7g.80gb": 1}, cpu="2")
+    assert "holds the" not in advisor.explain(build(short, cramped, waiting), "default", "p",
+                                              now=NOW)
+    big = _decided(pod("p", "4g.40gb", cpu="4"), "4g.40gb", 90 * 1024, "smallest fitting")
+    assert "holds the" not in advisor.explain(build(short, whole, big), "default", "p",
+                                              now=NOW)

@@ -339,6 +339,27 @@ def demand(state: cluster.Cluster, *, now: float, settings: Settings) -> list[Wa
     return out
 
 
+def stranded(state: cluster.Cluster) -> list[str]:
+    """Pending MIG pods (``ns/name``, sorted) whose every profile has free instances on some
+    schedulable node, none of which can take the pod (its cpu, memory, selectors, affinity
+    or taints: ``_free_rooms``). Such a pod waits beside free instances; ``explain`` says
+    why, and names a larger free profile where one has room (``_larger_free``)."""
+    out: list[str] = []
+    memo: dict[str, tuple[int, int]] = {}  # per node
+    rooms: dict[tuple[object, ...], list[tuple[int, int]]] = {}  # per class of pod
+    for pod in state.pending_pods():
+        reqs = pod.mig_requests
+        if not pod.pending or not reqs or not all(state.free_nodes(q) for q in reqs):
+            continue
+        cls = (pod.constraints, tuple(sorted(reqs.items())))
+        if cls not in rooms:
+            rooms[cls] = _free_rooms(state, pod.constraints, reqs, memo)
+        if not any(pod.cpu_milli <= cpu and pod.memory_bytes <= mem
+                   for cpu, mem in rooms[cls]):
+            out.append(pod.key)
+    return sorted(out)
+
+
 def _admits(state: cluster.Cluster, name: str, constraints: records.PodConstraints,
             reqs: Mapping[ProfileName, int]) -> str | None:
     """Why schedulable node ``name`` cannot take a pod with ``constraints`` asking for

@@ -11,7 +11,7 @@ import json
 import sys
 from typing import TypedDict
 
-from migfit import cluster, keys, migparted, profiles, records, sources
+from migfit import advisor, cluster, keys, migparted, profiles, records, sources
 from migfit.commands import workstation
 
 
@@ -136,6 +136,14 @@ def render_table(model: cluster.Cluster) -> str:
     lines.append(
         f"{len(model)} nodes ({mig_nodes} with MIG), {free} MIG instances free on schedulable "
         f"nodes; {len(pending)} GPU pods pending ({waiting} marked Unschedulable)")
+    beside = advisor.stranded(model)
+    if beside:
+        shown = ", ".join(beside[:3]) + (f" and {len(beside) - 3} more" if len(beside) > 3
+                                         else "")
+        lines.append(
+            f"{len(beside)} of them wait beside free instances of their profiles that no node "
+            f"they can go to has (cpu, memory, selectors, taints): {shown}; migfit explain "
+            f"says why and names a larger free profile with room")
     return "\n".join(lines)
 
 

@@ -8,6 +8,7 @@ from typing import Any
 from advisor_scene import T0, build, node, pod
 
 from migfit import advisor, builders, decoding, keys, profiles, records
+from migfit.commands import status
 
 NOW = T0 + 600
 H100 = "NVIDIA-H100-80GB-HBM3"
@@ -271,3 +272,18 @@ def test_explain_names_a_larger_free_profile_beside_room() -> None:
     big = _decided(pod("p", "4g.40gb", cpu="4"), "4g.40gb", 90 * 1024, "smallest fitting")
     assert "holds the" not in advisor.explain(build(short, whole, big), "default", "p",
                                               now=NOW)
+
+
+def test_status_counts_the_pods_waiting_beside_free_instances() -> None:
+    short = node("short", alloc={"4g.40gb": 1, "3g.40gb": 1}, cpu="2")
+    whole = node("whole", alloc={"7g.80gb": 1})
+    c = build(short, whole, pod("p", "4g.40gb", cpu="4"), pod("q", "4g.40gb", cpu="1"),
+              pod("r", "2g.20gb", cpu="1"))
+    # p: the only free 4g.40gb has 2 cores, it asks for 4; q fits there; no 2g.20gb is free.
+    assert advisor.stranded(c) == ["default/p"]
+    table = status.render_table(c)
+    assert table.splitlines()[-1] == (
+        "1 of them wait beside free instances of their profiles that no node they can go to "
+        "has (cpu, memory, selectors, taints): default/p; migfit explain says why and names a "
+        "larger free profile with room")
+    assert "wait beside" not in status.render_table(build(short, whole, pod("q", "4g.40gb")))

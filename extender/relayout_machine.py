@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import math
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -55,6 +56,9 @@ _STATES = keys.RelayoutState
 @dataclasses.dataclass(frozen=True, slots=True)
 class Settings:
     max_concurrent: int = 1  # nodes being re-laid out at once, in the whole cluster
+    # ... or, when set, this share of the GPU nodes listed (at least one): ``--max-relayouts
+    # 10%`` keeps up with a cluster's size (docs/simulation.md, "How many re-layouts at once")
+    max_share: float | None = None
     timeout_s: float = 1200.0  # from setting the label to success and the new allocatable
     wedge_s: float = 600.0  # mig.config.state stuck at pending this long: wedged
     poll_s: float = 5.0
@@ -67,6 +71,14 @@ class Settings:
     # --apply-busy-nodes: also start re-layouts of busy nodes (pods run on GPUs the change
     # keeps exactly; advisor.Recommendation.running). Off: only nodes without GPU pods.
     apply_busy_nodes: bool = False
+
+    def limit(self, nodes: Iterable[records.NodeRecord]) -> int:
+        """Re-layouts allowed in flight at once on a cluster of ``nodes``: ``max_concurrent``,
+        or ``max_share`` of its GPU nodes (a known GPU model or MIG resources), at least 1."""
+        if self.max_share is None:
+            return self.max_concurrent
+        gpu = sum(1 for n in nodes if n.model is not None or n.allocatable)
+        return max(1, math.floor(self.max_share * gpu + 1e-9))
 
     def backoff(self, failing: int) -> float:
         """The wait after ``failing`` API errors in a row: doubling from ``poll_s``."""
@@ -311,7 +323,7 @@ def plan(
     adopted = tuple(Run(node=name, phase=Phase.ADOPT, record=run.record, resume=run.phase)
                     for name, n in sorted(listed.items())
                     if name not in mine and (run := adopt(n)) is not None)
-    room = settings.max_concurrent - len(flight)
+    room = settings.limit(listed.values()) - len(flight)
     started: list[Run] = []
     for rec in recommendations:
         if room <= 0:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import os
 from pathlib import Path
 from typing import Any
@@ -72,8 +73,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                           "pods run (their GPUs kept exactly; the node is tainted meanwhile; "
                           "see docs/relayout.md; off by default)")
     options.add_ahead_arguments(adv)
-    adv.add_argument("--max-relayouts", type=int, default=1, metavar="N",
-                     help="nodes re-laid out at once in apply mode (default 1)")
+    adv.add_argument("--max-relayouts", type=relayout_limit, default="1", metavar="N|P%",
+                     help="nodes re-laid out at once in apply mode: a number, or a share of "
+                          "the GPU nodes such as 10%% (at least one) (default 1)")
     adv.add_argument("--relayout-timeout", type=float, default=1200.0, metavar="SECONDS",
                      help="give up on a re-layout after this long (default 1200)")
     adv.add_argument("--lease-namespace", default=os.environ.get("POD_NAMESPACE",
@@ -162,7 +164,8 @@ async def _serve(args: argparse.Namespace, settings: server.ExtenderSettings,
             elector = leader.LeaseElector(client, namespace=args.lease_namespace)
             applier = relayout.Relayouter(
                 view, api, elector=elector, cache=cache, metrics=metrics,
-                settings=relayout.Settings(max_concurrent=args.max_relayouts,
+                settings=relayout.Settings(max_concurrent=args.max_relayouts[0],
+                                           max_share=args.max_relayouts[1],
                                            timeout_s=args.relayout_timeout,
                                            apply_busy_nodes=args.apply_busy_nodes))
             background += [("leader election", elector.run), ("re-layout", applier.run)]
@@ -180,11 +183,29 @@ async def _serve(args: argparse.Namespace, settings: server.ExtenderSettings,
             await client.close()
 
 
+def relayout_limit(text: str) -> tuple[int, float | None]:
+    """``--max-relayouts``: N nodes at once (1 or more), or P% of the GPU nodes (at least
+    one), as (N, None) or (1, P / 100)."""
+    t = text.strip()
+    try:
+        if t.endswith("%"):
+            share = float(t[:-1]) / 100
+            if math.isfinite(share) and 0 < share <= 1:
+                return (1, share)
+        else:
+            n = int(t)
+            if n >= 1:
+                return (n, None)
+    except ValueError:
+        pass
+    raise argparse.ArgumentTypeError(
+        f"{text!r}: use a number of nodes, 1 or more, or a share of the GPU nodes above 0 "
+        f"and at most 100%, such as 10%")
+
+
 def run(args: argparse.Namespace) -> int:
     settings = settings_from(args)
     usage.settings_from(args)  # its flags checked before anything starts
-    if args.max_relayouts < 1:
-        raise errors.UsageError(f"--max-relayouts {args.max_relayouts}: use 1 or more")
     # Checked before anything starts (it was checked after the API client was opened, which
     # then leaked, and not at all with --cluster or --no-publish).
     ns, _, name = str(args.configmap).partition("/")

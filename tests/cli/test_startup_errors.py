@@ -82,3 +82,10 @@ def test_serve_on_a_host_that_does_not_resolve(tmp_path: Path) -> None:
     line = _fails_in_one_line(["serve", "--host", "no-such-host.invalid", "--cert-dir",
                                str(tmp_path / "c")], code=2)
     assert "--host" in line and "free ports" not in line
+
+
+@pytest.mark.parametrize("value", ["0", "-2", "0%", "150%", "ten", "nan%", "%"])
+def test_the_extender_with_a_max_relayouts_it_cannot_use(value: str) -> None:
+    line = _fails_in_one_line(["extender", "--max-relayouts", value, "--cluster", CLUSTER],
+                              code=2)
+    assert "--max-relayouts" in line and "such as 10%" in line

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from migfit import advisor, cluster, decoding, keys, profiles, records
+from migfit.commands import extender as extender_cli
 from migfit.extender import relayout_machine as m
 
 CATALOG = cluster.Cluster().catalog
@@ -469,3 +470,24 @@ def test_a_busy_node_run_records_its_running_pods_and_stays_fail_closed() -> Non
     stop = m.advance(checking, m.PodsSeen((gpu_pod("keeps", "1g.10gb"),)), at())
     assert stop.run.phase is m.Phase.RELEASE and stop.run.ending is not None
     assert stop.run.ending.result == "aborted" and "t/keeps" in stop.run.ending.reason
+
+
+def test_a_share_of_the_gpu_nodes_bounds_the_re_layouts_at_once() -> None:
+    # 20 GPU nodes and a cpu-only one: 10 % allows two at once, 1 % still one.
+    nodes = [record_of(node(name=f"n{i:02d}")) for i in range(20)]
+    cpu_only = dataclasses.replace(nodes[0], name="cpu", model=None, allocatable={})
+    recs = [recommendation(f"n{i:02d}") for i in range(5)]
+    tenth = dataclasses.replace(SETTINGS, max_share=0.1)
+    assert tenth.limit([*nodes, cpu_only]) == 2
+    plan = m.plan([*nodes, cpu_only], running=(), recommendations=recs, settings=tenth)
+    assert [r.node for r in plan.start] == ["n00", "n01"]
+    assert dataclasses.replace(SETTINGS, max_share=0.01).limit(nodes) == 1
+    assert dataclasses.replace(SETTINGS, max_share=0.29).limit(
+        [record_of(node(name=f"m{i:03d}")) for i in range(100)]) == 29
+    assert SETTINGS.limit(nodes) == SETTINGS.max_concurrent == 1
+
+
+def test_the_extender_reads_max_relayouts_as_nodes_or_a_share() -> None:
+    assert extender_cli.relayout_limit("4") == (4, None)
+    assert extender_cli.relayout_limit(" 10% ") == (1, 0.1)
+    assert extender_cli.relayout_limit("100%") == (1, 1.0)

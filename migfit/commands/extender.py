@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import math
 import os
 from pathlib import Path
 from typing import Any
@@ -73,7 +72,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                           "pods run (their GPUs kept exactly; the node is tainted meanwhile; "
                           "see docs/relayout.md; off by default)")
     options.add_ahead_arguments(adv)
-    adv.add_argument("--max-relayouts", type=relayout_limit, default="1", metavar="N|P%",
+    adv.add_argument("--max-relayouts", type=options.relayout_limit, default="1", metavar="N|P%",
                      help="nodes re-laid out at once in apply mode: a number, or a share of "
                           "the GPU nodes such as 10%% (at least one) (default 1)")
     adv.add_argument("--relayout-timeout", type=float, default=1200.0, metavar="SECONDS",
@@ -181,26 +180,6 @@ async def _serve(args: argparse.Namespace, settings: server.ExtenderSettings,
     finally:
         if client is not None:
             await client.close()
-
-
-def relayout_limit(text: str) -> tuple[int, float | None]:
-    """``--max-relayouts``: N nodes at once (1 or more), or P% of the GPU nodes (at least
-    one), as (N, None) or (1, P / 100)."""
-    t = text.strip()
-    try:
-        if t.endswith("%"):
-            share = float(t[:-1]) / 100
-            if math.isfinite(share) and 0 < share <= 1:
-                return (1, share)
-        else:
-            n = int(t)
-            if n >= 1:
-                return (n, None)
-    except ValueError:
-        pass
-    raise argparse.ArgumentTypeError(
-        f"{text!r}: use a number of nodes, 1 or more, or a share of the GPU nodes above 0 "
-        f"and at most 100%, such as 10%")
 
 
 def run(args: argparse.Namespace) -> int:

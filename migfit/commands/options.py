@@ -4,6 +4,7 @@ and the advisor's switches."""
 from __future__ import annotations
 
 import argparse
+import math
 from typing import Any
 
 from migfit import advisor
@@ -18,6 +19,26 @@ def port(text: str) -> int:
     if not 1 <= value <= 65535:
         raise argparse.ArgumentTypeError(f"{value} is not a port: use 1..65535")
     return value
+
+
+def relayout_limit(text: str) -> tuple[int, float | None]:
+    """``--max-relayouts``: N nodes at once (1 or more), or P% of the GPU nodes (at least
+    one), as (N, None) or (1, P / 100)."""
+    t = text.strip()
+    try:
+        if t.endswith("%"):
+            share = float(t[:-1]) / 100
+            if math.isfinite(share) and 0 < share <= 1:
+                return (1, share)
+        else:
+            n = int(t)
+            if n >= 1:
+                return (n, None)
+    except ValueError:
+        pass
+    raise argparse.ArgumentTypeError(
+        f"{text!r}: use a number of nodes, 1 or more, or a share of the GPU nodes above 0 "
+        f"and at most 100%, such as 10%")
 
 
 def add_ahead_arguments(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from migfit import errors, profiles
+from migfit.commands import options
 from migfit.simulate import adapters, engine, initial, metrics, policies, report, spec, workload
 from migfit.webhook import choice
 
@@ -120,8 +121,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                           "nothing new meanwhile)")
     run.add_argument("--advise-interval", type=float, default=30.0, metavar="S",
                      help="the advisor runs at most this often while pods are pending")
-    run.add_argument("--max-relayouts", type=int, default=16, metavar="N",
-                     help="re-layouts in flight at once")
+    run.add_argument("--max-relayouts", type=options.relayout_limit, default="16",
+                     metavar="N|P%",
+                     help="re-layouts in flight at once: a number, or a share of the GPU "
+                          "nodes such as 10%% (at least one), as the extender's apply mode "
+                          "takes it")
     run.add_argument("--advisor", choices=("advisor", "planner"), default="advisor",
                      help="advisor = migfit.advisor.advise (what the server recommends: pods "
                           "that no node with free instances can take, safe nodes); planner = "
@@ -309,6 +313,15 @@ def _inputs(args: argparse.Namespace, catalog: profiles.Catalog
     return nodes, pods, info
 
 
+def _relayout_limit(limit: tuple[int, float | None], nodes: Sequence[spec.NodeSpec]) -> int:
+    """``--max-relayouts`` as a count: N, or the share of the GPU nodes (at least one), as
+    the apply mode counts it (``relayout_machine.Settings.limit``)."""
+    count, share = limit
+    if share is None:
+        return count
+    return max(1, math.floor(share * sum(1 for n in nodes if n.gpus) + 1e-9))
+
+
 def share_of_nodes(nodes: Sequence[spec.NodeSpec], share: float) -> list[spec.NodeSpec]:
     """``share`` of the nodes of every shape (model, GPUs, cpu, memory), at least one of each,
     the first ones in list order (deterministic: no seed), in their original order."""
@@ -406,7 +419,8 @@ def run(args: argparse.Namespace) -> int:
         arrival_scale=args.arrival_scale, webhook_choice=args.webhook_choice,
         mode=args.mode, target=args.target, order=args.order, fill_interval=args.fill_interval,
         relayout_seconds=args.relayout_seconds, advise_interval=args.advise_interval,
-        max_relayouts=args.max_relayouts, advisor_grace=args.advisor_grace,
+        max_relayouts=_relayout_limit(args.max_relayouts, nodes),
+        advisor_grace=args.advisor_grace,
         advisor_free_grace=args.advisor_free_grace,
         advisor=args.advisor,
         extender_weight=args.extender_weight,
@@ -436,6 +450,7 @@ def run(args: argparse.Namespace) -> int:
         "command": command, **info, "mode": options.mode,
         "target": options.target if options.mode == "fill" else None,
         "order": options.order, "relayout_seconds": options.relayout_seconds,
+        "max_relayouts": options.max_relayouts,
         "extender_weight": options.extender_weight, "advisor": options.advisor,
         "advisor_grace_s": options.advisor_grace,
         "advisor_free_grace_s": options.advisor_free_grace,

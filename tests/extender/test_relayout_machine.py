@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from migfit import advisor, cluster, decoding, keys, profiles, records
-from migfit.commands import extender as extender_cli
+from migfit.commands import options as cli_options
 from migfit.extender import relayout_machine as m
 
 CATALOG = cluster.Cluster().catalog
@@ -488,6 +488,6 @@ def test_a_share_of_the_gpu_nodes_bounds_the_re_layouts_at_once() -> None:
 
 
 def test_the_extender_reads_max_relayouts_as_nodes_or_a_share() -> None:
-    assert extender_cli.relayout_limit("4") == (4, None)
-    assert extender_cli.relayout_limit(" 10% ") == (1, 0.1)
-    assert extender_cli.relayout_limit("100%") == (1, 1.0)
+    assert cli_options.relayout_limit("4") == (4, None)
+    assert cli_options.relayout_limit(" 10% ") == (1, 0.1)
+    assert cli_options.relayout_limit("100%") == (1, 1.0)

@@ -99,6 +99,28 @@ def test_ahead_share_out_of_range_is_a_usage_error(
     assert "--ahead-from" in err and "--no-ahead" in err and "Traceback" not in err
 
 
+@pytest.mark.parametrize(("value", "count"), [("3", 3), ("50%", 2), ("10%", 1)])
+def test_max_relayouts_takes_a_count_or_a_share_of_the_gpu_nodes(
+        value: str, count: int, tmp_path: Path) -> None:
+    # The spec's four GPU nodes: 50 % is two at once, 10 % still one.
+    spec = tmp_path / "cluster.yaml"
+    spec.write_text(SPEC)
+    out_json = tmp_path / "r.json"
+    assert cli.main(["simulate", "--cluster", str(spec), "--synthetic", "40", "--policies",
+                     "migfit+advisor", "--mode", "events", "--max-relayouts", value,
+                     "--json", str(out_json)]) == 0
+    assert json.loads(out_json.read_text())["setup"]["max_relayouts"] == count
+
+
+def test_max_relayouts_out_of_range_is_a_usage_error(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["simulate", "--example", "--max-relayouts", "0"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "--max-relayouts" in err and "such as 10%" in err and "Traceback" not in err
+
+
 def test_layout_cycle_replaces_the_spec_layouts(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     spec = tmp_path / "cluster.yaml"

@@ -53,6 +53,11 @@ REASON_ABORTED = "MigRelayoutAborted"
 _STATES = keys.RelayoutState
 
 
+def share_of(share: float, gpu_nodes: int) -> int:
+    """``--max-relayouts P%``: that share of ``gpu_nodes``, rounded down, at least one."""
+    return max(1, math.floor(share * gpu_nodes + 1e-9))
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class Settings:
     max_concurrent: int = 1  # nodes being re-laid out at once, in the whole cluster
@@ -77,8 +82,8 @@ class Settings:
         or ``max_share`` of its GPU nodes (a known GPU model or MIG resources), at least 1."""
         if self.max_share is None:
             return self.max_concurrent
-        gpu = sum(1 for n in nodes if n.model is not None or n.allocatable)
-        return max(1, math.floor(self.max_share * gpu + 1e-9))
+        return share_of(self.max_share, sum(1 for n in nodes
+                                            if n.model is not None or n.allocatable))
 
     def backoff(self, failing: int) -> float:
         """The wait after ``failing`` API errors in a row: doubling from ``poll_s``."""

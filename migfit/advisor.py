@@ -315,8 +315,7 @@ def demand(state: cluster.Cluster, *, now: float, settings: Settings) -> list[Wa
     GPUs (docs/simulation.md, "Free instances a pod cannot use").
     """
     out: list[Waiting] = []
-    rooms: dict[tuple[object, ...], list[tuple[int, int]]] = {}  # per class of pod
-    memo: dict[str, tuple[int, int]] = {}  # per node
+    rooms = _Rooms(state)
     for pod in state.pending_pods():
         if not pod.pending or pod.unschedulable_since is None:
             continue
@@ -326,12 +325,8 @@ def demand(state: cluster.Cluster, *, now: float, settings: Settings) -> list[Wa
         waited = now - pod.unschedulable_since
         if waited < settings.grace_s:
             continue
-        if waited < settings.free_grace_s:
-            cls = (pod.constraints, tuple(sorted(reqs.items())))
-            if cls not in rooms:
-                rooms[cls] = _free_rooms(state, pod.constraints, reqs, memo)
-            if any(pod.cpu_milli <= cpu and pod.memory_bytes <= mem for cpu, mem in rooms[cls]):
-                continue  # a node with a free instance could take it: kube-scheduler's turn
+        if waited < settings.free_grace_s and rooms.takes(pod, reqs):
+            continue  # a node with a free instance could take it: kube-scheduler's turn
         weight = 1.0 + max(waited, 0.0) / 3600.0 * settings.weight_per_hour
         out.append(Waiting(key=pod.key, requests=reqs, waited_s=waited, weight=weight,
                            pod=pod))
@@ -345,19 +340,32 @@ def stranded(state: cluster.Cluster) -> list[str]:
     or taints: ``_free_rooms``). Such a pod waits beside free instances; ``explain`` says
     why, and names a larger free profile where one has room (``_larger_free``)."""
     out: list[str] = []
-    memo: dict[str, tuple[int, int]] = {}  # per node
-    rooms: dict[tuple[object, ...], list[tuple[int, int]]] = {}  # per class of pod
+    rooms = _Rooms(state)
     for pod in state.pending_pods():
         reqs = pod.mig_requests
         if not pod.pending or not reqs or not all(state.free_nodes(q) for q in reqs):
             continue
-        cls = (pod.constraints, tuple(sorted(reqs.items())))
-        if cls not in rooms:
-            rooms[cls] = _free_rooms(state, pod.constraints, reqs, memo)
-        if not any(pod.cpu_milli <= cpu and pod.memory_bytes <= mem
-                   for cpu, mem in rooms[cls]):
+        if not rooms.takes(pod, reqs):
             out.append(pod.key)
     return sorted(out)
+
+
+class _Rooms:
+    """Whether some schedulable node can take a pod on its free instances (``_free_rooms``),
+    asked once per class of pod (constraints and requests) and read per node once."""
+
+    def __init__(self, state: cluster.Cluster) -> None:
+        self._state = state
+        self._nodes: dict[str, tuple[int, int]] = {}
+        self._classes: dict[tuple[object, ...], list[tuple[int, int]]] = {}
+
+    def takes(self, pod: records.PodRecord, reqs: Mapping[ProfileName, int]) -> bool:
+        cls = (pod.constraints, tuple(sorted(reqs.items())))
+        rooms = self._classes.get(cls)
+        if rooms is None:
+            rooms = self._classes[cls] = _free_rooms(self._state, pod.constraints, reqs,
+                                                     self._nodes)
+        return any(pod.cpu_milli <= cpu and pod.memory_bytes <= mem for cpu, mem in rooms)
 
 
 def _admits(state: cluster.Cluster, name: str, constraints: records.PodConstraints,
@@ -444,7 +452,7 @@ def _larger_free(state: cluster.Cluster, pod: records.PodRecord, name: ProfileNa
         return None
     larger = best[0][2]
     where = f"({_names(best[1])})"
-    if "where the pod's cpu and memory fit" in mine[0].get("reason", ""):  # --choice usable
+    if keys.REASON_ROOM in mine[0].get("reason", ""):  # decided under --choice usable
         then = (f"a {name} with room for it was free when it was admitted and has been taken "
                 f"since; delete and recreate it to be decided again")
     else:

@@ -96,6 +96,11 @@ class AnnotationError(errors.UsageError):
 DECISION_VERSION: Final = 1
 
 
+#: What the reason of a decision made under ``--choice usable`` says of the free instance it
+#: counted (``webhook.choice``); ``advisor.explain`` reads it back.
+REASON_ROOM: Final = " where the pod's cpu and memory fit"
+
+
 class DecisionContainer(TypedDict):
     """One container's decision: its request, the profile chosen and where it fits."""
 

@@ -17,7 +17,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final, Literal
 
-from migfit import profiles, quantity, requests
+from migfit import keys, profiles, quantity, requests
 from migfit.webhook import view
 from migfit.webhook.reading import Container, Denied
 
@@ -203,7 +203,7 @@ def _contend(
         return smallest, "smallest fitting"
     usable = policy.contention == "usable"
     # ``usable`` counts a free instance only where the pod's cpu and memory fit beside it
-    where, none = ((" where the pod's cpu and memory fit", "none") if usable
+    where, none = ((keys.REASON_ROOM, "none") if usable
                    else ("", "0 free that no waiting pod asks for"))
     busy: list[str] = []  # profile names passed over: no free instance
     wasteful: tuple[str, int] | None = None  # the smallest free one refused by the ceiling

@@ -25,6 +25,7 @@ from typing import Any
 
 from migfit import errors, profiles
 from migfit.commands import options
+from migfit.extender import relayout_machine
 from migfit.simulate import adapters, engine, initial, metrics, policies, report, spec, workload
 from migfit.webhook import choice
 
@@ -319,7 +320,7 @@ def _relayout_limit(limit: tuple[int, float | None], nodes: Sequence[spec.NodeSp
     count, share = limit
     if share is None:
         return count
-    return max(1, math.floor(share * sum(1 for n in nodes if n.gpus) + 1e-9))
+    return relayout_machine.share_of(share, sum(1 for n in nodes if n.gpus))
 
 
 def share_of_nodes(nodes: Sequence[spec.NodeSpec], share: float) -> list[spec.NodeSpec]:

@@ -63,13 +63,18 @@ def _shares(model: profiles.GpuModel, p: profiles.Profile) -> Shares:
             float(2 * p.compute_slices > model.compute_slices))
 
 
+def _least_each(each: Sequence[Shares]) -> Shares | None:
+    """The least of each share over ``each`` (each on its own); None for none."""
+    if not each:
+        return None
+    return (min(e[0] for e in each), min(e[1] for e in each), min(e[2] for e in each))
+
+
 def _least(model: profiles.GpuModel, req: requests.GpuRequest) -> Shares | None:
-    """The least of each share over the model's profiles that hold ``req`` (each on its own;
-    None when none does). Every profile counts, not only those some node offers now: a
-    re-layout may create any of them."""
-    each = [_shares(model, p) for p in workload.fitting(model, req)]
-    return (min(e[0] for e in each), min(e[1] for e in each),
-            min(e[2] for e in each)) if each else None
+    """The least of each share over the model's profiles that hold ``req`` (None when none
+    does). Every profile counts, not only those some node offers now: a re-layout may
+    create any of them."""
+    return _least_each([_shares(model, p) for p in workload.fitting(model, req)])
 
 
 def _on_model(model: profiles.GpuModel, s: workload.PodSpec,
@@ -99,9 +104,8 @@ def _smallest(nodes: Sequence[spec.NodeSpec], pods: Sequence[workload.PodSpec]
             out.append(None)
             continue
         asks = () if s.explicit else workload.gpu_requests(s)
-        each = [x for m in models if (x := _on_model(m, s, asks)) is not None]
-        out.append((min(e[0] for e in each), min(e[1] for e in each),
-                    min(e[2] for e in each)) if each else None)
+        out.append(_least_each([x for m in models
+                                if (x := _on_model(m, s, asks)) is not None]))
     return out
 
 

@@ -28,7 +28,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from migfit import cluster, decoding, keys, kube, records
+from migfit import cluster, decoding, keys, kube, migparted, records
 from migfit.extender import advice as surfaces
 from migfit.extender import leader as leadership
 from migfit.extender import relayout_machine as machine
@@ -189,13 +189,48 @@ class Relayouter:
             if isinstance(action, machine.Patch):
                 await self.api.patch_node(name, dict(action.body))
                 return machine.Written()
+            if isinstance(action, machine.ReadConfigMap):
+                return await self._read_configs()
+            if isinstance(action, machine.PatchConfigMap):
+                assert self.settings.custom_configs is not None
+                await self.api.patch_config_map(*self.settings.custom_configs,
+                                                dict(action.body))
+                return machine.Written()
             if isinstance(action, machine.Sleep):
                 await asyncio.sleep(action.seconds)
                 return machine.Slept()
         except kube.ApiError as exc:
             return machine.CallFailed(brief=str(exc), retryable=exc.retryable,
-                                      conflict=exc.conflict)
+                                      conflict=exc.conflict, not_found=exc.not_found)
         raise TypeError(f"not an action: {action!r}")
+
+    async def _read_configs(self) -> machine.ConfigMapSeen | machine.CallFailed:
+        """The custom-config ConfigMap, and the configs the nodes use now (listed from the
+        API: a config is removed only when no node's label or re-layout record names it)."""
+        assert self.settings.custom_configs is not None
+        ns, name = self.settings.custom_configs
+        obj = await self.api.read_config_map(ns, name)
+        meta = obj.get("metadata") or {}
+        data = obj.get("data") or {}
+        text = data.get(migparted.CONFIGMAP_KEY) if isinstance(data, Mapping) else None
+        if not isinstance(text, str):
+            return machine.CallFailed(brief=f"it has no data.{migparted.CONFIGMAP_KEY}, the "
+                                      "file the MIG Manager reads")
+        items, _ = await self.api.list_nodes()
+        in_use: set[str] = set()
+        for node in items:
+            labels = (node.get("metadata") or {}).get("labels") or {}
+            notes = (node.get("metadata") or {}).get("annotations") or {}
+            if isinstance(labels.get(LABEL_CONFIG), str):
+                in_use.add(labels[LABEL_CONFIG])
+            record = keys.relayout_of(notes) if isinstance(notes, Mapping) else None
+            if record is not None and record.target:
+                in_use.add(record.target)
+        annotations = meta.get("annotations") or {}
+        return machine.ConfigMapSeen(
+            text=text, added=keys.decode_configs(annotations.get(keys.ANNOTATION_CONFIGS)),
+            resource_version=str(meta.get("resourceVersion") or ""),
+            in_use=frozenset(in_use))
 
     async def _event(self, name: str, emit: machine.Emit) -> None:
         try:

@@ -44,12 +44,13 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from migfit import advisor, keys, records
+from migfit import advisor, errors, keys, migparted, records
 
 REASON_STARTED = "MigRelayoutStarted"
 REASON_DONE = "MigRelayoutSucceeded"
 REASON_FAILED = "MigRelayoutFailed"
 REASON_ABORTED = "MigRelayoutAborted"
+REASON_CONFIG = "MigConfigAdded"
 _STATES = keys.RelayoutState
 
 
@@ -76,6 +77,18 @@ class Settings:
     # --apply-busy-nodes: also start re-layouts of busy nodes (pods run on GPUs the change
     # keeps exactly; advisor.Recommendation.running). Off: only nodes without GPU pods.
     apply_busy_nodes: bool = False
+    # --apply-custom-configs: the ConfigMap (namespace, name) the MIG Manager reads, into
+    # which a custom config is written before a node is labelled with it. None: only named
+    # configs already there are applied.
+    custom_configs: tuple[str, str] | None = None
+    # How long a config just written takes to reach the MIG Manager's file: kubelet
+    # refreshes a ConfigMap volume on its periodic pod sync (syncFrequency, 1 min by
+    # default) plus its cache's delay (Kubernetes docs, "Mounted ConfigMaps are updated
+    # automatically"). The label is set only once this long has passed since the write.
+    config_sync_s: float = 120.0
+    # A config migfit added and no node uses (label, or a re-layout record) is removed
+    # after this long (so that the ConfigMap does not grow without bound).
+    config_keep_s: float = 3600.0
 
     def limit(self, nodes: Iterable[records.NodeRecord]) -> int:
         """Re-layouts allowed in flight at once on a cluster of ``nodes``: ``max_concurrent``,
@@ -105,6 +118,9 @@ class Phase(enum.StrEnum):
     CLAIM = "claim"
     CONFIRM = "confirm"
     CHECK = "check"
+    CONFIG = "config"
+    CONFIG_WRITE = "config-write"
+    SYNC = "sync"
     LABEL = "label"
     WAIT = "wait"
     RELEASE = "release"
@@ -142,15 +158,27 @@ class Slept:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class ConfigMapSeen:
+    """The mig-parted ConfigMap as just read, with the configs the cluster's nodes use now
+    (their ``nvidia.com/mig.config`` labels and the targets of their re-layout records)."""
+
+    text: str
+    added: Mapping[str, float]  # migfit.io/configs: what migfit added, and when (POSIX)
+    resource_version: str
+    in_use: frozenset[str]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class CallFailed:
     """The call failed: ``retryable`` (5xx, 429, no answer) or not; ``conflict``: 409."""
 
     brief: str
     retryable: bool = False
     conflict: bool = False
+    not_found: bool = False
 
 
-Seen = NodeSeen | PodsSeen | Written | Slept | CallFailed | None
+Seen = NodeSeen | PodsSeen | ConfigMapSeen | Written | Slept | CallFailed | None
 
 # ---------------------------------------------------------------- what to do next
 
@@ -168,6 +196,18 @@ class ListPods:
 @dataclasses.dataclass(frozen=True, slots=True)
 class Patch:
     """A patch of the node: a merge patch (RFC 7386) body."""
+
+    body: Mapping[str, Any]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ReadConfigMap:
+    """Read ``settings.custom_configs`` and list the nodes (for the configs in use)."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class PatchConfigMap:
+    """A merge patch of ``settings.custom_configs`` (with its resourceVersion)."""
 
     body: Mapping[str, Any]
 
@@ -191,7 +231,7 @@ class Done:
     outcome: Outcome
 
 
-Action = ReadNode | ListPods | Patch | Sleep | Done
+Action = ReadNode | ListPods | Patch | ReadConfigMap | PatchConfigMap | Sleep | Done
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -221,6 +261,7 @@ class Run:
     note: str = ""  # CONFIRM: the error the claim got
     resume: Phase | None = None  # ADOPT: where the view says the re-layout stands
     ending: Outcome | None = None  # RELEASE/FAIL: what is reported once written
+    config_ready: bool = False  # a custom target is in the ConfigMap and has reached nodes
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -316,9 +357,10 @@ def plan(
 
     ``nodes`` should be a fresh list of the cluster: the bound on re-layouts at once counts
     what every replica ever started, from the nodes' taints and records. Pass no
-    ``recommendations`` when the nodes may be stale. Only safe recommendations to a named
-    config are started (custom configs must first be added to the ConfigMap by an operator);
-    busy-node ones (``rec.running``) only with ``settings.apply_busy_nodes``.
+    ``recommendations`` when the nodes may be stale. Only safe recommendations are started;
+    to a custom config only with ``settings.custom_configs`` (the run writes it into that
+    ConfigMap first; without it an operator adds it), busy-node ones (``rec.running``) only
+    with ``settings.apply_busy_nodes``.
     """
     listed = {n.name: n for n in nodes}
     mine = set(running)
@@ -334,7 +376,8 @@ def plan(
         if room <= 0:
             break
         node = listed.get(rec.node)
-        if (rec.disruptive or rec.config is None or rec.node in flight
+        if (rec.disruptive or rec.node in flight
+                or (rec.config is None and settings.custom_configs is None)
                 or (rec.running and not settings.apply_busy_nodes)
                 or (node is not None and failed(node))):
             continue
@@ -497,15 +540,115 @@ def _check(run: Run, seen: Seen, clock: Context) -> Step:
     busy = _gpu_pods(run, seen.pods)
     if busy:
         names = ", ".join(p.key for p in busy)
-        ending = Outcome(run.node, "aborted", f"GPU pods were bound to the node before its "
-                         f"layout changed: {names}; nothing was changed, the taint and the "
-                         "record are removed")
-        return Step(dataclasses.replace(run, phase=Phase.RELEASE, since=clock.now, failing=0,
-                                        ending=ending), ReadNode())
+        return _abort(run, clock, f"GPU pods were bound to the node before its layout "
+                      f"changed: {names}; nothing was changed, the taint and the record are "
+                      "removed")
+    if run.record.config is None and not run.config_ready:
+        if clock.settings.custom_configs is None:
+            return _abort(run, clock, f"its target {run.record.target} is a custom config "
+                          "and --apply-custom-configs is off; nothing was changed")
+        return Step(dataclasses.replace(run, phase=Phase.CONFIG, since=clock.now, failing=0),
+                    ReadConfigMap())
     applying = run.record.but(state=_STATES.APPLYING, started=keys.rfc3339(clock.wall))
     body = {"metadata": {"labels": {keys.LABEL_CONFIG: run.record.target},
                          "annotations": _annotate(applying)}}
     return Step(dataclasses.replace(run, phase=Phase.LABEL, record=applying), Patch(body))
+
+
+def _abort(run: Run, clock: Context, reason: str) -> Step:
+    """End before the label was set: the taint and the record go, nothing else changed."""
+    return Step(dataclasses.replace(run, phase=Phase.RELEASE, since=clock.now, failing=0,
+                                    ending=Outcome(run.node, "aborted", reason)), ReadNode())
+
+
+def _where(clock: Context) -> str:
+    assert clock.settings.custom_configs is not None
+    ns, name = clock.settings.custom_configs
+    return f"ConfigMap {ns}/{name}"
+
+
+def _config(run: Run, seen: Seen, clock: Context) -> Step:
+    """Read the ConfigMap; write the custom target into it unless it is there already."""
+    settings = clock.settings
+    if seen is None or isinstance(seen, Slept):
+        return Step(run, ReadConfigMap())
+    where = _where(clock)
+    if isinstance(seen, CallFailed):
+        if seen.retryable:
+            return _retry(run, seen.brief, clock, then=Phase.CONFIG,
+                          gave_up=f"reading {where} kept failing")
+        fix = ("create it from the MIG Manager's own ConfigMap and name it in the "
+               "ClusterPolicy (docs/relayout.md, custom configs)" if seen.not_found
+               else "the extender's Role needs get on it")
+        return _abort(run, clock, f"cannot read {where} ({seen.brief}): {fix}; nothing was "
+                      "changed")
+    if not isinstance(seen, ConfigMapSeen):
+        return _unexpected(run, seen)
+    record = run.record
+    target = record.target
+    if record.mig_parted is None:
+        return _abort(run, clock, f"the record of the custom config {target} carries no "
+                      "mig_parted document; nothing was changed")
+    try:
+        same = migparted.same_config(seen.text, target, record.mig_parted)
+    except (errors.ConfigError, KeyError) as exc:
+        return _abort(run, clock, f"{where}: {exc}; migfit writes nothing into a config it "
+                      "cannot read, and nothing was changed")
+    if same is False:
+        return _abort(run, clock, f"{where} already has a config {target} with other "
+                      "entries (not written by migfit, or edited since); rename or remove "
+                      "it. Nothing was changed")
+    if same:
+        # There already: wait out what is left of its way to the MIG Managers' files (all
+        # of it when migfit did not add it and cannot tell since when it is there).
+        added = seen.added.get(target)
+        left = settings.config_sync_s - (0.0 if added is None
+                                         else max(0.0, clock.wall - added))
+        return _synced(run, clock, left)
+    stale = [name for name, when in seen.added.items()
+             if name not in seen.in_use and clock.wall - when >= settings.config_keep_s]
+    try:
+        text = migparted.with_config(seen.text, record.mig_parted, drop=stale, where=where)
+    except (errors.ConfigError, KeyError) as exc:
+        return _abort(run, clock, f"{where}: {exc}; nothing was changed")
+    kept = {n: t for n, t in seen.added.items() if n not in stale}
+    kept[target] = clock.wall
+    body = {"metadata": {**_precondition(seen.resource_version),
+                         "annotations": {keys.ANNOTATION_CONFIGS: keys.encode_configs(kept)}},
+            "data": {migparted.CONFIGMAP_KEY: text}}
+    return Step(dataclasses.replace(run, phase=Phase.CONFIG_WRITE), PatchConfigMap(body))
+
+
+def _config_write(run: Run, seen: Seen, clock: Context) -> Step:
+    if isinstance(seen, Written):
+        return _synced(run, clock, clock.settings.config_sync_s, emit=Emit(
+            REASON_CONFIG, "Normal", f"Added config {run.record.target} to {_where(clock)}; "
+            f"the label is set in {clock.settings.config_sync_s:.0f}s, once the MIG "
+            "Manager's file has it"))
+    if not isinstance(seen, CallFailed):
+        return _unexpected(run, seen)
+    if seen.conflict or seen.retryable:
+        # Someone wrote it since the read (or the answer was lost): read it again.
+        return _retry(run, seen.brief, clock, then=Phase.CONFIG,
+                      gave_up=f"writing {_where(clock)} kept failing")
+    return _abort(run, clock, f"the API refused writing {_where(clock)} ({seen.brief}): the "
+                  "extender's Role needs patch on it (deploy/overlays/apply-custom-configs); "
+                  "nothing was changed")
+
+
+def _synced(run: Run, clock: Context, left: float, *, emit: Emit | None = None) -> Step:
+    emits = () if emit is None else (emit,)
+    if left > 0:
+        return Step(dataclasses.replace(run, phase=Phase.SYNC), Sleep(left), emits)
+    # In the ConfigMap long enough: check the pods once more, then set the label.
+    return Step(dataclasses.replace(run, phase=Phase.CHECK, config_ready=True, since=clock.now,
+                                    failing=0), ListPods(), emits)
+
+
+def _sync(run: Run, seen: Seen, clock: Context) -> Step:
+    if not isinstance(seen, Slept):
+        return _unexpected(run, seen)
+    return _synced(run, clock, 0.0)
 
 
 def _label(run: Run, seen: Seen, clock: Context) -> Step:
@@ -579,7 +722,12 @@ def _wait(run: Run, seen: Seen, clock: Context) -> Step:
         return _fail(run, clock, "failed", f"{keys.LABEL_CONFIG} was changed to "
                      f"{node.config!r} by someone else")
     if state == "failed":
-        return _fail(run, clock, "failed", "the MIG Manager reported mig.config.state=failed")
+        hint = ("" if run.record.config is not None else
+                f"; {target} is a custom config migfit wrote: if the MIG Manager's log says it "
+                "is not in its config file, the ConfigMap had not reached the node yet (raise "
+                "--config-sync)")
+        return _fail(run, clock, "failed",
+                     f"the MIG Manager reported mig.config.state=failed{hint}")
     if state == "success" and dict(node.advertised) == expected:
         return Step(dataclasses.replace(run, settled=True), ListPods())
     pending_since = run.pending_since
@@ -679,6 +827,9 @@ _PHASES = {
     Phase.CLAIM: _claim,
     Phase.CONFIRM: _confirm,
     Phase.CHECK: _check,
+    Phase.CONFIG: _config,
+    Phase.CONFIG_WRITE: _config_write,
+    Phase.SYNC: _sync,
     Phase.LABEL: _label,
     Phase.WAIT: _wait,
     Phase.RELEASE: _release,

@@ -78,6 +78,10 @@ DEFAULT_CONTAINER: Final = "kubectl.kubernetes.io/default-container"
 #: Set (JSON ``{"result", "reason"}``) when a re-layout failed; the node is never retried
 #: until an operator removes it (and the taint).
 ANNOTATION_RELAYOUT_FAILED: Final = ANNOTATION_PREFIX + "relayout-failed"
+#: On the mig-parted ConfigMap the apply mode writes custom configs into
+#: (``--apply-custom-configs``): JSON, config name -> when migfit added it (RFC 3339). Only the
+#: configs it names are ever removed by migfit (once no node uses them).
+ANNOTATION_CONFIGS: Final = ANNOTATION_PREFIX + "configs"
 TAINT_RELAYOUT_VALUE: Final = "pending"
 TAINT_RELAYOUT_EFFECT: Final = "NoSchedule"
 
@@ -329,3 +333,28 @@ def parse_rfc3339(value: str) -> float | None:
     if ts.tzinfo is None:
         ts = ts.replace(tzinfo=datetime.UTC)
     return ts.timestamp()
+
+
+def decode_configs(text: str | None) -> dict[str, float]:
+    """``migfit.io/configs``: config name -> POSIX seconds added. Entries that do not read
+    (hand-edited) are left out, so migfit never removes a config it cannot account for."""
+    if not text:
+        return {}
+    try:
+        raw = json.loads(text)
+    except (ValueError, RecursionError):
+        return {}
+    if not isinstance(raw, dict):
+        return {}
+    out: dict[str, float] = {}
+    for name, stamp in raw.items():
+        when = parse_rfc3339(stamp) if isinstance(stamp, str) else None
+        if isinstance(name, str) and when is not None:
+            out[name] = when
+    return out
+
+
+def encode_configs(added: Mapping[str, float]) -> str:
+    """The ``migfit.io/configs`` value: compact JSON, sorted by name."""
+    return json.dumps({n: rfc3339(t) for n, t in sorted(added.items())},
+                      separators=(",", ":"), ensure_ascii=True)

@@ -488,6 +488,14 @@ class KubeClient:
             "GET", f"/api/v1/namespaces/{namespace}/configmaps/{name}",
             action=f"get ConfigMap {namespace}/{name}")
 
+    async def patch_config_map(self, namespace: str, name: str,
+                               body: Any) -> dict[str, Any]:
+        """Merge-patch (RFC 7386) a ConfigMap; ``metadata.resourceVersion`` in ``body`` is a
+        precondition (409 when it changed since)."""
+        return await self._request(
+            "PATCH", f"/api/v1/namespaces/{namespace}/configmaps/{name}", body=body,
+            content_type=_PATCH_TYPES["merge"], action=f"patch ConfigMap {namespace}/{name}")
+
     async def list_config_maps(self, namespace: str, *, label_selector: str | None = None,
                                page_size: int = 500) -> tuple[list[dict[str, Any]], str]:
         """ConfigMaps of ``namespace`` (paginated): (objects, the list's resourceVersion)."""

@@ -218,13 +218,16 @@ def parse(text: str, *, where: str = "mig-parted config") -> Config:
     (JSON-style) document, trailing commas included; PyYAML refuses a tab there, so a
     document that starts with ``{`` is read again with its tabs outside quotes as spaces.
     """
+    return parse_data(_load(text, where=where), where=where)
+
+
+def _load(text: str, *, where: str) -> Any:
     try:
-        raw = strictfiles.load_yaml(text, where=where)
+        return strictfiles.load_yaml(text, where=where)
     except errors.ConfigError:
         if "\t" not in text or not text.lstrip().startswith(("{", "[")):
             raise
-        raw = strictfiles.load_yaml(_outside_quotes_tabs_as_spaces(text), where=where)
-    return parse_data(raw, where=where)
+        return strictfiles.load_yaml(_outside_quotes_tabs_as_spaces(text), where=where)
 
 
 def parse_configmap(obj: Mapping[str, Any]) -> Config:
@@ -649,3 +652,43 @@ def custom_name(gpus: Sequence[Sequence[str]]) -> str:
 def dump(doc: Mapping[str, Any]) -> str:
     """YAML text of a rendered config, ready to paste under the ConfigMap's ``config.yaml``."""
     return yaml.safe_dump(dict(doc), sort_keys=False, default_flow_style=None)
+
+
+# ---------------------------------------------------------------- writing a config in
+
+
+# What the apply mode puts at the top of a ConfigMap it writes custom configs into
+# (``--apply-custom-configs``): the text is re-rendered, so comments do not survive.
+WRITTEN_HEADER = ("# Custom configs named migfit-... are added (and, once no node uses them,\n"
+                  "# removed) by migfit's apply mode (--apply-custom-configs); comments in\n"
+                  "# this text are not kept when it writes.\n")
+
+
+def same_config(text: str, name: str, doc: Mapping[str, Any]) -> bool | None:
+    """Whether the config ``name`` in ``text`` is the one in ``doc`` (a rendered document):
+    True, False (another config by that name), or None when ``text`` has no ``name``."""
+    current = parse(text).configs.get(name)
+    if current is None:
+        return None
+    return current == parse_data(dict(doc)).configs[name]
+
+
+def with_config(text: str, doc: Mapping[str, Any], *, drop: Sequence[str] = (),
+                where: str = "mig-parted config") -> str:
+    """``text`` (a mig-parted config) with the configs of ``doc`` added and those named in
+    ``drop`` removed, every other config kept as it was; a ConfigError when ``text`` does
+    not parse, or when the result would not (nothing is written then)."""
+    parse(text, where=where)  # strict first: never rewrite what mig-parted would refuse
+    raw = _load(text, where=where) or {}
+    if not isinstance(raw, dict):
+        raise errors.ConfigError(f"{where}: not a mapping")
+    added = dict(doc["mig-configs"])
+    kept = {k: v for k, v in (raw.get("mig-configs") or {}).items()
+            if k not in drop and k not in added}
+    out = {**raw, "version": raw.get("version", "v1"), "mig-configs": {**kept, **added}}
+    rendered = WRITTEN_HEADER + yaml.safe_dump(out, sort_keys=False, default_flow_style=None)
+    check = parse(rendered, where=f"{where} (as migfit would write it)")
+    for name in added:
+        if check.configs[name] != parse_data(dict(doc)).configs[name]:
+            raise errors.ConfigError(f"{where}: config {name} did not survive rendering")
+    return rendered

@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from migfit import cluster, errors, kube, logs, profiles, serving, sources
+from migfit import cluster, errors, kube, logs, migparted, profiles, serving, sources
 from migfit import metrics as common_metrics
 from migfit.commands import options
 from migfit.extender import figures, scoring_log, server, usage
@@ -71,6 +71,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                      help="with --apply-relayout, also re-lay out the idle GPUs of nodes where "
                           "pods run (their GPUs kept exactly; the node is tainted meanwhile; "
                           "see docs/relayout.md; off by default)")
+    adv.add_argument("--apply-custom-configs", action="store_true",
+                     help="with --apply-relayout, also apply custom configs: write each into "
+                          "the ConfigMap --configmap names (one of your own, named in the "
+                          "ClusterPolicy's migManager.config.name; see docs/relayout.md), "
+                          "then label the node once it has reached the MIG Managers "
+                          "(off by default)")
+    adv.add_argument("--config-sync", type=float, default=120.0, metavar="SECONDS",
+                     help="with --apply-custom-configs, wait this long after writing a config "
+                          "before setting a node's label: kubelet's ConfigMap volume refresh "
+                          "(default %(default)s)")
     options.add_ahead_arguments(adv)
     adv.add_argument("--max-relayouts", type=options.relayout_limit, default="1", metavar="N|P%",
                      help="nodes re-laid out at once in apply mode: a number, or a share of "
@@ -126,8 +136,6 @@ async def _serve(args: argparse.Namespace, settings: server.ExtenderSettings,
                  view: cluster.Cluster, source: sources.Source) -> None:
     from migfit.extender import advice
 
-    if args.apply_busy_nodes and not args.apply_relayout:
-        raise errors.UsageError("--apply-busy-nodes needs --apply-relayout")
     registry = common_metrics.registry()
     # The composition root: the cluster (built by run), its figures index and the advice
     # cache are made here and handed to the server and the publisher; nothing is global.
@@ -166,7 +174,10 @@ async def _serve(args: argparse.Namespace, settings: server.ExtenderSettings,
                 settings=relayout.Settings(max_concurrent=args.max_relayouts[0],
                                            max_share=args.max_relayouts[1],
                                            timeout_s=args.relayout_timeout,
-                                           apply_busy_nodes=args.apply_busy_nodes))
+                                           apply_busy_nodes=args.apply_busy_nodes,
+                                           custom_configs=(ns, name)
+                                           if args.apply_custom_configs else None,
+                                           config_sync_s=args.config_sync))
             background += [("leader election", elector.run), ("re-layout", applier.run)]
     elif args.apply_relayout:
         raise errors.UsageError("--apply-relayout needs a Kubernetes API (--kubeconfig or "
@@ -193,6 +204,19 @@ def run(args: argparse.Namespace) -> int:
                                 "gpu-operator/default-mig-parted-config")
     if args.grace < 0:
         raise errors.UsageError(f"--grace {args.grace}: use 0 or more seconds")
+    if args.apply_busy_nodes and not args.apply_relayout:
+        raise errors.UsageError("--apply-busy-nodes needs --apply-relayout")
+    if args.apply_custom_configs and not args.apply_relayout:
+        raise errors.UsageError("--apply-custom-configs needs --apply-relayout")
+    if args.apply_custom_configs and name == migparted.DEFAULT_CONFIGMAP:
+        raise errors.UsageError(
+            f"--apply-custom-configs writes into --configmap {args.configmap}, the GPU "
+            "Operator's own ConfigMap, which it re-creates from its assets: copy it to one of "
+            "your own, name that in the ClusterPolicy's migManager.config.name and pass it "
+            "as --configmap NS/NAME (docs/relayout.md, custom configs)")
+    if not 0 <= args.config_sync <= 3600:
+        raise errors.UsageError(f"--config-sync {args.config_sync}: use 0 to 3600 seconds "
+                                "(kubelet refreshes ConfigMap volumes within about 2 minutes)")
     if args.relayout_timeout <= 0:
         raise errors.UsageError(f"--relayout-timeout {args.relayout_timeout}: use more than "
                                 "0 seconds")

@@ -18,6 +18,7 @@ from migfit.extender import advice, leader, relayout
 Mode = Literal["success", "fail", "wedge", "ignore"]
 NODES = kmock.resource("v1", "nodes")
 PODS = kmock.resource("v1", "pods")
+CONFIGMAPS = kmock.resource("v1", "configmaps")
 
 
 Match = Callable[[Any], bool]
@@ -177,31 +178,82 @@ async def events(api: k8s.ApiClient) -> list[dict[str, Any]]:
 
 class MigManager:
     """Reacts to ``nvidia.com/mig.config`` like the MIG Manager: pending, then (after a delay)
-    success with the new allocatable, or failed, or stuck at pending (wedged), or nothing."""
+    success with the new allocatable, or failed, or stuck at pending (wedged), or nothing.
 
-    def __init__(self, api: k8s.ApiClient, node: str, *, layouts: dict[str, dict[str, int]],
-                 mode: Mode = "success", delay_s: float = 0.05) -> None:
+    With ``configmap`` (namespace, name) it reads the config the label names from that
+    ConfigMap's ``config.yaml`` as its volume shows it: as it was ``mount_lag_s`` ago (kubelet
+    refreshes ConfigMap volumes late). A name not in it fails, as mig-parted does; otherwise
+    the node's ``gpus`` GPUs get what the entries that select them say (the last one wins).
+    """
+
+    def __init__(self, api: k8s.ApiClient, node: str, *,
+                 layouts: dict[str, dict[str, int]] | None = None, mode: Mode = "success",
+                 delay_s: float = 0.05, configmap: tuple[str, str] | None = None,
+                 mount_lag_s: float = 0.0, gpus: int = 1) -> None:
         self.api = api
         self.node = node
-        self.layouts = layouts
+        self.layouts = layouts or {}
         self.mode = mode
         self.delay_s = delay_s
+        self.configmap = configmap
+        self.mount_lag_s = mount_lag_s
+        self.gpus = gpus
         self.applied: list[str] = []  # every config value it was asked to apply
-        self._task: asyncio.Task[None] | None = None
+        self.failures: list[str] = []  # why a config failed (as the MIG Manager logs it)
+        self._seen: list[tuple[float, str]] = []  # (when, config.yaml) as the API had it
+        self._tasks: list[asyncio.Task[None]] = []
 
     def start(self) -> None:
-        self._task = asyncio.create_task(self._run())
+        self._tasks.append(asyncio.create_task(self._run()))
+        if self.configmap is not None:
+            self._tasks.append(asyncio.create_task(self._watch_configmap()))
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    async def _watch_configmap(self) -> None:
+        assert self.configmap is not None
+        core: Any = k8s.CoreV1Api(self.api)
+        loop = asyncio.get_running_loop()
+        while True:
+            raw = await core.read_namespaced_config_map(self.configmap[1], self.configmap[0],
+                                                        _preload_content=False)
+            text = json.loads(await raw.read()).get("data", {}).get("config.yaml", "")
+            if not self._seen:  # there before the MIG Manager started: mounted already
+                self._seen.append((float("-inf"), text))
+            elif self._seen[-1][1] != text:
+                self._seen.append((loop.time(), text))
+            await asyncio.sleep(0.01)
+
+    def _mounted(self) -> str:
+        """config.yaml as the MIG Manager's volume shows it now."""
+        at = asyncio.get_running_loop().time() - self.mount_lag_s
+        shown = [text for when, text in self._seen if when <= at]
+        return shown[-1] if shown else ""
+
+    def _layout(self, want: str) -> dict[str, int] | None:
+        if self.configmap is None:
+            return self.layouts[want]
+        entries = migparted.parse(self._mounted()).configs.get(want)
+        if entries is None:
+            self.failures.append(f"config {want} not in the config file")
+            return None
+        counts: dict[str, int] = {}
+        for index in range(self.gpus):
+            chosen = [e for e in entries if e.devices is None or index in e.devices]
+            for profile, n in chosen[-1].mig_devices if chosen else ():
+                counts[str(profile)] = counts.get(str(profile), 0) + n
+        return counts
 
     async def _patch(self, body: dict[str, Any]) -> None:
         core: Any = k8s.CoreV1Api(self.api)
         await core.patch_node(self.node, body, _content_type="application/merge-patch+json")
 
     async def _run(self) -> None:
+        while self.configmap is not None and not self._seen:  # its volume is mounted first
+            await asyncio.sleep(0.005)
         obj = await read_node(self.api, self.node)
         seen = obj["metadata"].get("labels", {}).get(keys.LABEL_CONFIG)
         while True:
@@ -218,14 +270,14 @@ class MigManager:
             await asyncio.sleep(self.delay_s)
             if self.mode == "wedge":
                 continue
-            if self.mode == "fail":
+            layout = self._layout(str(want))
+            if self.mode == "fail" or layout is None:
                 await self._patch({"metadata": {"labels": {
                     keys.LABEL_CONFIG_STATE: "failed"}}})
                 continue
             alloc = dict(obj.get("status", {}).get("allocatable", {}))
             new = {k: ("0" if k.startswith("nvidia.com/mig-") else v) for k, v in alloc.items()}
-            new.update({f"nvidia.com/mig-{p}": str(n)
-                        for p, n in self.layouts[str(want)].items()})
+            new.update({f"nvidia.com/mig-{p}": str(n) for p, n in layout.items()})
             await self._patch({"status": {"allocatable": new, "capacity": new}})
             await self._patch({"metadata": {"labels": {
                 keys.LABEL_CONFIG_STATE: "success"}}})

@@ -89,3 +89,20 @@ def test_the_extender_with_a_max_relayouts_it_cannot_use(value: str) -> None:
     line = _fails_in_one_line(["extender", "--max-relayouts", value, "--cluster", CLUSTER],
                               code=2)
     assert "--max-relayouts" in line and "such as 10%" in line
+
+
+@pytest.mark.parametrize("args, expected", [
+    (["--apply-custom-configs"], "--apply-custom-configs needs --apply-relayout"),
+    (["--apply-relayout", "--apply-custom-configs"], "migManager.config.name"),
+    (["--apply-relayout", "--apply-custom-configs", "--configmap", "gpu-operator/mine",
+      "--config-sync", "-1"], "--config-sync -1.0: use 0 to 3600 seconds"),
+    (["--apply-relayout", "--apply-custom-configs", "--configmap", "gpu-operator/mine",
+      "--config-sync", "nan"], "--config-sync nan: use 0 to 3600 seconds"),
+])
+def test_the_extender_refuses_custom_configs_it_cannot_write_safely(
+    args: list[str], expected: str,
+) -> None:
+    # The GPU Operator's own ConfigMap (the default --configmap) is re-created from its
+    # assets: writing into it would be lost, so the flag needs a ConfigMap of one's own.
+    line = _fails_in_one_line(["extender", *args, "--cluster", CLUSTER], code=2)
+    assert expected in line

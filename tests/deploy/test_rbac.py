@@ -24,6 +24,7 @@ pytestmark = needs_kubectl
 
 SERVERS = {"migfit-webhook": "webhook", "migfit-extender": "extender"}
 WATCH_SOURCE = "migfit.watching"
+CUSTOM_CONFIGMAP = "migfit-mig-parted-config"  # docs/relayout.md, custom configs
 
 
 def server_roots(package: str, *, root: Path = REPO) -> list[str]:
@@ -95,7 +96,9 @@ def test_rules_are_tight(target: str) -> None:
 
 def test_the_mig_parted_configmap_is_readable_only_by_name() -> None:
     """The shared ConfigMap is read by name; the MIG Manager's per-node ones (their names
-    follow the nodes) are listed, in the GPU Operator's namespace only, never written."""
+    follow the nodes) are listed, in the GPU Operator's namespace only, never written. The
+    one ConfigMap written (--apply-custom-configs) is migfit's own, by name; the GPU
+    Operator's is never writable."""
     objects = render("base")
     rules = [(o["kind"], o["metadata"].get("namespace"), r) for o in objects
              if o["kind"] in ("Role", "ClusterRole") for r in o["rules"]
@@ -103,9 +106,11 @@ def test_the_mig_parted_configmap_is_readable_only_by_name() -> None:
     assert rules, "no Role grants the mig-parted ConfigMap the extender reads"
     for kind, namespace, rule in rules:
         assert kind == "Role" and namespace == migparted.DEFAULT_NAMESPACE
-        assert rule["verbs"] in (["get"], ["list"]), rule
+        assert rule["verbs"] in (["get"], ["list"], ["get", "patch"]), rule
         if rule["verbs"] == ["get"]:
             assert rule["resourceNames"] == [migparted.DEFAULT_CONFIGMAP]
+        if "patch" in rule["verbs"]:
+            assert rule["resourceNames"] == [CUSTOM_CONFIGMAP]
 
 
 def test_the_webhook_may_only_read() -> None:

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from migfit import advisor, cluster, decoding, keys, profiles, records
+from migfit import advisor, cluster, decoding, keys, migparted, profiles, records
 from migfit.commands import options as cli_options
 from migfit.extender import relayout_machine as m
 
@@ -491,3 +491,84 @@ def test_the_extender_reads_max_relayouts_as_nodes_or_a_share() -> None:
     assert cli_options.relayout_limit("4") == (4, None)
     assert cli_options.relayout_limit(" 10% ") == (1, 0.1)
     assert cli_options.relayout_limit("100%") == (1, 1.0)
+
+
+CUSTOM_DOC = {"version": "v1", "mig-configs": {"migfit-7x1g.10gb": [
+    {"devices": "all", "mig-enabled": True, "mig-devices": {"1g.10gb": 7}}]}}
+CUSTOM = dataclasses.replace(SETTINGS, custom_configs=("gpu-operator", "mine"),
+                             config_sync_s=120.0, config_keep_s=3600.0)
+BASE = "version: v1\nmig-configs:\n  all-3g.40gb:\n    - devices: all\n" \
+       "      mig-enabled: true\n      mig-devices: {\"3g.40gb\": 2}\n"
+
+
+def custom_run() -> m.Run:
+    """A custom-config run adopted in ``tainted`` (the pod check comes first)."""
+    rec = dataclasses.replace(recommendation(config=None), mig_parted=CUSTOM_DOC)
+    record = m.planned(rec).but(state=keys.RelayoutState.TAINTED)
+    return m.Run(node="n", phase=m.Phase.CHECK, record=record)
+
+
+def custom_at(now: float = 0.0, settings: m.Settings = CUSTOM) -> m.Context:
+    return m.Context(now=now, wall=WALL + now, settings=settings)
+
+
+def test_a_custom_config_already_written_waits_only_the_rest_of_the_sync() -> None:
+    text = migparted.with_config(BASE, CUSTOM_DOC)
+    step = m.advance(custom_run(), m.PodsSeen(()), custom_at())
+    assert isinstance(step.action, m.ReadConfigMap) and step.run.phase is m.Phase.CONFIG
+    # Written 100 s ago by a replica that lost the Lease: 20 s left, no second write.
+    cm = m.ConfigMapSeen(text=text, added={"migfit-7x1g.10gb": WALL - 100.0},
+                         resource_version="3", in_use=frozenset())
+    step = m.advance(step.run, cm, custom_at())
+    assert step.action == m.Sleep(20.0) and step.run.phase is m.Phase.SYNC
+    step = m.advance(step.run, m.Slept(), custom_at(20.0))
+    assert isinstance(step.action, m.ListPods)  # the pods once more, then the label
+    step = m.advance(step.run, m.PodsSeen(()), custom_at(20.0))
+    assert isinstance(step.action, m.Patch)
+    assert step.action.body["metadata"]["labels"] == {keys.LABEL_CONFIG: "migfit-7x1g.10gb"}
+
+
+def test_a_custom_config_is_written_with_a_precondition_and_old_unused_ones_go() -> None:
+    old = {"version": "v1", "mig-configs": {"migfit-old": CUSTOM_DOC["mig-configs"][
+        "migfit-7x1g.10gb"]}}
+    text = migparted.with_config(BASE, old)
+    step = m.advance(custom_run(), m.PodsSeen(()), custom_at())
+    cm = m.ConfigMapSeen(text=text, added={"migfit-old": WALL - 7200.0},
+                         resource_version="3", in_use=frozenset({"all-3g.40gb"}))
+    step = m.advance(step.run, cm, custom_at())
+    assert isinstance(step.action, m.PatchConfigMap)
+    body = step.action.body
+    assert body["metadata"]["resourceVersion"] == "3"
+    written = migparted.parse(body["data"][migparted.CONFIGMAP_KEY])
+    assert set(written.configs) == {"all-3g.40gb", "migfit-7x1g.10gb"}
+    assert keys.decode_configs(body["metadata"]["annotations"][keys.ANNOTATION_CONFIGS]) == {
+        "migfit-7x1g.10gb": WALL}
+    # In use (a node's label names it): kept however old.
+    used = dataclasses.replace(cm, in_use=frozenset({"migfit-old"}))
+    step = m.advance(m.advance(custom_run(), m.PodsSeen(()), custom_at()).run, used,
+                     custom_at())
+    assert isinstance(step.action, m.PatchConfigMap)
+    assert "migfit-old" in migparted.parse(step.action.body["data"]["config.yaml"]).configs
+    # Written: a Normal Event, then the whole sync.
+    done = m.advance(step.run, m.Written(), custom_at())
+    assert done.action == m.Sleep(120.0)
+    assert [e.reason for e in done.emits] == [m.REASON_CONFIG]
+    # A conflict reads it again (after a backoff).
+    again = m.advance(step.run, m.CallFailed("409", conflict=True), custom_at())
+    assert isinstance(again.action, m.Sleep) and again.run.phase is m.Phase.CONFIG
+    assert isinstance(m.advance(again.run, m.Slept(), custom_at(1.0)).action,
+                      m.ReadConfigMap)
+
+
+def test_a_custom_run_adopted_with_the_flag_off_is_aborted_unchanged() -> None:
+    step = m.advance(custom_run(), m.PodsSeen(()), custom_at(settings=SETTINGS))
+    assert step.run.phase is m.Phase.RELEASE and isinstance(step.action, m.ReadNode)
+    assert step.run.ending is not None and "--apply-custom-configs" in step.run.ending.reason
+
+
+def test_custom_recommendations_start_only_with_the_flag() -> None:
+    nodes = [record_of(node(name="c"))]
+    recs = [recommendation("c", config=None)]
+    assert m.plan(nodes, running=(), recommendations=recs, settings=SETTINGS).start == ()
+    started = m.plan(nodes, running=(), recommendations=recs, settings=CUSTOM).start
+    assert [r.node for r in started] == ["c"]

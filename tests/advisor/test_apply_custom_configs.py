@@ -1,0 +1,233 @@
+"""--apply-custom-configs against kmock's emulator: the apply mode writes a custom config into
+the mig-parted ConfigMap, waits for it to reach the MIG Manager's file, then labels the node.
+
+The simulated MIG Manager reads the config from the ConfigMap as its volume shows it, late by
+``mount_lag_s``, and fails a config that is not in it, as mig-parted does.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import kmock
+import pytest
+from advisor_scene import node, pod
+from kubernetes_asyncio import client as k8s
+from migmanager_sim import (
+    CONFIGMAPS,
+    MigManager,
+    VersionedEmulator,
+    events,
+    read_node,
+    snapshot,
+    store,
+    taints,
+)
+
+from migfit import keys, migparted
+from migfit.extender import advice, relayout, relayout_machine
+
+NS, NAME = "gpu-operator", "migfit-mig-parted-config"
+TEXT = """version: v1
+mig-configs:
+  all-3g.40gb:
+    - devices: all
+      mig-enabled: true
+      mig-devices: {"3g.40gb": 1}
+  my-own:   # an operator's config: migfit never removes it
+    - devices: all
+      mig-enabled: true
+      mig-devices: {"7g.80gb": 1}
+"""
+NOW = 2_000_000_000.0
+
+
+def _settings(**changes: Any) -> relayout.Settings:
+    base = relayout.Settings(max_concurrent=1, timeout_s=3.0, wedge_s=2.0, poll_s=0.02,
+                             interval_s=0.02, custom_configs=(NS, NAME), config_sync_s=0.3)
+    return relayout.Settings(**{**{f: getattr(base, f) for f in base.__dataclass_fields__},
+                                **changes})
+
+
+@pytest.fixture()
+def server(kmock: kmock.KubernetesEmulator) -> kmock.KubernetesEmulator:
+    for res in ("v1/pods", "v1/nodes", "v1/events", "v1/configmaps"):
+        kmock.resources[res] = {}  # type: ignore[assignment]
+    return kmock
+
+
+def _seed(server: kmock.KubernetesEmulator, *, text: str | None = TEXT,
+          added: dict[str, float] | None = None, extra: tuple[dict[str, Any], ...] = ()) -> None:
+    """A two-GPU node laid out 3g.40gb on each GPU, a pending 1g.10gb pod, the ConfigMap."""
+    store(server, node("idle", gpus=2, alloc={"3g.40gb": 2}, config="all-3g.40gb"))
+    store(server, pod("small", "1g.10gb", namespace="ml"))
+    for obj in extra:
+        store(server, obj)
+    if text is not None:
+        notes = {} if added is None else {keys.ANNOTATION_CONFIGS: keys.encode_configs(added)}
+        server.objects[CONFIGMAPS, NS, NAME] = {
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": NAME, "namespace": NS, "annotations": notes,
+                         "resourceVersion": "7"},
+            "data": {"config.yaml": text}}
+
+
+async def _apply(api: k8s.ApiClient, settings: relayout.Settings, *,
+                 mount_lag_s: float = 0.1) -> tuple[relayout.Outcome, MigManager]:
+    mm = MigManager(api, "idle", configmap=(NS, NAME), mount_lag_s=mount_lag_s, gpus=2,
+                    delay_s=0.02)
+    mm.start()
+    try:
+        cache = advice.AdviceCache(config=migparted.parse(TEXT), clock=lambda: NOW)
+        r = relayout.Relayouter(await snapshot(api), api, elector=None, cache=cache,
+                                settings=settings)
+        (rec,) = cache.get(r.state).recommendations
+        assert rec.config is None and rec.mig_parted is not None  # a custom config
+        assert await r.step() == ["idle"]
+        (outcome,) = await r.wait()
+        return outcome, mm
+    finally:
+        await mm.stop()
+
+
+def _configmap(server: kmock.KubernetesEmulator) -> dict[str, Any]:
+    obj: Any = server.objects[CONFIGMAPS, NS, NAME]
+    return dict(obj)
+
+
+async def test_a_custom_config_is_written_then_applied_to_the_idle_gpu_only(
+    server: kmock.KubernetesEmulator, api: k8s.ApiClient,
+) -> None:
+    _seed(server)
+    outcome, mm = await _apply(api, _settings())
+    assert outcome.result == "success", (outcome.reason, mm.failures)
+    obj = await read_node(api, "idle")
+    target = obj["metadata"]["labels"][keys.LABEL_CONFIG]
+    assert target.startswith("migfit-") and mm.applied == [target]
+    assert taints(obj) == []
+    # GPU 0 re-laid out for the 1g.10gb pod, GPU 1 kept its 3g.40gb.
+    alloc = obj["status"]["allocatable"]
+    assert alloc["nvidia.com/mig-1g.10gb"] == "2" and alloc["nvidia.com/mig-3g.40gb"] == "2"
+    cm = _configmap(server)
+    written = migparted.parse(cm["data"]["config.yaml"])
+    assert set(written.configs) == {"all-3g.40gb", "my-own", target}
+    assert [e.devices for e in written.configs[target]] == [(0,), (1,)]
+    assert written.configs["my-own"] == migparted.parse(TEXT).configs["my-own"]
+    assert set(keys.decode_configs(cm["metadata"]["annotations"][keys.ANNOTATION_CONFIGS])) \
+        == {target}
+    assert relayout_machine.REASON_CONFIG in [e["reason"] for e in await events(api)]
+
+
+async def test_a_label_set_before_the_mount_has_the_config_fails_and_says_why(
+    server: kmock.KubernetesEmulator, api: k8s.ApiClient,
+) -> None:
+    # The wait is shorter than the volume's lag: the MIG Manager does not find the config.
+    _seed(server)
+    outcome, mm = await _apply(api, _settings(config_sync_s=0.0), mount_lag_s=0.5)
+    assert outcome.result == "failed"
+    assert mm.failures and "--config-sync" in outcome.reason
+    assert taints(await read_node(api, "idle")) == [keys.TAINT_RELAYOUT]
+
+
+async def test_without_the_flag_custom_configs_are_left_to_the_operator(
+    server: kmock.KubernetesEmulator, api: k8s.ApiClient,
+) -> None:
+    _seed(server)
+    cache = advice.AdviceCache(config=migparted.parse(TEXT), clock=lambda: NOW)
+    r = relayout.Relayouter(await snapshot(api), api, elector=None, cache=cache,
+                            settings=_settings(custom_configs=None))
+    assert await r.step() == []
+    assert _configmap(server)["data"]["config.yaml"] == TEXT
+
+
+async def _target(server: kmock.KubernetesEmulator, api: k8s.ApiClient) -> str:
+    """The name of the custom config the advice renders for the scene."""
+    _seed(server)
+    cache = advice.AdviceCache(config=migparted.parse(TEXT), clock=lambda: NOW)
+    (rec,) = cache.get(await snapshot(api)).recommendations
+    return rec.target
+
+
+@pytest.mark.parametrize("text, expected", [
+    (None, "create it from the MIG Manager's own ConfigMap"),
+    ("version: v1\nmig-configs: [\n", "migfit writes nothing into a config it cannot read"),
+    ("version: v2\n", "migfit writes nothing into a config it cannot read"),
+    # Someone else's config under the very name migfit would write.
+    (TEXT + "  TARGET:\n    - devices: all\n      mig-enabled: false\n",
+     "with other entries"),
+])
+async def test_a_configmap_it_cannot_use_aborts_before_anything_changes(
+    server: kmock.KubernetesEmulator, api: k8s.ApiClient, text: str | None, expected: str,
+) -> None:
+    if text is not None:
+        text = text.replace("TARGET", await _target(server, api))
+    _seed(server, text=text)
+    before = None if text is None else _configmap(server)["data"]["config.yaml"]
+    outcome, mm = await _apply(api, _settings())
+    assert outcome.result == "aborted" and expected in outcome.reason, outcome.reason
+    obj = await read_node(api, "idle")
+    assert taints(obj) == [] and keys.ANNOTATION_RELAYOUT not in obj["metadata"].get(
+        "annotations", {})
+    assert obj["metadata"]["labels"][keys.LABEL_CONFIG] == "all-3g.40gb" and mm.applied == []
+    if before is not None:
+        assert _configmap(server)["data"]["config.yaml"] == before
+
+
+async def test_configs_no_node_uses_are_removed_once_old_and_the_rest_kept(
+    server: kmock.KubernetesEmulator, api: k8s.ApiClient,
+) -> None:
+    text = TEXT + "".join(
+        f"  {name}:\n    - devices: all\n      mig-enabled: true\n"
+        f"      mig-devices: {{\"2g.20gb\": 3}}\n"
+        for name in ("migfit-unused-old", "migfit-unused-new", "migfit-in-use"))
+    day = 86_400.0
+    wall = time.time()
+    _seed(server, text=text, added={"migfit-unused-old": wall - day,
+                                    "migfit-unused-new": wall - 60,
+                                    "migfit-in-use": wall - day,
+                                    "migfit-gone": wall - day},
+          extra=(node("other", alloc={"2g.20gb": 3}, config="migfit-in-use"),))
+    outcome, _ = await _apply(api, _settings())
+    assert outcome.result == "success", outcome.reason
+    cm = _configmap(server)
+    names = set(migparted.parse(cm["data"]["config.yaml"]).configs)
+    target = (await read_node(api, "idle"))["metadata"]["labels"][keys.LABEL_CONFIG]
+    assert names == {"all-3g.40gb", "my-own", "migfit-unused-new", "migfit-in-use", target}
+    assert set(keys.decode_configs(cm["metadata"]["annotations"][keys.ANNOTATION_CONFIGS])) \
+        == {"migfit-unused-new", "migfit-in-use", target}
+
+
+@pytest.mark.kmock(cls=VersionedEmulator)
+async def test_a_write_between_read_and_patch_is_read_again_and_kept(
+    server: VersionedEmulator, api: k8s.ApiClient,
+) -> None:
+    for res in ("v1/pods", "v1/nodes", "v1/events", "v1/configmaps"):
+        server.resources[res] = {}  # type: ignore[assignment]
+    _seed(server)
+    theirs = TEXT + ("  theirs:\n    - devices: all\n      mig-enabled: true\n"
+                     "      mig-devices: {\"1g.10gb\": 7}\n")
+    server.race(CONFIGMAPS, NS, NAME, {"data": {"config.yaml": theirs}})
+    outcome, _ = await _apply(api, _settings())
+    assert outcome.result == "success", outcome.reason
+    names = set(migparted.parse(_configmap(server)["data"]["config.yaml"]).configs)
+    assert {"theirs", "my-own", "all-3g.40gb"} <= names and len(names) == 4
+
+
+async def test_a_config_already_there_waits_only_what_is_left(
+    server: kmock.KubernetesEmulator, api: k8s.ApiClient,
+) -> None:
+    # Written by an earlier pass (a replica that lost the Lease) long ago: no wait, one write
+    # fewer, and the ConfigMap is not touched again.
+    _seed(server)
+    cache = advice.AdviceCache(config=migparted.parse(TEXT), clock=lambda: NOW)
+    (rec,) = cache.get(await snapshot(api)).recommendations
+    assert rec.mig_parted is not None
+    text = migparted.with_config(TEXT, rec.mig_parted)
+    _seed(server, text=text, added={rec.target: time.time() - 3600})
+    before = _configmap(server)
+    cm_before = (before["data"]["config.yaml"], dict(before["metadata"]["annotations"]))
+    outcome, _ = await _apply(api, _settings(config_sync_s=30.0))  # would time the test out
+    assert outcome.result == "success", outcome.reason
+    after = _configmap(server)
+    assert (after["data"]["config.yaml"], dict(after["metadata"]["annotations"])) == cm_before

@@ -120,6 +120,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     run.add_argument("--relayout-seconds", type=float, default=180.0, metavar="S",
                      help="how long the MIG Manager takes to re-partition a node (it serves "
                           "nothing new meanwhile)")
+    run.add_argument("--config-sync-seconds", type=float, default=0.0, metavar="S",
+                     help="a custom config's first re-layout waits this much longer, as the "
+                          "extender's --apply-custom-configs waits --config-sync (120) after "
+                          "writing it; 0 (default): custom configs are in the ConfigMap "
+                          "already")
     run.add_argument("--advise-interval", type=float, default=30.0, metavar="S",
                      help="the advisor runs at most this often while pods are pending")
     run.add_argument("--max-relayouts", type=options.relayout_limit, default="16",
@@ -408,6 +413,9 @@ def run(args: argparse.Namespace) -> int:
     if args.ahead_from is not None and not 0 <= args.ahead_from <= 1:
         raise errors.UsageError(f"--ahead-from {args.ahead_from:g}: use a share from 0 (from "
                                 "the start) to 1, or --no-ahead")
+    if not 0 <= args.config_sync_seconds <= 3600:
+        raise errors.UsageError(f"--config-sync-seconds {args.config_sync_seconds}: use 0 to "
+                                "3600, as the extender's --config-sync")
     if not 0 < args.arrival_scale <= 1e6:
         raise errors.UsageError(f"--arrival-scale {args.arrival_scale}: use a positive factor "
                                 "(0.05 = arrivals 20 times as fast)")
@@ -420,6 +428,7 @@ def run(args: argparse.Namespace) -> int:
         arrival_scale=args.arrival_scale, webhook_choice=args.webhook_choice,
         mode=args.mode, target=args.target, order=args.order, fill_interval=args.fill_interval,
         relayout_seconds=args.relayout_seconds, advise_interval=args.advise_interval,
+        config_sync_seconds=args.config_sync_seconds,
         max_relayouts=_relayout_limit(args.max_relayouts, nodes),
         advisor_grace=args.advisor_grace,
         advisor_free_grace=args.advisor_free_grace,
@@ -451,6 +460,7 @@ def run(args: argparse.Namespace) -> int:
         "command": command, **info, "mode": options.mode,
         "target": options.target if options.mode == "fill" else None,
         "order": options.order, "relayout_seconds": options.relayout_seconds,
+        "config_sync_seconds": options.config_sync_seconds,
         "max_relayouts": options.max_relayouts,
         "extender_weight": options.extender_weight, "advisor": options.advisor,
         "advisor_grace_s": options.advisor_grace,

@@ -108,6 +108,7 @@ class Simulation(World):
             if n.gpus and n.config:
                 self._register(n.config, n.model, n.layouts())
         self._recent: dict[str, float] = {}  # node -> when its last re-layout finished
+        self._written: dict[str, float] = {}  # custom config -> when it was written
 
     def _node_object(self, n: Node) -> dict[str, Any]:
         return node_object(n)
@@ -466,7 +467,13 @@ class Simulation(World):
             # client of the node. A busy-node change keeps its pods' GPUs (relayout_done).
             c.disrupted += n.gpu_pods
         self.hist(n, -1)
-        n.busy_until = self.now + self.options.relayout_seconds
+        delay = self.options.relayout_seconds
+        if rec.config is None and self.options.config_sync_seconds > 0:
+            # Written into the ConfigMap now, or by an earlier run still waiting: the label
+            # is set once kubelet can have refreshed the MIG Manager's volume.
+            written = self._written.setdefault(rec.target, self.now)
+            delay += max(0.0, self.options.config_sync_seconds - (self.now - written))
+        n.busy_until = self.now + delay
         n.pending_plan = rec
         self.in_flight[n.name] = rec
         self.cluster.apply("Node", "MODIFIED", self._node_object(n))

@@ -75,6 +75,11 @@ class Options:
     order: Literal["sample", "trace"] = "sample"  # fill: sample with replacement, or trace order
     fill_interval: float = 1.0  # fill: seconds between arrivals
     relayout_seconds: float = 180.0
+    # A custom config's first re-layout waits this much longer: the apply mode's
+    # --apply-custom-configs writes it into the ConfigMap, then waits --config-sync (120 s)
+    # for kubelet to refresh the MIG Manager's volume before it sets the label. 0: custom
+    # configs are in the ConfigMap already (an operator added them).
+    config_sync_seconds: float = 0.0
     advise_interval: float = 30.0
     max_relayouts: int = 16  # re-layouts in flight at once
     advisor: Literal["advisor", "planner"] = "advisor"  # see engine.Simulation.advise

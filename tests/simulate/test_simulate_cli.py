@@ -183,3 +183,11 @@ def test_history_layouts_on_a_mixed_cluster_use_each_models_profiles(
     # Whole nodes take one layout each: the A100s one 7g.80gb and one seven 1g.10gb.
     assert sorted([layouts["a1"], layouts["a2"]]) == [["1g.10gb"], ["7g.80gb"]]
     assert layouts["t"] == ["1g.6gb"]
+
+
+@pytest.mark.parametrize("value", ["-1", "3601", "nan"])
+def test_config_sync_seconds_out_of_range_is_a_usage_error(
+        value: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["simulate", "--example", "--config-sync-seconds", value]) == 2
+    err = capsys.readouterr().err
+    assert "--config-sync-seconds" in err and "0 to 3600" in err and "Traceback" not in err

@@ -255,3 +255,26 @@ def test_idle_nodes_relaid_out_ahead_of_demand(ahead: float | None, relayouts: b
         relaid = [n for n in sim.nodes.values() if n.name.startswith("s")
                   and n.layouts() == [("7g.80gb",)]]
         assert relaid and all(n.gpu_pods == 0 for n in relaid)
+
+
+def test_a_custom_configs_first_relayout_waits_for_the_configmap_to_reach_the_node() -> None:
+    # --config-sync-seconds: the apply mode writes the custom config, then waits for kubelet
+    # to refresh the MIG Manager's volume before it sets the label. The second node re-laid
+    # out to the same config later finds it in the ConfigMap already.
+    nodes = [node("gpu-node-1", ["3g.40gb", "3g.40gb"]),
+             node("gpu-node-2", ["3g.40gb", "3g.40gb"])]
+    first = workload.explicit_pod(A100, name="first", profile="7g.80gb")
+    # A 7g.80gb pod fills gpu-node-1's re-layout; the second, an hour later, needs the other.
+    second = dataclasses.replace(workload.explicit_pod(A100, name="second", profile="7g.80gb"),
+                                 arrival=3600.0)
+    waits = []
+    for sync in (0.0, 120.0):
+        options = engine.Options(mode="events", advisor_grace=0.0, config_sync_seconds=sync,
+                                 ahead_from=None)
+        f = engine.run(nodes, [first, second], policy=engine.Policy.parse("migfit+advisor"),
+                       seed=0, options=options, catalog=CATALOG).figures
+        assert (f["gpu_pods_placed"], f["relayouts"], f["pods_disrupted"]) == (2, 2, 0)
+        waits.append((f["pending_p50_s"], f["pending_p99_s"]))
+    assert waits[0] == (180.0, 180.0)
+    # The first: written, 120 s, then the MIG Manager's 180 s; the second: 180 s.
+    assert waits[1] == (180.0, 300.0)

@@ -543,7 +543,8 @@ def _check(run: Run, seen: Seen, clock: Context) -> Step:
         return _abort(run, clock, f"GPU pods were bound to the node before its layout "
                       f"changed: {names}; nothing was changed, the taint and the record are "
                       "removed")
-    if run.record.config is None and not run.config_ready:
+    custom = run.record.config is None
+    if not run.config_ready and (custom or clock.settings.custom_configs is not None):
         if clock.settings.custom_configs is None:
             return _abort(run, clock, f"its target {run.record.target} is a custom config "
                           "and --apply-custom-configs is off; nothing was changed")
@@ -586,6 +587,13 @@ def _config(run: Run, seen: Seen, clock: Context) -> Step:
         return _unexpected(run, seen)
     record = run.record
     target = record.target
+    if record.config is not None:
+        # A named config: one migfit wrote lately (the advice reads the ConfigMap every
+        # minute, so it may call it named before the MIG Managers' files have it) waits out
+        # the rest of the sync; any other has been there since before the advice.
+        added = seen.added.get(target)
+        return _synced(run, clock, 0.0 if added is None
+                       else settings.config_sync_s - max(0.0, clock.wall - added))
     if record.mig_parted is None:
         return _abort(run, clock, f"the record of the custom config {target} carries no "
                       "mig_parted document; nothing was changed")

@@ -572,3 +572,24 @@ def test_custom_recommendations_start_only_with_the_flag() -> None:
     assert m.plan(nodes, running=(), recommendations=recs, settings=SETTINGS).start == ()
     started = m.plan(nodes, running=(), recommendations=recs, settings=CUSTOM).start
     assert [r.node for r in started] == ["c"]
+
+
+def test_a_named_config_migfit_wrote_lately_also_waits_out_the_sync() -> None:
+    # The advice reads the ConfigMap every minute: a config written 30 s ago is named there
+    # already, but the MIG Managers' volumes may not have it yet.
+    text = migparted.with_config(BASE, CUSTOM_DOC)
+    rec = recommendation(config="migfit-7x1g.10gb")
+    run = m.Run(node="n", phase=m.Phase.CHECK,
+                record=m.planned(rec).but(state=keys.RelayoutState.TAINTED))
+    step = m.advance(run, m.PodsSeen(()), custom_at())
+    assert isinstance(step.action, m.ReadConfigMap)
+    cm = m.ConfigMapSeen(text=text, added={"migfit-7x1g.10gb": WALL - 30.0},
+                         resource_version="3", in_use=frozenset())
+    assert m.advance(step.run, cm, custom_at()).action == m.Sleep(90.0)
+    # One an operator added (not in migfit.io/configs): the label at once (after the pods).
+    step = m.advance(step.run, dataclasses.replace(cm, added={}), custom_at())
+    assert isinstance(step.action, m.ListPods)
+    assert isinstance(m.advance(step.run, m.PodsSeen(()), custom_at()).action, m.Patch)
+    # Without --apply-custom-configs a named config is labelled straight away, as before.
+    plain = m.advance(run, m.PodsSeen(()), custom_at(settings=SETTINGS))
+    assert isinstance(plain.action, m.Patch)

@@ -16,7 +16,7 @@ import aiohttp
 import kmock
 import pytest
 from advisor_scene import node, pod
-from migmanager_sim import api_for, events, read_node, store
+from migmanager_sim import CONFIGMAPS, MigManager, api_for, events, read_node, store
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
@@ -112,6 +112,61 @@ async def test_extender_process_serves_and_publishes_advice(
         reasons = await _until(both_reasons)
         assert {"MigRelayoutRecommended", "WaitingForMigProfile"} <= reasons
     finally:
+        await api.close()
+        proc.terminate()
+        _, err = await asyncio.wait_for(proc.communicate(), timeout=20)
+    assert b"Traceback" not in err, err.decode()
+
+
+async def test_extender_process_writes_a_custom_config_and_applies_it(
+        server: kmock.KubernetesEmulator, tmp_path: pathlib.Path) -> None:
+    """--apply-relayout --apply-custom-configs end to end: the custom config the advice
+    renders for GPU 0 lands in the ConfigMap, the label follows once the (simulated) MIG
+    Manager's volume has it, and GPU 1 keeps its instance."""
+    server.resources["coordination.k8s.io/v1/leases"] = {}  # type: ignore[assignment]
+    text = ("version: v1\nmig-configs:\n  all-3g.40gb:\n    - devices: all\n"
+            "      mig-enabled: true\n      mig-devices: {\"3g.40gb\": 1}\n")
+    server.objects[CONFIGMAPS, "gpu-operator", "migfit-mig-parted-config"] = {
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "migfit-mig-parted-config", "namespace": "gpu-operator"},
+        "data": {"config.yaml": text}}
+    store(server, node("idle", gpus=2, alloc={"3g.40gb": 2}, config="all-3g.40gb"))
+    store(server, pod("small", "1g.10gb", namespace="ml"))
+    kc = str(_kubeconfig(server, tmp_path / "kc"))
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("KUBECONFIG", "KUBERNETES_SERVICE_HOST")}
+    env["HOME"] = str(tmp_path)
+    api = api_for(server)
+    mm = MigManager(api, "idle", configmap=("gpu-operator", "migfit-mig-parted-config"),
+                    mount_lag_s=0.5, gpus=2)
+    mm.start()
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "migfit.cli", "extender", "--host", "127.0.0.1",
+        "--port", str(_free_port()), "--kubeconfig", kc, "--grace", "0",
+        "--log-level", "warning", "--lease-namespace", "default", "--apply-relayout",
+        "--apply-custom-configs", "--configmap", "gpu-operator/migfit-mig-parted-config",
+        "--config-sync", "1", cwd=ROOT, env=env,
+        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE)
+    try:
+        async def settled() -> Any:
+            obj = await read_node(api, "idle")
+            labels = obj["metadata"].get("labels", {})
+            done = (labels.get("nvidia.com/mig.config", "").startswith("migfit-")
+                    and labels.get("nvidia.com/mig.config.state") in ("success", "failed")
+                    and not obj.get("spec", {}).get("taints"))
+            return obj if done or labels.get("nvidia.com/mig.config.state") == "failed" \
+                else None
+
+        obj = await _until(settled, timeout=120.0)
+        labels = obj["metadata"]["labels"]
+        assert labels["nvidia.com/mig.config.state"] == "success", mm.failures
+        assert mm.applied == [labels["nvidia.com/mig.config"]] and not mm.failures
+        alloc = obj["status"]["allocatable"]
+        assert alloc["nvidia.com/mig-1g.10gb"] == "2" and alloc["nvidia.com/mig-3g.40gb"] == "2"
+        cm = server.objects[CONFIGMAPS, "gpu-operator", "migfit-mig-parted-config"]
+        assert labels["nvidia.com/mig.config"] in cm["data"]["config.yaml"]
+    finally:
+        await mm.stop()
         await api.close()
         proc.terminate()
         _, err = await asyncio.wait_for(proc.communicate(), timeout=20)

@@ -10,7 +10,7 @@ from typing import Any
 from migfit import cluster, errors, kube, logs, migparted, profiles, serving, sources
 from migfit import metrics as common_metrics
 from migfit.commands import options
-from migfit.extender import figures, scoring_log, server, usage
+from migfit.extender import figures, relayout_machine, scoring_log, server, usage
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -77,7 +77,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                           "ClusterPolicy's migManager.config.name; see docs/relayout.md), "
                           "then label the node once it has reached the MIG Managers "
                           "(off by default)")
-    adv.add_argument("--config-sync", type=float, default=120.0, metavar="SECONDS",
+    adv.add_argument("--config-sync", type=float,
+                     default=relayout_machine.Settings().config_sync_s, metavar="SECONDS",
                      help="with --apply-custom-configs, wait this long after writing a config "
                           "before setting a node's label: kubelet's ConfigMap volume refresh "
                           "(default %(default)s)")

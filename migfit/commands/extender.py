@@ -212,9 +212,9 @@ def run(args: argparse.Namespace) -> int:
     if args.apply_custom_configs and name == migparted.DEFAULT_CONFIGMAP:
         raise errors.UsageError(
             f"--apply-custom-configs writes into --configmap {args.configmap}, the GPU "
-            "Operator's own ConfigMap, which it re-creates from its assets: copy it to one of "
-            "your own, name that in the ClusterPolicy's migManager.config.name and pass it "
-            "as --configmap NS/NAME (docs/relayout.md, custom configs)")
+            "Operator's own ConfigMap, which it creates from its assets and may rewrite: copy "
+            "it to one of your own, name that in the ClusterPolicy's migManager.config.name "
+            "and pass it as --configmap NS/NAME (docs/relayout.md, custom configs)")
     if not 0 <= args.config_sync <= 3600:
         raise errors.UsageError(f"--config-sync {args.config_sync}: use 0 to 3600 seconds "
                                 "(kubelet refreshes ConfigMap volumes within about 2 minutes)")

@@ -102,7 +102,7 @@ def test_the_extender_with_a_max_relayouts_it_cannot_use(value: str) -> None:
 def test_the_extender_refuses_custom_configs_it_cannot_write_safely(
     args: list[str], expected: str,
 ) -> None:
-    # The GPU Operator's own ConfigMap (the default --configmap) is re-created from its
-    # assets: writing into it would be lost, so the flag needs a ConfigMap of one's own.
+    # The GPU Operator's own ConfigMap (the default --configmap) is created from its assets
+    # and may be rewritten: the flag needs a ConfigMap of one's own.
     line = _fails_in_one_line(["extender", *args, "--cluster", CLUSTER], code=2)
     assert expected in line

@@ -20,6 +20,12 @@ The node-level protocol (DESIGN.md §6), by phase. The record is ``migfit.io/rel
 - ``CHECK``: list the node's pods. A GPU pod bound in the meantime (the taint does not stop a
   pod that names the node, tolerates the taint or was bound just before) aborts: taint and
   record are removed together, nothing else changed, and an Event says so.
+- ``CONFIG`` (``--apply-custom-configs`` only): read the ConfigMap the MIG Manager reads and
+  list the nodes; a custom target not in it yet is added with one conditional merge patch
+  (``CONFIG_WRITE``; a 409 reads again), with configs migfit added that no node uses any more
+  removed. A ConfigMap that is missing, does not parse or holds another config by that name
+  aborts (nothing changed). ``SYNC``: sleep until ``config_sync_s`` has passed since the
+  write (kubelet refreshes the MIG Manager's volume late), then ``CHECK`` once more.
 - ``LABEL``: set ``nvidia.com/mig.config`` and the record (``applying``, ``started``: the wall
   clock, RFC 3339, so that a new leader keeps the timers running from then) in one patch.
 - ``WAIT``: poll the node and its pods until ``mig.config.state=success`` with the expected
@@ -578,9 +584,9 @@ def _config(run: Run, seen: Seen, clock: Context) -> Step:
         if seen.retryable:
             return _retry(run, seen.brief, clock, then=Phase.CONFIG,
                           gave_up=f"reading {where} kept failing")
-        fix = ("create it from the MIG Manager's own ConfigMap and name it in the "
-               "ClusterPolicy (docs/relayout.md, custom configs)" if seen.not_found
-               else "the extender's Role needs get on it")
+        fix = ("create it as a copy of the GPU Operator's default-mig-parted-config and name "
+               "it in the ClusterPolicy's migManager.config.name (docs/relayout.md, custom "
+               "configs)" if seen.not_found else "the extender's Role needs get on it")
         return _abort(run, clock, f"cannot read {where} ({seen.brief}): {fix}; nothing was "
                       "changed")
     if not isinstance(seen, ConfigMapSeen):
@@ -592,8 +598,7 @@ def _config(run: Run, seen: Seen, clock: Context) -> Step:
         # minute, so it may call it named before the MIG Managers' files have it) waits out
         # the rest of the sync; any other has been there since before the advice.
         added = seen.added.get(target)
-        return _synced(run, clock, 0.0 if added is None
-                       else settings.config_sync_s - max(0.0, clock.wall - added))
+        return _synced(run, clock, 0.0 if added is None else _left(clock, added))
     if record.mig_parted is None:
         return _abort(run, clock, f"the record of the custom config {target} carries no "
                       "mig_parted document; nothing was changed")
@@ -610,9 +615,7 @@ def _config(run: Run, seen: Seen, clock: Context) -> Step:
         # There already: wait out what is left of its way to the MIG Managers' files (all
         # of it when migfit did not add it and cannot tell since when it is there).
         added = seen.added.get(target)
-        left = settings.config_sync_s - (0.0 if added is None
-                                         else max(0.0, clock.wall - added))
-        return _synced(run, clock, left)
+        return _synced(run, clock, _left(clock, clock.wall if added is None else added))
     stale = [name for name, when in seen.added.items()
              if name not in seen.in_use and clock.wall - when >= settings.config_keep_s]
     try:
@@ -640,8 +643,14 @@ def _config_write(run: Run, seen: Seen, clock: Context) -> Step:
         return _retry(run, seen.brief, clock, then=Phase.CONFIG,
                       gave_up=f"writing {_where(clock)} kept failing")
     return _abort(run, clock, f"the API refused writing {_where(clock)} ({seen.brief}): the "
-                  "extender's Role needs patch on it (deploy/overlays/apply-custom-configs); "
-                  "nothing was changed")
+                  "extender's Role needs patch on it (deploy/base/rbac.yaml grants it on "
+                  "migfit-mig-parted-config); nothing was changed")
+
+
+def _left(clock: Context, added: float) -> float:
+    """What is left of ``config_sync_s`` for a config written at ``added`` (POSIX; a stamp
+    from a clock ahead of ours counts as now)."""
+    return clock.settings.config_sync_s - max(0.0, clock.wall - added)
 
 
 def _synced(run: Run, clock: Context, left: float, *, emit: Emit | None = None) -> Step:
@@ -731,9 +740,9 @@ def _wait(run: Run, seen: Seen, clock: Context) -> Step:
                      f"{node.config!r} by someone else")
     if state == "failed":
         hint = ("" if run.record.config is not None else
-                f"; {target} is a custom config migfit wrote: if the MIG Manager's log says it "
-                "is not in its config file, the ConfigMap had not reached the node yet (raise "
-                "--config-sync)")
+                f"; {target} is a custom config: if the MIG Manager's log says it is not in "
+                "its config file, the ConfigMap had not reached the node yet (with "
+                "--apply-custom-configs, raise --config-sync)")
         return _fail(run, clock, "failed",
                      f"the MIG Manager reported mig.config.state=failed{hint}")
     if state == "success" and dict(node.advertised) == expected:

@@ -150,7 +150,7 @@ async def _target(server: kmock.KubernetesEmulator, api: k8s.ApiClient) -> str:
 
 
 @pytest.mark.parametrize("text, expected", [
-    (None, "create it from the MIG Manager's own ConfigMap"),
+    (None, "create it as a copy of the GPU Operator's default-mig-parted-config"),
     ("version: v1\nmig-configs: [\n", "migfit writes nothing into a config it cannot read"),
     ("version: v2\n", "migfit writes nothing into a config it cannot read"),
     # Someone else's config under the very name migfit would write.

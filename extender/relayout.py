@@ -214,8 +214,7 @@ class Relayouter:
         data = obj.get("data") or {}
         text = data.get(migparted.CONFIGMAP_KEY) if isinstance(data, Mapping) else None
         if not isinstance(text, str):
-            return machine.CallFailed(brief=f"it has no data.{migparted.CONFIGMAP_KEY}, the "
-                                      "file the MIG Manager reads")
+            text = None
         items, _ = await self.api.list_nodes()
         in_use: set[str] = set()
         for node in items:

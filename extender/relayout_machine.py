@@ -168,7 +168,7 @@ class ConfigMapSeen:
     """The mig-parted ConfigMap as just read, with the configs the cluster's nodes use now
     (their ``nvidia.com/mig.config`` labels and the targets of their re-layout records)."""
 
-    text: str
+    text: str | None  # data."config.yaml"; None when the ConfigMap has no such key
     added: Mapping[str, float]  # migfit.io/configs: what migfit added, and when (POSIX)
     resource_version: str
     in_use: frozenset[str]
@@ -593,6 +593,9 @@ def _config(run: Run, seen: Seen, clock: Context) -> Step:
         return _unexpected(run, seen)
     record = run.record
     target = record.target
+    if seen.text is None:
+        return _abort(run, clock, f"{where} has no data.{migparted.CONFIGMAP_KEY}, the file the "
+                      "MIG Manager reads: put its configs under that key; nothing was changed")
     if record.config is not None:
         # A named config: one migfit wrote lately (the advice reads the ConfigMap every
         # minute, so it may call it named before the MIG Managers' files have it) waits out

@@ -151,6 +151,7 @@ async def _target(server: kmock.KubernetesEmulator, api: k8s.ApiClient) -> str:
 
 @pytest.mark.parametrize("text, expected", [
     (None, "create it as a copy of the GPU Operator's default-mig-parted-config"),
+    ("NOKEY", "has no data.config.yaml, the file the MIG Manager reads"),
     ("version: v1\nmig-configs: [\n", "migfit writes nothing into a config it cannot read"),
     ("version: v2\n", "migfit writes nothing into a config it cannot read"),
     # Someone else's config under the very name migfit would write.
@@ -162,8 +163,12 @@ async def test_a_configmap_it_cannot_use_aborts_before_anything_changes(
 ) -> None:
     if text is not None:
         text = text.replace("TARGET", await _target(server, api))
-    _seed(server, text=text)
-    before = None if text is None else _configmap(server)["data"]["config.yaml"]
+    _seed(server, text=None if text == "NOKEY" else text)
+    if text == "NOKEY":  # the configs under another key: the MIG Manager has no file
+        server.objects[CONFIGMAPS, NS, NAME] = {
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": NAME, "namespace": NS}, "data": {"other.yaml": TEXT}}
+    before = None if text in (None, "NOKEY") else _configmap(server)["data"]["config.yaml"]
     outcome, mm = await _apply(api, _settings())
     assert outcome.result == "aborted" and expected in outcome.reason, outcome.reason
     obj = await read_node(api, "idle")

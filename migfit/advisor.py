@@ -201,9 +201,13 @@ class Recommendation:
         label = f"kubectl label node {self.node} {LABEL_CONFIG}={self.target} --overwrite"
         if self.config is not None:
             return label
-        return (f"add config {self.target} (mig_parted) to the mig-parted ConfigMap "
-                f"(kubectl -n {migparted.DEFAULT_NAMESPACE} edit configmap "
-                f"{migparted.DEFAULT_CONFIGMAP}), then: {label}")
+        # Into the ConfigMap the ClusterPolicy's migManager.config.name names: one of the
+        # operator's own (the GPU Operator creates its default-mig-parted-config from its
+        # assets), or the extender's --apply-custom-configs does it (docs/relayout.md §5).
+        return (f"add config {self.target} (mig_parted) to the ConfigMap that the "
+                "ClusterPolicy's migManager.config.name names (a copy of "
+                f"{migparted.DEFAULT_CONFIGMAP}, not that one; or let the extender's "
+                f"--apply-custom-configs do it), then: {label}")
 
     def to_json(self) -> RecommendationJson:
         return RecommendationJson(

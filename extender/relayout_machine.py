@@ -58,6 +58,9 @@ REASON_FAILED = "MigRelayoutFailed"
 REASON_ABORTED = "MigRelayoutAborted"
 REASON_CONFIG = "MigConfigAdded"
 _STATES = keys.RelayoutState
+# The most config.yaml text the apply mode writes: a ConfigMap's data is limited to 1 MiB
+# (Kubernetes docs, ConfigMaps), and the annotations and other keys need room too.
+CONFIG_TEXT_MAX = 768 * 1024
 
 
 def share_of(share: float, gpu_nodes: int) -> int:
@@ -625,6 +628,11 @@ def _config(run: Run, seen: Seen, clock: Context) -> Step:
         text = migparted.with_config(seen.text, record.mig_parted, drop=stale, where=where)
     except (errors.ConfigError, KeyError) as exc:
         return _abort(run, clock, f"{where}: {exc}; nothing was changed")
+    if len(text.encode()) > CONFIG_TEXT_MAX:
+        return _abort(run, clock, f"{where}: with {target} its config.yaml would be "
+                      f"{len(text.encode()):,} bytes, over the {CONFIG_TEXT_MAX:,} migfit "
+                      "writes (a ConfigMap holds at most 1 MiB): remove configs no node uses; "
+                      "nothing was changed")
     kept = {n: t for n, t in seen.added.items() if n not in stale}
     kept[target] = clock.wall
     body = {"metadata": {**_precondition(seen.resource_version),

@@ -593,3 +593,18 @@ def test_a_named_config_migfit_wrote_lately_also_waits_out_the_sync() -> None:
     # Without --apply-custom-configs a named config is labelled straight away, as before.
     plain = m.advance(run, m.PodsSeen(()), custom_at(settings=SETTINGS))
     assert isinstance(plain.action, m.Patch)
+
+
+def test_a_config_text_that_would_outgrow_a_configmap_is_not_written() -> None:
+    # 100 configs with 8,000-character names: 800 kB of text, quick to parse.
+    many = {"version": "v1", "mig-configs": {
+        f"op-{i:03d}-" + "x" * 8000: CUSTOM_DOC["mig-configs"]["migfit-7x1g.10gb"]
+        for i in range(100)}}
+    text = migparted.with_config(BASE, many)
+    assert len(text.encode()) > m.CONFIG_TEXT_MAX
+    step = m.advance(custom_run(), m.PodsSeen(()), custom_at())
+    cm = m.ConfigMapSeen(text=text, added={}, resource_version="3", in_use=frozenset())
+    step = m.advance(step.run, cm, custom_at())
+    assert step.run.phase is m.Phase.RELEASE and isinstance(step.action, m.ReadNode)
+    assert step.run.ending is not None and "remove configs no node uses" in \
+        step.run.ending.reason

@@ -82,14 +82,21 @@ class Relayouter:
         return sorted(n for n, t in self._tasks.items() if not t.done())
 
     async def run(self) -> None:
-        """Until cancelled: adopt and start re-layouts while leading; otherwise only wait."""
+        """Until cancelled: adopt and start re-layouts while leading; otherwise only wait.
+
+        Nothing is planned before the cluster view has synced (a half-listed cluster shows
+        busy nodes as idle), and a replica that does not lead checks every second, so that
+        a new leader takes over within a second rather than a whole interval.
+        """
         try:
             while True:
-                if self.leading:
-                    try:
-                        await self.step()
-                    except kube.ApiError as exc:  # the next pass tries again
-                        log.warning("relayout: %s", exc)
+                if not (self.leading and self.state.synced):
+                    await asyncio.sleep(min(1.0, self.settings.interval_s))
+                    continue
+                try:
+                    await self.step()
+                except kube.ApiError as exc:  # the next pass tries again
+                    log.warning("relayout: %s", exc)
                 await asyncio.sleep(self.settings.interval_s)
         finally:
             for t in self._tasks.values():

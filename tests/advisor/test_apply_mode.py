@@ -427,3 +427,29 @@ async def test_the_publisher_writes_the_one_relayout_record(
     assert record.v == 1 and record.state is keys.RelayoutState.RECOMMENDED
     assert record.target == "all-1g.10gb" and record.expected == {"1g.10gb": 7}
     assert record.unblocks == ("ml/small",) and not record.active
+
+
+async def test_nothing_is_planned_before_the_view_has_synced(
+    server: kmock.KubernetesEmulator, api: k8s.ApiClient,
+) -> None:
+    # A half-listed cluster shows busy nodes as idle: the loop waits for the watch to sync.
+    seed(server)
+    state = await snapshot(api)
+    state.synced = False
+    r = relayout.Relayouter(state, api, elector=None, cache=advice_cache(), settings=FAST)
+    mm = MigManager(api, "idle", layouts=LAYOUTS)
+    mm.start()
+    task = asyncio.create_task(r.run())
+    try:
+        await asyncio.sleep(0.3)
+        assert taints(await read_node(api, "idle")) == [] and r.outcomes == []
+        state.mark_synced()
+        for _ in range(300):
+            if r.outcomes:
+                break
+            await asyncio.sleep(0.01)
+        assert [o.result for o in r.outcomes] == ["success"]
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        await mm.stop()

@@ -25,10 +25,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from migfit import cluster, decoding, keys, kube, migparted, records
+from migfit import advisor, cluster, decoding, keys, kube, migparted, records
 from migfit.extender import advice as surfaces
 from migfit.extender import leader as leadership
 from migfit.extender import relayout_machine as machine
@@ -72,6 +72,8 @@ class Relayouter:
         self.wall_clock = wall_clock  # only for the "started" stamp other replicas read
         self._tasks: dict[str, asyncio.Task[Outcome]] = {}
         self.outcomes: list[Outcome] = []
+        # --apply-custom-configs: when the next config written will be ready (wall clock)
+        self._next_ready: float | None = None
 
     @property
     def leading(self) -> bool:
@@ -97,7 +99,11 @@ class Relayouter:
                     await self.step()
                 except kube.ApiError as exc:  # the next pass tries again
                     log.warning("relayout: %s", exc)
-                await asyncio.sleep(self.settings.interval_s)
+                pause = self.settings.interval_s
+                if self._next_ready is not None:
+                    # A config written waits for the MIG Managers' volumes: come back then.
+                    pause = min(pause, max(0.5, self._next_ready - self.wall_clock() + 0.5))
+                await asyncio.sleep(pause)
         finally:
             for t in self._tasks.values():
                 t.cancel()
@@ -113,7 +119,12 @@ class Relayouter:
             return []
         advice = self.cache.get(self.state)
         viewed = [st.node for st in self.state.nodes()]
-        chosen = machine.plan(viewed, running=self._tasks,
+        staged = None
+        if self.settings.custom_configs is not None:
+            staged = await self._stage(advice.recommendations)
+            if not self.leading:
+                return []
+        chosen = machine.plan(viewed, running=self._tasks, staged=staged,
                               recommendations=advice.recommendations, settings=self.settings)
         if chosen.start:
             # New work: count what is in flight from the API, not from a view that may lag.
@@ -122,7 +133,8 @@ class Relayouter:
                 return []
             chosen = machine.plan(viewed if listed is None else listed, running=self._tasks,
                                   recommendations=() if listed is None
-                                  else advice.recommendations, settings=self.settings)
+                                  else advice.recommendations, settings=self.settings,
+                                  staged=staged)
         taken = [*chosen.adopt, *chosen.start]
         for run in taken:
             self._tasks[run.node] = asyncio.create_task(self._apply(run),
@@ -133,6 +145,49 @@ class Relayouter:
             self.metrics.in_progress.set(len(chosen.in_flight))
             self.metrics.failed_nodes.set(chosen.failed)
         return [run.node for run in taken]
+
+    async def _stage(self, recommendations: Sequence[advisor.Recommendation]
+                     ) -> frozenset[str]:
+        """Write the custom configs of the recommendations the apply mode may start into the
+        ConfigMap (``machine.stage``); the ones ready to start re-layouts to."""
+        targets = {rec.target: rec.mig_parted for rec in recommendations
+                   if rec.config is None and rec.mig_parted is not None
+                   and not rec.disruptive
+                   and (not rec.running or self.settings.apply_busy_nodes)}
+        self._next_ready = None
+        if not targets:
+            return frozenset()
+        try:
+            seen = await self._read_configs()
+        except kube.ApiError as exc:
+            log.warning("relayout: cannot read the custom configs' ConfigMap (%s); no "
+                        "re-layout to a custom config this pass", exc)
+            return frozenset()
+        staging = machine.stage(seen, targets, wall=self.wall_clock(), settings=self.settings)
+        self._next_ready = staging.next_ready
+        for problem in staging.problems:
+            log.warning("relayout: %s; re-layouts to it wait", problem)
+        if staging.body is not None and self.leading:
+            assert self.settings.custom_configs is not None
+            try:
+                await self.api.patch_config_map(*self.settings.custom_configs,
+                                                dict(staging.body))
+            except kube.ApiError as exc:  # a 409 or an outage: the next pass writes them
+                log.warning("relayout: adding %s to the ConfigMap failed (%s); the next pass "
+                            "tries again", ", ".join(staging.added), exc)
+            else:
+                log.info("relayout: added %s to the ConfigMap; re-layouts to them start in "
+                         "%.0fs, once the MIG Managers' volumes have them",
+                         ", ".join(staging.added), self.settings.config_sync_s)
+                for rec in recommendations:
+                    if rec.config is None and rec.target in staging.added:
+                        await self._event(rec.node, machine.Emit(
+                            machine.REASON_CONFIG, "Normal",
+                            f"Added config {rec.target} to ConfigMap "
+                            f"{'/'.join(self.settings.custom_configs)}; the re-layout starts "
+                            f"in {self.settings.config_sync_s:.0f}s, once the MIG Manager's "
+                            "file has it"))
+        return staging.ready
 
     async def wait(self) -> list[Outcome]:
         """Wait for the re-layouts in flight (for tests and shutdown)."""
@@ -211,7 +266,7 @@ class Relayouter:
                                       conflict=exc.conflict, not_found=exc.not_found)
         raise TypeError(f"not an action: {action!r}")
 
-    async def _read_configs(self) -> machine.ConfigMapSeen | machine.CallFailed:
+    async def _read_configs(self) -> machine.ConfigMapSeen:
         """The custom-config ConfigMap, and the configs the nodes use now (listed from the
         API: a config is removed only when no node's label or re-layout record names it)."""
         assert self.settings.custom_configs is not None

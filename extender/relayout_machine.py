@@ -361,6 +361,7 @@ def plan(
     running: Iterable[str],
     recommendations: Sequence[advisor.Recommendation],
     settings: Settings,
+    staged: frozenset[str] | None = None,
 ) -> Plan:
     """Which re-layouts to adopt (in flight, not run here) and to start (within the bound).
 
@@ -369,7 +370,9 @@ def plan(
     ``recommendations`` when the nodes may be stale. Only safe recommendations are started;
     to a custom config only with ``settings.custom_configs`` (the run writes it into that
     ConfigMap first; without it an operator adds it), busy-node ones (``rec.running``) only
-    with ``settings.apply_busy_nodes``.
+    with ``settings.apply_busy_nodes``. ``staged``: the custom configs that have been in the
+    ConfigMap for ``config_sync_s`` (:func:`stage`); a custom recommendation to another one
+    waits for a later pass (None: no such check).
     """
     listed = {n.name: n for n in nodes}
     mine = set(running)
@@ -387,6 +390,7 @@ def plan(
         node = listed.get(rec.node)
         if (rec.disruptive or rec.node in flight
                 or (rec.config is None and settings.custom_configs is None)
+                or (rec.config is None and staged is not None and rec.target not in staged)
                 or (rec.running and not settings.apply_busy_nodes)
                 or (node is not None and failed(node))):
             continue
@@ -395,6 +399,84 @@ def plan(
         room -= 1
     return Plan(adopt=adopted, start=tuple(started), in_flight=frozenset(flight),
                 failed=sum(failed(n) for n in listed.values()))
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Staging:
+    """What :func:`stage` decided: the patch to write (None: nothing new), the custom
+    configs ready to start re-layouts to, and why others cannot be written."""
+
+    body: Mapping[str, Any] | None
+    ready: frozenset[str]
+    added: tuple[str, ...]
+    problems: tuple[str, ...]
+    # When the first config written but not yet ready will be (POSIX), so that the next pass
+    # can come then rather than a whole interval later; None when none waits.
+    next_ready: float | None = None
+
+
+def stage(seen: ConfigMapSeen, targets: Mapping[str, Mapping[str, Any]], *, wall: float,
+          settings: Settings) -> Staging:
+    """``--apply-custom-configs``: write the custom configs of the recommendations into the
+    ConfigMap as soon as they are advised, so that their re-layouts start once the MIG
+    Managers' volumes have them, without holding a node tainted (or a place under
+    ``--max-relayouts``) meanwhile.
+
+    ``targets``: config name -> its rendered mig-parted document. Ready: in the ConfigMap
+    since ``config_sync_s`` (by ``migfit.io/configs``), or there without migfit having added
+    it (the run's CONFIG phase then waits the whole sync). Configs migfit added that no node
+    uses are pruned as in the run.
+    """
+    where = _where_of(settings)
+    if seen.text is None:
+        return Staging(None, frozenset(), (), (f"{where} has no data."
+                                               f"{migparted.CONFIGMAP_KEY}",))
+    ready: set[str] = set()
+    missing: dict[str, Any] = {}
+    problems: list[str] = []
+    waiting: list[float] = []
+    for name, doc in sorted(targets.items()):
+        try:
+            same = migparted.same_config(seen.text, name, doc)
+        except (errors.ConfigError, KeyError) as exc:
+            return Staging(None, frozenset(), (), (f"{where}: {exc}",))
+        if same is None:
+            missing[name] = doc["mig-configs"][name]
+        elif not same:
+            problems.append(f"{where} already has a config {name} with other entries")
+        elif name not in seen.added or wall - seen.added[name] >= settings.config_sync_s:
+            ready.add(name)
+        else:
+            waiting.append(seen.added[name] + settings.config_sync_s)
+    if missing:
+        waiting.append(wall + settings.config_sync_s)
+    next_ready = min(waiting, default=None)
+    if not missing:
+        return Staging(None, frozenset(ready), (), tuple(problems), next_ready)
+    stale = [name for name, when in seen.added.items()
+             if name not in seen.in_use and name not in targets
+             and wall - when >= settings.config_keep_s]
+    try:
+        text = migparted.with_config(seen.text, {"version": "v1", "mig-configs": missing},
+                                     drop=stale, where=where)
+    except (errors.ConfigError, KeyError) as exc:
+        return Staging(None, frozenset(ready), (), (*problems, f"{where}: {exc}"))
+    if len(text.encode()) > CONFIG_TEXT_MAX:
+        return Staging(None, frozenset(ready), (), (*problems, (
+            f"{where}: with {', '.join(missing)} its config.yaml would be "
+            f"{len(text.encode()):,} bytes, over the {CONFIG_TEXT_MAX:,} migfit writes")))
+    kept = {n: t for n, t in seen.added.items() if n not in stale}
+    kept.update((name, wall) for name in missing)
+    body = {"metadata": {**_precondition(seen.resource_version),
+                         "annotations": {keys.ANNOTATION_CONFIGS: keys.encode_configs(kept)}},
+            "data": {migparted.CONFIGMAP_KEY: text}}
+    return Staging(body, frozenset(ready), tuple(missing), tuple(problems), next_ready)
+
+
+def _where_of(settings: Settings) -> str:
+    assert settings.custom_configs is not None
+    ns, name = settings.custom_configs
+    return f"ConfigMap {ns}/{name}"
 
 
 # ---------------------------------------------------------------- transitions
@@ -572,9 +654,7 @@ def _abort(run: Run, clock: Context, reason: str) -> Step:
 
 
 def _where(clock: Context) -> str:
-    assert clock.settings.custom_configs is not None
-    ns, name = clock.settings.custom_configs
-    return f"ConfigMap {ns}/{name}"
+    return _where_of(clock.settings)
 
 
 def _config(run: Run, seen: Seen, clock: Context) -> Step:

@@ -121,10 +121,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                      help="how long the MIG Manager takes to re-partition a node (it serves "
                           "nothing new meanwhile)")
     run.add_argument("--config-sync-seconds", type=float, default=0.0, metavar="S",
-                     help="a custom config's first re-layout waits this much longer, as the "
-                          "extender's --apply-custom-configs waits --config-sync (120) after "
-                          "writing it; 0 (default): custom configs are in the ConfigMap "
-                          "already")
+                     help="a custom config's first re-layout starts this long after it was "
+                          "first advised, as the extender's --apply-custom-configs writes it "
+                          "then and starts once --config-sync (120) has passed; 0 (default): "
+                          "custom configs are in the ConfigMap already")
     run.add_argument("--advise-interval", type=float, default=30.0, metavar="S",
                      help="the advisor runs at most this often while pods are pending")
     run.add_argument("--max-relayouts", type=options.relayout_limit, default="16",

@@ -405,6 +405,15 @@ class Simulation(World):
             if rec.disrupts or not (rec.balance or any(need[p] > coming[p]
                                                         for p in rec.served)):
                 continue
+            sync = self.options.config_sync_seconds
+            if rec.config is None and sync > 0:
+                # The apply mode's --apply-custom-configs writes a custom config into the
+                # ConfigMap when it is first advised and starts the re-layout once kubelet
+                # can have refreshed the MIG Manager's volume; the node serves meanwhile.
+                written = self._written.setdefault(rec.target, self.now)
+                if self.now - written < sync:
+                    self._want_advice(not_before=written + sync)
+                    continue
             coming.update(rec.served)
             room -= 1
             self._start_relayout(self.nodes[rec.node], rec)
@@ -467,13 +476,7 @@ class Simulation(World):
             # client of the node. A busy-node change keeps its pods' GPUs (relayout_done).
             c.disrupted += n.gpu_pods
         self.hist(n, -1)
-        delay = self.options.relayout_seconds
-        if rec.config is None and self.options.config_sync_seconds > 0:
-            # Written into the ConfigMap now, or by an earlier run still waiting: the label
-            # is set once kubelet can have refreshed the MIG Manager's volume.
-            written = self._written.setdefault(rec.target, self.now)
-            delay += max(0.0, self.options.config_sync_seconds - (self.now - written))
-        n.busy_until = self.now + delay
+        n.busy_until = self.now + self.options.relayout_seconds
         n.pending_plan = rec
         self.in_flight[n.name] = rec
         self.cluster.apply("Node", "MODIFIED", self._node_object(n))

@@ -75,10 +75,11 @@ class Options:
     order: Literal["sample", "trace"] = "sample"  # fill: sample with replacement, or trace order
     fill_interval: float = 1.0  # fill: seconds between arrivals
     relayout_seconds: float = 180.0
-    # A custom config's first re-layout waits this much longer: the apply mode's
-    # --apply-custom-configs writes it into the ConfigMap, then waits --config-sync (120 s)
-    # for kubelet to refresh the MIG Manager's volume before it sets the label. 0: custom
-    # configs are in the ConfigMap already (an operator added them).
+    # A custom config starts its first re-layout this long after it was first advised: the
+    # apply mode's --apply-custom-configs writes it into the ConfigMap then, and starts the
+    # re-layout once kubelet can have refreshed the MIG Manager's volume (--config-sync,
+    # 120 s); the node is not tainted meanwhile. 0: custom configs are in the ConfigMap
+    # already (an operator added them).
     config_sync_seconds: float = 0.0
     advise_interval: float = 30.0
     max_relayouts: int = 16  # re-layouts in flight at once

@@ -1,5 +1,7 @@
 """--apply-custom-configs against kmock's emulator: the apply mode writes a custom config into
-the mig-parted ConfigMap, waits for it to reach the MIG Manager's file, then labels the node.
+the mig-parted ConfigMap as soon as it is advised, and starts the node's re-layout on a later
+pass, once the config has had time to reach the MIG Manager's file (the node is not tainted
+meanwhile). A run adopted with its config missing writes it itself (the run's CONFIG phase).
 
 The simulated MIG Manager reads the config from the ConfigMap as its volume shows it, late by
 ``mount_lag_s``, and fails a config that is not in it, as mig-parted does.
@@ -7,6 +9,7 @@ The simulated MIG Manager reads the config from the ConfigMap as its volume show
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any
 
@@ -74,21 +77,32 @@ def _seed(server: kmock.KubernetesEmulator, *, text: str | None = TEXT,
 
 
 async def _apply(api: k8s.ApiClient, settings: relayout.Settings, *,
-                 mount_lag_s: float = 0.1) -> tuple[relayout.Outcome, MigManager]:
+                 mount_lag_s: float = 0.1, staged_first: bool = True,
+                 ) -> tuple[relayout.Outcome, MigManager]:
+    """Passes until the node's re-layout starts: the first only writes the config (unless
+    it is there already, ``staged_first`` False); the node stays untainted until then."""
     mm = MigManager(api, "idle", configmap=(NS, NAME), mount_lag_s=mount_lag_s, gpus=2,
                     delay_s=0.02)
     mm.start()
     try:
-        cache = advice.AdviceCache(config=migparted.parse(TEXT), clock=lambda: NOW)
-        r = relayout.Relayouter(await snapshot(api), api, elector=None, cache=cache,
-                                settings=settings)
-        (rec,) = cache.get(r.state).recommendations
+        r = await _relayouter(api, settings)
+        (rec,) = r.cache.get(r.state).recommendations
         assert rec.config is None and rec.mig_parted is not None  # a custom config
+        if staged_first:
+            assert await r.step() == []
+            assert taints(await read_node(api, "idle")) == []
+            await asyncio.sleep(settings.config_sync_s + 0.05)
         assert await r.step() == ["idle"]
         (outcome,) = await r.wait()
         return outcome, mm
     finally:
         await mm.stop()
+
+
+async def _relayouter(api: k8s.ApiClient, settings: relayout.Settings) -> relayout.Relayouter:
+    cache = advice.AdviceCache(config=migparted.parse(TEXT), clock=lambda: NOW)
+    return relayout.Relayouter(await snapshot(api), api, elector=None, cache=cache,
+                               settings=settings)
 
 
 def _configmap(server: kmock.KubernetesEmulator) -> dict[str, Any]:
@@ -161,20 +175,53 @@ async def _target(server: kmock.KubernetesEmulator, api: k8s.ApiClient) -> str:
 async def test_a_configmap_it_cannot_use_aborts_before_anything_changes(
     server: kmock.KubernetesEmulator, api: k8s.ApiClient, text: str | None, expected: str,
 ) -> None:
+    target = await _target(server, api)
     if text is not None:
-        text = text.replace("TARGET", await _target(server, api))
-    _seed(server, text=None if text == "NOKEY" else text)
-    if text == "NOKEY":  # the configs under another key: the MIG Manager has no file
-        server.objects[CONFIGMAPS, NS, NAME] = {
-            "apiVersion": "v1", "kind": "ConfigMap",
-            "metadata": {"name": NAME, "namespace": NS}, "data": {"other.yaml": TEXT}}
+        text = text.replace("TARGET", target)
+
+    def configmap() -> None:
+        if text is None:
+            server.objects[CONFIGMAPS, NS, NAME].delete()
+        _seed(server, text=None if text == "NOKEY" else text)
+        if text == "NOKEY":  # the configs under another key: the MIG Manager has no file
+            server.objects[CONFIGMAPS, NS, NAME] = {
+                "apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": NAME, "namespace": NS}, "data": {"other.yaml": TEXT}}
+
+    configmap()
     before = None if text in (None, "NOKEY") else _configmap(server)["data"]["config.yaml"]
-    outcome, mm = await _apply(api, _settings())
+    # A pass writes nothing and starts nothing, however many passes.
+    r = await _relayouter(api, _settings(config_sync_s=0.0))
+    for _ in range(3):
+        assert await r.step() == []
+    assert taints(await read_node(api, "idle")) == []
+    if before is not None:
+        assert _configmap(server)["data"]["config.yaml"] == before
+    # A run adopted in "tainted" (started by a replica before the ConfigMap changed) aborts
+    # in its CONFIG phase: taint and record removed, the label never set.
+    cache = advice.AdviceCache(config=migparted.parse(TEXT), clock=lambda: NOW)
+    (rec,) = cache.get(await snapshot(api)).recommendations
+    record = relayout_machine.planned(rec).but(state=keys.RelayoutState.TAINTED)
+    store(server, node("idle", gpus=2, alloc={"3g.40gb": 2}, config="all-3g.40gb",
+                       taints=[keys.relayout_taint()],
+                       annotations={keys.ANNOTATION_RELAYOUT: keys.encode_relayout(record)}))
+    mm = MigManager(api, "idle", configmap=(NS, NAME), gpus=2, delay_s=0.02) \
+        if text is not None else None
+    if mm is not None:
+        mm.start()
+    try:
+        r = await _relayouter(api, _settings())
+        assert await r.step() == ["idle"]
+        (outcome,) = await r.wait()
+    finally:
+        if mm is not None:
+            await mm.stop()
     assert outcome.result == "aborted" and expected in outcome.reason, outcome.reason
     obj = await read_node(api, "idle")
     assert taints(obj) == [] and keys.ANNOTATION_RELAYOUT not in obj["metadata"].get(
         "annotations", {})
-    assert obj["metadata"]["labels"][keys.LABEL_CONFIG] == "all-3g.40gb" and mm.applied == []
+    assert obj["metadata"]["labels"][keys.LABEL_CONFIG] == "all-3g.40gb"
+    assert mm is None or mm.applied == []
     if before is not None:
         assert _configmap(server)["data"]["config.yaml"] == before
 
@@ -213,17 +260,24 @@ async def test_a_write_between_read_and_patch_is_read_again_and_kept(
     theirs = TEXT + ("  theirs:\n    - devices: all\n      mig-enabled: true\n"
                      "      mig-devices: {\"1g.10gb\": 7}\n")
     server.race(CONFIGMAPS, NS, NAME, {"data": {"config.yaml": theirs}})
-    outcome, _ = await _apply(api, _settings())
-    assert outcome.result == "success", outcome.reason
+    r = await _relayouter(api, _settings(config_sync_s=0.0))
+    assert await r.step() == []  # 409: nothing written, the next pass reads again
+    assert set(migparted.parse(_configmap(server)["data"]["config.yaml"]).configs) == {
+        "theirs", "my-own", "all-3g.40gb"}
+    assert await r.step() == []  # written now, next to theirs
     names = set(migparted.parse(_configmap(server)["data"]["config.yaml"]).configs)
     assert {"theirs", "my-own", "all-3g.40gb"} <= names and len(names) == 4
+    assert await r.step() == ["idle"]  # and applied
+    for t in list(r._tasks.values()):
+        t.cancel()
+    await asyncio.gather(*r._tasks.values(), return_exceptions=True)
 
 
 async def test_a_config_already_there_waits_only_what_is_left(
     server: kmock.KubernetesEmulator, api: k8s.ApiClient,
 ) -> None:
-    # Written by an earlier pass (a replica that lost the Lease) long ago: no wait, one write
-    # fewer, and the ConfigMap is not touched again.
+    # Written by an earlier pass (a replica that lost the Lease) long ago: the first pass
+    # starts the re-layout, with no wait, and the ConfigMap is not touched again.
     _seed(server)
     cache = advice.AdviceCache(config=migparted.parse(TEXT), clock=lambda: NOW)
     (rec,) = cache.get(await snapshot(api)).recommendations
@@ -232,7 +286,7 @@ async def test_a_config_already_there_waits_only_what_is_left(
     _seed(server, text=text, added={rec.target: time.time() - 3600})
     before = _configmap(server)
     cm_before = (before["data"]["config.yaml"], dict(before["metadata"]["annotations"]))
-    outcome, _ = await _apply(api, _settings(config_sync_s=30.0))  # would time the test out
+    outcome, _ = await _apply(api, _settings(config_sync_s=30.0), staged_first=False)
     assert outcome.result == "success", outcome.reason
     after = _configmap(server)
     assert (after["data"]["config.yaml"], dict(after["metadata"]["annotations"])) == cm_before

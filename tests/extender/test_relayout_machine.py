@@ -608,3 +608,47 @@ def test_a_config_text_that_would_outgrow_a_configmap_is_not_written() -> None:
     assert step.run.phase is m.Phase.RELEASE and isinstance(step.action, m.ReadNode)
     assert step.run.ending is not None and "remove configs no node uses" in \
         step.run.ending.reason
+
+
+def test_staging_writes_new_configs_at_once_and_names_the_ready_ones() -> None:
+    other = {"version": "v1", "mig-configs": {"migfit-other": [
+        {"devices": "all", "mig-enabled": True, "mig-devices": {"2g.20gb": 3}}]}}
+    text = migparted.with_config(BASE, other)
+    seen = m.ConfigMapSeen(text=text, added={"migfit-other": WALL - 200.0,
+                                             "migfit-stale": WALL - 7200.0},
+                           resource_version="9", in_use=frozenset())
+    targets = {"migfit-7x1g.10gb": CUSTOM_DOC, "migfit-other": other}
+    out = m.stage(seen, targets, wall=WALL, settings=CUSTOM)
+    # The one written 200 s ago is ready; the new one is written now, ready in 120 s.
+    assert out.ready == frozenset({"migfit-other"}) and out.added == ("migfit-7x1g.10gb",)
+    assert out.next_ready == WALL + 120.0 and out.problems == ()
+    assert out.body is not None and out.body["metadata"]["resourceVersion"] == "9"
+    written = migparted.parse(out.body["data"][migparted.CONFIGMAP_KEY])
+    assert set(written.configs) == {"all-3g.40gb", "migfit-other", "migfit-7x1g.10gb"}
+    assert keys.decode_configs(out.body["metadata"]["annotations"][keys.ANNOTATION_CONFIGS]) \
+        == {"migfit-other": WALL - 200.0, "migfit-7x1g.10gb": WALL}
+    # 60 s later: nothing to write, still waiting, and when it will be ready.
+    later = m.ConfigMapSeen(text=migparted.with_config(text, CUSTOM_DOC),
+                            added={"migfit-7x1g.10gb": WALL, "migfit-other": WALL - 200.0},
+                            resource_version="10", in_use=frozenset())
+    out = m.stage(later, targets, wall=WALL + 60.0, settings=CUSTOM)
+    assert out.body is None and out.ready == frozenset({"migfit-other"})
+    assert out.next_ready == WALL + 120.0
+    assert m.stage(later, targets, wall=WALL + 120.0, settings=CUSTOM).ready == frozenset(
+        targets)
+    # Someone else's config under the name: not written, not ready, said why.
+    clash = m.ConfigMapSeen(text=migparted.with_config(BASE, {"version": "v1", "mig-configs": {
+        "migfit-7x1g.10gb": other["mig-configs"]["migfit-other"]}}), added={},
+        resource_version="1", in_use=frozenset())
+    out = m.stage(clash, {"migfit-7x1g.10gb": CUSTOM_DOC}, wall=WALL, settings=CUSTOM)
+    assert out.body is None and out.ready == frozenset() and "other entries" in out.problems[0]
+
+
+def test_custom_recommendations_start_only_once_staged() -> None:
+    nodes = [record_of(node(name="c"))]
+    recs = [dataclasses.replace(recommendation("c", config=None), mig_parted=CUSTOM_DOC)]
+    target = recs[0].target
+    assert m.plan(nodes, running=(), recommendations=recs, settings=CUSTOM,
+                  staged=frozenset()).start == ()
+    assert [r.node for r in m.plan(nodes, running=(), recommendations=recs, settings=CUSTOM,
+                                   staged=frozenset({target})).start] == ["c"]

@@ -10,9 +10,13 @@ Every ``interval_s``, and only while this replica holds the Lease, a pass:
 
 1. plans from the cluster view: re-layouts in flight (a taint or a ``tainted``/``applying``
    record on a node) that no task here drives are adopted, whoever started them;
-2. when there is room for new work, lists the nodes again from the API, so that the bound
+2. with ``--apply-custom-configs``, writes the custom configs of the recommendations into the
+   ConfigMap the MIG Manager reads (``relayout_machine.stage``); a re-layout to one starts
+   only once it has been there ``--config-sync`` seconds;
+3. when there is room for new work, lists the nodes again from the API, so that the bound
    ``--max-relayouts`` counts what every replica started (a watch cache may lag behind
-   another replica's writes), and starts safe recommendations to named configs within it.
+   another replica's writes), and starts safe recommendations within it (to named configs,
+   and to the staged custom configs that are ready).
 
 On ``failed``, a timeout, a wedged node (state stuck in ``pending``) or a pod bound meanwhile
 whose profile the new layout lacks, the taint stays, the record says ``"state": "failed"``

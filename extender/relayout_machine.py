@@ -21,11 +21,13 @@ The node-level protocol (DESIGN.md §6), by phase. The record is ``migfit.io/rel
   pod that names the node, tolerates the taint or was bound just before) aborts: taint and
   record are removed together, nothing else changed, and an Event says so.
 - ``CONFIG`` (``--apply-custom-configs`` only): read the ConfigMap the MIG Manager reads and
-  list the nodes; a custom target not in it yet is added with one conditional merge patch
-  (``CONFIG_WRITE``; a 409 reads again), with configs migfit added that no node uses any more
-  removed. A ConfigMap that is missing, does not parse or holds another config by that name
-  aborts (nothing changed). ``SYNC``: sleep until ``config_sync_s`` has passed since the
-  write (kubelet refreshes the MIG Manager's volume late), then ``CHECK`` once more.
+  list the nodes. A custom target is normally there already, written by :func:`stage` when
+  it was advised; one that is not (a run adopted from another replica) is added with one
+  conditional merge patch (``CONFIG_WRITE``; a 409 reads again), with configs migfit added
+  that no node uses any more removed. A ConfigMap that is missing, does not parse or holds
+  another config by that name aborts (nothing changed). ``SYNC``: sleep until
+  ``config_sync_s`` has passed since the write (kubelet refreshes the MIG Manager's volume
+  late), then ``CHECK`` once more.
 - ``LABEL``: set ``nvidia.com/mig.config`` and the record (``applying``, ``started``: the wall
   clock, RFC 3339, so that a new leader keeps the timers running from then) in one patch.
 - ``WAIT``: poll the node and its pods until ``mig.config.state=success`` with the expected

@@ -78,6 +78,7 @@ class Relayouter:
         self.outcomes: list[Outcome] = []
         # --apply-custom-configs: when the next config written will be ready (wall clock)
         self._next_ready: float | None = None
+        self._told: set[str] = set()  # staging problems already logged
 
     @property
     def leading(self) -> bool:
@@ -169,8 +170,9 @@ class Relayouter:
             return frozenset()
         staging = machine.stage(seen, targets, wall=self.wall_clock(), settings=self.settings)
         self._next_ready = staging.next_ready
-        for problem in staging.problems:
+        for problem in sorted(set(staging.problems) - self._told):
             log.warning("relayout: %s; re-layouts to it wait", problem)
+        self._told = set(staging.problems)  # each said once while it lasts
         if staging.body is not None and self.leading:
             assert self.settings.custom_configs is not None
             try:
@@ -272,7 +274,9 @@ class Relayouter:
 
     async def _read_configs(self) -> machine.ConfigMapSeen:
         """The custom-config ConfigMap, and the configs the nodes use now (listed from the
-        API: a config is removed only when no node's label or re-layout record names it)."""
+        API, not the watch cache, which may not show this replica's last label yet: a config
+        is removed only when no node's label or re-layout record names it). The nodes are
+        listed only when some config migfit added is old enough to be removed."""
         assert self.settings.custom_configs is not None
         ns, name = self.settings.custom_configs
         obj = await self.api.read_config_map(ns, name)
@@ -281,7 +285,11 @@ class Relayouter:
         text = data.get(migparted.CONFIGMAP_KEY) if isinstance(data, Mapping) else None
         if not isinstance(text, str):
             text = None
-        items, _ = await self.api.list_nodes()
+        annotations = meta.get("annotations") or {}
+        added = keys.decode_configs(annotations.get(keys.ANNOTATION_CONFIGS))
+        wall = self.wall_clock()
+        prunable = any(wall - t >= self.settings.config_keep_s for t in added.values())
+        items, _ = await self.api.list_nodes() if prunable else ([], "")
         in_use: set[str] = set()
         for node in items:
             labels = (node.get("metadata") or {}).get("labels") or {}
@@ -291,10 +299,8 @@ class Relayouter:
             record = keys.relayout_of(notes) if isinstance(notes, Mapping) else None
             if record is not None and record.target:
                 in_use.add(record.target)
-        annotations = meta.get("annotations") or {}
         return machine.ConfigMapSeen(
-            text=text, added=keys.decode_configs(annotations.get(keys.ANNOTATION_CONFIGS)),
-            resource_version=str(meta.get("resourceVersion") or ""),
+            text=text, added=added, resource_version=str(meta.get("resourceVersion") or ""),
             in_use=frozenset(in_use))
 
     async def _event(self, name: str, emit: machine.Emit) -> None:

@@ -448,7 +448,10 @@ async def test_nothing_is_planned_before_the_view_has_synced(
             if r.outcomes:
                 break
             await asyncio.sleep(0.01)
-        assert [o.result for o in r.outcomes] == ["success"]
+        # (The view is a snapshot the test never updates: later passes find the node at
+        # its target already and skip it.)
+        assert r.outcomes[0].result == "success", r.outcomes
+        assert {o.result for o in r.outcomes[1:]} <= {"skipped"}
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)

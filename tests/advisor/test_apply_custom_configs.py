@@ -48,7 +48,7 @@ NOW = 2_000_000_000.0
 
 def _settings(**changes: Any) -> relayout.Settings:
     base = relayout.Settings(max_concurrent=1, timeout_s=3.0, wedge_s=2.0, poll_s=0.02,
-                             interval_s=0.02, custom_configs=(NS, NAME), config_sync_s=0.3)
+                             interval_s=0.02, custom_configs=(NS, NAME), config_sync_s=0.6)
     return relayout.Settings(**{**{f: getattr(base, f) for f in base.__dataclass_fields__},
                                 **changes})
 

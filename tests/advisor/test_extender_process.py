@@ -145,7 +145,7 @@ async def test_extender_process_writes_a_custom_config_and_applies_it(
         "--port", str(_free_port()), "--kubeconfig", kc, "--grace", "0",
         "--log-level", "warning", "--lease-namespace", "default", "--apply-relayout",
         "--apply-custom-configs", "--configmap", "gpu-operator/migfit-mig-parted-config",
-        "--config-sync", "1", cwd=ROOT, env=env,
+        "--config-sync", "2", cwd=ROOT, env=env,
         stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE)
     try:
         async def settled() -> Any:

@@ -134,6 +134,14 @@ class Metrics:
             "Nodes whose re-layout failed and wait for an operator", registry=registry)
         self.in_progress = prometheus_client.Gauge(
             "migfit_relayout_in_progress", "Re-layouts being applied now", registry=registry)
+        self.configs_added = prometheus_client.Counter(
+            "migfit_relayout_configs_added",
+            "Custom configs the apply mode wrote into the mig-parted ConfigMap "
+            "(--apply-custom-configs)", registry=registry)
+        self.configs_waiting = prometheus_client.Gauge(
+            "migfit_relayout_configs_waiting",
+            "Custom configs written but not yet old enough (--config-sync) to re-lay out to",
+            registry=registry)
 
     def observe(self, advice: advisor.Advice) -> None:
         self._observed = advice

@@ -160,6 +160,8 @@ class Relayouter:
                    and not rec.disruptive
                    and (not rec.running or self.settings.apply_busy_nodes)}
         self._next_ready = None
+        if self.metrics is not None:
+            self.metrics.configs_waiting.set(0)
         if not targets:
             return frozenset()
         try:
@@ -170,6 +172,10 @@ class Relayouter:
             return frozenset()
         staging = machine.stage(seen, targets, wall=self.wall_clock(), settings=self.settings)
         self._next_ready = staging.next_ready
+        if self.metrics is not None:
+            self.metrics.configs_waiting.set(
+                sum(1 for name in targets if name not in staging.ready
+                    and name in seen.added))
         for problem in sorted(set(staging.problems) - self._told):
             log.warning("relayout: %s; re-layouts to it wait", problem)
         self._told = set(staging.problems)  # each said once while it lasts
@@ -182,6 +188,9 @@ class Relayouter:
                 log.warning("relayout: adding %s to the ConfigMap failed (%s); the next pass "
                             "tries again", ", ".join(staging.added), exc)
             else:
+                if self.metrics is not None:
+                    self.metrics.configs_added.inc(len(staging.added))
+                    self.metrics.configs_waiting.inc(len(staging.added))
                 log.info("relayout: added %s to the ConfigMap; re-layouts to them start in "
                          "%.0fs, once the MIG Managers' volumes have them",
                          ", ".join(staging.added), self.settings.config_sync_s)

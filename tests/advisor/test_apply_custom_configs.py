@@ -14,6 +14,7 @@ import time
 from typing import Any
 
 import kmock
+import prometheus_client
 import pytest
 from advisor_scene import node, pod
 from kubernetes_asyncio import client as k8s
@@ -99,10 +100,14 @@ async def _apply(api: k8s.ApiClient, settings: relayout.Settings, *,
         await mm.stop()
 
 
-async def _relayouter(api: k8s.ApiClient, settings: relayout.Settings) -> relayout.Relayouter:
+async def _relayouter(api: k8s.ApiClient, settings: relayout.Settings,
+                      registry: prometheus_client.CollectorRegistry | None = None,
+                      ) -> relayout.Relayouter:
     cache = advice.AdviceCache(config=migparted.parse(TEXT), clock=lambda: NOW)
-    return relayout.Relayouter(await snapshot(api), api, elector=None, cache=cache,
-                               settings=settings)
+    state = await snapshot(api)
+    metrics = None if registry is None else advice.Metrics(registry, state=state, cache=cache)
+    return relayout.Relayouter(state, api, elector=None, cache=cache, settings=settings,
+                               metrics=metrics)
 
 
 def _configmap(server: kmock.KubernetesEmulator) -> dict[str, Any]:
@@ -290,3 +295,25 @@ async def test_a_config_already_there_waits_only_what_is_left(
     assert outcome.result == "success", outcome.reason
     after = _configmap(server)
     assert (after["data"]["config.yaml"], dict(after["metadata"]["annotations"])) == cm_before
+
+
+async def test_the_metrics_count_configs_added_and_waiting(
+    server: kmock.KubernetesEmulator, api: k8s.ApiClient,
+) -> None:
+    _seed(server)
+    registry = prometheus_client.CollectorRegistry()
+    r = await _relayouter(api, _settings(), registry)
+
+    def value(name: str) -> float | None:
+        return registry.get_sample_value(name)
+
+    assert await r.step() == []
+    assert value("migfit_relayout_configs_added_total") == 1.0
+    assert value("migfit_relayout_configs_waiting") == 1.0
+    await asyncio.sleep(0.65)
+    assert await r.step() == ["idle"]
+    assert value("migfit_relayout_configs_waiting") == 0.0
+    assert value("migfit_relayout_configs_added_total") == 1.0
+    for t in list(r._tasks.values()):
+        t.cancel()
+    await asyncio.gather(*r._tasks.values(), return_exceptions=True)

@@ -14,7 +14,8 @@ import yaml
 REPO = Path(__file__).resolve().parents[2]
 DEPLOY = REPO / "deploy"
 TARGETS = ("base", "overlays/second-scheduler", "overlays/default-scheduler",
-           "overlays/cert-manager", "overlays/prometheus-operator")
+           "overlays/cert-manager", "overlays/prometheus-operator",
+           "overlays/apply-custom-configs")
 NAMESPACE = "migfit-system"
 KUBECTL = shutil.which("kubectl")
 

@@ -195,3 +195,21 @@ def test_an_ambiguous_method_must_name_its_api_class(tmp_path: Path) -> None:
 def test_paths_map_to_rbac(path: str, method: str, watch: bool,
                            expected: set[tuple[str, str, str]]) -> None:
     assert rbac_call(path, method, watch=watch) == {Call(*e) for e in expected}
+
+
+def test_the_apply_mode_component_writes_only_the_configmap_the_role_grants() -> None:
+    """deploy/components/apply-custom-configs points --configmap at the one ConfigMap the
+    extender may patch, never the GPU Operator's own."""
+    objects = render("overlays/apply-custom-configs")
+    (extender,) = [o for o in objects if o["kind"] == "Deployment"
+                   and o["metadata"]["name"] == "migfit-extender"]
+    args = extender["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert {"--apply-relayout", "--apply-custom-configs"} <= set(args)
+    (ref,) = [a.split("=", 1)[1] for a in args if a.startswith("--configmap=")]
+    namespace, name = ref.split("/")
+    assert (namespace, name) == (migparted.DEFAULT_NAMESPACE, CUSTOM_CONFIGMAP)
+    assert name != migparted.DEFAULT_CONFIGMAP
+    patchable = [r for o in objects if o["kind"] == "Role"
+                 and o["metadata"].get("namespace") == namespace for r in o["rules"]
+                 if "configmaps" in r["resources"] and "patch" in r["verbs"]]
+    assert [r["resourceNames"] for r in patchable] == [[name]]

@@ -79,6 +79,8 @@ class Relayouter:
         # --apply-custom-configs: when the next config written will be ready (wall clock)
         self._next_ready: float | None = None
         self._told: set[str] = set()  # staging problems already logged
+        # --apply-custom-configs: the ClusterPolicy check's answer, and when it was made
+        self._policy: tuple[float, bool | None, str] | None = None
 
     @property
     def leading(self) -> bool:
@@ -162,7 +164,7 @@ class Relayouter:
         self._next_ready = None
         if self.metrics is not None:
             self.metrics.configs_waiting.set(0)
-        if not targets:
+        if not targets or not await self._policy_reads_configmap():
             return frozenset()
         try:
             seen = await self._read_configs()
@@ -203,6 +205,33 @@ class Relayouter:
                             f"in {self.settings.config_sync_s:.0f}s, once the MIG Manager's "
                             "file has it"))
         return staging.ready
+
+    async def _policy_reads_configmap(self) -> bool:
+        """Whether the MIG Managers read the ConfigMap the custom configs go into, by the GPU
+        Operator's ClusterPolicy, read every ``policy_check_s``: a custom config label on
+        a node whose MIG Manager reads another file fails there, leaving the node tainted.
+        Unknown (no ClusterPolicy, or not readable): go on, said once."""
+        now = self.clock()
+        if self._policy is None or now - self._policy[0] >= self.settings.policy_check_s:
+            assert self.settings.custom_configs is not None
+            try:
+                items, _ = await self.api.list_cluster_policies()
+                verdict, why = machine.policy_reads(items, self.settings.custom_configs)
+            except kube.ApiError as exc:
+                verdict, why = None, f"the ClusterPolicies could not be read ({exc})"
+            before = self._policy
+            self._policy = (now, verdict, why)
+            if before is None or before[1:] != (verdict, why):
+                if verdict is False:
+                    log.error("relayout: %s: the MIG Managers would not find the custom "
+                              "configs migfit writes; none is written or applied until it "
+                              "names ConfigMap %s (docs/relayout.md, custom configs)", why,
+                              "/".join(self.settings.custom_configs))
+                elif verdict is None:
+                    log.warning("relayout: %s; custom configs are written to %s without "
+                                "checking that the MIG Managers read it", why,
+                                "/".join(self.settings.custom_configs))
+        return self._policy[1] is not False
 
     async def wait(self) -> list[Outcome]:
         """Wait for the re-layouts in flight (for tests and shutdown)."""

@@ -100,6 +100,9 @@ class Settings:
     # A config migfit added and no node uses (label, or a re-layout record) is removed
     # after this long (so that the ConfigMap does not grow without bound).
     config_keep_s: float = 3600.0
+    # How often the GPU Operator's ClusterPolicy is read again, to check that the MIG
+    # Managers read that ConfigMap (``policy_reads``).
+    policy_check_s: float = 60.0
 
     def limit(self, nodes: Iterable[records.NodeRecord]) -> int:
         """Re-layouts allowed in flight at once on a cluster of ``nodes``: ``max_concurrent``,
@@ -473,6 +476,33 @@ def stage(seen: ConfigMapSeen, targets: Mapping[str, Mapping[str, Any]], *, wall
                          "annotations": {keys.ANNOTATION_CONFIGS: keys.encode_configs(kept)}},
             "data": {migparted.CONFIGMAP_KEY: text}}
     return Staging(body, frozenset(ready), tuple(missing), tuple(problems), next_ready)
+
+
+def policy_reads(policies: Sequence[Mapping[str, Any]], configmap: tuple[str, str]
+                 ) -> tuple[bool | None, str]:
+    """Whether the GPU Operator's ClusterPolicies have the MIG Managers read ``configmap``
+    (``spec.migManager.config.name``; the GPU Operator's default when unset), and why not.
+    None: no ClusterPolicy to tell (a MIG Manager deployed without the GPU Operator)."""
+    if not policies:
+        return None, "no ClusterPolicy (nvidia.com/v1) found"
+    wrong = []
+    def field(obj: Mapping[str, Any], key: str) -> Mapping[str, Any]:
+        value = obj.get(key)
+        return value if isinstance(value, Mapping) else {}
+
+    for obj in policies:
+        manager = field(field(obj, "spec"), "migManager")
+        name = field(manager, "config").get("name") or migparted.DEFAULT_CONFIGMAP
+        policy = str((obj.get("metadata") or {}).get("name") or "?")
+        if manager.get("enabled") is False:
+            wrong.append(f"ClusterPolicy {policy} has the MIG Manager disabled "
+                         "(spec.migManager.enabled: false)")
+        elif name != configmap[1]:
+            wrong.append(f"ClusterPolicy {policy} has the MIG Managers read ConfigMap {name} "
+                         f"(spec.migManager.config.name), not {configmap[1]}")
+    if wrong:
+        return False, "; ".join(wrong)
+    return True, ""
 
 
 def _where_of(settings: Settings) -> str:

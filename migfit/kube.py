@@ -496,6 +496,12 @@ class KubeClient:
             "PATCH", f"/api/v1/namespaces/{namespace}/configmaps/{name}", body=body,
             content_type=_PATCH_TYPES["merge"], action=f"patch ConfigMap {namespace}/{name}")
 
+    async def list_cluster_policies(self, *, page_size: int = 50
+                                    ) -> tuple[list[dict[str, Any]], str]:
+        """The GPU Operator's ClusterPolicies (nvidia.com/v1, cluster-scoped; one in practice)."""
+        return await self._list("/apis/nvidia.com/v1/clusterpolicies", "ClusterPolicies", [],
+                                page_size)
+
     async def list_config_maps(self, namespace: str, *, label_selector: str | None = None,
                                page_size: int = 500) -> tuple[list[dict[str, Any]], str]:
         """ConfigMaps of ``namespace`` (paginated): (objects, the list's resourceVersion)."""

@@ -317,3 +317,37 @@ async def test_the_metrics_count_configs_added_and_waiting(
     for t in list(r._tasks.values()):
         t.cancel()
     await asyncio.gather(*r._tasks.values(), return_exceptions=True)
+
+
+POLICIES = kmock.resource("nvidia.com", "v1", "clusterpolicies")
+
+
+async def test_nothing_is_written_while_the_cluster_policy_names_another_configmap(
+    server: kmock.KubernetesEmulator, api: k8s.ApiClient, caplog: pytest.LogCaptureFixture,
+) -> None:
+    # The MIG Managers read the GPU Operator's own ConfigMap: a custom config written to
+    # migfit's would never reach them, and the label would fail the node.
+    server.resources["nvidia.com/v1/clusterpolicies"] = {}  # type: ignore[assignment]
+    _seed(server)
+    server.objects[POLICIES, None, "cluster-policy"] = {
+        "apiVersion": "nvidia.com/v1", "kind": "ClusterPolicy",
+        "metadata": {"name": "cluster-policy"},
+        "spec": {"migManager": {"enabled": True,
+                                "config": {"name": "default-mig-parted-config"}}}}
+    r = await _relayouter(api, _settings(config_sync_s=0.0, policy_check_s=0.0))
+    for _ in range(2):
+        assert await r.step() == []
+    assert _configmap(server)["data"]["config.yaml"] == TEXT
+    assert taints(await read_node(api, "idle")) == []
+    errors = [rec.getMessage() for rec in caplog.records if rec.levelname == "ERROR"]
+    assert len(errors) == 1 and "spec.migManager.config.name" in errors[0]  # said once
+    # Once the ClusterPolicy names it, the next pass stages the config, the one after applies.
+    server.objects[POLICIES, None, "cluster-policy"] = {
+        "apiVersion": "nvidia.com/v1", "kind": "ClusterPolicy",
+        "metadata": {"name": "cluster-policy"},
+        "spec": {"migManager": {"enabled": True, "config": {"name": NAME}}}}
+    assert await r.step() == []
+    assert await r.step() == ["idle"]
+    for t in list(r._tasks.values()):
+        t.cancel()
+    await asyncio.gather(*r._tasks.values(), return_exceptions=True)

@@ -652,3 +652,22 @@ def test_custom_recommendations_start_only_once_staged() -> None:
                   staged=frozenset()).start == ()
     assert [r.node for r in m.plan(nodes, running=(), recommendations=recs, settings=CUSTOM,
                                    staged=frozenset({target})).start] == ["c"]
+
+
+@pytest.mark.parametrize(("spec", "verdict", "why"), [
+    ({"migManager": {"config": {"name": "mine"}}}, True, ""),
+    ({"migManager": {"enabled": True, "config": {"name": "mine", "default": "all-disabled"}}},
+     True, ""),
+    ({"migManager": {"config": {"name": "default-mig-parted-config"}}}, False,
+     "read ConfigMap default-mig-parted-config"),
+    ({"migManager": {}}, False, "read ConfigMap default-mig-parted-config"),  # unset: default
+    ({}, False, "read ConfigMap default-mig-parted-config"),
+    ({"migManager": {"enabled": False, "config": {"name": "mine"}}}, False,
+     "MIG Manager disabled"),
+])
+def test_the_cluster_policy_must_have_the_mig_managers_read_the_configmap(
+        spec: dict[str, Any], verdict: bool, why: str) -> None:
+    policy = {"metadata": {"name": "cluster-policy"}, "spec": spec}
+    got, text = m.policy_reads([policy], ("gpu-operator", "mine"))
+    assert got is verdict and why in text
+    assert m.policy_reads([], ("gpu-operator", "mine"))[0] is None

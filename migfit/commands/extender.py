@@ -72,16 +72,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                           "pods run (their GPUs kept exactly; the node is tainted meanwhile; "
                           "see docs/relayout.md; off by default)")
     adv.add_argument("--apply-custom-configs", action="store_true",
-                     help="with --apply-relayout, also apply custom configs: write each into "
-                          "the ConfigMap --configmap names (one of your own, named in the "
-                          "ClusterPolicy's migManager.config.name; see docs/relayout.md), "
-                          "then label the node once it has reached the MIG Managers "
-                          "(off by default)")
+                     help="with --apply-relayout, also apply custom configs: write each, as "
+                          "soon as it is advised, into the ConfigMap --configmap names (one "
+                          "of your own, named in the ClusterPolicy's migManager.config.name; "
+                          "see docs/relayout.md), and re-lay out the node once it has reached "
+                          "the MIG Managers (off by default)")
     adv.add_argument("--config-sync", type=float,
                      default=relayout_machine.Settings().config_sync_s, metavar="SECONDS",
                      help="with --apply-custom-configs, wait this long after writing a config "
-                          "before setting a node's label: kubelet's ConfigMap volume refresh "
-                          "(default %(default)s)")
+                          "before re-laying out a node to it: kubelet's ConfigMap volume "
+                          "refresh (default %(default)s)")
     options.add_ahead_arguments(adv)
     adv.add_argument("--max-relayouts", type=options.relayout_limit, default="1", metavar="N|P%",
                      help="nodes re-laid out at once in apply mode: a number, or a share of "

@@ -159,8 +159,7 @@ class Relayouter:
         ConfigMap (``machine.stage``); the ones ready to start re-layouts to."""
         targets = {rec.target: rec.mig_parted for rec in recommendations
                    if rec.config is None and rec.mig_parted is not None
-                   and not rec.disruptive
-                   and (not rec.running or self.settings.apply_busy_nodes)}
+                   and machine.may_start(rec, self.settings)}
         self._next_ready = None
         if self.metrics is not None:
             self.metrics.configs_waiting.set(0)

@@ -352,6 +352,12 @@ def adopt(node: records.NodeRecord) -> Run | None:
                ending=Outcome(node.name, "failed", reason))
 
 
+def may_start(rec: advisor.Recommendation, settings: Settings) -> bool:
+    """The apply mode may carry ``rec`` out: safe, and on a busy node only with
+    ``apply_busy_nodes`` (whatever is in flight; see :func:`plan`)."""
+    return not rec.disruptive and (not rec.running or settings.apply_busy_nodes)
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class Plan:
     adopt: tuple[Run, ...]
@@ -393,10 +399,9 @@ def plan(
         if room <= 0:
             break
         node = listed.get(rec.node)
-        if (rec.disruptive or rec.node in flight
+        if (not may_start(rec, settings) or rec.node in flight
                 or (rec.config is None and settings.custom_configs is None)
                 or (rec.config is None and staged is not None and rec.target not in staged)
-                or (rec.running and not settings.apply_busy_nodes)
                 or (node is not None and failed(node))):
             continue
         started.append(begin(rec))
@@ -432,7 +437,7 @@ def stage(seen: ConfigMapSeen, targets: Mapping[str, Mapping[str, Any]], *, wall
     it (the run's CONFIG phase then waits the whole sync). Configs migfit added that no node
     uses are pruned as in the run.
     """
-    where = _where_of(settings)
+    where = _where(settings)
     if seen.text is None:
         return Staging(None, frozenset(), (), (f"{where} has no data."
                                                f"{migparted.CONFIGMAP_KEY}",))
@@ -440,11 +445,13 @@ def stage(seen: ConfigMapSeen, targets: Mapping[str, Mapping[str, Any]], *, wall
     missing: dict[str, Any] = {}
     problems: list[str] = []
     waiting: list[float] = []
-    for name, doc in sorted(targets.items()):
-        try:
-            same = migparted.same_config(seen.text, name, doc)
-        except (errors.ConfigError, KeyError) as exc:
-            return Staging(None, frozenset(), (), (f"{where}: {exc}",))
+    try:
+        current = migparted.parse(seen.text, where=where)  # once, for every target
+        verdicts = [(name, doc, migparted.same_config(current, name, doc))
+                    for name, doc in sorted(targets.items())]
+    except (errors.ConfigError, KeyError) as exc:
+        return Staging(None, frozenset(), (), (f"{where}: {exc}",))
+    for name, doc, same in verdicts:
         if same is None:
             missing[name] = doc["mig-configs"][name]
         elif not same:
@@ -458,24 +465,38 @@ def stage(seen: ConfigMapSeen, targets: Mapping[str, Mapping[str, Any]], *, wall
     next_ready = min(waiting, default=None)
     if not missing:
         return Staging(None, frozenset(ready), (), tuple(problems), next_ready)
+    body = _addition(seen, missing, wanted=targets, wall=wall, settings=settings)
+    if isinstance(body, str):
+        return Staging(None, frozenset(ready), (), (*problems, body))
+    return Staging(body, frozenset(ready), tuple(missing), tuple(problems), next_ready)
+
+
+def _addition(seen: ConfigMapSeen, missing: Mapping[str, Any], *, wanted: Iterable[str],
+              wall: float, settings: Settings) -> dict[str, Any] | str:
+    """The merge patch (resourceVersion as precondition) that adds the configs ``missing``
+    (name -> entries) to the ConfigMap and stamps them in ``migfit.io/configs``, removing
+    what migfit added that no node uses, nothing ``wanted`` asks for, and is older than
+    ``config_keep_s``; or, when it cannot be written, why."""
+    assert seen.text is not None
+    where = _where(settings)
+    keep = set(wanted) | set(missing)
     stale = [name for name, when in seen.added.items()
-             if name not in seen.in_use and name not in targets
+             if name not in seen.in_use and name not in keep
              and wall - when >= settings.config_keep_s]
     try:
         text = migparted.with_config(seen.text, {"version": "v1", "mig-configs": missing},
                                      drop=stale, where=where)
     except (errors.ConfigError, KeyError) as exc:
-        return Staging(None, frozenset(ready), (), (*problems, f"{where}: {exc}"))
+        return f"{where}: {exc}"
     if len(text.encode()) > CONFIG_TEXT_MAX:
-        return Staging(None, frozenset(ready), (), (*problems, (
-            f"{where}: with {', '.join(missing)} its config.yaml would be "
-            f"{len(text.encode()):,} bytes, over the {CONFIG_TEXT_MAX:,} migfit writes")))
+        return (f"{where}: with {', '.join(missing)} its config.yaml would be "
+                f"{len(text.encode()):,} bytes, over the {CONFIG_TEXT_MAX:,} migfit writes "
+                "(a ConfigMap holds at most 1 MiB): remove configs no node uses")
     kept = {n: t for n, t in seen.added.items() if n not in stale}
     kept.update((name, wall) for name in missing)
-    body = {"metadata": {**_precondition(seen.resource_version),
+    return {"metadata": {**_precondition(seen.resource_version),
                          "annotations": {keys.ANNOTATION_CONFIGS: keys.encode_configs(kept)}},
             "data": {migparted.CONFIGMAP_KEY: text}}
-    return Staging(body, frozenset(ready), tuple(missing), tuple(problems), next_ready)
 
 
 def policy_reads(policies: Sequence[Mapping[str, Any]], configmap: tuple[str, str]
@@ -505,7 +526,7 @@ def policy_reads(policies: Sequence[Mapping[str, Any]], configmap: tuple[str, st
     return True, ""
 
 
-def _where_of(settings: Settings) -> str:
+def _where(settings: Settings) -> str:
     assert settings.custom_configs is not None
     ns, name = settings.custom_configs
     return f"ConfigMap {ns}/{name}"
@@ -685,16 +706,11 @@ def _abort(run: Run, clock: Context, reason: str) -> Step:
                                     ending=Outcome(run.node, "aborted", reason)), ReadNode())
 
 
-def _where(clock: Context) -> str:
-    return _where_of(clock.settings)
-
-
 def _config(run: Run, seen: Seen, clock: Context) -> Step:
     """Read the ConfigMap; write the custom target into it unless it is there already."""
-    settings = clock.settings
     if seen is None or isinstance(seen, Slept):
         return Step(run, ReadConfigMap())
-    where = _where(clock)
+    where = _where(clock.settings)
     if isinstance(seen, CallFailed):
         if seen.retryable:
             return _retry(run, seen.brief, clock, then=Phase.CONFIG,
@@ -721,7 +737,8 @@ def _config(run: Run, seen: Seen, clock: Context) -> Step:
         return _abort(run, clock, f"the record of the custom config {target} carries no "
                       "mig_parted document; nothing was changed")
     try:
-        same = migparted.same_config(seen.text, target, record.mig_parted)
+        same = migparted.same_config(migparted.parse(seen.text, where=where), target,
+                                     record.mig_parted)
     except (errors.ConfigError, KeyError) as exc:
         return _abort(run, clock, f"{where}: {exc}; migfit writes nothing into a config it "
                       "cannot read, and nothing was changed")
@@ -734,38 +751,27 @@ def _config(run: Run, seen: Seen, clock: Context) -> Step:
         # of it when migfit did not add it and cannot tell since when it is there).
         added = seen.added.get(target)
         return _synced(run, clock, _left(clock, clock.wall if added is None else added))
-    stale = [name for name, when in seen.added.items()
-             if name not in seen.in_use and clock.wall - when >= settings.config_keep_s]
-    try:
-        text = migparted.with_config(seen.text, record.mig_parted, drop=stale, where=where)
-    except (errors.ConfigError, KeyError) as exc:
-        return _abort(run, clock, f"{where}: {exc}; nothing was changed")
-    if len(text.encode()) > CONFIG_TEXT_MAX:
-        return _abort(run, clock, f"{where}: with {target} its config.yaml would be "
-                      f"{len(text.encode()):,} bytes, over the {CONFIG_TEXT_MAX:,} migfit "
-                      "writes (a ConfigMap holds at most 1 MiB): remove configs no node uses; "
-                      "nothing was changed")
-    kept = {n: t for n, t in seen.added.items() if n not in stale}
-    kept[target] = clock.wall
-    body = {"metadata": {**_precondition(seen.resource_version),
-                         "annotations": {keys.ANNOTATION_CONFIGS: keys.encode_configs(kept)}},
-            "data": {migparted.CONFIGMAP_KEY: text}}
+    body = _addition(seen, {target: record.mig_parted["mig-configs"][target]},
+                     wanted=(target,), wall=clock.wall, settings=clock.settings)
+    if isinstance(body, str):
+        return _abort(run, clock, f"{body}; nothing was changed")
     return Step(dataclasses.replace(run, phase=Phase.CONFIG_WRITE), PatchConfigMap(body))
 
 
 def _config_write(run: Run, seen: Seen, clock: Context) -> Step:
+    where = _where(clock.settings)
     if isinstance(seen, Written):
         return _synced(run, clock, clock.settings.config_sync_s, emit=Emit(
-            REASON_CONFIG, "Normal", f"Added config {run.record.target} to {_where(clock)}; "
-            f"the label is set in {clock.settings.config_sync_s:.0f}s, once the MIG "
-            "Manager's file has it"))
+            REASON_CONFIG, "Normal", f"Added config {run.record.target} to {where}; the label "
+            f"is set in {clock.settings.config_sync_s:.0f}s, once the MIG Manager's file has "
+            "it"))
     if not isinstance(seen, CallFailed):
         return _unexpected(run, seen)
     if seen.conflict or seen.retryable:
         # Someone wrote it since the read (or the answer was lost): read it again.
         return _retry(run, seen.brief, clock, then=Phase.CONFIG,
-                      gave_up=f"writing {_where(clock)} kept failing")
-    return _abort(run, clock, f"the API refused writing {_where(clock)} ({seen.brief}): the "
+                      gave_up=f"writing {where} kept failing")
+    return _abort(run, clock, f"the API refused writing {where} ({seen.brief}): the "
                   "extender's Role needs patch on it (deploy/base/rbac.yaml grants it on "
                   "migfit-mig-parted-config); nothing was changed")
 

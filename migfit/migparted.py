@@ -664,13 +664,14 @@ WRITTEN_HEADER = ("# Custom configs named migfit-... are added (and, once no nod
                   "# this text are not kept when it writes.\n")
 
 
-def same_config(text: str, name: str, doc: Mapping[str, Any]) -> bool | None:
-    """Whether the config ``name`` in ``text`` is the one in ``doc`` (a rendered document):
-    True, False (another config by that name), or None when ``text`` has no ``name``."""
-    current = parse(text).configs.get(name)
-    if current is None:
+def same_config(current: Config, name: str, doc: Mapping[str, Any]) -> bool | None:
+    """Whether the config ``name`` in ``current`` (a parsed ConfigMap text) is the one in
+    ``doc`` (a rendered document): True, False (another config by that name), or None when
+    ``current`` has no ``name``."""
+    have = current.configs.get(name)
+    if have is None:
         return None
-    return current == parse_data(dict(doc)).configs[name]
+    return have == parse_data(dict(doc)).configs[name]
 
 
 def with_config(text: str, doc: Mapping[str, Any], *, drop: Sequence[str] = (),
@@ -678,17 +679,18 @@ def with_config(text: str, doc: Mapping[str, Any], *, drop: Sequence[str] = (),
     """``text`` (a mig-parted config) with the configs of ``doc`` added and those named in
     ``drop`` removed, every other config kept as it was; a ConfigError when ``text`` does
     not parse, or when the result would not (nothing is written then)."""
-    parse(text, where=where)  # strict first: never rewrite what mig-parted would refuse
-    raw = _load(text, where=where) or {}
+    raw = _load(text, where=where)
+    parse_data(raw, where=where)  # strict first: never rewrite what mig-parted would refuse
     if not isinstance(raw, dict):
-        raise errors.ConfigError(f"{where}: not a mapping")
+        raw = {}  # an empty document: no config yet
     added = dict(doc["mig-configs"])
     kept = {k: v for k, v in (raw.get("mig-configs") or {}).items()
             if k not in drop and k not in added}
     out = {**raw, "version": raw.get("version", "v1"), "mig-configs": {**kept, **added}}
     rendered = WRITTEN_HEADER + yaml.safe_dump(out, sort_keys=False, default_flow_style=None)
     check = parse(rendered, where=f"{where} (as migfit would write it)")
+    wanted = parse_data(dict(doc)).configs
     for name in added:
-        if check.configs[name] != parse_data(dict(doc)).configs[name]:
+        if check.configs[name] != wanted[name]:
             raise errors.ConfigError(f"{where}: config {name} did not survive rendering")
     return rendered

@@ -173,13 +173,10 @@ class Relayouter:
             return frozenset()
         staging = machine.stage(seen, targets, wall=self.wall_clock(), settings=self.settings)
         self._next_ready = staging.next_ready
-        if self.metrics is not None:
-            self.metrics.configs_waiting.set(
-                sum(1 for name in targets if name not in staging.ready
-                    and name in seen.added))
         for problem in sorted(set(staging.problems) - self._told):
             log.warning("relayout: %s; re-layouts to it wait", problem)
         self._told = set(staging.problems)  # each said once while it lasts
+        written = False
         if staging.body is not None and self.leading:
             assert self.settings.custom_configs is not None
             try:
@@ -189,9 +186,9 @@ class Relayouter:
                 log.warning("relayout: adding %s to the ConfigMap failed (%s); the next pass "
                             "tries again", ", ".join(staging.added), exc)
             else:
+                written = True
                 if self.metrics is not None:
                     self.metrics.configs_added.inc(len(staging.added))
-                    self.metrics.configs_waiting.inc(len(staging.added))
                 log.info("relayout: added %s to the ConfigMap; re-layouts to them start in "
                          "%.0fs, once the MIG Managers' volumes have them",
                          ", ".join(staging.added), self.settings.config_sync_s)
@@ -203,6 +200,9 @@ class Relayouter:
                             f"{'/'.join(self.settings.custom_configs)}; the re-layout starts "
                             f"in {self.settings.config_sync_s:.0f}s, once the MIG Manager's "
                             "file has it"))
+        if self.metrics is not None:
+            self.metrics.configs_waiting.set(
+                len(staging.waiting) + (len(staging.added) if written else 0))
         return staging.ready
 
     async def _policy_reads_configmap(self) -> bool:

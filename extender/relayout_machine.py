@@ -423,6 +423,7 @@ class Staging:
     # When the first config written but not yet ready will be (POSIX), so that the next pass
     # can come then rather than a whole interval later; None when none waits.
     next_ready: float | None = None
+    waiting: tuple[str, ...] = ()  # written on an earlier pass, not yet ready
 
 
 def stage(seen: ConfigMapSeen, targets: Mapping[str, Mapping[str, Any]], *, wall: float,
@@ -444,7 +445,7 @@ def stage(seen: ConfigMapSeen, targets: Mapping[str, Mapping[str, Any]], *, wall
     ready: set[str] = set()
     missing: dict[str, Any] = {}
     problems: list[str] = []
-    waiting: list[float] = []
+    waiting: dict[str, float] = {}  # name -> when it will be ready
     try:
         current = migparted.parse(seen.text, where=where)  # once, for every target
         verdicts = [(name, doc, migparted.same_config(current, name, doc))
@@ -459,16 +460,17 @@ def stage(seen: ConfigMapSeen, targets: Mapping[str, Mapping[str, Any]], *, wall
         elif name not in seen.added or wall - seen.added[name] >= settings.config_sync_s:
             ready.add(name)
         else:
-            waiting.append(seen.added[name] + settings.config_sync_s)
-    if missing:
-        waiting.append(wall + settings.config_sync_s)
-    next_ready = min(waiting, default=None)
+            waiting[name] = seen.added[name] + settings.config_sync_s
+    next_ready = min([*waiting.values(), *([wall + settings.config_sync_s] if missing else [])],
+                     default=None)
     if not missing:
-        return Staging(None, frozenset(ready), (), tuple(problems), next_ready)
+        return Staging(None, frozenset(ready), (), tuple(problems), next_ready, tuple(waiting))
     body = _addition(seen, missing, wanted=targets, wall=wall, settings=settings)
     if isinstance(body, str):
-        return Staging(None, frozenset(ready), (), (*problems, body))
-    return Staging(body, frozenset(ready), tuple(missing), tuple(problems), next_ready)
+        return Staging(None, frozenset(ready), (), (*problems, body), next_ready,
+                       tuple(waiting))
+    return Staging(body, frozenset(ready), tuple(missing), tuple(problems), next_ready,
+                   tuple(waiting))
 
 
 def _addition(seen: ConfigMapSeen, missing: Mapping[str, Any], *, wanted: Iterable[str],

@@ -177,7 +177,7 @@ async def _target(server: kmock.KubernetesEmulator, api: k8s.ApiClient) -> str:
     (TEXT + "  TARGET:\n    - devices: all\n      mig-enabled: false\n",
      "with other entries"),
 ])
-async def test_a_configmap_it_cannot_use_aborts_before_anything_changes(
+async def test_a_configmap_it_cannot_use_is_never_written_and_an_adopted_run_aborts(
     server: kmock.KubernetesEmulator, api: k8s.ApiClient, text: str | None, expected: str,
 ) -> None:
     target = await _target(server, api)
@@ -278,7 +278,7 @@ async def test_a_write_between_read_and_patch_is_read_again_and_kept(
     await asyncio.gather(*r._tasks.values(), return_exceptions=True)
 
 
-async def test_a_config_already_there_waits_only_what_is_left(
+async def test_a_config_written_long_ago_starts_at_once_without_a_write(
     server: kmock.KubernetesEmulator, api: k8s.ApiClient,
 ) -> None:
     # Written by an earlier pass (a replica that lost the Lease) long ago: the first pass

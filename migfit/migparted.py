@@ -46,19 +46,23 @@ class _Entry(pydantic.BaseModel):
                                        populate_by_name=True)
 
     device_filter: str | list[str] | None = pydantic.Field(default=None, alias="device-filter")
-    devices: Literal["all"] | list[pydantic.NonNegativeInt]
-    mig_enabled: bool = pydantic.Field(alias="mig-enabled")
+    # mig-parted decodes devices into Go's []int: a negative index is accepted (it matches
+    # no GPU).
+    devices: Literal["all"] | list[int]
+    # Required, but a null is Go's zero value: false (encoding/json leaves the bool alone).
+    mig_enabled: bool | None = pydantic.Field(alias="mig-enabled")
     mig_devices: dict[str, pydantic.NonNegativeInt] | None = pydantic.Field(
         default=None, alias="mig-devices")
 
     @pydantic.model_validator(mode="after")
     def _consistent(self) -> _Entry:
         # mig-parted's MigConfigSpec.UnmarshalJSON: an empty device-filter or devices list is
-        # valid (it matches every GPU, resp. none); mig-devices must be present when enabled
-        # ({} is fine) and empty when disabled.
-        if self.mig_enabled and "mig_devices" not in self.model_fields_set:
-            raise ValueError("mig-devices is required when mig-enabled is true "
-                             "(use mig-devices: {} for MIG enabled with no instances)")
+        # valid (it matches every GPU, resp. none); mig-devices must be present and not null
+        # when enabled ({} is fine: a null decodes to a nil map, which it refuses) and empty
+        # when disabled.
+        if self.mig_enabled and self.mig_devices is None:
+            raise ValueError("mig-devices is required (and not null) when mig-enabled is "
+                             "true (use mig-devices: {} for MIG enabled with no instances)")
         if not self.mig_enabled and self.mig_devices:
             raise ValueError("mig-devices is set but mig-enabled is false")
         for name in self.mig_devices or {}:
@@ -165,6 +169,11 @@ def parse_data(raw: Any, *, where: str = "mig-parted config") -> Config:
     """
     if raw is None or raw == {}:
         return Config({})
+    configs = raw.get("mig-configs") if isinstance(raw, dict) else None
+    if isinstance(configs, dict):
+        # mig-parted reads YAML through sigs.k8s.io/yaml, which turns it into JSON first:
+        # a config named 123 or true becomes the string "123" or "true".
+        raw = {**raw, "mig-configs": {_json_key(k): v for k, v in configs.items()}}
     spec = strictfiles.validate(_Spec, raw, where=where)
     strictfiles.require_version(spec.version, where=where,
                                 hint="mig-parted configs use version: v1")
@@ -183,12 +192,22 @@ def parse_data(raw: Any, *, where: str = "mig-parted config") -> Config:
             built.append(Entry(
                 device_filter=tuple(f.upper() for f in filters),
                 devices=None if e.devices == "all" else tuple(e.devices),
-                mig_enabled=e.mig_enabled,
+                mig_enabled=bool(e.mig_enabled),
                 mig_devices=tuple(sorted((ProfileName(p), n)
                                          for p, n in (e.mig_devices or {}).items() if n)),
             ))
         out[name] = tuple(built)
     return Config(out)
+
+
+def _json_key(key: object) -> object:
+    """A YAML mapping key as JSON has it: booleans and integers as their text (other
+    non-string keys are left for the schema to refuse)."""
+    if isinstance(key, bool):
+        return "true" if key else "false"
+    if isinstance(key, int):
+        return str(key)
+    return key
 
 
 def _outside_quotes_tabs_as_spaces(text: str) -> str:
@@ -370,9 +389,7 @@ class NodeLayout:
 def _validate(model: profiles.GpuModel, names: Sequence[str], what: str) -> None:
     for n in names:
         if not model.has_profile(n):
-            valid = ", ".join(p.name for p in model.profiles)
-            raise errors.ConfigError(f"{what}: {model.id} has no MIG profile {n!r}; its "
-                                     f"profiles are: {valid}")
+            raise errors.ConfigError(f"{what}: {model.no_profile(n)}")
     if names:
         fit = layouts.check(model, names)
         if fit.reason is not None:

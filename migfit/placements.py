@@ -170,10 +170,7 @@ def fit(
     names = list(wanted)
     for name in names:
         if not model.has_profile(name):
-            valid = ", ".join(p.name for p in model.profiles)
-            return Fit(None, Reason(ReasonCode.UNKNOWN_PROFILE,
-                                    f"{model.id} has no MIG profile {name!r}; its profiles "
-                                    f"are: {valid}"))
+            return Fit(None, Reason(ReasonCode.UNKNOWN_PROFILE, model.no_profile(name)))
     bad = check_fixed(model, fixed)
     if bad is not None:
         return Fit(None, bad)

@@ -45,6 +45,9 @@ class Profile:
     starts: tuple[int, ...]
     media: bool
     provisional: bool
+    # Names that NVIDIA's configs once used for this profile (pre-production boards); the
+    # GPUs report ``name``, so mig-parted fails a config that still uses one of these.
+    formerly: tuple[str, ...] = ()
 
     @property
     def resource(self) -> str:
@@ -104,10 +107,17 @@ class GpuModel:
         try:
             return self._by_name[name]
         except KeyError:
-            valid = ", ".join(p.name for p in self.profiles)
-            raise errors.UsageError(
-                f"{self.id} has no MIG profile {name!r}; its profiles are: {valid}"
-            ) from None
+            raise errors.UsageError(self.no_profile(name)) from None
+
+    def no_profile(self, name: str) -> str:
+        """Why ``name`` is not a profile of this model: the valid ones, and the name it has
+        now when ``name`` is a former one (``Profile.formerly``)."""
+        valid = ", ".join(p.name for p in self.profiles)
+        now = next((p.name for p in self.profiles if name in p.formerly), None)
+        hint = "" if now is None else (
+            f" ({name!r} is what pre-production {self.id} boards called {now}; production "
+            f"GPUs report {now}, so mig-parted cannot create {name!r} there: use {now})")
+        return f"{self.id} has no MIG profile {name!r}{hint}; its profiles are: {valid}"
 
     def has_profile(self, name: str) -> bool:
         return name in self._by_name
@@ -131,6 +141,7 @@ class _ProfileSpec(pydantic.BaseModel):
     max_instances: int = pydantic.Field(ge=1)
     starts: list[int] = pydantic.Field(min_length=1)
     provisional: bool = False
+    formerly: list[str] = pydantic.Field(default_factory=list)
 
 
 class _VariantSpec(pydantic.BaseModel):
@@ -190,6 +201,11 @@ def _build_model(spec: _ModelSpec, where: str) -> GpuModel:
         if p.name in seen:
             raise fail(f"profile {p.name!r} is listed twice")
         seen.add(p.name)
+        for former in p.formerly:
+            if _PROFILE_RE.match(former) is None or former in seen:
+                raise fail(f"profile {p.name!r}: formerly {former!r} is not a profile name, "
+                           "or names a profile of the model or another's former name")
+            seen.add(former)
         if p.compute_slices > spec.compute_slices:
             raise fail(f"profile {p.name!r} needs {p.compute_slices} compute slices; the GPU "
                        f"has {spec.compute_slices}")
@@ -210,6 +226,7 @@ def _build_model(spec: _ModelSpec, where: str) -> GpuModel:
                 starts=tuple(sorted(p.starts)),
                 media="+me" in m.group(4),
                 provisional=p.provisional or spec.provisional,
+                formerly=tuple(p.formerly),
             )
         )
     profiles.sort(key=profile_order)

@@ -65,6 +65,13 @@ def test_parses_the_default_configmap_and_resolves_per_model() -> None:
     ("version: v1\nmig-configs: {}", "mig-configs is empty"),
     ("version: v1\nmig-configs: {a: [{devices: all, mig-enabled: true}]}", "mig-devices"),
     ("version: v1\nmig-configs: {a: [{devices: [], mig-enabled: true}]}", "mig-devices"),
+    # A null decodes to a nil map, which MigConfigSpec.UnmarshalJSON refuses when enabled.
+    ("version: v1\nmig-configs: {a: [{devices: all, mig-enabled: true, mig-devices: null}]}",
+     "not null"),
+    ("version: v1\nmig-configs:\n  a:\n  - devices: all\n    mig-enabled: true\n"
+     "    mig-devices:\n", "not null"),
+    ("version: v1\nmig-configs: {a: [{devices: null, mig-enabled: false}]}", "devices"),
+    ("version: v1\nmig-configs: {a: [{devices: [1.5], mig-enabled: false}]}", "devices"),
     ("version: v1\nmig-configs: {a: [{devices: all, mig-enabled: false, "
      "mig-devices: {1g.10gb: 1}}]}", "mig-enabled is false"),
     ("version: v1\nmig-configs: {a: [{devices: all, mig-enabled: true, colour: red}]}",
@@ -96,6 +103,36 @@ def test_accepts_what_mig_parted_accepts() -> None:
         "  - devices: [1, 1]\n    mig-enabled: false\n")
     lay = migparted.resolve(cfg, "x", model=A100, gpu_count=2)
     assert lay.gpus == (("3g.40gb",) * 2, ())
+
+
+def test_accepts_what_go_decodes_leniently() -> None:
+    # mig-parted reads YAML through sigs.k8s.io/yaml (YAML to JSON, then encoding/json): a
+    # null mig-enabled is Go's false, devices is an []int (a negative index matches no GPU),
+    # and a config named 123 or yes (YAML 1.1's true) is the string "123" or "true".
+    cfg = migparted.parse(
+        "version: v1\nmig-configs:\n"
+        "  123:\n  - devices: all\n    mig-enabled: null\n    mig-devices: null\n"
+        "  yes:\n  - devices: [-1]\n    mig-enabled: true\n    mig-devices: {7g.80gb: 1}\n"
+        "  - devices: [1]\n    mig-enabled: true\n    mig-devices: {3g.40gb: 2}\n")
+    assert cfg.names() == ["123", "true"]
+    (disabled,) = migparted.apply(cfg, "123", device_ids=A100.device_ids, gpu_count=1)
+    assert disabled is not None and not disabled.enabled
+    untouched, split = migparted.apply(cfg, "true", device_ids=A100.device_ids, gpu_count=2)
+    assert untouched is None  # [-1] selects no GPU: GPU 0 keeps what it has
+    assert split is not None and split.names == ("3g.40gb", "3g.40gb")
+
+
+def test_a_pre_production_profile_name_says_which_name_to_use() -> None:
+    # GPU Operator ConfigMap mp072 (2025-08): all-balanced for 0x2941 asks for 1g.24gb.
+    cfg = migparted.parse(
+        "version: v1\nmig-configs:\n  all-balanced:\n"
+        "  - device-filter: [\"0x294110DE\"]\n    devices: all\n    mig-enabled: true\n"
+        "    mig-devices: {1g.24gb: 2, 2g.47gb: 1, 3g.95gb: 1}\n")
+    gb200 = profiles.builtin().get("GB200-186GB")
+    with pytest.raises(errors.ConfigError, match=r"'1g.24gb' is what pre-production "
+                       r"GB200-186GB boards called 1g.23gb.*use 1g.23gb\)"):
+        migparted.resolve(cfg, "all-balanced", model=gb200, gpu_count=1,
+                          device_ids=["0x294110DE"])
 
 
 def test_device_filter_compares_ids_as_numbers() -> None:

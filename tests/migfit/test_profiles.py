@@ -101,6 +101,24 @@ def test_unknown_profile_names_the_valid_ones() -> None:
     assert "1g.10gb" in str(info.value)
 
 
+@pytest.mark.parametrize(("former", "now"), [
+    ("1g.24gb", "1g.23gb"), ("3g.95gb", "3g.93gb"), ("4g.95gb", "4g.93gb"),
+    ("7g.189gb", "7g.186gb")])
+def test_a_pre_production_name_says_what_the_profile_is_called_now(former: str,
+                                                                    now: str) -> None:
+    # NVIDIA's GPU Operator ConfigMaps of 2025-03 to 2025-08 (tests/data/nvidia, mp065,
+    # mp068, mp072) ask GB200 (0x2941) for 1g.24gb and 3g.95gb; production boards report
+    # 1g.23gb and 3g.93gb (mp073 on).
+    gb200 = profiles.builtin().get("GB200-186GB")
+    assert not gb200.has_profile(former)
+    with pytest.raises(errors.UsageError) as info:
+        gb200.profile(former)
+    assert f"pre-production GB200-186GB boards called {now}" in str(info.value)
+    assert f"use {now})" in str(info.value)
+    # The same name on a model that has it is that model's profile: no hint there.
+    assert "pre-production" not in profiles.builtin().get("A100-80GB").no_profile("1g.24gb")
+
+
 def test_provisional_flags_follow_the_reference() -> None:
     # Issue 13 brought real lgip outputs: what was seen is no longer provisional, what was not
     # (B300, GB300, the RTX PRO 5000/4500, the larger B200/GB200/GH200 profiles) still is.
@@ -272,6 +290,10 @@ def test_load_without_a_path_is_the_builtin() -> None:
     (A800.replace("name: 7g.80gb", "name: 7g.80GB"), "7g.80GB"),
     (A800.replace("name: 7g.80gb", "name: 6g.80gb"), "6g"),
     (A800.replace("max_instances: 7", "max_instances: '7'"), "max_instances"),
+    (A800.replace("name: 7g.80gb\n", "name: 7g.80gb\n    formerly: [1g.10gb]\n"),
+     "formerly '1g.10gb'"),
+    (A800.replace("name: 7g.80gb\n", "name: 7g.80gb\n    formerly: [seven]\n"),
+     "formerly 'seven'"),
     ("models: [", "YAML"),
 ])
 def test_override_file_is_validated_strictly(tmp_path: Path, text: str, needle: str) -> None:

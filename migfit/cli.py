@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import errno
+import os
 import socket
 import sys
 from collections.abc import Sequence
@@ -120,6 +121,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except errors.MigfitError as exc:
         print(f"migfit: error: {exc}", file=sys.stderr)
         return 1
+    except BrokenPipeError:
+        # The reader went away (``migfit profiles | head``): stop quietly, as Unix tools do,
+        # and keep Python from failing again when it flushes stdout at exit.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return 0
     except OSError as exc:
         # Start-up mistakes: a port in use, an address this host does not have, a file that
         # cannot be written. One line that says what to change, never a traceback.
@@ -127,8 +135,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     except KeyboardInterrupt:
         return 130
-    except BrokenPipeError:
-        return 0
 
 
 def describe_os_error(exc: OSError) -> str:

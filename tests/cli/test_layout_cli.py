@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -161,3 +162,17 @@ def test_list_with_catalog_override(tmp_path: Path) -> None:
     assert sorted(json.loads(out.stdout)) == [["1g.1gb"], ["1g.1gb", "1g.1gb"], ["2g.2gb"]]
     out = migfit("layout", "check", "--gpu", "TOY-2", "--catalog", str(path), "1g.1gb", "2g.2gb")
     assert out.returncode == 1 and "3 of 2" in out.stdout
+
+
+def test_a_reader_that_goes_away_ends_it_quietly() -> None:
+    # `migfit layout list ... | head -3`: the pipe's reader is gone before the output is
+    # written. No "Broken pipe" error, no traceback, exit 0.
+    assert MIGFIT is not None
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        done = subprocess.run([MIGFIT, "layout", "list", "--gpu", "A100-80GB"], stdout=write,
+                              stderr=subprocess.PIPE, text=True, timeout=60, check=False)
+    finally:
+        os.close(write)
+    assert (done.returncode, done.stderr) == (0, "")

@@ -48,6 +48,9 @@ def default_trace_dir() -> Path:
     return root.parent / "shared" / "traces" / "alibaba-gpu-v2023"
 
 
+DEFAULT_POLICIES = ",".join(p.name for p in engine.ALL_POLICIES)
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     src = parser.add_argument_group("inputs")
     src.add_argument("--trace-dir", type=Path, default=None,
@@ -191,7 +194,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                           "memory weigh 1)")
     run.add_argument("--extender-weight", type=int, default=5,
                      help="the extender's weight in the scheduler config (score × weight × 10)")
-    run.add_argument("--policies", default=",".join(p.name for p in engine.ALL_POLICIES),
+    run.add_argument("--policies", default=DEFAULT_POLICIES,
                      help="comma-separated policies: default, binpack, binpack-gpu, random, "
                           "fgd, migfit, each optionally +advisor; bound (the LP relaxation no "
                           "policy can beat, any re-layout) and bound-static (initial layouts "
@@ -400,9 +403,32 @@ def _check_outputs(args: argparse.Namespace) -> None:
             raise errors.UsageError(f"{flag} {path}: cannot write in {folder}")
 
 
+SCIPY_HINT = "pip install 'migfit[sim]', or in a checkout pip install -e '.[sim]'"
+
+
+def _without_scipy(policies: list[engine.Policy], named: bool) -> list[engine.Policy]:
+    """The policies that can run here: the bounds are LPs solved with SciPy, an optional
+    extra. Named on the command line they need it (a usage error); left out of the default
+    list when it is not installed, said on stderr."""
+    bounds = [p.name for p in policies if p.is_bound]
+    if not bounds:
+        return policies
+    try:
+        import scipy.optimize  # noqa: F401  (only whether it imports)
+    except ImportError:
+        if named:
+            verb = "needs" if len(bounds) == 1 else "need"
+            raise errors.UsageError(f"{' and '.join(bounds)} {verb} SciPy: {SCIPY_HINT}"
+                                    ) from None
+        print(f"migfit simulate: {' and '.join(bounds)} left out: they need SciPy "
+              f"({SCIPY_HINT})", file=sys.stderr)
+        return [p for p in policies if not p.is_bound]
+    return policies
+
+
 def run(args: argparse.Namespace) -> int:
     catalog = profiles.load(args.catalog)
-    policies = _policies(args.policies)
+    policies = _without_scipy(_policies(args.policies), args.policies != DEFAULT_POLICIES)
     if args.seeds < 1:
         raise errors.UsageError("--seeds must be at least 1")
     if args.target <= 0:

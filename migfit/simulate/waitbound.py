@@ -170,7 +170,8 @@ def least_late(pods: Sequence[Footprint], cap: Sequence[float], wait: float) -> 
     try:
         from scipy import optimize, sparse
     except ImportError:
-        raise errors.UsageError("the bound needs SciPy: pip install 'migfit[sim]'") from None
+        raise errors.UsageError("the bound needs SciPy: pip install 'migfit[sim]', or in a "
+                                "checkout pip install -e '.[sim]'") from None
     data: list[float] = []
     ri: list[int] = []
     ci: list[int] = []

@@ -191,3 +191,28 @@ def test_config_sync_seconds_out_of_range_is_a_usage_error(
     assert cli.main(["simulate", "--example", "--config-sync-seconds", value]) == 2
     err = capsys.readouterr().err
     assert "--config-sync-seconds" in err and "0 to 3600" in err and "Traceback" not in err
+
+
+# SciPy is the optional [sim] extra: a Python where it does not import.
+WITHOUT_SCIPY = ("import sys; sys.modules['scipy'] = None; from migfit.cli import main; "
+                 "sys.exit(main(sys.argv[1:]))")
+
+
+def test_without_scipy_the_default_policies_run_and_the_bounds_are_left_out() -> None:
+    done = subprocess.run([sys.executable, "-c", WITHOUT_SCIPY, "simulate", "--example"],
+                          capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr
+    assert "bound-static and bound left out: they need SciPy" in done.stderr
+    assert "pip install -e '.[sim]'" in done.stderr
+    rows = [line.split()[0] for line in done.stdout.splitlines() if line[:1].isalpha()]
+    assert "migfit+advisor" in rows and "bound" not in rows and "bound-static" not in rows
+
+
+def test_without_scipy_a_bound_named_is_a_usage_error_before_any_run() -> None:
+    done = subprocess.run([sys.executable, "-c", WITHOUT_SCIPY, "simulate", "--example",
+                           "--policies", "default,bound"],
+                          capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 2
+    assert done.stderr.strip() == ("migfit: error: bound needs SciPy: pip install "
+                                   "'migfit[sim]', or in a checkout pip install -e '.[sim]'")
+    assert "seed 0" not in done.stdout + done.stderr

@@ -221,10 +221,11 @@ class ScoringLog:
 
     def _write(self, request: filtering.PodRequest, duration_s: float, summary: Summary,
                render: Callable[[scoring.NodeScore], str] | None) -> None:
-        if self.format in ("json", "both"):
-            self._emit(self.json_line(request, (), duration_s, summary=summary, render=render))
+        # ``both``: the human line, then its JSON line (README, "Log format").
         if self.format in ("text", "both"):
             self._emit(self.text_line(request, (), duration_s, summary=summary))
+        if self.format in ("json", "both"):
+            self._emit(self.json_line(request, (), duration_s, summary=summary, render=render))
 
     def _emit(self, line: str) -> None:
         """``logger.info(line)`` without looking up the caller (no handler of migfit's shows

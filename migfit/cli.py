@@ -47,11 +47,15 @@ COMMANDS: dict[str, str] = {
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
-    """Shows an option's default when it has one worth showing (never ``(default: None)``)."""
+    """Shows an option's default when it has one worth showing (never ``(default: None)``),
+    and only once: not when the help text already says it ("(default 60)", "text
+    (default), ...")."""
 
     def _get_help_string(self, action: argparse.Action) -> str | None:
         text = action.help
         if action.default in (None, False, "", [], ()) or action.default is argparse.SUPPRESS:
+            return text
+        if text is not None and "default" in text:
             return text
         return super()._get_help_string(action)
 

@@ -88,19 +88,25 @@ def open_source(
                                                  settings=settings))
 
 
-def add_source_arguments(parser: argparse.ArgumentParser) -> None:
-    """The standard ``--cluster FILE`` / ``--kubeconfig PATH`` flags (neither: in-cluster)."""
+AS_KUBECTL = "as kubectl, $KUBECONFIG, else ~/.kube/config, else the in-cluster service account"
+
+
+def add_source_arguments(parser: argparse.ArgumentParser, *, neither: str = AS_KUBECTL,
+                         once: bool = False) -> None:
+    """The standard ``--cluster FILE`` / ``--kubeconfig PATH`` flags; ``neither``: what the
+    command reads without either; ``once``: a command that reads the cluster once (no
+    watch, no file re-read)."""
     group = parser.add_argument_group(
-        "cluster", "where the cluster view comes from (neither flag: as kubectl, $KUBECONFIG, "
-                   "else ~/.kube/config, else the in-cluster service account)")
+        "cluster", f"where the cluster view comes from (neither flag: {neither})")
     exclusive = group.add_mutually_exclusive_group()
     exclusive.add_argument(
         "--cluster", metavar="FILE", dest="cluster_file",
         help="a snapshot file: `kubectl get nodes,pods -A -o yaml` (or JSON, or multi-document "
-             "YAML); re-read when it changes")
+             "YAML)" + ("" if once else "; re-read when it changes"))
     exclusive.add_argument(
         "--kubeconfig", metavar="PATH",
-        help="list and watch the cluster of this kubeconfig (its current context)")
+        help=("list" if once else "list and watch")
+        + " the cluster of this kubeconfig (its current context)")
     group.add_argument("--context", metavar="NAME",
                        help="kubeconfig context to use instead of the current one")
     group.add_argument("--request-timeout", metavar="DURATION", type=_duration,

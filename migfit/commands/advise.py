@@ -40,7 +40,7 @@ def _config_lines(config: Any) -> list[str]:
 
 def add_common_arguments(parser: argparse.ArgumentParser) -> None:
     """Source, ConfigMap and grace flags shared by ``advise`` and ``explain``."""
-    sources.add_source_arguments(parser)
+    sources.add_source_arguments(parser, once=True)
     parser.add_argument("--grace", metavar="SECONDS", type=float, default=60.0,
                         help="a pod counts once it has been unschedulable this long "
                              "(default 60)")

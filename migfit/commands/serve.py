@@ -43,11 +43,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cert-dir", type=Path, metavar="DIR",
                         help="where to write the throwaway CA and certificate (default: a new "
                              "temporary folder)")
+    parser.add_argument("--log-level", default="info",
+                        choices=["debug", "info", "warning", "error"],
+                        help="debug also logs every filter verdict with its reasons "
+                             "(default: %(default)s)")
     parser.add_argument("--log-format", choices=["json", "text", "both"], default="text",
                         help="json: every log line one JSON object (the scoring log's too); "
                              "text: human lines; both: human lines plus the scoring log's "
                              "JSON line per prioritize call (default: %(default)s)")
-    sources.add_source_arguments(parser)
+    sources.add_source_arguments(parser, neither="the bundled example cluster")
     webhook_cli.add_policy_arguments(parser)
     serving.add_limit_arguments(parser.add_argument_group(
         "connections", "bounds on what clients may hold, for both servers"))
@@ -208,6 +212,6 @@ async def _serve_with(
 
 
 def run(args: argparse.Namespace) -> int:
-    logs.configure(level="info", style=logs.style_of(args.log_format))
+    logs.configure(level=args.log_level, style=logs.style_of(args.log_format))
     serving.run(_serve(args))
     return 0

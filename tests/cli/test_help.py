@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 import subprocess
 import sys
 
@@ -40,3 +41,15 @@ def test_no_help_text_shows_a_none_default(name: str) -> None:
     assert "(default: None)" not in text
     assert name in parser.format_help()
 
+
+
+@pytest.mark.parametrize("name", list(cli.COMMANDS))
+def test_no_option_says_its_default_twice(name: str) -> None:
+    # "(default 60) (default: 60.0)": the formatter adds one only where the text has none.
+    parser = cli.build_parser(name)
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    command = sub.choices[name]
+    formatter = command._get_formatter()
+    for action in command._actions:
+        text = formatter._expand_help(action) if action.help else ""
+        assert len(re.findall(r"\(default\b", text)) <= 1, (action.option_strings, text)

@@ -61,7 +61,7 @@ async def test_json_line_of_a_real_prioritize_call_recomputes_every_raw_score(
                                  data=(REQUESTS / "prioritize-3g40gb.json").read_bytes())
         assert resp.status == 200
         answered = {h["Host"]: h["Score"] for h in await resp.json()}
-    json_line, text_line = (r.getMessage() for r in caplog.records)
+    text_line, json_line = (r.getMessage() for r in caplog.records)
     record = json.loads(json_line)
     weights = record["weights"]
     assert weights == {t: w for t, w in scoring.WEIGHTS.items() if w}
@@ -103,6 +103,9 @@ def test_format_flag_chooses_the_lines(fmt: scoring_log.LogFormat, lines: int,
     assert len(caplog.records) == lines
     if fmt == "json":
         json.loads(caplog.records[0].getMessage())
+    if fmt == "both":  # the human line, then its JSON line (README, "Log format")
+        assert not caplog.records[0].getMessage().startswith("{")
+        assert json.loads(caplog.records[1].getMessage())["event"] == "prioritize"
 
 
 def test_cli_rejects_half_a_tls_pair(tmp_path: object) -> None:

@@ -9,7 +9,9 @@ What it bounds, so that idle or hostile clients cannot take the memory every pod
 
 - **Connections.** At most ``max_connections`` open at once, TLS handshakes in progress
   included; a connection beyond it is closed as soon as it is accepted (the client reconnects
-  later or elsewhere), so memory stays bounded whatever the number of clients.
+  later or elsewhere), so memory stays bounded whatever the number of clients. At most
+  ``max_per_client`` of them from one address: one client (a slow-header or stalled-handshake
+  flood from a pod, say) cannot take every slot from kube-apiserver and kube-scheduler.
 - **Idle and slow-header connections.** aiohttp's keep-alive timer runs from the connection's
   start and after every response; when it fires while the connection waits for a complete
   request head it is closed. ``keepalive_timeout`` thus bounds both idleness and how long a
@@ -61,6 +63,10 @@ DEFAULT_KEEPALIVE_S = 60.0
 DEFAULT_BODY_TIMEOUT_S = 10.0
 DEFAULT_HANDSHAKE_TIMEOUT_S = 10.0
 DEFAULT_MAX_CONNECTIONS = 1000
+# A quarter of the slots per client address: the API servers (the webhook's clients) and
+# kube-scheduler (the extender's) keep a few keep-alive connections each and open more only
+# under bursts, so three API servers at this bound still leave room for every other client.
+DEFAULT_MAX_PER_CLIENT = 250
 TLS_BUFFER_BYTES = 16 * 1024
 # After an answer sent before the body was read in full (408, 413), the rest of the body is
 # read and dropped this long so that the client can read the answer (aiohttp's default: 10 s).
@@ -75,6 +81,7 @@ class Limits:
     body_timeout: float = DEFAULT_BODY_TIMEOUT_S
     handshake_timeout: float = DEFAULT_HANDSHAKE_TIMEOUT_S
     max_connections: int = DEFAULT_MAX_CONNECTIONS
+    max_per_client: int = DEFAULT_MAX_PER_CLIENT  # open connections from one address
     # SO_REUSEPORT: several processes listen on one port and the kernel spreads new
     # connections over them (more than one core per pod; each process holds its own cache).
     reuse_port: bool = False
@@ -88,6 +95,9 @@ class Limits:
                 raise ValueError(f"{flag} {value}: use a positive number of seconds")
         if self.max_connections < 1:
             raise ValueError(f"--max-connections {self.max_connections}: use 1 or more")
+        if self.max_per_client < 1:
+            raise ValueError(f"--max-connections-per-client {self.max_per_client}: use 1 "
+                             "or more")
 
 
 def add_limit_arguments(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
@@ -109,6 +119,11 @@ def add_limit_arguments(parser: argparse.ArgumentParser | argparse._ArgumentGrou
         "--max-connections", type=int, default=DEFAULT_MAX_CONNECTIONS, metavar="N",
         help="connections open at once; more are closed when accepted (default %(default)s)")
     parser.add_argument(
+        "--max-connections-per-client", type=int, default=DEFAULT_MAX_PER_CLIENT, metavar="N",
+        dest="max_per_client",
+        help="connections open at once from one client address; more are closed when "
+             "accepted, so that one client cannot take every slot (default %(default)s)")
+    parser.add_argument(
         "--reuse-port", action="store_true",
         help="listen with SO_REUSEPORT, so that several migfit processes (one per core) can "
              "serve one port; the kernel spreads new connections over them")
@@ -119,6 +134,7 @@ def limits_from(args: argparse.Namespace) -> Limits:
     limits = Limits(keepalive_timeout=args.keepalive_timeout, body_timeout=args.body_timeout,
                     handshake_timeout=args.handshake_timeout,
                     max_connections=args.max_connections,
+                    max_per_client=args.max_per_client,
                     reuse_port=bool(getattr(args, "reuse_port", False)))
     limits.check()
     return limits
@@ -153,19 +169,19 @@ async def read_body(request: web.Request, timeout_s: float) -> bytes:
 
 
 class _Gate:
-    """Counts open connections and refuses those beyond the limit."""
+    """Counts open connections, in all and per client address, and refuses those beyond
+    the limits. The per-address counts hold only addresses with a connection open."""
 
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int, per_client: int = DEFAULT_MAX_PER_CLIENT) -> None:
         self.limit = limit
+        self.per_client = per_client
         self.open = 0
         self.refused = 0
+        self.clients: dict[str, int] = {}
 
     def admit(self) -> bool:
         if self.open >= self.limit:
-            self.refused += 1
-            if self.refused == 1 or self.refused % 1000 == 0:
-                log.warning("connection limit (%d) reached: refusing new connections "
-                            "(%d refused so far)", self.limit, self.refused)
+            self._refuse(f"connection limit ({self.limit}) reached")
             return False
         self.open += 1
         return True
@@ -173,32 +189,82 @@ class _Gate:
     def release(self) -> None:
         self.open -= 1
 
+    def claim(self, client: str) -> bool:
+        """Count one more connection of ``client`` (an admitted one), or refuse it."""
+        held = self.clients.get(client, 0)
+        if held >= self.per_client:
+            self._refuse(f"{client} holds {held} connections, the most one client may "
+                         "(--max-connections-per-client)")
+            return False
+        self.clients[client] = held + 1
+        return True
+
+    def unclaim(self, client: str) -> None:
+        held = self.clients.get(client, 0) - 1
+        if held > 0:
+            self.clients[client] = held
+        else:
+            self.clients.pop(client, None)
+
+    def _refuse(self, why: str) -> None:
+        self.refused += 1
+        if self.refused == 1 or self.refused % 1000 == 0:
+            log.warning("%s: refusing new connections (%d refused so far)", why, self.refused)
+
+
+def _client(transport: asyncio.BaseTransport) -> str:
+    """The address a connection comes from (its host part), or "" when it has none."""
+    peer = transport.get_extra_info("peername")
+    if isinstance(peer, tuple) and peer:
+        return str(peer[0])
+    return ""
+
+
+def _abort(transport: asyncio.BaseTransport) -> None:
+    if isinstance(transport, asyncio.Transport):
+        transport.abort()
+    else:
+        transport.close()
+
 
 class _Refused(asyncio.Protocol):
     """What a connection beyond the limit gets: closed at once, nothing read."""
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        if isinstance(transport, asyncio.Transport):
-            transport.abort()
-        else:
-            transport.close()
+        _abort(transport)
 
 
 class _Counted(asyncio.Protocol):
     """A connection's protocol (plain TCP, or the application's under uvloop's TLS), releasing
-    its slot in the gate once, when it closes or when its handshake fails."""
+    its slot in the gate once, when it closes or when its handshake fails.
 
-    def __init__(self, inner: asyncio.Protocol, gate: _Gate) -> None:
+    ``client``: the address already claimed in the gate (uvloop's acceptor knows it when it
+    accepts); None: claimed here when the connection is made, and refused (reset, nothing
+    read) when that client holds its share already."""
+
+    def __init__(self, inner: asyncio.Protocol, gate: _Gate, client: str | None = None
+                 ) -> None:
         self._inner = inner
         self._gate = gate
         self._held = True
+        self._client = client
+        self._started = False
 
     def release(self) -> None:
         if self._held:
             self._held = False
             self._gate.release()
+            if self._client is not None:
+                self._gate.unclaim(self._client)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        if self._client is None:
+            client = _client(transport)
+            if not self._gate.claim(client):
+                _abort(transport)
+                return
+            self._client = client
+        self._started = True
         self._inner.connection_made(transport)
 
     def data_received(self, data: bytes) -> None:
@@ -215,7 +281,8 @@ class _Counted(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.release()
-        self._inner.connection_lost(exc)
+        if self._started:
+            self._inner.connection_lost(exc)
 
 
 class SmallBufferTLS(asyncio.sslproto.SSLProtocol):
@@ -235,9 +302,21 @@ class SmallBufferTLS(asyncio.sslproto.SSLProtocol):
                          server_side=True,
                          ssl_handshake_timeout=handshake_timeout)  # type: ignore[arg-type]
         self._gate = gate
+        self._client: str | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        client = _client(transport)
+        if not self._gate.claim(client):  # that client holds its share: reset, unread
+            _abort(transport)
+            return
+        self._client = client
+        super().connection_made(transport)
 
     def connection_lost(self, exc: BaseException | None) -> None:
         self._gate.release()
+        if self._client is None:
+            return  # refused in connection_made: the TLS layer never started
+        self._gate.unclaim(self._client)
         super().connection_lost(exc)
 
 
@@ -321,7 +400,7 @@ class _Acceptor:
     def _accept(self, sock: socket.socket) -> None:
         for _ in range(ACCEPT_BATCH):
             try:
-                conn, _ = sock.accept()
+                conn, address = sock.accept()
             except (BlockingIOError, InterruptedError):
                 return
             except OSError as exc:
@@ -333,13 +412,18 @@ class _Acceptor:
                 self._loop.remove_reader(sock)
                 self._retry = self._loop.call_later(ACCEPT_RETRY_S, self._resume, sock)
                 return
-            if not self._gate.admit():
+            client = str(address[0]) if isinstance(address, tuple) and address else ""
+            admitted = self._gate.admit()
+            if admitted and not self._gate.claim(client):
+                self._gate.release()
+                admitted = False
+            if not admitted:
                 # reset, nothing read (as ``_Refused`` does under asyncio's TLS)
                 conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _RESET)
                 conn.close()
                 continue
             conn.setblocking(False)
-            task = self._loop.create_task(self._handshake(conn))
+            task = self._loop.create_task(self._handshake(conn, client))
             self._handshakes.add(task)
             task.add_done_callback(self._handshakes.discard)
 
@@ -348,8 +432,8 @@ class _Acceptor:
         if not self._closed:
             self._loop.add_reader(sock, self._accept, sock)
 
-    async def _handshake(self, conn: socket.socket) -> None:
-        counted = _Counted(self._protocol(), self._gate)
+    async def _handshake(self, conn: socket.socket, client: str) -> None:
+        counted = _Counted(self._protocol(), self._gate, client)
         try:
             peer = conn.getpeername()
         except OSError:
@@ -388,7 +472,7 @@ class BoundedSite(web.BaseSite):
         self._host, self._port = host, port
         self._tls = ssl_context
         self._limits = limits
-        self.gate = _Gate(limits.max_connections)
+        self.gate = _Gate(limits.max_connections, limits.max_per_client)
 
     @property
     def name(self) -> str:

@@ -9,6 +9,7 @@ request or a client gone mid-body logged ERROR with a traceback.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import ssl
 import time
@@ -41,7 +42,8 @@ class Server:
                                              ssl=self.client_tls)
 
 
-async def _start(tls: bool, tmp: Path) -> tuple[web.AppRunner, Server]:
+async def _start(tls: bool, tmp: Path, limits: serving.Limits = LIMITS
+                 ) -> tuple[web.AppRunner, Server]:
     app = web.Application()
     app.router.add_post("/echo", _echo)
     server_ctx = client_ctx = None
@@ -53,7 +55,7 @@ async def _start(tls: bool, tmp: Path) -> tuple[web.AppRunner, Server]:
         server_ctx.load_cert_chain(tmp / "tls.crt", tmp / "tls.key")
         client_ctx = ssl.create_default_context(cadata=ca.decode())
     runner, started = await serving.start(app, serving.Listen(
-        host="127.0.0.1", port=0, ssl_context=server_ctx, limits=LIMITS))
+        host="127.0.0.1", port=0, ssl_context=server_ctx, limits=limits))
     return runner, Server(started, client_ctx)
 
 
@@ -171,6 +173,48 @@ async def test_connections_beyond_the_cap_are_refused_and_the_rest_still_served(
     writer.close()
 
 
+@pytest.mark.parametrize("tls", [False, True], ids=["http", "https"])
+async def test_one_client_address_cannot_take_every_slot(tls: bool, tmp_path: Path) -> None:
+    # A slowloris from one pod held all 1000 slots: kube-apiserver got connection resets
+    # until the keep-alive timeout. Now one address holds at most max_per_client of them.
+    limits = serving.Limits(keepalive_timeout=5.0, body_timeout=1.0, handshake_timeout=5.0,
+                            max_connections=8, max_per_client=3)
+    runner, server = await _start(tls, tmp_path, limits)
+    port = server.started.port
+    try:
+        # 127.0.0.2 floods: raw connections that never send a byte (no handshake either)
+        flood = []
+        for _ in range(6):
+            # one refused at accept may be reset before the client has seen it open
+            with contextlib.suppress(ConnectionResetError):
+                flood.append(await asyncio.open_connection("127.0.0.1", port,
+                                                           local_addr=("127.0.0.2", 0)))
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(0.3)
+        assert server.started.open_connections == 3
+        for reader, _ in flood[3:]:  # the ones beyond its share: closed, nothing read
+            with contextlib.suppress(ConnectionResetError):
+                assert await _closed_within(reader, SLACK) == b""
+        assert server.started.refused_connections == 3
+        # another client (127.0.0.1) still gets in, up to its own share
+        held = [await server.open() for _ in range(3)]
+        reader, writer = held[-1]
+        writer.write(_request(b"served"))
+        assert (await reader.readuntil(b"\r\n\r\n")).startswith(b"HTTP/1.1 200")
+        for _, w in flood + held:
+            w.close()
+        await asyncio.sleep(0.3)
+        assert server.started.open_connections == 0
+        # the flooder's share is free again once its connections are gone
+        again = await asyncio.open_connection("127.0.0.1", port, ssl=server.client_tls,
+                                              local_addr=("127.0.0.2", 0))
+        again[1].write(_request(b"again"))
+        assert (await again[0].readuntil(b"\r\n\r\n")).startswith(b"HTTP/1.1 200")
+        again[1].close()
+    finally:
+        await runner.cleanup()
+
+
 async def test_failed_and_stalled_tls_handshakes_free_their_slots(server: Server) -> None:
     if server.client_tls is None:
         pytest.skip("TLS only")
@@ -225,6 +269,6 @@ async def test_a_client_gone_mid_body_is_not_an_error(
 
 def test_limits_refuse_values_that_cannot_work() -> None:
     for bad in (serving.Limits(keepalive_timeout=0), serving.Limits(body_timeout=-1),
-                serving.Limits(max_connections=0)):
+                serving.Limits(max_connections=0), serving.Limits(max_per_client=0)):
         with pytest.raises(ValueError, match="--"):
             bad.check()

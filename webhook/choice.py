@@ -266,9 +266,11 @@ def _too_big(
         wants.append("media engines (+me)")
     if not constrained:
         most = max((p.compute_slices for m in pool for p in m.profiles), default=0)
+        fixes = ([f"lower {requests.GPU_COMPUTE}"] if req.compute is not None else []) + (
+            [f"remove {requests.GPU_MEDIA}"] if req.media else [])
+        most_text = f" (the most is {most}g)" if req.compute is not None else ""
         return (f"no MIG profile of the GPU models {where} ({names(pool)}) has "
-                f"{' and '.join(wants)} (the most is {most}g); lower "
-                f"{requests.GPU_COMPUTE} or remove {requests.GPU_MEDIA}")
+                f"{' and '.join(wants)}{most_text}; {' or '.join(fixes)}")
     model, p = max(constrained, key=lambda c: (
         usable_mib(c[0], c[1], supply=supply, policy=policy), -c[1].compute_slices))
     largest = usable_mib(model, p, supply=supply, policy=policy)

@@ -117,6 +117,12 @@ def test_compute_and_media_constraints() -> None:
     assert media.profiles == ("1g.10gb+me",)
     too_many = decide(s.pod({requests.GPU_MEMORY: "8Gi", requests.GPU_COMPUTE: "8"}))
     assert not too_many.allowed and "at least 8 compute slices" in too_many.message
+    # the fix names only what the pod asked for: no media annotation, no "remove" of it
+    assert too_many.message.endswith(f"(the most is 7g); lower {requests.GPU_COMPUTE}")
+    both = decide(s.pod({requests.GPU_MEMORY: "8Gi", requests.GPU_COMPUTE: "8",
+                         requests.GPU_MEDIA: "true"}))
+    assert both.message.endswith(f"lower {requests.GPU_COMPUTE} or remove "
+                                 f"{requests.GPU_MEDIA}")
 
 
 def test_smallest_means_fewer_compute_slices_on_equal_memory() -> None:

@@ -78,6 +78,10 @@ def certificate_files(cert_dir: Path | None) -> Iterator[tuple[Path, Path, Path]
         yield paths
 
 
+# How the walkthrough's commands print JSON: indented as the README shows it, "×" as itself.
+PRETTY = "python3 -m json.tool --indent 2 --no-ensure-ascii"
+
+
 def _walkthrough(*, host: str, webhook_port: int, extender_port: int, ca: Path,
                  cluster_file: str | None) -> str:
     requests = _REQUESTS if _REQUESTS.is_dir() else Path("<migfit checkout>") / _REQUESTS
@@ -93,16 +97,16 @@ def _walkthrough(*, host: str, webhook_port: int, extender_port: int, ca: Path,
         "",
         "Try it (from the migfit checkout):",
         "  # a pod asking for 12Gi of GPU memory: patched to the smallest MIG profile that fits",
-        f"  {curl} --data @{requests}/create-12gi.json {hook}/mutate | python3 -m json.tool",
+        f"  {curl} --data @{requests}/create-12gi.json {hook}/mutate | {PRETTY}",
         "  # too much memory: denied, with the largest profile named",
         f"  {curl} --data @{requests}/create-200gi-denied.json {hook}/mutate",
         "  # which nodes can take a 1g.10gb pod, and why the others cannot",
-        f"  {curl} --data @{requests}/filter-1g10gb.json {ext}/filter | python3 -m json.tool",
+        f"  {curl} --data @{requests}/filter-1g10gb.json {ext}/filter | {PRETTY}",
         "  # a 3g.40gb pod: two nodes can take it; the extender scores them (see the log)",
-        f"  {curl} --data @{requests}/filter-3g40gb.json {ext}/filter | python3 -m json.tool",
+        f"  {curl} --data @{requests}/filter-3g40gb.json {ext}/filter | {PRETTY}",
         f"  {curl} --data @{requests}/prioritize-3g40gb.json {ext}/prioritize",
         "  # which idle GPUs to re-partition so that pending pods can run",
-        f"  curl -s --cacert {ca} {ext}/advice | python3 -m json.tool",
+        f"  curl -s --cacert {ca} {ext}/advice | {PRETTY}",
         "",
         "Stop with Ctrl-C.",
         "",

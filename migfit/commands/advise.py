@@ -187,6 +187,11 @@ def _summary(advice: advisor.Advice) -> list[str]:
     if len(recs) > SUMMARY_ROWS:
         lines.append(f"... and {len(recs) - SUMMARY_ROWS} more node(s)")
     lines.append("")
+    if any(rec.config is None for rec in recs):
+        lines.append("A (custom) target is not in the MIG Manager's ConfigMap yet: add its "
+                     "mig-parted config there first (migfit advise --details prints it and "
+                     "where), or the label fails the node; the extender's "
+                     "--apply-custom-configs does both.")
     lines.append("Each GPU's change and the mig-parted config to add: migfit advise --details "
                  "(or -o wide, -o json)")
     return lines

@@ -37,6 +37,9 @@ def test_advise_json_on_the_example_cluster() -> None:
 def test_advise_text_and_explain() -> None:
     text = _migfit("advise", "--cluster", str(EXAMPLE), "--now", "2000000000")
     assert text.returncode == 0 and "kubectl label node" in text.stdout
+    # the example's target is custom: the label alone would fail the node
+    assert "(custom)" in text.stdout
+    assert "not in the MIG Manager's ConfigMap yet: add its mig-parted config" in text.stdout
     why = _migfit("explain", "ml-research/finetune-small-0", "--cluster", str(EXAMPLE),
                   "--now", "2000000000")
     assert why.returncode == 0, why.stderr

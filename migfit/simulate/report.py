@@ -22,6 +22,7 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
     # (figure, header, format)
     ("gpu_pods_placed", "GPU pods placed", "int"),
     ("unallocated_share", "unallocated", "pct"),
+    ("unallocated_trace_gpus_share", "FGD's unit", "pct"),
     ("unallocated_share_time_avg", "unalloc avg", "pct"),
     ("fragmentation_share", "frag", "pct"),
     ("idle_while_pending_slice_hours", "idle while pending slice-h", "int"),
@@ -116,10 +117,11 @@ def waits_table(runs: Sequence[tuple[str, Mapping[str, Mapping[str, float]]]]) -
 
 
 def markdown(summary: Mapping[str, Mapping[str, Mapping[str, float]]]) -> str:
-    headers = ["policy", "GPU pods placed", "unallocated at end", "time-averaged",
-               "fragmentation", "idle while pending (slice-h)", "GPU wait p95 s",
-               "re-layouts", "disrupted"]
+    headers = ["policy", "GPU pods placed", "unallocated at end", "FGD's unit",
+               "time-averaged", "fragmentation", "idle while pending (slice-h)",
+               "GPU wait p95 s", "re-layouts", "disrupted"]
     keys = [("gpu_pods_placed", "int"), ("unallocated_share", "pct"),
+            ("unallocated_trace_gpus_share", "pct"),
             ("unallocated_share_time_avg", "pct"), ("fragmentation_share", "pct"),
             ("idle_while_pending_slice_hours", "int"), ("gpu_pending_p95_s", "int"),
             ("relayouts", "int"), ("pods_disrupted", "int")]

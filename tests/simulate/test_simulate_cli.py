@@ -216,3 +216,14 @@ def test_without_scipy_a_bound_named_is_a_usage_error_before_any_run() -> None:
     assert done.stderr.strip() == ("migfit: error: bound needs SciPy: pip install "
                                    "'migfit[sim]', or in a checkout pip install -e '.[sim]'")
     assert "seed 0" not in done.stdout + done.stderr
+
+
+def test_the_table_and_markdown_show_fgds_unit_beside_unallocated(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    # The README's trace table has FGD's unit (the trace's GPUs left unallocated); neither
+    # output printed it, so nobody could reproduce that column.
+    assert cli.main(["simulate", "--example", "--policies", "default", "--markdown"]) == 0
+    out = capsys.readouterr().out
+    header = next(line for line in out.splitlines() if line.startswith("policy "))
+    assert header.split("  ")[0:1] == ["policy"] and "unallocated  FGD's unit" in header
+    assert "| unallocated at end | FGD's unit |" in out

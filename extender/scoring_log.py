@@ -10,7 +10,9 @@ scores and the number left out. The server hands calls over through ``submit``: 
 queue written on the event loop's next turn, after the response, from answer tables ranked
 per score (O(logged nodes) per call); a full queue drops calls and counts them. Lines go to
 the ``migfit.scoring`` logger, which ``migfit.logs`` writes bare in text (they are the
-report) and as they are in JSON.
+report) and as they are in JSON. Names come from the request (nodes, the pod's namespace,
+name and uid, the profiles it asks for): each is cut after ``NAME_LIMIT`` characters, so a
+call's lines stay a few kilobytes whatever it sends.
 """
 
 from __future__ import annotations
@@ -24,15 +26,31 @@ import heapq
 import json
 import logging
 from collections.abc import Callable, Sequence
-from typing import Any, Literal, Protocol
+from typing import Any, Final, Literal, Protocol
 
-from migfit import logs
+from migfit import logs, requests
 from migfit.extender import filtering, scoring
 
 LogFormat = Literal["json", "text", "both"]
 LOG_FORMATS: tuple[LogFormat, ...] = ("json", "text", "both")
 
 logger = logging.getLogger(logs.SCORING_LOGGER)
+
+NAME_LIMIT: Final = 253
+"""Characters of a client-supplied name that a log line keeps: the longest object name
+Kubernetes allows (a DNS subdomain), so every real node and pod is logged whole and can be
+matched; a longer name, which no real object has, is cut and marked ``… (N characters)``."""
+KEY_LIMIT: Final = 63 + 1 + NAME_LIMIT  # namespace/name: a namespace has at most 63
+
+
+def bounded(text: str, limit: int = NAME_LIMIT) -> str:
+    """``text`` for a JSON line: whole up to ``limit`` characters, else cut there and marked
+    as ``requests.shorten`` marks it (JSON escapes the rest; the text line uses
+    ``requests.shorten`` itself, which escapes too)."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}… ({len(text)} characters)"
+
 # json.dumps(value, separators=(",", ":")) without building an encoder per call
 _dumps = json.JSONEncoder(separators=(",", ":")).encode
 
@@ -61,9 +79,9 @@ def _r4(x: float) -> float:
 
 def _figures(s: scoring.NodeScore, weighted: dict[str, float]) -> dict[str, Any]:
     if not s.fits:
-        return {"node": s.node, "score": s.score, "fits": False}
+        return {"node": bounded(s.node), "score": s.score, "fits": False}
     values = scoring.terms(s)
-    return {"node": s.node, "score": s.score, "fits": True, "raw": _r4(s.raw),
+    return {"node": bounded(s.node), "score": s.score, "fits": True, "raw": _r4(s.raw),
             "terms": {t: _r4(values[t]) for t in weighted},
             "strand": _r3(s.strand), "host": _r3(s.host), "pack": _r3(s.pack),
             "fresh": s.fresh, "scarce": _r3(s.scarce), "tight": _r3(s.tight),
@@ -82,10 +100,11 @@ def _deciding(s: scoring.NodeScore, weighted: dict[str, float], shown: int = 3) 
 
 def _described(s: scoring.NodeScore, weighted: dict[str, float]) -> str:
     """The node's part of the text line. Names come from the request: escaped, so that no
-    handler can be fed a forged line or a lone surrogate it cannot encode."""
+    handler can be fed a forged line or a lone surrogate it cannot encode, and cut."""
+    name = requests.shorten(s.node, NAME_LIMIT)
     if not s.fits:
-        return f"{logs.escape(s.node)}=0 (does not fit)"
-    return f"{logs.escape(s.node)}={s.score} ({_deciding(s, weighted)})"
+        return f"{name}=0 (does not fit)"
+    return f"{name}={s.score} ({_deciding(s, weighted)})"
 
 
 def _rank(s: scoring.NodeScore) -> tuple[float, str]:
@@ -187,8 +206,9 @@ class ScoringLog:
         return "".join((
             '{"time":', _dumps(when.replace("+00:00", "Z")),
             ',"level":"INFO","logger":', _dumps(self.logger.name),  # every JSON log line's keys
-            ',"event":"prioritize","pod":', _dumps(request.key),
-            ',"uid":', _dumps(request.uid), ',"profile":', _dumps(request.describe()),
+            ',"event":"prioritize","pod":', _dumps(bounded(request.key, KEY_LIMIT)),
+            ',"uid":', _dumps(bounded(request.uid)),
+            ',"profile":', _dumps(bounded(request.describe())),
             ',"nodes":', str(summary.nodes), ',"fit":', str(summary.fit),
             ',"duration_ms":', float.__repr__(round(duration_s * 1000, 3)),
             ',"weights":', _weights_json(tuple(weighted.items())),
@@ -205,7 +225,8 @@ class ScoringLog:
             weighted = weights(request)
             parts = [_described(s, weighted) for s in summary.best[:TEXT_NODES]]
         top = "; ".join(parts) or "no nodes"
-        return (f"prioritize {logs.escape(request.key)} {request.describe()}: {top} — "
+        return (f"prioritize {requests.shorten(request.key, KEY_LIMIT)} "
+                f"{requests.shorten(request.describe(), NAME_LIMIT)}: {top} — "
                 f"{summary.nodes} nodes, "
                 f"{fit} fit, {duration_s * 1000:.2f} ms")
 

@@ -27,7 +27,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 import prometheus_client
 
@@ -43,7 +43,7 @@ from aiohttp import web
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from migfit import cluster, errors, jsonwire, logs, serving
+from migfit import cluster, errors, jsonwire, requests, serving
 from migfit import metrics as common_metrics
 from migfit.certs import metrics as cert_metrics
 from migfit.certs import reloading
@@ -52,6 +52,10 @@ from migfit.extender import advice, answers, figures, filtering, scoring, scorin
 log = logging.getLogger(__name__)
 
 DEFAULT_MAX_BODY = 32 * 2**20  # a full NodeList of 5,000 nodes (non-cache mode) fits
+MAX_NODES: Final = 15_000
+"""Node names (or Nodes) one call may carry; more get 400 before any node is looked at.
+kube-scheduler sends at most every node of the cluster, and Kubernetes supports clusters of
+up to 5,000 nodes: three times that, so that no cluster meets it while a call stays small."""
 
 
 class Source(Protocol):
@@ -95,6 +99,14 @@ class ExtenderSettings:
 
 class WireError(Exception):
     """A request body that is not an ExtenderArgs; the message says what is wrong."""
+
+
+def _count_nodes(count: int, where: str, what: str) -> None:
+    """WireError when ``where`` holds more than ``MAX_NODES`` ``what``."""
+    if count > MAX_NODES:
+        raise WireError(f"{where} holds {count:,} {what}, more than the {MAX_NODES:,} this "
+                        f"extender takes in one call (Kubernetes supports clusters of up to "
+                        f"5,000 nodes); send at most {MAX_NODES:,}")
 
 
 def field(obj: Mapping[str, Any], name: str) -> Any:
@@ -146,7 +158,7 @@ class Args:
     names: list[str]
     node_list: Mapping[str, Any] | None  # the NodeList when the scheduler sent Nodes
     nodes: Mapping[str, Mapping[str, Any]]  # name -> Node object as sent (Nodes mode)
-    exotic: bool = False  # only the standard library read the body (NaN, a lone surrogate)
+    exotic: bool = False  # only the standard library read the body (a lone surrogate)
     pod_raw: bytes | None = None
 
     @property
@@ -177,7 +189,7 @@ def _pod_object(raw: bytes) -> Mapping[str, Any]:
         try:
             pod, _ = _loads(raw)
         except (ValueError, RecursionError) as exc:
-            raise WireError(f"request body is not JSON: {exc}") from None
+            raise WireError(f"request body is not valid JSON: {exc}") from None
     if not isinstance(pod, dict):
         raise WireError("ExtenderArgs.Pod must be a Pod object")
     return pod
@@ -214,8 +226,10 @@ class PodRequests:
 
 
 def _loads(body: bytes) -> tuple[Any, bool]:
-    """The body parsed by orjson, else by the standard library (which decides what JSON
-    is, as ``jsonwire.loads``); True when only the standard library could read it."""
+    """The body parsed by orjson, else by the standard library held to RFC 8259
+    (``jsonwire.loads_standard``: no NaN, no Infinity, no number beyond a 64-bit float, which
+    orjson refuses too and Go's encoding/json cannot read back); True when only the standard
+    library could read it (a lone surrogate escape)."""
     if orjson is not None:
         # A full NodeList (Nodes mode) is megabytes of fresh, acyclic dicts: the cyclic GC
         # would walk them several times while they are built, for nothing.
@@ -229,7 +243,7 @@ def _loads(body: bytes) -> tuple[Any, bool]:
         finally:
             if paused:
                 gc.enable()
-    return json.loads(body), orjson is not None
+    return jsonwire.loads_standard(body), orjson is not None
 
 
 _GC_PAUSE_BYTES = 2**20
@@ -240,12 +254,13 @@ def wire_json(value: Any, *, exotic: bool = False) -> bytes:
     anything kube-scheduler sends: orjson, unless its output holds a byte that the standard
     library escapes (non-ASCII, DEL), or the body held what only the standard library reads
     (``exotic``). Floats, which no v1.Node field carries, may be spelled otherwise (1e16,
-    not 1e+16): the same number."""
+    not 1e+16): the same number. Never NaN or Infinity, which are not JSON (``decode_args``
+    reads none; ValueError, a 500, rather than an answer Go cannot read)."""
     if not exotic:
         out = jsonwire.dumps(value)
         if out.isascii() and b"\x7f" not in out:
             return out
-    return json.dumps(value, separators=(",", ":")).encode()
+    return json.dumps(value, separators=(",", ":"), allow_nan=False).encode()
 
 
 if msgspec is not None:
@@ -283,6 +298,10 @@ def _decode_names(body: bytes) -> Args | None:
         raw_pod, raw_nodes, raw_names = top.get("Pod"), top.get("Nodes"), top.get("NodeNames")
         if raw_pod is None or raw_nodes is None or bytes(raw_nodes) != b"null":
             return None
+        if raw_names is not None:
+            # No escapes: every quote opens or closes a string, so this counts the names
+            # before a single one is made.
+            _count_nodes(bytes(raw_names).count(b'"') // 2, "ExtenderArgs.NodeNames", "names")
         names = [] if raw_names is None else _NAMES.decode(raw_names)
         pod_raw = bytes(raw_pod)
     except (msgspec.DecodeError, RecursionError):
@@ -298,7 +317,11 @@ def _decode_raw(body: bytes) -> Args | None:
     whole; a NodeNames one by ``_decode_names``. None where the body is anything else or
     anything unusual (keys in another case, escapes, bytes beyond ASCII, an error):
     ``decode_args`` then reads it the usual way, with the same answers and the same error
-    messages."""
+    messages. More than ``MAX_NODES`` Nodes are refused before any is looked at. The Nodes'
+    numbers are held to JSON's syntax (no NaN, no Infinity) but never read: one beyond a
+    64-bit float (``1e999``) is echoed as sent, valid JSON that never becomes Infinity, where
+    the usual read, which would turn it into ``inf``, refuses it (finding it here would mean
+    one more pass over every byte, most of this read's time)."""
     if msgspec is None:
         return None
     # kube-scheduler writes the Pod, then ``"Nodes":null`` in NodeNames mode: seen early.
@@ -322,6 +345,7 @@ def _decode_raw(body: bytes) -> Args | None:
         if not isinstance(pod, dict) or "items" not in node_list:
             return None
         items = _RAW_LIST.decode(node_list["items"])
+        _count_nodes(len(items), "ExtenderArgs.Nodes.items", "Nodes")
         heads = _ITEMS.decode(node_list["items"])
         meta = {k: msgspec.json.decode(v) for k, v in node_list.items() if k.lower() != "items"}
     except (msgspec.DecodeError, RecursionError):
@@ -345,7 +369,7 @@ def decode_args(body: bytes) -> Args:
     try:
         raw, exotic = _loads(body)
     except (ValueError, RecursionError) as exc:
-        raise WireError(f"request body is not JSON: {exc}") from None
+        raise WireError(f"request body is not valid JSON: {exc}") from None
     if not isinstance(raw, dict):
         raise WireError("request body must be a JSON object (ExtenderArgs)")
     pod = field(raw, "Pod")
@@ -354,6 +378,8 @@ def decode_args(body: bytes) -> Args:
     names_raw = field(raw, "NodeNames")
     nodes_raw = field(raw, "Nodes")
     if names_raw is not None:
+        if isinstance(names_raw, list):
+            _count_nodes(len(names_raw), "ExtenderArgs.NodeNames", "names")
         # set(map(type, ...)): one C-level pass; thousands of names arrive on every call.
         if not isinstance(names_raw, list) or not set(map(type, names_raw)) <= {str}:
             raise WireError("ExtenderArgs.NodeNames must be a list of strings or null")
@@ -367,6 +393,7 @@ def decode_args(body: bytes) -> Args:
         items = []
     if not isinstance(items, list):
         raise WireError("ExtenderArgs.Nodes.items must be a list of Node objects")
+    _count_nodes(len(items), "ExtenderArgs.Nodes.items", "Nodes")
     names: list[str] = []
     by_name: dict[str, Mapping[str, Any]] = {}
     for i, item in enumerate(items):
@@ -527,6 +554,13 @@ def host_priority_list(scores: Sequence[scoring.NodeScore],
 
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+_MESSAGE_LIMIT = 1000  # characters of a node's filter message in a debug line (names inside)
+
+
+def _shown(text: str, limit: int = scoring_log.NAME_LIMIT) -> str:
+    """A client-supplied value for a log line: escaped, on one line, and cut after ``limit``
+    characters (``requests.shorten``, as the webhook logs; a name of any real node whole)."""
+    return requests.shorten(text, limit)
 
 
 @web.middleware
@@ -539,8 +573,7 @@ async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
             return _json({"Error": exc.reason}, status=exc.status)
         raise
     except Exception as exc:
-        log.exception("extender: %s %s failed", logs.escape(request.method),
-                      logs.escape(request.path))
+        log.exception("extender: %s %s failed", _shown(request.method), _shown(request.path))
         return _json({"Error": f"internal error ({type(exc).__name__}); see the extender log"},
                      status=500)
 
@@ -613,13 +646,14 @@ async def _filter(request: web.Request) -> web.Response:
         for (bad, reason_code), n in result.codes.items():
             metrics.filtered.labels("unresolvable" if bad else "failed", reason_code.value).inc(n)
         if log.isEnabledFor(logging.DEBUG):
-            log.debug("filter %s %s: %d passed, %d failed, %d unresolvable",
-                      logs.escape(pod.key), pod.describe(), len(result.passed), len(result.failed),
+            key = _shown(pod.key, scoring_log.KEY_LIMIT)
+            log.debug("filter %s %s: %d passed, %d failed, %d unresolvable", key,
+                      _shown(pod.describe()), len(result.passed), len(result.failed),
                       len(result.unresolvable))
             for group in (result.unresolvable, result.failed):
                 for name, reasons in group.items():
-                    log.debug("filter %s: %s: %s", logs.escape(pod.key), logs.escape(name),
-                              messages.of(reasons))
+                    log.debug("filter %s: %s: %s", key, _shown(name),
+                              _shown(messages.of(reasons), _MESSAGE_LIMIT))
         return _json(filter_result(args, result, messages=messages))
 
     return await _verb(request, verb="filter", error=_error_filter_result, answer=answer)

@@ -6,11 +6,17 @@ which has the last word; one difference remains: orjson reads an integer beyond 
 float, which no Kubernetes object carries), and ``dumps`` gives compact UTF-8 bytes
 (anything orjson cannot encode, such as a lone surrogate, goes through the standard library
 with ASCII escapes). orjson is several times faster on AdmissionReview-sized bodies.
+
+``loads_standard`` is the standard library's reading held to RFC 8259, as orjson and Go's
+encoding/json hold it: ``NaN``, ``Infinity`` and ``-Infinity`` (which ``json.loads`` reads)
+and numbers beyond a 64-bit float (which it reads as ``inf``, or as an integer no float holds)
+are refused, so that nothing read can make an answer that a Go client cannot read.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from typing import Any, Final
 
 try:
@@ -42,3 +48,34 @@ def dumps(value: Any) -> bytes:
         except TypeError:
             pass  # e.g. a lone surrogate: the standard library escapes it
     return json.dumps(value, separators=(",", ":")).encode()
+
+
+def _shown(text: str) -> str:
+    return text if len(text) <= 24 else f"{text[:20]}… ({len(text)} characters)"
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON value (RFC 8259 has no NaN or Infinity)")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if math.isinf(value):
+        raise ValueError(f"the number {_shown(text)} is beyond a 64-bit float")
+    return value
+
+
+def _finite_int(text: str) -> int:
+    # 309 digits and more may pass the largest double (1.8e308); float() says whether they do,
+    # before int() meets the standard library's cap on digits (4,300).
+    if len(text) > 308 and math.isinf(float(text)):
+        raise ValueError(f"the number {_shown(text)} is beyond a 64-bit float")
+    return int(text)
+
+
+def loads_standard(data: bytes | str) -> Any:
+    """Parse one JSON document with the standard library, held to RFC 8259: ValueError (or
+    RecursionError) when it is not one, and ValueError for ``NaN``, ``Infinity``,
+    ``-Infinity`` and any number beyond a 64-bit float (orjson refuses them all too)."""
+    return json.loads(data, parse_constant=_no_constant, parse_float=_finite_float,
+                      parse_int=_finite_int)

@@ -147,8 +147,10 @@ def parse(
     if not containers:
         raise RequestError("the pod has no containers to give GPU memory to")
 
+    regular = frozenset(containers)  # a lookup per key, not a scan of the list
+
     def check_container(key: str, name: str) -> None:
-        if name in containers:
+        if name in regular:
             return
         if name in init_containers:
             raise RequestError(

@@ -38,6 +38,8 @@ NO_HOST: Final[Host] = (0, 0)
 
 _NOMINAL: Final = re.compile(r"\.(\d+)gb")
 ANY_GPU: Final = "use a whole GPU (nvidia.com/gpu) instead"
+#: Containers a message lists by name at most (the rest are counted).
+_SHOWN: Final = 8
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -504,7 +506,11 @@ def affinity_values(
         return None
     common = set.intersection(*(v for _, v in sets))
     if not common:
-        detail = "; ".join(f"{requests.shorten(c)}: {', '.join(sorted(v))}" for c, v in sets)
+        # At most _SHOWN containers: a pod may have up to reading.MAX_INSTANCES of them.
+        detail = "; ".join(f"{requests.shorten(c)}: {', '.join(sorted(v))}"
+                           for c, v in sets[:_SHOWN])
+        if len(sets) > _SHOWN:
+            detail += f"; and {len(sets) - _SHOWN} more"
         raise Denied(f"the containers need GPUs no single node has ({detail}); give them "
                      f"requests that fit the same profile and GPU model, or split the pod")
     return sorted(common)

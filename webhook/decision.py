@@ -122,6 +122,7 @@ def _decide(pod: Mapping[str, Any], *, supply: view.Supply, policy: Policy) -> V
         return Verdict(outcome="skipped", allowed=True, warnings=parsed.notes)
     containers, init_names = reading.containers_of(pod)
     names = [c.name for c in containers]
+    reading.check_instances(annotations, names)  # before the work that scales with them
     try:
         parsed = requests.parse(annotations, containers=names, init_containers=init_names)
     except requests.RequestError as exc:

@@ -1,4 +1,5 @@
-"""Reading an admission's Pod: its annotations and containers, checked for the shapes the API sends.
+"""Reading an admission's Pod: its annotations and containers, checked for the shapes the API sends
+and for how many MIG instances they ask (``MAX_INSTANCES``).
 
 The decision reads only these (and the Supply): ``memo_key`` turns exactly them into a hashable
 key, so that an identical request against the same supply can reuse a ready answer. Client
@@ -10,7 +11,7 @@ no I/O, no HTTP.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Hashable, Mapping
+from collections.abc import Hashable, Mapping, Sequence
 from typing import Any, Final
 
 from migfit import decoding, errors, keys, requests
@@ -19,6 +20,21 @@ from migfit import decoding, errors, keys, requests
 _FREEZE_DEPTH: Final = 16
 #: Every GPU resource name starts so (``decoding.is_gpu_resource`` decides the rest).
 _GPU_VENDOR: Final = "nvidia.com/"
+#: GPUs on the largest MIG nodes: HGX and DGX boards of 8 (A100, H100, H200, B200, B300).
+NODE_GPUS: Final = 8
+#: MIG instances one GPU holds at most: one per compute slice (7g: 7 on every model of the
+#: catalog but the A30 and RTX PRO, which hold fewer).
+GPU_INSTANCES: Final = 7
+#: MIG instances one pod may ask for. Each container given GPU memory gets an instance of its
+#: own (DESIGN §4) and a pod runs on one node, so more than the largest node holds
+#: (``NODE_GPUS`` × ``GPU_INSTANCES`` = 56) can never run; 64 leaves room above that. It is
+#: checked before any per-container work: a 1 MiB request holds a pod of 16,000 annotated
+#: containers, whose answer took seconds of the event loop and 6.7 MB, and whose
+#: ``migfit.io/decision`` passed the API server's 256 KiB of annotations.
+MAX_INSTANCES: Final = 64
+#: The annotation prefixes that name one container each.
+_PER_CONTAINER: Final = (requests.GPU_MEMORY_PREFIX, requests.GPU_COMPUTE_PREFIX,
+                         requests.GPU_MEDIA_PREFIX)
 
 
 class Denied(errors.UsageError):
@@ -75,6 +91,34 @@ def containers_of(pod: Mapping[str, Any]) -> tuple[list[Container], list[str]]:
     init_names = [c["name"] for c in init if isinstance(c, Mapping)
                   and isinstance(c.get("name"), str)] if isinstance(init, list) else []
     return out, init_names
+
+
+def instances_asked(annotations: Mapping[str, str], names: Sequence[str]) -> int:
+    """How many containers migfit's annotations ask a MIG instance for: those of ``names``
+    (the pod's containers) a per-container key names (gpu-memory, gpu-compute or gpu-media),
+    and the main container when the pod-wide gpu-memory key is present. From the keys
+    alone, in one pass: no value is parsed. Keys naming no container are not counted
+    (``requests.parse`` refuses them by name)."""
+    containers = set(names)
+    asked = {key[len(prefix):] for key in annotations for prefix in _PER_CONTAINER
+             if key.startswith(prefix) and key[len(prefix):] in containers}
+    if requests.GPU_MEMORY in annotations:
+        main, _note = requests.default_container(annotations, names)
+        if main is not None:
+            asked.add(main)
+    return len(asked)
+
+
+def check_instances(annotations: Mapping[str, str], names: Sequence[str]) -> None:
+    """Denied when the pod asks for more than ``MAX_INSTANCES`` MIG instances."""
+    asked = instances_asked(annotations, names)
+    if asked > MAX_INSTANCES:
+        raise Denied(
+            f"the pod asks for {asked} MIG instances, one per container its "
+            f"{keys.ANNOTATION_PREFIX.rstrip('/')} annotations name; all of a pod's instances "
+            f"must be on its one node, and the largest MIG nodes hold {NODE_GPUS * GPU_INSTANCES} "
+            f"({NODE_GPUS} GPUs × {GPU_INSTANCES}): give GPU memory to at most "
+            f"{MAX_INSTANCES} containers, or split the pod into several")
 
 
 # ---------------------------------------------------------------- the memo key

@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import collections
 import dataclasses
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
 
@@ -122,12 +123,15 @@ class State:
     _fallback: view.Supply = dataclasses.field(init=False, repr=False)
     #: Answers by the exact bytes of the request but its uid (``_exact_key``): a pod of a
     #: workload's burst is answered without being parsed. As many entries as ``memo`` holds,
-    #: at most ``EXACT_ENTRIES``, each key at most ``EXACT_BYTES``: a few MiB at most.
+    #: at most ``EXACT_ENTRIES``, each key at most ``EXACT_BYTES``, and bounded in bytes as
+    #: ``memo`` is (an answer kept in both counts in both).
     exact: DecisionMemo[Answer] = dataclasses.field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         self._fallback = view.Supply.from_catalog(self.settings.policy.fallback_models)
-        self.exact = memo.DecisionMemo(min(self.memo.capacity, EXACT_ENTRIES))
+        self.exact = memo.DecisionMemo(min(self.memo.capacity, EXACT_ENTRIES),
+                                       max_bytes=self.memo.max_bytes,
+                                       max_entry_bytes=self.memo.max_entry_bytes)
 
     @property
     def synced(self) -> bool:
@@ -331,7 +335,14 @@ def _count(state: State, ready: Answer, dry_run: bool, started: float,
         named = admission()
         log.info("%s %s/%s: %s", verdict.outcome, _shown(named.get("namespace", "")),
                  _shown(named.get("name", "") or "(generated)"),
-                 verdict.message or ",".join(verdict.profiles))
+                 verdict.message or counted(verdict.profiles))
+
+
+def counted(profiles: Sequence[str]) -> str:
+    """The profiles of a log line, each once in order of first use with how many times it
+    was chosen when more than once: ``1g.10gb×3,3g.40gb`` (a pod's instances are bounded,
+    ``reading.MAX_INSTANCES``, and its profiles by the catalog's)."""
+    return ",".join(p if n == 1 else f"{p}×{n}" for p, n in collections.Counter(profiles).items())
 
 
 _IGNORED: Final = answer_for(decision.Verdict(outcome="ignored", allowed=True))

@@ -1,0 +1,185 @@
+"""Hostile requests to the extender over a real socket: too many nodes, JSON that is not JSON,
+names megabytes long.
+
+A call with a million unknown names took 43 s, answered 46 MB (a failure message per name)
+and held 510 MB; a Node holding ``NaN``, ``-Infinity`` or ``1e999`` was echoed as ``NaN`` and
+``Infinity``, which Go's encoding/json cannot read, with a 200; a 5 MiB node or pod name made
+a 5 MB scoring-log line on every prioritize call.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestClient
+from extender_builders import args, args_nodes, build, node, pod
+
+from migfit.extender import scoring_log, server
+
+Client = TestClient[web.Request, web.Application]
+
+
+@pytest.fixture
+async def client(aiohttp_client: Any) -> Client:
+    model = build([node("a", {"1g.10gb": 7}), node("b", {"3g.40gb": 2})])
+    app = server.make_app(settings=server.ExtenderSettings(log_format="both"), cluster=model)
+    made: Client = await aiohttp_client(app)
+    return made
+
+
+async def _post(client: Client, verb: str, body: bytes) -> tuple[int, bytes]:
+    resp = await client.post(f"/{verb}", data=body, headers={"Content-Type": "application/json"})
+    return resp.status, await resp.read()
+
+
+def _not_a_constant(name: str) -> Any:
+    raise AssertionError(f"the answer holds {name}, which is not JSON")
+
+
+def _strict(body: bytes) -> Any:
+    """The answer read as Go reads JSON: no NaN, no Infinity."""
+    return json.loads(body, parse_constant=_not_a_constant)
+
+
+# ---------------------------------------------------------------- at most MAX_NODES a call
+
+
+def _names_body(names: list[str], *, escaped: bool) -> bytes:
+    body = json.dumps(args(pod("want"), names), separators=(",", ":"))
+    # An escape sends the body past the fast read (msgspec) to the usual one (orjson).
+    return body.replace('"want"', '"w\\u0061nt"', 1).encode() if escaped else body.encode()
+
+
+def _nodes_body(count: int, *, lower_case: bool) -> bytes:
+    items = [{"metadata": {"name": f"n{i}"}} for i in range(count)]
+    body = args_nodes(pod("want"), items)
+    if lower_case:  # keys in another case: the usual read
+        body = {k.lower(): v for k, v in body.items()}
+    return json.dumps(body, separators=(",", ":")).encode()
+
+
+@pytest.mark.parametrize("verb", ["filter", "prioritize"])
+@pytest.mark.parametrize("escaped", [False, True], ids=["fast-read", "usual-read"])
+async def test_more_node_names_than_the_cap_get_400_naming_it(
+        client: Client, verb: str, escaped: bool) -> None:
+    names = [f"unknown-{i}" for i in range(server.MAX_NODES + 1)]
+    status, body = await _post(client, verb, _names_body(names, escaped=escaped))
+    assert status == 400
+    error = _strict(body)["Error"]
+    assert "NodeNames" in error and f"{server.MAX_NODES + 1:,} names" in error
+    assert f"at most {server.MAX_NODES:,}" in error
+    assert len(body) < 1000  # no message per name
+    status, body = await _post(client, verb, _names_body(names[:-1], escaped=escaped))
+    assert status == 200  # the cap itself is taken
+
+
+@pytest.mark.parametrize("verb", ["filter", "prioritize"])
+@pytest.mark.parametrize("lower_case", [False, True], ids=["fast-read", "usual-read"])
+async def test_more_nodes_than_the_cap_get_400_naming_it(
+        client: Client, verb: str, lower_case: bool) -> None:
+    status, body = await _post(client, verb,
+                               _nodes_body(server.MAX_NODES + 1, lower_case=lower_case))
+    assert status == 400
+    error = _strict(body)["Error"]
+    assert "Nodes.items" in error and f"{server.MAX_NODES + 1:,} Nodes" in error
+    assert f"at most {server.MAX_NODES:,}" in error
+    status, body = await _post(client, verb, _nodes_body(server.MAX_NODES, lower_case=lower_case))
+    assert status == 200
+
+
+# ---------------------------------------------------------------- NaN, Infinity, 1e999
+
+_HOLE = '"__number__"'
+
+
+def _in_node(number: str, *, ascii_only: bool = True) -> bytes:
+    item = node("a", {"1g.10gb": 7})
+    item["x"] = "__number__"
+    if not ascii_only:  # a byte beyond ASCII: the usual read
+        item["metadata"]["labels"]["team"] = "naïve"
+    text = json.dumps(args_nodes(pod("want"), [item]), separators=(",", ":"),
+                      ensure_ascii=ascii_only)
+    return text.replace(_HOLE, number).encode()
+
+
+def _in_pod(number: str, *, nodes: bool = False) -> bytes:
+    want = pod("want")
+    want["metadata"]["x"] = "__number__"
+    body = args_nodes(want, [node("a", {"1g.10gb": 7})]) if nodes else args(want, ["a", "b"])
+    return json.dumps(body, separators=(",", ":")).replace(_HOLE, number).encode()
+
+
+BODIES: dict[str, Callable[[], bytes]] = {
+    "NaN in a Node": lambda: _in_node("NaN"),
+    "-Infinity in a Node": lambda: _in_node("-Infinity"),
+    "NaN and Infinity in a Node": lambda: _in_node('NaN,"y":-Infinity'),
+    "1e999 in a Node read whole": lambda: _in_node("1e999", ascii_only=False),
+    "an integer beyond a double in a Node": lambda: _in_node("9" * 400, ascii_only=False),
+    "NaN in the Pod, NodeNames": lambda: _in_pod("NaN"),
+    "1e999 in the Pod, NodeNames": lambda: _in_pod("1e999"),
+    "-1e999 in the Pod, Nodes": lambda: _in_pod("-1e999", nodes=True),
+    "Infinity in the Pod, Nodes": lambda: _in_pod("Infinity", nodes=True),
+}
+
+
+@pytest.mark.parametrize("verb", ["filter", "prioritize"])
+@pytest.mark.parametrize("case", list(BODIES))
+async def test_numbers_json_has_not_get_400_saying_the_body_is_not_valid_json(
+        client: Client, verb: str, case: str) -> None:
+    status, body = await _post(client, verb, BODIES[case]())
+    assert status == 400, body[:300]
+    error = _strict(body)["Error"]  # the answer itself is JSON Go can read
+    assert error.startswith("request body is not valid JSON: "), error
+    assert len(error) < 300
+
+
+# ---------------------------------------------------------------- names in log lines
+
+LONG = 2**20  # characters of each hostile name
+
+
+async def test_scoring_log_lines_cut_long_node_pod_and_profile_names(
+        client: Client, caplog: pytest.LogCaptureFixture) -> None:
+    hostile = pod("p" * LONG, [{"q" * LONG: 1}], namespace="n" * LONG)
+    names = ["a", "b", "z" * LONG]
+    with caplog.at_level(logging.INFO, logger="migfit.scoring"):
+        status, body = await _post(client, "prioritize",
+                                   json.dumps(args(hostile, names)).encode())
+        assert status == 200
+        assert len(_strict(body)) == 3
+        client.app[server.SCORING_LOG].flush()  # lines written after the response
+    text_line, json_line = (r.getMessage() for r in caplog.records)
+    marker = f"… ({LONG} characters)"
+    for line in (text_line, json_line):
+        assert len(line) < 8 * scoring_log.KEY_LIMIT + 4000, len(line)
+        assert f" ({LONG} characters)" in line  # JSON writes the … as \u2026
+    record = json.loads(json_line)
+    assert record["pod"] == ("n" * LONG + "/" + "p" * LONG)[:scoring_log.KEY_LIMIT] + \
+        f"… ({2 * LONG + 1} characters)"
+    assert len(record["uid"]) < scoring_log.NAME_LIMIT + 30
+    assert record["uid"].endswith(" characters)")
+    assert record["profile"] == "q" * scoring_log.NAME_LIMIT + marker
+    logged = [s["node"] for s in record["scores"]]
+    assert "z" * scoring_log.NAME_LIMIT + marker in logged
+    assert {"a", "b"} <= set(logged)  # real names whole
+    assert text_line.startswith("prioritize " + "n" * scoring_log.KEY_LIMIT + "…")
+
+
+async def test_filter_debug_lines_cut_long_names(
+        client: Client, caplog: pytest.LogCaptureFixture) -> None:
+    hostile = pod("p" * LONG, [{"q" * LONG: 1}], namespace="n" * LONG)
+    with caplog.at_level(logging.DEBUG, logger="migfit.extender.server"):
+        status, body = await _post(client, "filter",
+                                   json.dumps(args(hostile, ["a", "z" * LONG])).encode())
+    assert status == 200
+    assert _strict(body)["NodeNames"] == []
+    lines = [r.getMessage() for r in caplog.records if r.name == "migfit.extender.server"]
+    assert len(lines) == 3  # the summary, then a line per refused node
+    for line in lines:
+        assert len(line) < 4000, len(line)
+        assert f"… ({LONG} characters)" in line or f"… ({2 * LONG + 1} characters)" in line

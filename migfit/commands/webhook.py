@@ -32,7 +32,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--access-log", action="store_true", help="log every HTTP request")
     parser.add_argument("--decision-memo", type=int, default=memo.DEFAULT_CAPACITY,
                         metavar="N", help="answers remembered for repeated requests against "
-                        f"an unchanged supply (0: none; default {memo.DEFAULT_CAPACITY})")
+                        f"an unchanged supply, at most {memo.DEFAULT_MAX_BYTES // 2**20} MiB "
+                        f"in all and none over {memo.DEFAULT_MAX_ENTRY_BYTES // 1024} KiB "
+                        f"(0: none; default {memo.DEFAULT_CAPACITY})")
     serving.add_limit_arguments(parser.add_argument_group(
         "connections", "bounds on what clients may hold (kube-apiserver reconnects cheaply)"))
     parser.add_argument("--log-level", default="info",

@@ -75,7 +75,13 @@ def pod_to_decide(request: Mapping[str, Any]) -> Any:
         return None
     if request.get("subResource"):
         return None
-    return request.get("object")
+    obj = request.get("object")
+    # A Pod's CREATE always carries the Pod: one without is malformed (decide_review says
+    # so), not a request to let through untouched.
+    return _NO_OBJECT if obj is None else obj
+
+
+_NO_OBJECT: Any = ()  # not a Mapping: ``decide_review`` answers it as malformed
 
 
 def decide_pod(pod: Mapping[str, Any], *, supply: view.Supply, policy: Policy) -> Verdict:

@@ -113,3 +113,22 @@ def test_the_extender_text_line_escapes_node_names() -> None:
     scores = [scoring.NodeScore(node="gpu-\ud800\nCRITICAL forged", score=0, fits=False)]
     line = scoring_log.ScoringLog().text_line(request, scores, 0.001)
     assert line.isprintable() and line.encode("utf-8")
+
+
+@pytest.mark.parametrize("drop", ["missing", "null"])
+async def test_a_pod_create_without_its_object_is_malformed_not_let_through(
+        make_client: MakeClient, drop: str) -> None:
+    # kube-apiserver always sends the Pod of a CREATE; one without it was allowed untouched.
+    sent = s.review(s.pod({requests.GPU_MEMORY: "8Gi"}))
+    if drop == "missing":
+        del sent["request"]["object"]
+    else:
+        sent["request"]["object"] = None
+    response = await post(make_client, sent)
+    assert response["allowed"] is False
+    assert response["status"]["code"] == 400
+    assert "no Pod object" in response["status"]["message"]
+    # a DELETE carries no object and is let through untouched, as before
+    gone = s.review(s.pod({requests.GPU_MEMORY: "8Gi"}), operation="DELETE")
+    gone["request"]["object"] = None
+    assert (await post(make_client, gone))["allowed"] is True

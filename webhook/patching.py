@@ -9,6 +9,7 @@ I/O, no HTTP.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Any, Final, Literal, NotRequired, TypedDict
 
@@ -24,6 +25,14 @@ class PatchOp(TypedDict):
     op: Literal["add", "remove"]
     path: str
     value: NotRequired[Any]
+
+
+def _shown(value: object) -> str:
+    """A quantity as the pod spells it (JSON for one that is not a string: ``{"a": 1}``, not
+    Python's ``{'a': 1}``), shortened."""
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False,
+                                                             default=str)
+    return requests.shorten(text)
 
 
 def escape(token: str) -> str:
@@ -65,7 +74,7 @@ def resource_ops(c: Container, resource: str, *, owned: str | None) -> list[Patc
             else:
                 raise Denied(
                     f"container {requests.quote(c.name)} already requests "
-                    f"{requests.shorten(name, 100)}: {requests.shorten(str(value))}; remove "
+                    f"{requests.shorten(name, 100)}: {_shown(value)}; remove "
                     f"that resource to let migfit choose, or remove the {requests.GPU_MEMORY} "
                     f"annotations to keep it")
         if not has_target:

@@ -176,6 +176,10 @@ def test_a_container_with_other_gpu_resources_is_denied() -> None:
     containers = [{"name": "main", "resources": {"limits": {"nvidia.com/mig-1g.10gb": "2"}}}]
     verdict = decide(s.pod({requests.GPU_MEMORY: "8Gi"}, containers=containers))
     assert not verdict.allowed and "already requests nvidia.com/mig-1g.10gb" in verdict.message
+    # a value that is not a quantity string is shown as the pod's JSON has it, not Python's
+    containers = [{"name": "main", "resources": {"limits": {"nvidia.com/gpu": {"a": 1}}}}]
+    verdict = decide(s.pod({requests.GPU_MEMORY: "8Gi"}, containers=containers))
+    assert 'already requests nvidia.com/gpu: {"a": 1};' in verdict.message
 
 
 def test_existing_resources_are_kept_and_missing_parents_created() -> None:

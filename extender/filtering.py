@@ -319,13 +319,20 @@ def message(reason: Reason) -> str:
         return f"{head}; its GPU model is unknown ({reason.detail})"
     if c is Code.TOO_FEW_ADVERTISED:
         return (f"node advertises {reason.allocatable} {reason.profile} in all; the pod "
-                f"needs {reason.need}")
+                f"needs {_count(reason.need)}")
     if c is Code.MEMORY_TOO_SMALL:
         on = f" on {reason.model}" if reason.model else ""
         return (f"{reason.profile}{on} has {reason.memory_mib} MiB usable, below the "
                 f"{reason.request_mib} MiB requested")
     return (f"every {reason.profile} instance is in use" if reason.free == 0
-            else f"only {reason.free} {reason.profile} free; the pod needs {reason.need}")
+            else f"only {reason.free} {reason.profile} free; the pod needs "
+            f"{_count(reason.need)}")
+
+
+def _count(n: int) -> str:
+    """An instance count for a message: as it is, or ``about 1e+100`` for one no node could
+    hold (a pod's limit may be any integer quantity)."""
+    return str(n) if n < 10**6 else f"about {n:.0e}"
 
 
 def node_message(reasons: Sequence[Reason]) -> str:

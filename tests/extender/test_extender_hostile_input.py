@@ -183,3 +183,13 @@ async def test_filter_debug_lines_cut_long_names(
     for line in lines:
         assert len(line) < 4000, len(line)
         assert f"… ({LONG} characters)" in line or f"… ({2 * LONG + 1} characters)" in line
+
+
+async def test_an_absurd_instance_count_is_named_briefly(client: Client) -> None:
+    # A limit of "1e100" is an integer quantity: the reason printed its 101 digits.
+    want = pod("want")
+    want["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/mig-1g.10gb"] = "1e100"
+    status, body = await _post(client, "filter", json.dumps(args(want, ["a"])).encode())
+    assert status == 200
+    reason = _strict(body)["FailedAndUnresolvableNodes"]["a"]
+    assert reason == "node advertises 7 1g.10gb in all; the pod needs about 1e+100"

@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import errno
 import logging
+import signal
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -215,7 +216,18 @@ async def _serve_with(
                 await usage_task
 
 
+def _terminated(signum: int, _frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
 def run(args: argparse.Namespace) -> int:
     logs.configure(level=args.log_level, style=logs.style_of(args.log_format))
-    serving.run(_serve(args))
+    # Until the servers take SIGTERM over (once serving), it unwinds like Ctrl-C rather than
+    # killing the process outright: the throwaway certificate folder, which holds a CA key,
+    # is removed on the way out.
+    previous = signal.signal(signal.SIGTERM, _terminated)
+    try:
+        serving.run(_serve(args))
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     return 0

@@ -175,3 +175,25 @@ def test_the_readme_scoring_line_is_the_real_one(served: Served) -> None:
         return re.sub(r"\d+\.\d+ ms$", "N ms", line)
     assert durationless(real) == durationless(shown), (
         f"README.md's scoring line is stale; the server prints:\n{real}")
+
+
+def test_sigterm_while_starting_removes_the_throwaway_certificates(tmp_path: Path) -> None:
+    # Without --cert-dir the CA key sits in a temporary folder. SIGTERM before the servers
+    # had taken it over killed the process outright and left that folder (and key) behind.
+    proc = subprocess.Popen(
+        ["migfit", "serve", "--webhook-port", str(_free_port()), "--extender-port",
+         str(_free_port())], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        text=True, env={**os.environ, "TMPDIR": str(tmp_path)})
+    try:
+        deadline = time.monotonic() + 30
+        while not list(tmp_path.glob("migfit-serve-*")) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert list(tmp_path.glob("migfit-serve-*")), "serve made no certificate folder"
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode in (0, 128 + signal.SIGTERM), out
+    assert "Traceback" not in out
+    assert list(tmp_path.glob("migfit-serve-*")) == []

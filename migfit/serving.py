@@ -66,6 +66,8 @@ DEFAULT_MAX_CONNECTIONS = 1000
 # A quarter of the slots per client address: the API servers (the webhook's clients) and
 # kube-scheduler (the extender's) keep a few keep-alive connections each and open more only
 # under bursts, so three API servers at this bound still leave room for every other client.
+# One API server calls the webhook for at most --max-mutating-requests-inflight pod creations
+# at once (200 by default), one connection each over HTTP/1.1: within this bound.
 DEFAULT_MAX_PER_CLIENT = 250
 TLS_BUFFER_BYTES = 16 * 1024
 # After an answer sent before the body was read in full (408, 413), the rest of the body is

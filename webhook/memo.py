@@ -141,13 +141,17 @@ class DecisionMemo(Generic[T]):
         self.stats.hits += 1
         return found[0]
 
-    def put(self, key: Hashable, supply: view.Supply, entry: T) -> None:
+    def put(self, key: Hashable, supply: view.Supply, entry: T, *,
+            size: int | None = None) -> None:
         """Remember ``entry`` for ``key`` against ``supply`` unless it holds more than
-        ``max_entry_bytes``, forgetting the least recent ones beyond the bounds."""
+        ``max_entry_bytes``, forgetting the least recent ones beyond the bounds. ``size``:
+        the caller's estimate of what key and entry hold (an upper bound it can make in
+        O(1)); None: measured (``footprint``, tens of µs for a typical answer)."""
         if self.capacity == 0:
             return
         self._for(supply)
-        size = _TABLE_BYTES + footprint((key, entry), self.max_entry_bytes)
+        size = _TABLE_BYTES + (footprint((key, entry), self.max_entry_bytes) if size is None
+                               else size)
         old = self._entries.pop(key, None)
         if old is not None:
             self._bytes -= old[1]

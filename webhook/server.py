@@ -17,7 +17,7 @@ import collections
 import dataclasses
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Hashable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
 
@@ -294,6 +294,19 @@ def _exact_key(body: bytes) -> tuple[str, ExactKey, dict[str, Any]] | None:
     return uid, tuple([(k, bytes(v)) for k, v in fields.items()]), fields
 
 
+# What a memo entry's answer holds, estimated from its encoded tail rather than walked
+# (``memo.footprint`` over the verdict's patch objects took 30-odd µs per typical answer, on
+# every miss): 7.2-7.5 times the tail for pods of 1 to 64 GPU containers; the key, a few
+# small objects, is walked.
+ANSWER_PER_TAIL_BYTE: Final = 8
+
+
+def entry_size(key: Hashable, ready: Answer, limit: int) -> int:
+    """About what a memo entry of ``key`` and ``ready`` holds (the answer's part an upper
+    bound); the walk of the key stops past ``limit``."""
+    return memo.footprint(key, limit) + ANSWER_PER_TAIL_BYTE * len(ready.tail)
+
+
 def answer_bytes(body: bytes, *, state: State) -> tuple[int, bytes]:
     """``answer`` encoded: what ``POST /mutate`` sends."""
     started = time.perf_counter()
@@ -319,7 +332,8 @@ def answer_bytes(body: bytes, *, state: State) -> tuple[int, bytes]:
         return exc.status, jsonwire.dumps({"error": exc.message, "status": exc.status})
     ready = _decided(uid, admission, state)
     if exact is not None and ready.verdict.code != 500:
-        state.exact.put(exact[1], supply, ready)
+        state.exact.put(exact[1], supply, ready,
+                        size=entry_size(exact[1], ready, state.exact.max_entry_bytes))
     _count(state, ready, admission.get("dryRun") is True, started, lambda: admission)
     return 200, encode_review(uid, ready)
 
@@ -369,7 +383,8 @@ def _decided(uid: str, admission: Mapping[str, Any], state: State) -> Answer:
             message="the migfit webhook failed to decide; see its log"))
     ready = answer_for(verdict)
     if key is not None:
-        state.memo.put(key, supply, ready)
+        state.memo.put(key, supply, ready,
+                       size=entry_size(key, ready, state.memo.max_entry_bytes))
     return ready
 
 

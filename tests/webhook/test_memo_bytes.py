@@ -114,3 +114,19 @@ async def test_the_default_bytes_hold_the_default_count_of_typical_answers(
     response = await post(client, s.review(pod))
     assert response["allowed"] is True and len(state.memo) == 1
     assert state.memo.bytes * memo.DEFAULT_CAPACITY <= memo.DEFAULT_MAX_BYTES
+
+
+def test_the_answer_estimate_bounds_what_an_answer_holds() -> None:
+    # The server sizes a memo entry's answer from its encoded tail (server.entry_size), not
+    # by walking the verdict's patch objects on every miss: the factor must cover them.
+    from migfit.webhook import decision
+
+    supply = s.supply_of(s.make_cluster())
+    for n in (1, 3, 16, 64):
+        names = [f"c{j}" for j in range(n)]
+        pod = s.pod({requests.GPU_MEMORY_PREFIX + c: "8Gi" for c in names},
+                    containers=[{"name": c, "env": ENV[:2]} for c in names])
+        ready = server.answer_for(decision.decide_pod(pod, supply=supply, policy=s.POLICY))
+        assert ready.verdict.allowed
+        walked = memo.footprint(ready, 10**9)
+        assert walked <= server.ANSWER_PER_TAIL_BYTE * len(ready.tail) <= 1.25 * walked, n

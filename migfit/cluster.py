@@ -69,6 +69,8 @@ class Cluster:
         # sums (NodeState.other_*). Three numbers per pod of the cluster, whatever the order
         # in which nodes and pods are listed.
         self._others: dict[str, tuple[str, int, int]] = {}
+        # The names (Nodes) or uids (Pods) a list in progress has shown so far (begin_list).
+        self._listing: dict[Kind, set[str]] = {}
         self._other_use: dict[str, tuple[int, int]] = {}
         self.classes_generation = 0
         self.synced = False
@@ -162,21 +164,34 @@ class Cluster:
 
     def replace(self, kind: Kind, objects: list[dict[str, Any]]) -> None:
         """A complete list of ``kind``: objects missing from it are removed."""
-        if kind == "Node":
-            seen: set[str] = set()
-            for obj in objects:
+        self.begin_list(kind)
+        self.list_page(kind, objects)
+        self.end_list(kind)
+
+    def begin_list(self, kind: Kind) -> None:
+        """A list of ``kind`` starts (again, when one was abandoned part way)."""
+        self._listing[kind] = set()
+
+    def list_page(self, kind: Kind, objects: list[dict[str, Any]]) -> None:
+        """One page of a list: its objects applied now, and noted as listed."""
+        seen = self._listing.setdefault(kind, set())
+        for obj in objects:
+            if kind == "Node":
                 name = fields.as_dict(obj.get("metadata")).get("name")
                 if isinstance(name, str):
                     seen.add(name)
-                self.apply("Node", "ADDED", obj)
+            else:
+                seen.add(uid_of(obj))
+            self.apply(kind, "ADDED", obj)
+
+    def end_list(self, kind: Kind) -> None:
+        """The list is complete: what none of its pages held is removed."""
+        seen = self._listing.pop(kind, set())
+        if kind == "Node":
             for name in [n for n in self._nodes if n not in seen]:
                 self._remove_node(name)
         else:
-            seen_uids: set[str] = set()
-            for obj in objects:
-                seen_uids.add(uid_of(obj))
-                self.apply("Pod", "ADDED", obj)
-            for uid in [u for u in (*self._pods, *self._others) if u not in seen_uids]:
+            for uid in [u for u in (*self._pods, *self._others) if u not in seen]:
                 self._remove_pod(uid)
 
     def apply(self, kind: Kind, event_type: EventType, obj: Mapping[str, Any]) -> None:

@@ -34,10 +34,21 @@ _EVENT_TYPES: Final[frozenset[str]] = frozenset({"ADDED", "MODIFIED", "DELETED"}
 
 
 class Sink(Protocol):
-    """What the source feeds: the cluster model implements it; objects are raw API JSON."""
+    """What the source feeds: the cluster model implements it; objects are raw API JSON.
 
-    def replace(self, kind: Kind, objects: list[dict[str, Any]]) -> None:
-        """A complete list of ``kind``: objects the sink holds that are missing are removed."""
+    A list arrives page by page, so that the raw JSON of 150,000 pods is never held at once:
+    ``begin_list``, then ``list_page`` for each page (its objects applied as they come), then
+    ``end_list`` when the list is complete (objects the sink holds that were not listed are
+    removed). A list abandoned part way (its continue token expired) begins again."""
+
+    def begin_list(self, kind: Kind) -> None:
+        """A list of ``kind`` starts (again): forget what an abandoned one had seen."""
+
+    def list_page(self, kind: Kind, objects: list[dict[str, Any]]) -> None:
+        """One page of the list: each object as it is now."""
+
+    def end_list(self, kind: Kind) -> None:
+        """The list is complete: remove the objects of ``kind`` none of its pages held."""
 
     def apply(self, kind: Kind, event_type: EventType, obj: dict[str, Any]) -> None:
         """One change, already filtered: never a repeat of the version the sink holds, and
@@ -287,10 +298,12 @@ class KubernetesSource:
                                   read_timeout_s=read_timeout_s)
 
     async def _list(self, api: kube.KubeClient, kind: Kind) -> str:
-        """One complete, paginated list; hands it to the sink and returns its resourceVersion."""
-        objects: list[dict[str, Any]] = []
+        """One complete, paginated list, handed to the sink page by page (the raw JSON of
+        one page held at a time); returns its resourceVersion."""
+        versions: dict[str, _Version] = {}
         resource_version = ""
         token: str | None = None
+        self._sink.begin_list(kind)
         while True:
             query = [("limit", str(self._settings.page_size))]
             if token:
@@ -309,8 +322,11 @@ class KubernetesSource:
             finally:
                 response.release()
             page = json.loads(body)
-            items = page.get("items") or []
-            objects.extend(item for item in items if isinstance(item, dict))
+            del body
+            objects = [item for item in page.get("items") or [] if isinstance(item, dict)]
+            for obj in objects:
+                versions[_key_of(obj)] = _Version(_rv_of(obj), deleted=False)
+            self._sink.list_page(kind, objects)
             metadata = page.get("metadata") or {}
             if token is None:
                 # Every page of a paginated list is served from the first page's snapshot.
@@ -319,17 +335,14 @@ class KubernetesSource:
             if token is None:
                 break
 
-        versions: dict[str, _Version] = {}
-        for obj in objects:
-            versions[_key_of(obj)] = _Version(_rv_of(obj), deleted=False)
         self._versions[kind] = versions  # the list is authoritative: tombstones end here
         self._tombstones[kind].clear()
         self._resource_versions[kind] = resource_version
-        self._sink.replace(kind, objects)
+        self._sink.end_list(kind)
         first = kind not in self._listed
         self._listed.add(kind)
         if not first:
-            logger.info("%s: re-listed %d objects", kind, len(objects))
+            logger.info("%s: re-listed %d objects", kind, len(versions))
         if first and self._listed.issuperset(KINDS):
             self._sink.mark_synced()
             self.synced.set()
@@ -463,6 +476,9 @@ async def list_once(sink: Sink, client: kube.KubeClient, *, page_size: int = 500
     a refused connection after the client's few retries) is raised at once."""
     (nodes, _), (pods, _) = await asyncio.gather(
         client.list_nodes(page_size=page_size), client.list_pods(page_size=page_size))
-    sink.replace("Node", nodes)
-    sink.replace("Pod", pods)
+    listed: tuple[tuple[Kind, list[dict[str, Any]]], ...] = (("Node", nodes), ("Pod", pods))
+    for kind, objects in listed:
+        sink.begin_list(kind)
+        sink.list_page(kind, objects)
+        sink.end_list(kind)
     sink.mark_synced()

@@ -26,10 +26,20 @@ class RecordingSink:
         self.objects: dict[str, dict[str, dict[str, Any]]] = {"Node": {}, "Pod": {}}
         self.calls: list[tuple[str, ...]] = []
         self.applied: list[tuple[str, str, str, str | None]] = []
+        self.pages: list[tuple[str, int]] = []  # (kind, objects) of every list page
+        self._listing: dict[str, dict[str, dict[str, Any]]] = {}
 
-    def replace(self, kind: watching.Kind, objects: list[dict[str, Any]]) -> None:
+    def begin_list(self, kind: watching.Kind) -> None:
+        self._listing[kind] = {}
+
+    def list_page(self, kind: watching.Kind, objects: list[dict[str, Any]]) -> None:
+        self.pages.append((kind, len(objects)))
+        self._listing[kind].update((obj["metadata"]["uid"], obj) for obj in objects)
+
+    def end_list(self, kind: watching.Kind) -> None:
+        # a complete list replaces what the sink held ("replace", as the calls record it)
         self.calls.append(("replace", kind))
-        self.objects[kind] = {obj["metadata"]["uid"]: obj for obj in objects}
+        self.objects[kind] = self._listing.pop(kind)
 
     def apply(
         self, kind: watching.Kind, event_type: watching.EventType, obj: dict[str, Any]

@@ -41,7 +41,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="also score pods without MIG requests, toward nodes where their "
                              "cpu and memory strand no GPU instance the pending and running "
                              "pods' mix needs; for an extender registered without "
-                             "managedResources (docs/architecture.md, cpu-only pods)")
+                             "managedResources (README, \"Pods without MIG requests\")")
     parser.add_argument("--max-body", type=int, default=server.DEFAULT_MAX_BODY, metavar="BYTES",
                         help="largest accepted request body (default 32 MiB)")
     parser.add_argument("--log-level", default="info",

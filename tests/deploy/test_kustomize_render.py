@@ -39,6 +39,12 @@ def test_target_renders_objects(target: str) -> None:
                for o in objects)
     names = [label(o) for o in objects]
     assert len(names) == len(set(names)), f"duplicate objects in {target}"
+    # every object is migfit's by its label (what `kubectl get -l` and pruning select on);
+    # the overlays' own objects lacked it
+    unlabelled = [label(o) for o in objects
+                  if (o["metadata"].get("labels") or {}).get("app.kubernetes.io/part-of")
+                  != "migfit"]
+    assert unlabelled == [], f"{target}: objects without app.kubernetes.io/part-of: migfit"
 
 
 def _unique_core_objects() -> dict[str, Obj]:

@@ -741,8 +741,15 @@ def make_app(
         app[SCORING_LOG].flush()
 
     app.on_cleanup.append(flush_log)
-    app.router.add_post("/filter", _filter)
-    app.router.add_post("/prioritize", _prioritize)
+    def refused(error: Callable[[str], Any]) -> Callable[[int], web.StreamResponse]:
+        return lambda length: _json(error(
+            f"the request body of {length:,} bytes is larger than {settings.max_body_bytes:,}"),
+            status=413)
+
+    app.router.add_post("/filter", _filter, expect_handler=serving.expect_within(
+        settings.max_body_bytes, refused(_error_filter_result)))
+    app.router.add_post("/prioritize", _prioritize, expect_handler=serving.expect_within(
+        settings.max_body_bytes, refused(lambda m: {"Error": m})))
     app.router.add_get("/healthz", _healthz)
     app.router.add_get("/readyz", _readyz)
     app.router.add_get("/metrics", _metrics_handler)

@@ -167,6 +167,32 @@ async def read_body(request: web.Request, timeout_s: float) -> bytes:
         raise web.HTTPBadRequest(text="incomplete request body") from None
 
 
+ExpectHandler = Callable[[web.Request], Awaitable[web.StreamResponse | None]]
+
+
+def expect_within(limit: int, refuse: Callable[[int], web.StreamResponse]) -> ExpectHandler:
+    """A route's ``Expect: 100-continue`` handler that answers a declared body over ``limit``
+    bytes with ``refuse(length)`` (the server's own 413, connection closed) instead of
+    inviting the client to send it; else ``100 Continue``, as aiohttp's own handler does."""
+
+    async def handle(request: web.Request) -> web.StreamResponse | None:
+        expect = request.headers.get("Expect", "")
+        if request.version != (1, 1):
+            return None
+        if expect.lower() != "100-continue":
+            raise web.HTTPExpectationFailed(text=f"unknown Expect: {expect[:80]}")
+        length = request.content_length
+        if length is not None and length > limit:
+            answer = refuse(length)
+            answer.headers["Connection"] = "close"  # the body was never sent: nothing to read
+            return answer
+        await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+        request.writer.output_size = 0  # the interim answer is not the response's size
+        return None
+
+    return handle
+
+
 # ---------------------------------------------------------------- connections
 
 

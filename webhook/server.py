@@ -492,7 +492,9 @@ def make_app(
     )
     if certificate is not None:
         cert_metrics.register(registry, server="webhook", source=certificate)
-    app.router.add_post(MUTATE_PATH, mutate)
+    state = app[STATE]
+    app.router.add_post(MUTATE_PATH, mutate, expect_handler=serving.expect_within(
+        settings.max_body_bytes, lambda _length: _too_large(state, settings.max_body_bytes)))
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/metrics", metrics)

@@ -193,3 +193,24 @@ async def test_an_absurd_instance_count_is_named_briefly(client: Client) -> None
     assert status == 200
     reason = _strict(body)["FailedAndUnresolvableNodes"]["a"]
     assert reason == "node advertises 7 1g.10gb in all; the pod needs about 1e+100"
+
+
+@pytest.mark.parametrize("verb", ["filter", "prioritize"])
+async def test_a_body_too_large_is_refused_before_it_is_invited(client: Client,
+                                                                 verb: str) -> None:
+    # Expect: 100-continue with a declared 50 MB body was answered "100 Continue" (send it).
+    import asyncio
+
+    reader, writer = await asyncio.open_connection("127.0.0.1", client.server.port)
+    writer.write(f"POST /{verb} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                 "Expect: 100-continue\r\nContent-Length: 50000000\r\n\r\n".encode())
+    await writer.drain()
+    head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
+    assert head.startswith(b"HTTP/1.1 413"), head
+    length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                  if line.lower().startswith(b"content-length:"))
+    answer = _strict(await reader.readexactly(length))
+    assert answer["Error"] == "the request body of 50,000,000 bytes is larger than 33,554,432"
+    writer.close()
+    status, _ = await _post(client, verb, json.dumps(args(pod("want"), ["a"])).encode())
+    assert status == 200

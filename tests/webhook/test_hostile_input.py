@@ -132,3 +132,31 @@ async def test_a_pod_create_without_its_object_is_malformed_not_let_through(
     gone = s.review(s.pod({requests.GPU_MEMORY: "8Gi"}), operation="DELETE")
     gone["request"]["object"] = None
     assert (await post(make_client, gone))["allowed"] is True
+
+
+async def test_a_body_too_large_is_refused_before_it_is_invited(
+        make_client: MakeClient, client_ssl: Any) -> None:
+    # Expect: 100-continue with a declared 50 MB body got "100 Continue" (send it), then the
+    # 413 once it came: the server now answers the declared length at once.
+    import asyncio
+
+    client = await make_client()
+    port = client.server.port
+    reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=client_ssl,
+                                                   server_hostname="localhost")
+    writer.write(b"POST /mutate HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json"
+                 b"\r\nExpect: 100-continue\r\nContent-Length: 50000000\r\n\r\n")
+    await writer.drain()
+    head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
+    assert head.startswith(b"HTTP/1.1 413"), head
+    assert b"100 Continue" not in head
+    length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                  if line.lower().startswith(b"content-length:"))
+    body = json.loads(await reader.readexactly(length))
+    assert body == {"error": "the request body is larger than 1048576 bytes", "status": 413}
+    writer.close()
+    # a body within the limit is still invited and answered
+    small = json.dumps(s.review(s.pod({requests.GPU_MEMORY: "8Gi"}))).encode()
+    resp = await client.post("/mutate", data=small, expect100=True,
+                             headers={"Content-Type": "application/json"})
+    assert resp.status == 200 and (await resp.json())["response"]["allowed"] is True

@@ -120,6 +120,19 @@ def field(obj: Mapping[str, Any], name: str) -> Any:
     return None
 
 
+def last_field(obj: Mapping[str, Any], name: str) -> Any:
+    """``field`` for a struct's own keys as Go's encoding/json decodes them: every key equal
+    to ``name`` ignoring case sets the field, so the last of them in the document wins
+    (``{"Pod": a, "pod": b}`` is ``b``). For the few keys of ExtenderArgs; ``field``, which
+    stops at the exact key, for the keys of every Node."""
+    lower = name.lower()
+    found = None
+    for key, value in obj.items():
+        if key == name or key.lower() == lower:
+            found = value
+    return found
+
+
 class RawNodes(Mapping[str, Mapping[str, Any]]):
     """Full Nodes kept as the bytes they came in (``decode_args``'s fast path): name -> the
     Node object, decoded only when asked; ``echo`` gives a Node's wire bytes for the answer
@@ -277,12 +290,10 @@ if msgspec is not None:
 
 
 def _exact(obj: Mapping[str, Any], name: str) -> bool:
-    """``name`` is in ``obj`` as spelled, or no key matches it in another case (so that
-    ``field`` reads the exact key or nothing)."""
-    if name in obj:
-        return True
+    """No key matches ``name`` in another case (so that the key as spelled, or nothing, is
+    what ``last_field`` would read)."""
     lower = name.lower()
-    return not any(k.lower() == lower for k in obj)
+    return not any(k != name and k.lower() == lower for k in obj)
 
 
 def _decode_names(body: bytes) -> Args | None:
@@ -372,11 +383,11 @@ def decode_args(body: bytes) -> Args:
         raise WireError(f"request body is not valid JSON: {exc}") from None
     if not isinstance(raw, dict):
         raise WireError("request body must be a JSON object (ExtenderArgs)")
-    pod = field(raw, "Pod")
+    pod = last_field(raw, "Pod")
     if not isinstance(pod, dict):
         raise WireError("ExtenderArgs.Pod must be a Pod object")
-    names_raw = field(raw, "NodeNames")
-    nodes_raw = field(raw, "Nodes")
+    names_raw = last_field(raw, "NodeNames")
+    nodes_raw = last_field(raw, "Nodes")
     if names_raw is not None:
         if isinstance(names_raw, list):
             _count_nodes(len(names_raw), "ExtenderArgs.NodeNames", "names")

@@ -214,3 +214,18 @@ async def test_a_body_too_large_is_refused_before_it_is_invited(client: Client,
     writer.close()
     status, _ = await _post(client, verb, json.dumps(args(pod("want"), ["a"])).encode())
     assert status == 200
+
+
+@pytest.mark.parametrize("escaped", [False, True], ids=["fast-read", "usual-read"])
+async def test_a_key_given_twice_in_two_cases_is_read_as_go_reads_it(client: Client,
+                                                                      escaped: bool) -> None:
+    # Go's encoding/json sets ExtenderArgs.Pod from every key equal to "Pod" ignoring case:
+    # the last one wins. The extender took the exactly spelled one.
+    first, last = pod("small"), pod("big", ({"3g.40gb": 1},))
+    body = ('{"Pod":' + json.dumps(first) + ',"pod":' + json.dumps(last)
+            + ',"Nodes":null,"NodeNames":["a","b"]}')
+    if escaped:  # an escape sends the body past the fast read
+        body = body.replace('"small"', '"sm\\u0061ll"', 1)
+    status, answer = await _post(client, "filter", body.encode())
+    assert status == 200
+    assert _strict(answer)["NodeNames"] == ["b"]  # the 3g.40gb pod's node

@@ -44,12 +44,9 @@ KEY_LIMIT: Final = 63 + 1 + NAME_LIMIT  # namespace/name: a namespace has at mos
 
 
 def bounded(text: str, limit: int = NAME_LIMIT) -> str:
-    """``text`` for a JSON line: whole up to ``limit`` characters, else cut there and marked
-    as ``requests.shorten`` marks it (JSON escapes the rest; the text line uses
-    ``requests.shorten`` itself, which escapes too)."""
-    if len(text) <= limit:
-        return text
-    return f"{text[:limit]}… ({len(text)} characters)"
+    """``text`` for a JSON line (``requests.cut``: JSON escapes it; the text line uses
+    ``requests.shorten``, which escapes too)."""
+    return requests.cut(text, limit)
 
 # json.dumps(value, separators=(",", ":")) without building an encoder per call
 _dumps = json.JSONEncoder(separators=(",", ":")).encode

@@ -115,8 +115,7 @@ def check_fixed(model: profiles.GpuModel, fixed: Sequence[Instance]) -> Reason |
     mask = 0
     for inst in sorted(fixed):
         if not model.has_profile(inst.profile):
-            return Reason(ReasonCode.UNKNOWN_PROFILE,
-                          f"{model.id} has no MIG profile {inst.profile!r}")
+            return Reason(ReasonCode.UNKNOWN_PROFILE, model.no_profile(inst.profile))
         p = model.profile(inst.profile)
         if inst.start not in p.starts or inst.size != p.size:
             return Reason(ReasonCode.FIXED_INVALID,

@@ -88,12 +88,18 @@ def quote(text: str, limit: int = QUOTE_LIMIT) -> str:
     return f"{text[:limit]!r}… ({len(text)} characters)"
 
 
+def cut(text: str, limit: int = QUOTE_LIMIT) -> str:
+    """``text`` whole up to ``limit`` characters, else cut there and marked ``… (N
+    characters)``; nothing escaped (for a JSON string, whose encoder escapes)."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}… ({len(text)} characters)"
+
+
 def shorten(text: str, limit: int = QUOTE_LIMIT) -> str:
     """``text`` unquoted for a message or a log line: on one line (control characters and
-    lone surrogates escaped) and cut after ``limit`` characters."""
-    if len(text) <= limit:
-        return logs.escape(text)
-    return f"{logs.escape(text[:limit])}… ({len(text)} characters)"
+    lone surrogates escaped) and cut after ``limit`` characters (``cut``)."""
+    return logs.escape(cut(text, limit))
 
 
 def quote_list(names: Sequence[str]) -> str:

@@ -240,12 +240,14 @@ class _Gate:
             log.warning("%s: refusing new connections (%d refused so far)", why, self.refused)
 
 
+def _host(peer: object) -> str:
+    """The host part of a socket's peer address, or "" when it has none (a Unix socket)."""
+    return str(peer[0]) if isinstance(peer, tuple) and peer else ""
+
+
 def _client(transport: asyncio.BaseTransport) -> str:
     """The address a connection comes from (its host part), or "" when it has none."""
-    peer = transport.get_extra_info("peername")
-    if isinstance(peer, tuple) and peer:
-        return str(peer[0])
-    return ""
+    return _host(transport.get_extra_info("peername"))
 
 
 def _abort(transport: asyncio.BaseTransport) -> None:
@@ -440,7 +442,7 @@ class _Acceptor:
                 self._loop.remove_reader(sock)
                 self._retry = self._loop.call_later(ACCEPT_RETRY_S, self._resume, sock)
                 return
-            client = str(address[0]) if isinstance(address, tuple) and address else ""
+            client = _host(address)
             admitted = self._gate.admit()
             if admitted and not self._gate.claim(client):
                 self._gate.release()

@@ -212,8 +212,7 @@ class Relaxation:
         try:
             from scipy import optimize, sparse
         except ImportError:
-            raise errors.UsageError("the bound needs SciPy: pip install 'migfit[sim]', or "
-                                    "in a checkout pip install -e '.[sim]'") from None
+            raise errors.UsageError(f"the bound needs SciPy: {waitbound.SCIPY_HINT}") from None
         counts = Counter(c for c in self.pod_class[:arrived] if c >= 0)
         caps = list(self.caps)
         for k, ci in enumerate(self.class_of_row):

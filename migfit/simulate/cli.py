@@ -27,6 +27,7 @@ from migfit import errors, profiles
 from migfit.commands import options
 from migfit.extender import relayout_machine
 from migfit.simulate import adapters, engine, initial, metrics, policies, report, spec, workload
+from migfit.simulate.waitbound import SCIPY_HINT
 from migfit.webhook import choice
 
 TRACE_ENV = "MIGFIT_TRACE_DIR"
@@ -401,9 +402,6 @@ def _check_outputs(args: argparse.Namespace) -> None:
             raise errors.UsageError(f"{flag} {path}: is a folder")
         if not os.access(folder, os.W_OK):
             raise errors.UsageError(f"{flag} {path}: cannot write in {folder}")
-
-
-SCIPY_HINT = "pip install 'migfit[sim]', or in a checkout pip install -e '.[sim]'"
 
 
 def _without_scipy(policies: list[engine.Policy], named: bool) -> list[engine.Policy]:

@@ -45,6 +45,9 @@ RESOLUTION_S = 1.0
 # (HiGHS's feasibility tolerances are 1e-7; this is a thousand times that).
 LP_MARGIN = 1e-4
 
+# How to get the bounds' LP solver (an optional extra); bound and simulate's CLI say it too.
+SCIPY_HINT = "pip install 'migfit[sim]', or in a checkout pip install -e '.[sim]'"
+
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Footprint:
@@ -170,8 +173,7 @@ def least_late(pods: Sequence[Footprint], cap: Sequence[float], wait: float) -> 
     try:
         from scipy import optimize, sparse
     except ImportError:
-        raise errors.UsageError("the bound needs SciPy: pip install 'migfit[sim]', or in a "
-                                "checkout pip install -e '.[sim]'") from None
+        raise errors.UsageError(f"the bound needs SciPy: {SCIPY_HINT}") from None
     data: list[float] = []
     ri: list[int] = []
     ci: list[int] = []

@@ -176,3 +176,65 @@ def test_a_reader_that_goes_away_ends_it_quietly() -> None:
     finally:
         os.close(write)
     assert (done.returncode, done.stderr) == (0, "")
+
+
+# layout plan (DESIGN.md §8: `--need PROFILE=N... [--keep PROFILE...]`)
+
+def test_plan_keeps_an_instance_where_it_is() -> None:
+    out = migfit("layout", "plan", "--gpu", "A100-80GB", "--need", "1g.10gb=3",
+                 "--keep", "3g.40gb@4")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == [
+        "1g.10gb@0 1g.10gb@1 1g.10gb@2 1g.10gb@3 3g.40gb@4",
+        "A100-80GB: 4×1g.10gb 3g.40gb serves 3×1g.10gb"]
+
+
+def test_plan_with_a_kept_profile_and_no_start_says_which_start_it_assumed() -> None:
+    """DESIGN.md's `--keep PROFILE`: the plan takes the start that serves the need best (a
+    3g.40gb at 4 leaves room for four 1g.10gb, at 0 for three) and says it assumed it."""
+    out = migfit("layout", "plan", "--gpu", "A100-80GB", "--need", "1g.10gb=4",
+                 "--keep", "3g.40gb", "--json")
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    assert doc["kept"] == ["3g.40gb@4"] and doc["assumed"] == ["3g.40gb@4"]
+    assert doc["served"] == {"1g.10gb": 4} and doc["unserved"] == {}
+    text = migfit("layout", "plan", "--gpu", "A100-80GB", "--need", "1g.10gb=4",
+                  "--keep", "3g.40gb")
+    assert text.stdout.splitlines()[0] == "1g.10gb@0 1g.10gb@1 1g.10gb@2 1g.10gb@3 3g.40gb@4"
+    assert "assumed the kept 3g.40gb@4" in text.stdout
+    assert "--keep PROFILE@START" in text.stdout
+
+
+def test_plan_places_loose_kept_instances_beside_exact_ones() -> None:
+    out = migfit("layout", "plan", "--gpu", "A100-80GB", "--need", "2g.20gb=1",
+                 "--keep", "3g.40gb@4", "--keep", "1g.10gb", "--keep", "1g.10gb", "--json")
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    assert sorted(doc["kept"]) == sorted(["3g.40gb@4", *doc["assumed"]])
+    # Beside 3g.40gb@4, the two 1g's at 0-1 or at 2-3 leave the 2g its room; the lower wins.
+    assert doc["assumed"] == ["1g.10gb@0", "1g.10gb@1"]
+    assert doc["served"] == {"2g.20gb": 1}
+    exact = json.loads(migfit("layout", "plan", "--gpu", "A100-80GB", "--need", "2g.20gb=1",
+                              "--keep", "3g.40gb@4", "--json").stdout)
+    assert exact["assumed"] == []
+
+
+def test_plan_exits_1_when_the_need_is_not_served_on_one_gpu() -> None:
+    out = migfit("layout", "plan", "--gpu", "A100-80GB", "--need", "1g.10gb=3",
+                 "--keep", "7g.80gb")
+    assert out.returncode == 1
+    assert "not served on one GPU: 3×1g.10gb" in out.stdout
+
+
+@pytest.mark.parametrize(("keep", "needle"), [
+    (["4g.40gb", "4g.40gb"], "do not fit one A100-80GB GPU together at any start"),
+    (["3g.40gb@4", "4g.40gb@0", "1g.10gb"], "at any start"),
+    (["3g.40gb@1"], "cannot start at memory slice 1"),
+    (["1g.5gb"], "has no MIG profile '1g.5gb'"),
+])
+def test_plan_keeps_that_cannot_be_exit_2_with_one_line(keep: list[str], needle: str) -> None:
+    out = migfit("layout", "plan", "--gpu", "A100-80GB", "--need", "1g.10gb=1",
+                 *(a for k in keep for a in ("--keep", k)))
+    assert out.returncode == 2
+    assert out.stdout == ""
+    assert needle in out.stderr and len(out.stderr.strip().splitlines()) == 1

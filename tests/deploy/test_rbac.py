@@ -7,6 +7,10 @@ server is its command module (``migfit/commands/<server>.py``), every module of 
 (the commands a person runs with their own credentials live in the commands layer, not there),
 the Kubernetes watch source, and everything those import. New code that calls the API is
 picked up when it lands.
+
+The extender's apply mode (``--apply-relayout``, off by default) is the code of
+``APPLY_MODULES``; a call made only there is granted only where the extender runs with the
+flag (deploy/components/apply-relayout), so the base grants none of them.
 """
 
 from __future__ import annotations
@@ -25,6 +29,8 @@ pytestmark = needs_kubectl
 SERVERS = {"migfit-webhook": "webhook", "migfit-extender": "extender"}
 WATCH_SOURCE = "migfit.watching"
 CUSTOM_CONFIGMAP = "migfit-mig-parted-config"  # docs/relayout.md, custom configs
+APPLY_FLAG = "--apply-relayout"
+APPLY_MODULES = ("migfit/extender/relayout.py", "migfit/extender/leader.py")
 
 
 def server_roots(package: str, *, root: Path = REPO) -> list[str]:
@@ -36,6 +42,27 @@ def server_roots(package: str, *, root: Path = REPO) -> list[str]:
 @functools.cache
 def _called(package: str) -> dict[Call, list[Site]]:
     return server_calls(server_roots(package), root=REPO)
+
+
+def _apply_only(site: Site) -> bool:
+    return any(site.path == REPO / m for m in APPLY_MODULES)
+
+
+def server_args(objects: list[Obj], package: str) -> list[str]:
+    (deployment,) = [o for o in objects if o["kind"] == "Deployment"
+                     and o["metadata"]["name"] == f"migfit-{package}"]
+    args: list[str] = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    return args
+
+
+def expected_calls(package: str, args: list[str]) -> dict[Call, list[Site]]:
+    """What the server can call as deployed: without the apply flag, no call the apply
+    mode's modules alone make."""
+    called = _called(package)
+    if APPLY_FLAG in args:
+        return called
+    return {c: sites for c, sites in called.items()
+            if not all(_apply_only(site) for site in sites)}
 
 
 def granted(objects: list[Obj], account: str) -> dict[Call, list[str]]:
@@ -74,11 +101,29 @@ def test_roles_grant_exactly_the_calls_the_code_makes(target: str, account: str)
     package = SERVERS[account]
     entry = REPO / "migfit" / "commands" / f"{package}.py"
     assert entry.is_file(), f"`migfit {package}` has no {entry}"
-    called = _called(package)
-    allowed = granted(render(target), account)
+    objects = render(target)
+    args = server_args(objects, package)
+    called = expected_calls(package, args)
+    allowed = granted(objects, account)
+    where = ("deploy/components/apply-relayout/rbac.yaml" if APPLY_FLAG in args
+             else "deploy/base/rbac.yaml")
     assert set(called) == set(allowed), (
         f"deploy/{target}: RBAC of ServiceAccount {account} differs from what `migfit "
-        f"{package}` can call; fix deploy/base/rbac.yaml:\n{_diff(called, allowed)}")
+        f"{package} {' '.join(args[1:])}` can call; fix {where}:\n{_diff(called, allowed)}")
+
+
+def test_the_apply_mode_alone_needs_grants_the_base_leaves_out() -> None:
+    """The split is real: the apply mode makes calls nothing else makes (a Lease, a node read
+    back), and every site the split relies on exists."""
+    for module in APPLY_MODULES:
+        assert (REPO / module).is_file(), module
+    apply_only = set(_called("extender")) - set(expected_calls("extender", []))
+    assert {Call("coordination.k8s.io", "leases", "create"),
+            Call("", "nodes", "get")} <= apply_only
+    base = granted(render("base"), "migfit-extender")
+    assert not apply_only & set(base)
+    assert apply_only <= set(granted(render("overlays/apply-custom-configs"),
+                                     "migfit-extender"))
 
 
 @pytest.mark.parametrize("target", TARGETS)
@@ -99,7 +144,7 @@ def test_the_mig_parted_configmap_is_readable_only_by_name() -> None:
     follow the nodes) are listed, in the GPU Operator's namespace only, never written. The
     one ConfigMap written (--apply-custom-configs) is migfit's own, by name; the GPU
     Operator's is never writable."""
-    objects = render("base")
+    objects = render("overlays/apply-custom-configs")
     rules = [(o["kind"], o["metadata"].get("namespace"), r) for o in objects
              if o["kind"] in ("Role", "ClusterRole") for r in o["rules"]
              if "configmaps" in r["resources"]]
@@ -111,6 +156,9 @@ def test_the_mig_parted_configmap_is_readable_only_by_name() -> None:
             assert rule["resourceNames"] == [migparted.DEFAULT_CONFIGMAP]
         if "patch" in rule["verbs"]:
             assert rule["resourceNames"] == [CUSTOM_CONFIGMAP]
+    # Without the apply mode no ConfigMap is writable at all.
+    assert not [r for o in render("base") if o["kind"] in ("Role", "ClusterRole")
+                for r in o["rules"] if "configmaps" in r["resources"] and "patch" in r["verbs"]]
 
 
 def test_the_webhook_may_only_read() -> None:

@@ -132,7 +132,8 @@ class Relayouter:
             if not self.leading:
                 return []
         chosen = machine.plan(viewed, running=self._tasks, staged=staged,
-                              recommendations=advice.recommendations, settings=self.settings)
+                              recommendations=advice.recommendations, settings=self.settings,
+                              bound=self.state.pods_on)
         if chosen.start:
             # New work: count what is in flight from the API, not from a view that may lag.
             listed = await self._list_nodes()
@@ -141,7 +142,7 @@ class Relayouter:
             chosen = machine.plan(viewed if listed is None else listed, running=self._tasks,
                                   recommendations=() if listed is None
                                   else advice.recommendations, settings=self.settings,
-                                  staged=staged)
+                                  staged=staged, bound=self.state.pods_on)
         taken = [*chosen.adopt, *chosen.start]
         for run in taken:
             self._tasks[run.node] = asyncio.create_task(self._apply(run),
@@ -289,8 +290,14 @@ class Relayouter:
                                         taints=taints, resource_version=rv)
             if isinstance(action, machine.ListPods):
                 items, _ = await self.api.list_pods(field_selector=f"spec.nodeName={name}")
-                pods = (decoding.pod_from_api(obj) for obj in items)
-                return machine.PodsSeen(tuple(p for p in pods if p is not None and p.node == name))
+                decoded = [(decoding.pod_from_api(obj), obj) for obj in items]
+                bound = [(p, obj) for p, obj in decoded if p is not None and p.node == name]
+                return machine.PodsSeen(tuple(p for p, _ in bound), restarts={
+                    p.uid: decoding.restart_count(obj) for p, obj in bound})
+            if isinstance(action, machine.ReadUsage):
+                scraper = self.cache.usage
+                got = None if scraper is None else scraper.placed(name)
+                return machine.UsageSeen(None, None) if got is None else machine.UsageSeen(*got)
             if isinstance(action, machine.Patch):
                 await self.api.patch_node(name, dict(action.body))
                 return machine.Written()

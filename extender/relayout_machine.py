@@ -19,7 +19,11 @@ The node-level protocol (DESIGN.md §6), by phase. The record is ``migfit.io/rel
   patch did not land after all (when it did, the re-layout goes on).
 - ``CHECK``: list the node's pods. A GPU pod bound in the meantime (the taint does not stop a
   pod that names the node, tolerates the taint or was bound just before) aborts: taint and
-  record are removed together, nothing else changed, and an Event says so.
+  record are removed together, nothing else changed, and an Event says so. A busy-node run
+  (``--apply-busy-nodes``; the record's ``running``) accepts exactly the pods of ``running``
+  that are still bound, each using only MIG profiles that no GPU the change touches has
+  (:func:`busy_check`: the advisor's rule, on a fresh list), and records them with their
+  restart counts as ``kept``.
 - ``CONFIG`` (``--apply-custom-configs`` only): read the ConfigMap the MIG Manager reads and
   list the nodes. A custom target is normally there already, written by :func:`stage` when
   it was advised; one that is not (a run adopted from another replica) is added with one
@@ -33,7 +37,9 @@ The node-level protocol (DESIGN.md §6), by phase. The record is ``migfit.io/rel
 - ``WAIT``: poll the node and its pods until ``mig.config.state=success`` with the expected
   allocatable; ``failed``, a changed label, ``pending`` for ``wedge_s``, ``timeout_s`` or a
   pod bound meanwhile whose profile the new layout lacks fail it. Transient API errors are
-  retried with backoff until the timeout.
+  retried with backoff until the timeout. After success every ``kept`` pod must still be
+  there, not failed, with no container restarted, and the node must advertise the instances
+  they use (:func:`kept_check`); otherwise the run fails.
 - ``RELEASE``: read, then one conditional patch that removes taint and record (and on success
   the recommended label) together; a 409 re-reads.
 - ``FAIL``: the record becomes ``failed`` and ``migfit.io/relayout-failed`` is set; the taint
@@ -49,10 +55,10 @@ import dataclasses
 import enum
 import math
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from migfit import advisor, errors, keys, migparted, records
+from migfit import advisor, errors, keys, migparted, profiles, records
 
 REASON_STARTED = "MigRelayoutStarted"
 REASON_DONE = "MigRelayoutSucceeded"
@@ -88,6 +94,13 @@ class Settings:
     # --apply-busy-nodes: also start re-layouts of busy nodes (pods run on GPUs the change
     # keeps exactly; advisor.Recommendation.running). Off: only nodes without GPU pods.
     apply_busy_nodes: bool = False
+    # --gpu-usage-from dcgm is on: a busy-node run whose kept pods use a profile a re-created
+    # GPU also has reads the node's DCGM exporter report (scraped after its CHECK began) to
+    # tell which GPU holds them; off: such a run is not started.
+    gpu_usage: bool = False
+    # How long a busy-node run waits for that report before it is aborted (the extender
+    # sets two scrapes' interval and one's timeout: usage.Settings).
+    usage_wait_s: float = 65.0
     # --apply-custom-configs: the ConfigMap (namespace, name) the MIG Manager reads, into
     # which a custom config is written before a node is labelled with it. None: only named
     # configs already there are applied.
@@ -132,6 +145,7 @@ class Phase(enum.StrEnum):
     CLAIM = "claim"
     CONFIRM = "confirm"
     CHECK = "check"
+    USAGE = "usage"
     CONFIG = "config"
     CONFIG_WRITE = "config-write"
     SYNC = "sync"
@@ -156,9 +170,21 @@ class NodeSeen:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class PodsSeen:
-    """The pods bound to the node, as just listed (only those migfit decodes: GPU pods)."""
+    """The pods bound to the node, as just listed (only those migfit decodes: GPU pods), and
+    how often each one's containers have restarted (by uid; ``decoding.restart_count``)."""
 
     pods: tuple[records.PodRecord, ...]
+    restarts: Mapping[str, int] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class UsageSeen:
+    """The node's DCGM exporter report as kept now: per GPU index, the pods (namespace/name)
+    it puts on that GPU's instances, and when it was scraped (the monotonic clock of
+    ``Context.now``); both None when there is none."""
+
+    gpus: Mapping[int, frozenset[str]] | None
+    at: float | None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -192,7 +218,7 @@ class CallFailed:
     not_found: bool = False
 
 
-Seen = NodeSeen | PodsSeen | ConfigMapSeen | Written | Slept | CallFailed | None
+Seen = NodeSeen | PodsSeen | UsageSeen | ConfigMapSeen | Written | Slept | CallFailed | None
 
 # ---------------------------------------------------------------- what to do next
 
@@ -205,6 +231,11 @@ class ReadNode:
 @dataclasses.dataclass(frozen=True, slots=True)
 class ListPods:
     pass
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ReadUsage:
+    """The node's DCGM exporter report, as the extender's scraper keeps it."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -245,7 +276,8 @@ class Done:
     outcome: Outcome
 
 
-Action = ReadNode | ListPods | Patch | ReadConfigMap | PatchConfigMap | Sleep | Done
+Action = (ReadNode | ListPods | ReadUsage | Patch | ReadConfigMap | PatchConfigMap | Sleep
+          | Done)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -276,6 +308,7 @@ class Run:
     resume: Phase | None = None  # ADOPT: where the view says the re-layout stands
     ending: Outcome | None = None  # RELEASE/FAIL: what is reported once written
     config_ready: bool = False  # a custom target is in the ConfigMap and has reached nodes
+    checked: PodsSeen | None = None  # USAGE: the node's pods as CHECK listed them
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -358,6 +391,114 @@ def may_start(rec: advisor.Recommendation, settings: Settings) -> bool:
     return not rec.disruptive and (not rec.running or settings.apply_busy_nodes)
 
 
+def touched_profiles(record: keys.RelayoutRecord) -> frozenset[str]:
+    """The profiles of the GPUs the change re-creates (their instance counts change, so
+    mig-parted clears them): no pod that stays bound may use one."""
+    return frozenset(p for g in record.gpus if Counter(g.before) != Counter(g.after)
+                     for p in g.before)
+
+
+def touched_gpus(record: keys.RelayoutRecord) -> frozenset[int]:
+    """The indices of the GPUs the change re-creates."""
+    return frozenset(g.index for g in record.gpus if Counter(g.before) != Counter(g.after))
+
+
+def _busy_findings(record: keys.RelayoutRecord, pods: Iterable[records.PodRecord], node: str
+                   ) -> tuple[str | None, list[records.PodRecord]]:
+    """What forbids the change whatever the usage report says, and the bound pods whose GPU
+    only such a report can tell (they use a profile a re-created GPU also has)."""
+    bound = sorted((p for p in pods if p.node == node and p.holds_instances and p.requests),
+                   key=lambda p: p.key)
+    if not bound:
+        return None, []
+    names = ", ".join(p.key for p in bound)
+    if not record.running:
+        return f"GPU pods were bound to the node before its layout changed: {names}", []
+    running = set(record.running)
+    late = [p.key for p in bound if p.key not in running]
+    if late:
+        return (f"GPU pods were bound to the node after the advice: {', '.join(late)}; only "
+                f"the pods it found running ({', '.join(record.running)}) may stay"), []
+    whole = [p.key for p in bound
+             if any(profiles.parse_resource(r) is None for r in p.requests)]
+    if whole:
+        return (f"pods use GPUs that are not MIG instances, whose place migfit cannot tell: "
+                f"{', '.join(whole)}"), []
+    touched = touched_profiles(record)
+    return None, [p for p in bound if any(q in touched for q in p.mig_requests)]
+
+
+def busy_check(record: keys.RelayoutRecord, pods: Iterable[records.PodRecord], node: str,
+               placed: Mapping[int, frozenset[str]] | None = None) -> str | None:
+    """Why the GPU pods bound to ``node`` forbid the change now (None: they do not).
+
+    A pod may stay bound only on a busy-node run, only if it is one of the record's
+    ``running`` (bound before the advice), and only on GPUs the change keeps. The API does
+    not say which GPU holds a pod's instance: a pod whose profiles no re-created GPU has is
+    on a kept one (the advisor's rule without per-GPU usage, docs/relayout.md §1); for the
+    others ``placed`` (the DCGM exporter's report: per GPU index, the pods it names there)
+    must put each on kept GPUs only, and no pod at all on a re-created GPU."""
+    hard, overlap = _busy_findings(record, pods, node)
+    if hard is not None:
+        return hard
+    touched = touched_profiles(record)
+    if overlap and placed is None:
+        which = "; ".join(f"{p.key} ({', '.join(sorted(str(q) for q in p.mig_requests if q in touched))})"
+                          for p in overlap)
+        return (f"pods use profiles a GPU the change re-creates also has, so they could be on "
+                f"it: {which}; with --gpu-usage-from dcgm the exporter's report tells")
+    if placed is None:
+        return None
+    recreated = touched_gpus(record)
+    there = sorted({name for i in recreated for name in placed.get(i, frozenset())})
+    if there:
+        return (f"the DCGM exporter puts pods on a GPU the change re-creates: "
+                f"{', '.join(there)}")
+    unplaced = [p.key for p in overlap if not any(p.key in names for names in placed.values())]
+    if unplaced:
+        return (f"the DCGM exporter's report names no GPU for {', '.join(unplaced)}, which use "
+                f"a profile a GPU the change re-creates also has")
+    return None
+
+
+def kept_of(pods: PodsSeen, node: str) -> tuple[keys.KeptPod, ...]:
+    """The GPU pods bound to ``node`` as :func:`kept_check` checks them after the change."""
+    return tuple(keys.KeptPod(pod=p.key, uid=p.uid, restarts=pods.restarts.get(p.uid, 0),
+                              profiles={str(q): n for q, n in sorted(p.mig_requests.items())})
+                 for p in sorted(pods.pods, key=lambda p: p.key)
+                 if p.node == node and p.holds_instances and p.requests)
+
+
+def kept_check(record: keys.RelayoutRecord, pods: PodsSeen,
+               advertised: Mapping[str, int]) -> tuple[str | None, tuple[str, ...]]:
+    """After the MIG Manager's success: why the pods the change kept were harmed (None: they
+    were not), and the kept pods that are gone (deleted meanwhile: nothing to check)."""
+    seen = {p.uid: p for p in pods.pods}
+    harmed, gone = [], []
+    for kept in record.kept:
+        pod = seen.get(kept.uid)
+        if pod is None:
+            gone.append(kept.pod)
+            continue
+        restarts = pods.restarts.get(kept.uid, 0)
+        if pod.phase == "Failed":
+            harmed.append(f"{kept.pod} failed")
+        elif restarts > kept.restarts:
+            harmed.append(f"{kept.pod} restarted {restarts - kept.restarts} time(s)")
+    need = Counter[str]()
+    for kept in record.kept:
+        need.update(kept.profiles)
+    short = sorted(f"{q} ({advertised.get(q, 0)} of {n})" for q, n in need.items()
+                   if advertised.get(q, 0) < n)
+    if short:
+        harmed.append(f"the node advertises fewer instances than the kept pods use: "
+                      f"{', '.join(short)}")
+    if harmed:
+        return (f"pods on the GPUs the change was to keep were harmed: {'; '.join(harmed)}",
+                tuple(gone))
+    return None, tuple(gone)
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class Plan:
     adopt: tuple[Run, ...]
@@ -373,6 +514,7 @@ def plan(
     recommendations: Sequence[advisor.Recommendation],
     settings: Settings,
     staged: frozenset[str] | None = None,
+    bound: Callable[[str], Iterable[records.PodRecord]] | None = None,
 ) -> Plan:
     """Which re-layouts to adopt (in flight, not run here) and to start (within the bound).
 
@@ -383,7 +525,9 @@ def plan(
     ConfigMap first; without it an operator adds it), busy-node ones (``rec.running``) only
     with ``settings.apply_busy_nodes``. ``staged``: the custom configs that have been in the
     ConfigMap for ``config_sync_s`` (:func:`stage`); a custom recommendation to another one
-    waits for a later pass (None: no such check).
+    waits for a later pass (None: no such check). ``bound``: the pods bound to a node, as
+    the view has them; a busy-node recommendation that :func:`busy_check` refuses on them is
+    not started (it would only be aborted after tainting the node).
     """
     listed = {n.name: n for n in nodes}
     mine = set(running)
@@ -402,13 +546,23 @@ def plan(
         if (not may_start(rec, settings) or rec.node in flight
                 or (rec.config is None and settings.custom_configs is None)
                 or (rec.config is None and staged is not None and rec.target not in staged)
-                or (node is not None and failed(node))):
+                or (node is not None and failed(node))
+                or (rec.running and bound is not None
+                    and not _may_try(planned(rec), bound(rec.node), rec.node, settings))):
             continue
         started.append(begin(rec))
         flight.add(rec.node)
         room -= 1
     return Plan(adopt=adopted, start=tuple(started), in_flight=frozenset(flight),
                 failed=sum(failed(n) for n in listed.values()))
+
+
+def _may_try(record: keys.RelayoutRecord, pods: Iterable[records.PodRecord], node: str,
+             settings: Settings) -> bool:
+    """A busy-node run could pass its CHECK on these pods: nothing forbids it outright, and
+    pods whose GPU only a usage report can tell need ``settings.gpu_usage``."""
+    hard, overlap = _busy_findings(record, pods, node)
+    return hard is None and (not overlap or settings.gpu_usage)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -665,9 +819,7 @@ def _confirm(run: Run, seen: Seen, clock: Context) -> Step:
 
 
 def _gpu_pods(run: Run, pods: Iterable[records.PodRecord]) -> list[records.PodRecord]:
-    """GPU pods bound to the node. Any aborts a run before the label, a busy node's
-    ``running`` pods too: fail-closed until the checks docs/relayout.md §5 lists for
-    busy-node runs exist (the record already carries ``running`` for them)."""
+    """GPU pods bound to the node (holding their instances)."""
     return sorted((p for p in pods if p.node == run.node and p.holds_instances and p.requests),
                   key=lambda p: p.key)
 
@@ -683,12 +835,45 @@ def _check(run: Run, seen: Seen, clock: Context) -> Step:
         return _fail(run, clock, "error", f"cannot list the node's pods ({seen.brief})")
     if not isinstance(seen, PodsSeen):
         return _unexpected(run, seen)
-    busy = _gpu_pods(run, seen.pods)
-    if busy:
-        names = ", ".join(p.key for p in busy)
-        return _abort(run, clock, f"GPU pods were bound to the node before its layout "
-                      f"changed: {names}; nothing was changed, the taint and the record are "
-                      "removed")
+    hard, overlap = _busy_findings(run.record, seen.pods, run.node)
+    if hard is None and overlap and clock.settings.gpu_usage:
+        # Which GPU holds those pods: a DCGM report scraped after this list was asked for.
+        return Step(dataclasses.replace(run, phase=Phase.USAGE, since=run.since,
+                                        checked=seen), ReadUsage())
+    refused = busy_check(run.record, seen.pods, run.node)
+    if refused is not None:
+        return _abort(run, clock, f"{refused}; nothing was changed, the taint and the record "
+                      "are removed")
+    return _checked(run, seen, clock)
+
+
+def _usage(run: Run, seen: Seen, clock: Context) -> Step:
+    """Wait for a DCGM report of the node newer than CHECK's pod list, then judge by it."""
+    checked, since = run.checked, run.since
+    assert checked is not None and since is not None
+    if seen is None or isinstance(seen, Slept):
+        return Step(run, ReadUsage())
+    if not isinstance(seen, UsageSeen):
+        return _unexpected(run, seen)
+    if seen.gpus is None or seen.at is None or seen.at < since:
+        waited = clock.now - since
+        if waited >= clock.settings.usage_wait_s:
+            return _abort(run, clock, f"no DCGM exporter report of the node newer than its "
+                          f"taint came within {clock.settings.usage_wait_s:.0f}s, so which GPU "
+                          "holds its pods is not known; nothing was changed, the taint and "
+                          "the record are removed")
+        return Step(run, Sleep(min(clock.settings.poll_s * 10,
+                                   clock.settings.usage_wait_s - waited)))
+    refused = busy_check(run.record, checked.pods, run.node, placed=seen.gpus)
+    if refused is not None:
+        return _abort(run, clock, f"{refused}; nothing was changed, the taint and the record "
+                      "are removed")
+    return _checked(dataclasses.replace(run, phase=Phase.CHECK, checked=None), checked, clock)
+
+
+def _checked(run: Run, seen: PodsSeen, clock: Context) -> Step:
+    """CHECK passed on ``seen``: record the pods that stay, then the config or the label."""
+    run = dataclasses.replace(run, record=run.record.but(kept=kept_of(seen, run.node)))
     custom = run.record.config is None
     if not run.config_ready and (custom or clock.settings.custom_configs is not None):
         if clock.settings.custom_configs is None:
@@ -852,7 +1037,16 @@ def _wait(run: Run, seen: Seen, clock: Context) -> Step:
                          f"re-layout with profiles the new layout {target} does not have: "
                          f"{'; '.join(gone)}")
         if run.settled:
-            ending = Outcome(run.node, "success")
+            harmed, vanished = kept_check(run.record, seen, expected)
+            if harmed is not None:
+                return _fail(run, clock, "failed", harmed)
+            note = ""
+            if run.record.kept:
+                checked = len(run.record.kept) - len(vanished)
+                note = (f"{checked} pod(s) on the GPUs it kept run on, none restarted"
+                        + (f"; deleted meanwhile, not checked: {', '.join(vanished)}"
+                           if vanished else ""))
+            ending = Outcome(run.node, "success", note)
             return Step(dataclasses.replace(run, phase=Phase.RELEASE, since=clock.now,
                                             failing=0, ending=ending), ReadNode())
         return Step(run, Sleep(settings.poll_s))
@@ -929,8 +1123,9 @@ def _release(run: Run, seen: Seen, clock: Context) -> Step:
 def _release_events(run: Run) -> tuple[Emit, ...]:
     assert run.ending is not None
     if run.ending.result == "success":
+        kept = f"; {run.ending.reason}" if run.ending.reason else ""
         return (Emit(REASON_DONE, "Normal",
-                     f"Re-laid out to {run.record.target}; taint removed"),)
+                     f"Re-laid out to {run.record.target}; taint removed{kept}"),)
     return (Emit(REASON_ABORTED, "Warning", f"Re-layout to {run.record.target} aborted: "
                  f"{run.ending.reason}"),)
 
@@ -975,6 +1170,7 @@ _PHASES = {
     Phase.CLAIM: _claim,
     Phase.CONFIRM: _confirm,
     Phase.CHECK: _check,
+    Phase.USAGE: _usage,
     Phase.CONFIG: _config,
     Phase.CONFIG_WRITE: _config_write,
     Phase.SYNC: _sync,

@@ -163,6 +163,19 @@ class UsageScraper:
             self._publish()
         return self._current
 
+    def placed(self, node: str) -> tuple[dict[int, frozenset[str]], float] | None:
+        """``node``'s fresh report as the apply mode reads it: per GPU index, the pods
+        (namespace/name) the exporter names on its instances, and when it was scraped (this
+        scraper's clock); None when no fresh report is kept."""
+        self.current()  # drops stale reports
+        kept = self._kept.get(node)
+        if kept is None:
+            return None
+        gpus: dict[int, set[str]] = {i: set() for i in kept.report.gpus}
+        for inst in kept.report.instances:
+            gpus.setdefault(inst.gpu, set()).update(inst.pods)
+        return {i: frozenset(names) for i, names in gpus.items()}, kept.at
+
     def age(self, node: str) -> float | None:
         """Seconds since ``node``'s kept report came, None when none is kept."""
         kept = self._kept.get(node)

@@ -188,6 +188,19 @@ class RequestMaps:
         return value
 
 
+def restart_count(obj: Mapping[str, Any]) -> int:
+    """How often the pod's containers have restarted: the sum of ``restartCount`` over its
+    container, init container (sidecars) and ephemeral container statuses."""
+    status = fields.as_dict(obj.get("status"))
+    total = 0
+    for key in ("containerStatuses", "initContainerStatuses", "ephemeralContainerStatuses"):
+        for entry in fields.as_list(status.get(key)):
+            count = entry.get("restartCount") if isinstance(entry, dict) else None
+            if isinstance(count, int) and not isinstance(count, bool) and count > 0:
+                total += count
+    return total
+
+
 def pod_from_api(obj: Mapping[str, Any],
                  shared: RequestMaps | None = None) -> PodRecord | None:
     """Decode a Pod; None for pods migfit has no interest in (no GPU request, no annotation).

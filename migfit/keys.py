@@ -229,6 +229,17 @@ class GpuChange(_Strict):
     after: tuple[str, ...] = ()
 
 
+class KeptPod(_Strict):
+    """A pod running on a GPU a busy-node re-layout keeps exactly, as seen right before the
+    ``nvidia.com/mig.config`` label was set: after the MIG Manager's success it must still be
+    there, with no container restarted since (docs/relayout.md §5)."""
+
+    pod: str  # namespace/name
+    uid: str
+    restarts: int = 0  # restarts of its containers (init and sidecars too) when seen
+    profiles: dict[str, int] = {}  # the MIG instances it uses
+
+
 def _rfc3339_text(value: str) -> str:
     if parse_rfc3339(value) is None:
         raise ValueError(f"not an RFC 3339 time: {value[:40]!r}")
@@ -254,6 +265,8 @@ class RelayoutRecord(_Strict):
     disrupts: tuple[str, ...] = ()  # pods it would disrupt
     # Pods on GPUs the change keeps exactly (a busy node): they may stay bound meanwhile.
     running: tuple[str, ...] = ()
+    # Of those, the ones bound when the label was set: checked after the change.
+    kept: tuple[KeptPod, ...] = ()
     disruptive: bool = False
     command: str = ""  # the kubectl command that applies it by hand
     expected: dict[str, int] = {}  # the allocatable MIG profiles once applied

@@ -459,17 +459,67 @@ def test_a_node_at_the_target_already_is_not_claimed() -> None:
     assert isinstance(step.action, m.Done) and step.action.outcome.result == "skipped"
 
 
-def test_a_busy_node_run_records_its_running_pods_and_stays_fail_closed() -> None:
-    # --apply-busy-nodes: the record carries the pods on GPUs the change keeps; until the
-    # checks of docs/relayout.md §5 exist, any GPU pod on the node still aborts the run.
+def _busy_checking(settings: m.Settings = SETTINGS) -> m.Run:
+    """A busy-node run (t/keeps runs on the node) that has tainted the node: in CHECK."""
     rec = dataclasses.replace(recommendation(), running=("t/keeps",))
     run = m.advance(m.begin(rec), None, at()).run
     step = m.advance(run, seen(node()), at())
     assert written_record(step).running == ("t/keeps",)  # type: ignore[union-attr]
-    checking = m.advance(step.run, m.Written(), at()).run
-    stop = m.advance(checking, m.PodsSeen((gpu_pod("keeps", "1g.10gb"),)), at())
+    return m.advance(step.run, m.Written(), at()).run
+
+
+def test_a_busy_node_run_keeps_the_running_pods_on_profiles_it_does_not_re_create() -> None:
+    # GPU 0 goes from 2 x 3g.40gb to 7 x 1g.10gb; t/keeps uses a 1g.10gb, which the GPU the
+    # change re-creates does not have: it is on another GPU, and the run goes on.
+    step = m.advance(_busy_checking(), m.PodsSeen((gpu_pod("keeps", "1g.10gb"),),
+                                                  restarts={"keeps": 4}), at())
+    assert step.run.phase is m.Phase.LABEL
+    record = written_record(step)
+    assert record is not None and record.state is keys.RelayoutState.APPLYING
+    assert record.kept == (keys.KeptPod(pod="t/keeps", uid="keeps", restarts=4,
+                                        profiles={"1g.10gb": 1}),)
+
+
+def test_a_busy_node_run_aborts_on_a_pod_whose_gpu_it_cannot_tell() -> None:
+    stop = m.advance(_busy_checking(), m.PodsSeen((gpu_pod("keeps", "3g.40gb"),)), at())
     assert stop.run.phase is m.Phase.RELEASE and stop.run.ending is not None
-    assert stop.run.ending.result == "aborted" and "t/keeps" in stop.run.ending.reason
+    assert stop.run.ending.result == "aborted"
+    assert "t/keeps (3g.40gb)" in stop.run.ending.reason
+    assert "--gpu-usage-from dcgm" in stop.run.ending.reason
+
+
+def test_with_gpu_usage_a_fresh_dcgm_report_tells_which_gpu_holds_the_pod() -> None:
+    usage = dataclasses.replace(SETTINGS, gpu_usage=True, usage_wait_s=30.0, poll_s=1.0)
+
+    def clock(now: float) -> m.Context:
+        return m.Context(now=now, wall=WALL + now, settings=usage)
+
+    pods = m.PodsSeen((gpu_pod("keeps", "3g.40gb"),))
+    step = m.advance(_busy_checking(usage), pods, clock(11.0))  # its CHECK began at 0
+    assert step.run.phase is m.Phase.USAGE and isinstance(step.action, m.ReadUsage)
+    # A report scraped before the CHECK began (or none) is waited out ...
+    old = m.advance(step.run, m.UsageSeen({0: frozenset(), 1: frozenset({"t/keeps"})}, -1.0),
+                    clock(12.0))
+    assert isinstance(old.action, m.Sleep) and old.run.phase is m.Phase.USAGE
+    again = m.advance(old.run, m.Slept(), clock(22.0))
+    assert isinstance(again.action, m.ReadUsage)
+    # ... a fresh one that puts the pod on GPU 1, which the change keeps, lets it go on.
+    ok = m.advance(again.run, m.UsageSeen({0: frozenset(), 1: frozenset({"t/keeps"})}, 20.0),
+                   clock(22.0))
+    assert ok.run.phase is m.Phase.LABEL
+    assert [k.pod for k in written_record(ok).kept] == ["t/keeps"]  # type: ignore[union-attr]
+    # On the GPU the change re-creates, or on none: aborted, nothing changed.
+    on_it = m.advance(again.run, m.UsageSeen({0: frozenset({"t/keeps"})}, 20.0), clock(22.0))
+    assert on_it.run.ending is not None and on_it.run.ending.result == "aborted"
+    assert "puts pods on a GPU the change re-creates: t/keeps" in on_it.run.ending.reason
+    unnamed = m.advance(again.run, m.UsageSeen({0: frozenset(), 1: frozenset()}, 20.0),
+                        clock(22.0))
+    assert unnamed.run.ending is not None and "names no GPU for t/keeps" in (
+        unnamed.run.ending.reason)
+    # No fresh report within usage_wait_s: aborted.
+    late = m.advance(again.run, m.UsageSeen(None, None), clock(41.0))
+    assert late.run.ending is not None and late.run.ending.result == "aborted"
+    assert "no DCGM exporter report" in late.run.ending.reason
 
 
 def test_a_share_of_the_gpu_nodes_bounds_the_re_layouts_at_once() -> None:

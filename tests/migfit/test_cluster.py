@@ -466,3 +466,16 @@ def test_equal_request_maps_are_shared_within_a_cluster_not_between_clusters() -
     assert a is not None and b is not None and elsewhere is not None
     assert a.requests is b.requests
     assert elsewhere.requests == a.requests and elsewhere.requests is not a.requests
+
+
+def test_restart_count_sums_every_kind_of_container_and_ignores_junk() -> None:
+    obj = {"status": {
+        "containerStatuses": [{"name": "a", "restartCount": 2}, {"name": "b", "restartCount": 0}],
+        "initContainerStatuses": [{"name": "sidecar", "restartCount": 3}],
+        "ephemeralContainerStatuses": [{"name": "debug", "restartCount": 1}]}}
+    assert decoding.restart_count(obj) == 6
+    junk = {"status": {"containerStatuses": [{"restartCount": "9"}, {"restartCount": True},
+                                             {"restartCount": -4}, "x", None],
+                       "initContainerStatuses": {"not": "a list"}}}
+    assert decoding.restart_count(junk) == 0
+    assert decoding.restart_count({}) == decoding.restart_count({"status": None}) == 0

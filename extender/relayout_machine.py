@@ -443,8 +443,9 @@ def busy_check(record: keys.RelayoutRecord, pods: Iterable[records.PodRecord], n
         return hard
     touched = touched_profiles(record)
     if overlap and placed is None:
-        which = "; ".join(f"{p.key} ({', '.join(sorted(str(q) for q in p.mig_requests if q in touched))})"
-                          for p in overlap)
+        which = "; ".join(
+            f"{p.key} ({', '.join(sorted(str(q) for q in p.mig_requests if q in touched))})"
+            for p in overlap)
         return (f"pods use profiles a GPU the change re-creates also has, so they could be on "
                 f"it: {which}; with --gpu-usage-from dcgm the exporter's report tells")
     if placed is None:

@@ -66,6 +66,7 @@ from migfit import (
     profiles,
     quantity,
     records,
+    requests,
 )
 
 ProfileName = profiles.ProfileName
@@ -507,6 +508,13 @@ class DemandMix:
     # per profile, how many instances of it the pods that ask for several want (all on one
     # node), e.g. {7g.80gb: {2, 4, 8}}
     together: Mapping[ProfileName, frozenset[int]] = dataclasses.field(default_factory=dict)
+    # per GPU model present that lacks a profile the mix counts: the mix as that model would
+    # serve it (``demand_mix``); other models read the mix itself (``on``)
+    models: Mapping[profiles.ModelId, DemandMix] = dataclasses.field(default_factory=dict)
+
+    def on(self, model: profiles.ModelId) -> DemandMix:
+        """The mix as GPU model ``model`` would serve it."""
+        return self.models.get(model, self)
 
 
 def demand_mix(state: cluster.Cluster) -> DemandMix:
@@ -515,21 +523,59 @@ def demand_mix(state: cluster.Cluster) -> DemandMix:
     memory, taints; more instances would not serve them). Counting them too, as ``demand``
     does when the free instances cannot take them, measured the same (docs/simulation.md,
     "Unseen seeds, and four tries"). A pod asking for several profiles counts its cpu and
-    memory toward each."""
+    memory toward each.
+
+    With several GPU models present, a model that lacks a profile the mix counts gets a mix
+    of its own (``DemandMix.models``): a pod of such a profile counts there as the model's
+    smallest profile that holds the request the webhook recorded for it (``_stand_in``),
+    as a profile name two models share counts on each. The webhook gives a pod the smallest
+    fitting profile of any model present, so without it a mixed cluster's small pods count
+    only toward the smaller model, and the larger one is laid out for its own profiles alone
+    (docs/simulation.md, "What the mixed cluster's GPU wait is")."""
     blocked: Counter[cluster.PodClass] = Counter(
         cluster.class_of(p) for p in state.pending_pods()
         if p.mig_requests and all(state.free_nodes(q) for q in p.mig_requests))
-    mix: Counter[ProfileName] = Counter()
-    host: dict[ProfileName, list[float]] = {}  # cpu, memory, instances
-    together: dict[ProfileName, set[int]] = {}
-    pods = 0
+    counted: list[tuple[list[tuple[ProfileName, int]], int, int, int]] = []
     for cls, n in state.pod_classes().items():
         n -= blocked.get(cls, 0)
         items, _decision, cpu, memory = cls
         named = [(ProfileName(q), k) for q, k in ((profiles.parse_resource(r), k)
                                                    for r, k in items) if q is not None]
-        if n <= 0 or not named:
-            continue
+        if n > 0 and named:
+            counted.append((named, cpu, memory, n))
+    mix = _tally(counted)
+    present = state.models_present()
+    lacking = [m for m in present if any(not m.has_profile(q) for q in mix.instances)]
+    if len(present) < 2 or not lacking:
+        return mix
+    pods = [p for p in state.pods() if p.pending or p.holds_instances]
+    models: dict[profiles.ModelId, DemandMix] = {}
+    for model in lacking:
+        entries: list[tuple[list[tuple[ProfileName, int]], int, int, int]] = []
+        for pod in pods:
+            reqs = pod.mig_requests
+            if not reqs or (pod.pending and all(state.free_nodes(q) for q in reqs)):
+                continue
+            named = []
+            for q, k in sorted(reqs.items()):
+                alt = q if model.has_profile(q) else _stand_in(
+                    model, q, pod.annotations.get(keys.DECISION), _asks(pod.annotations))
+                if alt is not None:
+                    named.append((alt, k))
+            if named:
+                entries.append((named, pod.cpu_milli, pod.memory_bytes, 1))
+        models[model.id] = _tally(entries)
+    return dataclasses.replace(mix, models=models)
+
+
+def _tally(counted: Sequence[tuple[Sequence[tuple[ProfileName, int]], int, int, int]]
+           ) -> DemandMix:
+    """A ``DemandMix`` of (profiles and instances, cpu, memory, pods) entries."""
+    mix: Counter[ProfileName] = Counter()
+    host: dict[ProfileName, list[float]] = {}  # cpu, memory, instances
+    together: dict[ProfileName, set[int]] = {}
+    pods = 0
+    for named, cpu, memory, n in counted:
         pods += n
         for q, k in named:
             mix[q] += k * n
@@ -542,6 +588,44 @@ def demand_mix(state: cluster.Cluster) -> DemandMix:
     return DemandMix(instances=mix, pods=pods,
                      together={q: frozenset(ks) for q, ks in together.items()},
                      needs={q: (int(h[0] / h[2]), int(h[1] / h[2])) for q, h in host.items()})
+
+
+def _asks(annotations: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
+    """The pod's compute and media annotations (``migfit.io/gpu-compute``, ...), sorted."""
+    return tuple(sorted((k, v) for k, v in annotations.items()
+                        if k.startswith((keys.GPU_COMPUTE, keys.GPU_MEDIA))))
+
+
+@functools.lru_cache(maxsize=4096)
+def _stand_in(model: profiles.GpuModel, profile: ProfileName, decision: str | None,
+              asks: tuple[tuple[str, str], ...]) -> ProfileName | None:
+    """``model``'s smallest profile (``profiles.profile_order``) that holds what the pod's
+    containers given ``profile`` asked for: the memory of the webhook's decision record, the
+    compute slices and media of their annotations (per container, else pod-wide); None
+    without a record naming ``profile`` or when no profile of ``model`` holds it."""
+    record = None if decision is None else keys.decision_of({keys.DECISION: decision})
+    mine = [] if record is None else [c for c in record["containers"]
+                                      if profiles.canonical_profile(c["profile"]) == profile]
+    if not mine:
+        return None
+    given = dict(asks)
+    mib = compute = 0
+    media = False
+    for c in mine:
+        mib = max(mib, c["request_mib"])
+        name = c["container"]
+        try:
+            text = given.get(keys.GPU_COMPUTE_PREFIX + name, given.get(keys.GPU_COMPUTE))
+            if text is not None:
+                compute = max(compute, requests.parse_compute(keys.GPU_COMPUTE, text))
+            text = given.get(keys.GPU_MEDIA_PREFIX + name, given.get(keys.GPU_MEDIA))
+            media = media or (text is not None
+                              and requests.parse_media(keys.GPU_MEDIA, text))
+        except requests.RequestError:
+            return None
+    fits = [p for p in model.profiles if p.memory_mib >= mib and p.compute_slices >= compute
+            and (p.media or not media)]
+    return min(fits, key=profiles.profile_order).name if fits else None
 
 
 def shortfall(state: cluster.Cluster, settings: Settings, mixed: DemandMix | None = None
@@ -566,11 +650,11 @@ def shortfall(state: cluster.Cluster, settings: Settings, mixed: DemandMix | Non
     if settings.ahead_from is None:
         return {}
     mixed = mixed or demand_mix(state)
-    mix = mixed.instances
     if mixed.pods < settings.ahead_min_pods:
         return {}
     out: dict[profiles.ModelId, Shortfall] = {}
     for model, projected in _projection(state, mixed, settings.ahead_from).items():
+        mix = mixed.on(model.id).instances
         short: dict[ProfileName, int] = {}
         surplus: set[ProfileName] = set()
         count = sum(k for q, k in mix.items() if q in projected)
@@ -592,7 +676,7 @@ def shortfall(state: cluster.Cluster, settings: Settings, mixed: DemandMix | Non
         if short:
             out[model.id] = Shortfall(
                 short=short, surplus=frozenset(surplus),
-                needs={q: mixed.needs[q] for q in short})
+                needs={q: mixed.on(model.id).needs[q] for q in short})
     return out
 
 
@@ -613,11 +697,12 @@ def _projection(state: cluster.Cluster, mixed: DemandMix, allocated: float
                 continue
             total += st.allocatable * size[q]
             free += st.free * size[q]
-        wanted = {q: k * size[q] for q, k in mixed.instances.items() if q in size}
+        mix = mixed.on(model.id)
+        wanted = {q: k * size[q] for q, k in mix.instances.items() if q in size}
         weight = sum(wanted.values())
         if not total or not weight or total - free < allocated * total:
             continue
-        usable = {q: _usable(state, model.id, q, mixed.needs.get(q), rooms) for q in size}
+        usable = {q: _usable(state, model.id, q, mix.needs.get(q), rooms) for q in size}
         supply = sum(k * size[q] for q, k in usable.items())
         out[model] = {q: (wanted.get(q, 0) / weight * supply / size[q], usable[q])
                       for q in size}
@@ -1196,12 +1281,15 @@ def advise(
         # for beside idle GPUs: docs/simulation.md, "Trades after the changes in flight").
         pool = [n for n in fresh if not n.busy and n.name not in taken
                 and n.model.id not in moving]
-        for change, why in hostbalance.trades(
-                pool, mix.needs, mix.instances, room, together=mix.together,
-                limit=None if limit is None else limit - len(recs), min_gain=gain):
-            recs.append(dataclasses.replace(
-                recommendation(change, views[change.name], (), by_key), ahead=True,
-                balance=why))
+        for model_id in sorted({n.model.id for n in pool}):
+            on = mix.on(model_id)  # each model trades for the mix as it would serve it
+            for change, why in hostbalance.trades(
+                    [n for n in pool if n.model.id == model_id], on.needs, on.instances, room,
+                    together=on.together, limit=None if limit is None else limit - len(recs),
+                    min_gain=gain):
+                recs.append(dataclasses.replace(
+                    recommendation(change, views[change.name], (), by_key), ahead=True,
+                    balance=why))
     unserved = tuple(sorted(w.key for w in waiting if w.key not in unblocked))
     return Advice(recommendations=tuple(recs), waiting=tuple(waiting), unserved=unserved,
                   generation=state.generation, ahead=ahead)

@@ -12,7 +12,7 @@ from typing import Any
 
 from advisor_scene import T0, build, node, pod
 
-from migfit import advisor, profiles
+from migfit import advisor, keys, profiles
 
 A100 = profiles.builtin().get("A100-80GB")
 SETTINGS = advisor.Settings()
@@ -309,3 +309,34 @@ def test_no_trade_while_a_node_of_the_model_is_re_partitioned() -> None:
     assert state.node.model == "H100-80GB"
     assert sorted(r.node for r in advisor.advise(c, now=T0 + 600).recommendations
                   if r.balance) == ["small", "whole"]
+
+
+def _small_pod(name: str, profile: str, compute: int, *, node: str) -> dict[str, Any]:
+    """A bound pod the webhook gave ``profile`` for 1Mi and ``compute`` compute slices."""
+    obj = pod(name, profile, node=node, phase="Running", cpu="8")
+    obj["metadata"].setdefault("annotations", {}).update({
+        keys.GPU_MEMORY: "1Mi", keys.GPU_COMPUTE: str(compute),
+        keys.DECISION: keys.encode_decision({"v": 1, "strategy": "mixed", "containers": [
+            {"container": "main", "request_mib": 1, "profile": profile,
+             "resource": profiles.resource_name(profile), "models": []}]})})
+    return obj
+
+
+def test_a_mixed_cluster_counts_small_pods_toward_the_larger_model_too() -> None:
+    # 60 A100 GPUs running 7g.80gb pods, 30 A30 GPUs running pods of 3 compute slices that
+    # the webhook gave the A30's 4g.24gb, and idle A100 GPUs of whole 7g.80gb: the A100's
+    # mix counts those pods as its smallest profile that holds them (3g.40gb), so a share
+    # of its idle slices is laid out for them; the A30's mix is its own profiles' pods.
+    objs = _scene(bound=60, idle=8, idle_alloc={"7g.80gb": 1})
+    for i in range(30):
+        objs.append(node(f"a30-{i:02d}", product="NVIDIA-A30", alloc={"4g.24gb": 1}))
+        objs.append(_small_pod(f"small-{i:02d}", "4g.24gb", 3, node=f"a30-{i:02d}"))
+    c = build(*objs)
+    mix = advisor.demand_mix(c)
+    a30 = profiles.builtin().get("A30-24GB").id
+    assert mix.pods == 90
+    assert dict(mix.on(A100.id).instances) == {"7g.80gb": 60, "3g.40gb": 30}
+    assert mix.on(A100.id).needs[profiles.ProfileName("3g.40gb")] == (8000, 0)
+    assert dict(mix.on(a30).instances) == {"4g.24gb": 30}  # no A30 profile holds a 7g.80gb
+    fall = advisor.shortfall(c, SETTINGS, mix)
+    assert set(fall[A100.id].short) == {"3g.40gb"}

@@ -47,6 +47,7 @@ REASON_DONE = machine.REASON_DONE
 REASON_FAILED = machine.REASON_FAILED
 REASON_ABORTED = machine.REASON_ABORTED
 Settings = machine.Settings
+BUSY_REST_S = 600.0  # a busy node whose run was aborted is not started again for this long
 Outcome = machine.Outcome
 
 
@@ -81,6 +82,10 @@ class Relayouter:
         self._told: set[str] = set()  # staging problems already logged
         # --apply-custom-configs: the ClusterPolicy check's answer, and when it was made
         self._policy: tuple[float, bool | None, str] | None = None
+        # Busy nodes whose last run was aborted, and until when (this clock) they are not
+        # started again: the advice may stand while what aborted it does too (a pod the
+        # DCGM report does not place), and tainting the node every pass would be a loop.
+        self._resting: dict[str, float] = {}
 
     @property
     def leading(self) -> bool:
@@ -125,6 +130,9 @@ class Relayouter:
         if not self.leading:
             return []
         advice = self.cache.get(self.state)
+        now = self.clock()
+        self._resting = {n: t for n, t in self._resting.items() if t > now}
+        recommendations = [r for r in advice.recommendations if r.node not in self._resting]
         viewed = [st.node for st in self.state.nodes()]
         staged = None
         if self.settings.custom_configs is not None:
@@ -132,7 +140,7 @@ class Relayouter:
             if not self.leading:
                 return []
         chosen = machine.plan(viewed, running=self._tasks, staged=staged,
-                              recommendations=advice.recommendations, settings=self.settings,
+                              recommendations=recommendations, settings=self.settings,
                               bound=self.state.pods_on)
         if chosen.start:
             # New work: count what is in flight from the API, not from a view that may lag.
@@ -141,7 +149,7 @@ class Relayouter:
                 return []
             chosen = machine.plan(viewed if listed is None else listed, running=self._tasks,
                                   recommendations=() if listed is None
-                                  else advice.recommendations, settings=self.settings,
+                                  else recommendations, settings=self.settings,
                                   staged=staged, bound=self.state.pods_on)
         taken = [*chosen.adopt, *chosen.start]
         for run in taken:
@@ -261,6 +269,8 @@ class Relayouter:
         else:
             log.warning("relayout %s: %s: %s", run.node, outcome.result, outcome.reason)
         self.outcomes.append(outcome)
+        if outcome.result == "aborted" and run.record.running:
+            self._resting[run.node] = self.clock() + BUSY_REST_S
         if self.metrics is not None:
             self.metrics.applied.labels(result=outcome.result).inc()
         return outcome

@@ -98,9 +98,13 @@ class Settings:
     # GPU also has reads the node's DCGM exporter report (scraped after its CHECK began) to
     # tell which GPU holds them; off: such a run is not started.
     gpu_usage: bool = False
-    # How long a busy-node run waits for that report before it is aborted (the extender
-    # sets two scrapes' interval and one's timeout: usage.Settings).
-    usage_wait_s: float = 65.0
+    # dcgm-exporter serves the samples of its last collection (every 30 s by default, its
+    # -c/--collect-interval): a report shows the state after the node's pods were listed
+    # only if it was scraped at least this long after the list.
+    exporter_collect_s: float = 30.0
+    # How long a busy-node run waits for such a report before it is aborted (the extender
+    # adds two scrapes' interval and one's timeout: usage.Settings).
+    usage_wait_s: float = 95.0
     # --apply-custom-configs: the ConfigMap (namespace, name) the MIG Manager reads, into
     # which a custom config is written before a node is labelled with it. None: only named
     # configs already there are applied.
@@ -179,11 +183,11 @@ class PodsSeen:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class UsageSeen:
-    """The node's DCGM exporter report as kept now: per GPU index, the pods (namespace/name)
-    it puts on that GPU's instances, and when it was scraped (the monotonic clock of
-    ``Context.now``); both None when there is none."""
+    """The node's DCGM exporter report as kept now: per GPU index, its MIG instances, each as
+    (profile, the pods (namespace/name) it names there), and when the scrape that got it
+    began (the monotonic clock of ``Context.now``); both None when there is none."""
 
-    gpus: Mapping[int, frozenset[str]] | None
+    gpus: Mapping[int, tuple[tuple[str, frozenset[str]], ...]] | None
     at: float | None
 
 
@@ -308,7 +312,13 @@ class Run:
     resume: Phase | None = None  # ADOPT: where the view says the re-layout stands
     ending: Outcome | None = None  # RELEASE/FAIL: what is reported once written
     config_ready: bool = False  # a custom target is in the ConfigMap and has reached nodes
-    checked: PodsSeen | None = None  # USAGE: the node's pods as CHECK listed them
+    checked: PodsSeen | None = None  # USAGE: the node's pods as CHECK listed them ...
+    listed_at: float | None = None  # ... and when
+    # A DCGM report that placed them; CHECK lists the pods once more and sets the label
+    # only if they are still the same pods.
+    placed: Mapping[int, tuple[tuple[str, frozenset[str]], ...]] | None = None
+    label_tried: bool = False  # a label patch was sent (its answer may have been lost)
+    advised_from: str | None = None  # the node's nvidia.com/mig.config when advised
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -353,7 +363,8 @@ def in_flight(node: records.NodeRecord) -> bool:
 
 def begin(rec: advisor.Recommendation) -> Run:
     """A new re-layout of a recommended node."""
-    return Run(node=rec.node, phase=Phase.READ, record=planned(rec))
+    return Run(node=rec.node, phase=Phase.READ, record=planned(rec),
+               advised_from=rec.before_config)
 
 
 def adopt(node: records.NodeRecord) -> Run | None:
@@ -429,15 +440,18 @@ def _busy_findings(record: keys.RelayoutRecord, pods: Iterable[records.PodRecord
 
 
 def busy_check(record: keys.RelayoutRecord, pods: Iterable[records.PodRecord], node: str,
-               placed: Mapping[int, frozenset[str]] | None = None) -> str | None:
+               placed: Mapping[int, tuple[tuple[str, frozenset[str]], ...]] | None = None
+               ) -> str | None:
     """Why the GPU pods bound to ``node`` forbid the change now (None: they do not).
 
     A pod may stay bound only on a busy-node run, only if it is one of the record's
     ``running`` (bound before the advice), and only on GPUs the change keeps. The API does
     not say which GPU holds a pod's instance: a pod whose profiles no re-created GPU has is
-    on a kept one (the advisor's rule without per-GPU usage, docs/relayout.md §1); for the
-    others ``placed`` (the DCGM exporter's report: per GPU index, the pods it names there)
-    must put each on kept GPUs only, and no pod at all on a re-created GPU."""
+    on a kept one (the advisor's rule without per-GPU usage, docs/relayout.md §1). For the
+    others ``placed`` (the DCGM exporter's report: per GPU index, each instance's profile
+    and the pods it names) must show every GPU of the change laid out as the advice assumed,
+    no pod on a GPU it re-creates, and each such pod on kept GPUs as many times as it has
+    instances."""
     hard, overlap = _busy_findings(record, pods, node)
     if hard is not None:
         return hard
@@ -450,15 +464,27 @@ def busy_check(record: keys.RelayoutRecord, pods: Iterable[records.PodRecord], n
                 f"it: {which}; with --gpu-usage-from dcgm the exporter's report tells")
     if placed is None:
         return None
+    for g in record.gpus:
+        shown = Counter(q for q, _ in placed.get(g.index, ()))
+        if g.index not in placed or shown != Counter(g.before):
+            return (f"the DCGM exporter's report shows GPU {g.index} with "
+                    f"{' '.join(sorted(shown.elements())) or 'nothing'}, not the layout the "
+                    f"advice assumed ({' '.join(sorted(g.before)) or 'nothing'})")
     recreated = touched_gpus(record)
-    there = sorted({name for i in recreated for name in placed.get(i, frozenset())})
+    there = sorted({name for i in recreated for _, names in placed.get(i, ()) for name in names})
     if there:
         return (f"the DCGM exporter puts pods on a GPU the change re-creates: "
                 f"{', '.join(there)}")
-    unplaced = [p.key for p in overlap if not any(p.key in names for names in placed.values())]
-    if unplaced:
-        return (f"the DCGM exporter's report names no GPU for {', '.join(unplaced)}, which use "
-                f"a profile a GPU the change re-creates also has")
+    short = []
+    for p in overlap:
+        seen_on_kept = sum(p.key in names for i, inst in placed.items() if i not in recreated
+                           for _, names in inst)
+        if seen_on_kept < sum(p.mig_requests.values()):
+            short.append(f"{p.key} ({seen_on_kept} of {sum(p.mig_requests.values())})")
+    if short:
+        return (f"the DCGM exporter's report does not name all the instances of "
+                f"{', '.join(short)}, which use a profile a GPU the change re-creates also "
+                "has")
     return None
 
 
@@ -470,10 +496,11 @@ def kept_of(pods: PodsSeen, node: str) -> tuple[keys.KeptPod, ...]:
                  if p.node == node and p.holds_instances and p.requests)
 
 
-def kept_check(record: keys.RelayoutRecord, pods: PodsSeen,
-               advertised: Mapping[str, int]) -> tuple[str | None, tuple[str, ...]]:
-    """After the MIG Manager's success: why the pods the change kept were harmed (None: they
-    were not), and the kept pods that are gone (deleted meanwhile: nothing to check)."""
+def kept_check(record: keys.RelayoutRecord, pods: PodsSeen
+               ) -> tuple[str | None, tuple[str, ...]]:
+    """Why the pods the change keeps were harmed (None: they were not), and the kept pods
+    that are gone (deleted meanwhile: nothing to check). Harmed: Failed, or a container
+    restarted or ended with an error since CHECK (``decoding.restart_count``)."""
     seen = {p.uid: p for p in pods.pods}
     harmed, gone = [], []
     for kept in record.kept:
@@ -485,15 +512,8 @@ def kept_check(record: keys.RelayoutRecord, pods: PodsSeen,
         if pod.phase == "Failed":
             harmed.append(f"{kept.pod} failed")
         elif restarts > kept.restarts:
-            harmed.append(f"{kept.pod} restarted {restarts - kept.restarts} time(s)")
-    need = Counter[str]()
-    for kept in record.kept:
-        need.update(kept.profiles)
-    short = sorted(f"{q} ({advertised.get(q, 0)} of {n})" for q, n in need.items()
-                   if advertised.get(q, 0) < n)
-    if short:
-        harmed.append(f"the node advertises fewer instances than the kept pods use: "
-                      f"{', '.join(short)}")
+            harmed.append(f"{kept.pod} restarted or lost a container {restarts - kept.restarts} "
+                          "time(s)")
     if harmed:
         return (f"pods on the GPUs the change was to keep were harmed: {'; '.join(harmed)}",
                 tuple(gone))
@@ -780,6 +800,10 @@ def _read(run: Run, seen: Seen, clock: Context) -> Step:
     if node.config == run.record.target:
         return _done(run, "skipped", f"{keys.LABEL_CONFIG} is {node.config} already (the "
                      "advice came from a view that has not caught up)")
+    if run.record.running and node.config != run.advised_from:
+        # A busy node's kept GPUs are kept only if the layout is still the advised one.
+        return _done(run, "skipped", f"{keys.LABEL_CONFIG} changed since the advice "
+                     f"({run.advised_from} -> {node.config}); nothing was changed")
     claim = run.record.but(state=_STATES.TAINTED, from_config=node.config)
     body = {"metadata": {**_precondition(seen.resource_version), "annotations": _annotate(claim)},
             "spec": {"taints": [*(dict(t) for t in seen.taints), keys.relayout_taint()]}}
@@ -838,9 +862,18 @@ def _check(run: Run, seen: Seen, clock: Context) -> Step:
         return _unexpected(run, seen)
     hard, overlap = _busy_findings(run.record, seen.pods, run.node)
     if hard is None and overlap and clock.settings.gpu_usage:
-        # Which GPU holds those pods: a DCGM report scraped after this list was asked for.
-        return Step(dataclasses.replace(run, phase=Phase.USAGE, since=run.since,
-                                        checked=seen), ReadUsage())
+        checked, placed = run.checked, run.placed
+        if (placed is not None and checked is not None
+                and _uids(seen, run.node) == _uids(checked, run.node)):
+            # The same pods as the report placed, listed just now: judge and go on at once.
+            refused = busy_check(run.record, seen.pods, run.node, placed=placed)
+            if refused is not None:
+                return _abort(run, clock, f"{refused}; nothing was changed, the taint and the "
+                              "record are removed")
+            return _checked(dataclasses.replace(run, checked=None, placed=None), seen, clock)
+        # Which GPU holds those pods: a DCGM report of the state after this list.
+        return Step(dataclasses.replace(run, phase=Phase.USAGE, checked=seen, placed=None,
+                                        listed_at=clock.now), ReadUsage())
     refused = busy_check(run.record, seen.pods, run.node)
     if refused is not None:
         return _abort(run, clock, f"{refused}; nothing was changed, the taint and the record "
@@ -848,33 +881,47 @@ def _check(run: Run, seen: Seen, clock: Context) -> Step:
     return _checked(run, seen, clock)
 
 
+def _uids(pods: PodsSeen, node: str) -> frozenset[str]:
+    return frozenset(p.uid for p in pods.pods
+                     if p.node == node and p.holds_instances and p.requests)
+
+
 def _usage(run: Run, seen: Seen, clock: Context) -> Step:
-    """Wait for a DCGM report of the node newer than CHECK's pod list, then judge by it."""
-    checked, since = run.checked, run.since
-    assert checked is not None and since is not None
+    """Wait for a DCGM report that shows the node after CHECK's pod list (scraped at least
+    ``exporter_collect_s`` after it), judge by it, then list the pods once more (CHECK)."""
+    checked, listed_at = run.checked, run.listed_at
+    assert checked is not None and listed_at is not None
     if seen is None or isinstance(seen, Slept):
         return Step(run, ReadUsage())
     if not isinstance(seen, UsageSeen):
         return _unexpected(run, seen)
-    if seen.gpus is None or seen.at is None or seen.at < since:
-        waited = clock.now - since
-        if waited >= clock.settings.usage_wait_s:
-            return _abort(run, clock, f"no DCGM exporter report of the node newer than its "
-                          f"taint came within {clock.settings.usage_wait_s:.0f}s, so which GPU "
-                          "holds its pods is not known; nothing was changed, the taint and "
-                          "the record are removed")
-        return Step(run, Sleep(min(clock.settings.poll_s * 10,
-                                   clock.settings.usage_wait_s - waited)))
+    settings = clock.settings
+    if seen.gpus is None or seen.at is None or seen.at < listed_at + settings.exporter_collect_s:
+        waited = clock.now - listed_at
+        if waited >= settings.usage_wait_s:
+            return _abort(run, clock, f"no DCGM exporter report of the node collected after "
+                          f"its pods were listed came within {settings.usage_wait_s:.0f}s, so "
+                          "which GPU holds its pods is not known; nothing was changed, the "
+                          "taint and the record are removed")
+        return Step(run, Sleep(min(settings.poll_s, settings.usage_wait_s - waited)))
     refused = busy_check(run.record, checked.pods, run.node, placed=seen.gpus)
     if refused is not None:
         return _abort(run, clock, f"{refused}; nothing was changed, the taint and the record "
                       "are removed")
-    return _checked(dataclasses.replace(run, phase=Phase.CHECK, checked=None), checked, clock)
+    return Step(dataclasses.replace(run, phase=Phase.CHECK, placed=seen.gpus), ListPods())
 
 
 def _checked(run: Run, seen: PodsSeen, clock: Context) -> Step:
-    """CHECK passed on ``seen``: record the pods that stay, then the config or the label."""
-    run = dataclasses.replace(run, record=run.record.but(kept=kept_of(seen, run.node)))
+    """CHECK passed on ``seen``: record the pods that stay, then the config or the label.
+
+    After a label patch whose answer was lost (it may have landed, and the MIG Manager
+    begun), the pods kept before keep their first restart counts, and stay kept whatever
+    their phase now: what happened since is checked, not made the new baseline."""
+    kept = kept_of(seen, run.node)
+    if run.label_tried and run.record.kept:
+        before = {k.uid for k in run.record.kept}
+        kept = (*run.record.kept, *(k for k in kept if k.uid not in before))
+    run = dataclasses.replace(run, record=run.record.but(kept=kept))
     custom = run.record.config is None
     if not run.config_ready and (custom or clock.settings.custom_configs is not None):
         if clock.settings.custom_configs is None:
@@ -996,8 +1043,8 @@ def _label(run: Run, seen: Seen, clock: Context) -> Step:
         return _unexpected(run, seen)
     if seen.retryable:
         # Whether it landed or not, check the pods again before setting it again.
-        return _retry(run, seen.brief, clock, then=Phase.CHECK,
-                      gave_up=f"setting {keys.LABEL_CONFIG} kept failing")
+        return _retry(dataclasses.replace(run, label_tried=True), seen.brief, clock,
+                      then=Phase.CHECK, gave_up=f"setting {keys.LABEL_CONFIG} kept failing")
     return _fail(run, clock, "error", f"setting {keys.LABEL_CONFIG} failed ({seen.brief})")
 
 
@@ -1037,10 +1084,10 @@ def _wait(run: Run, seen: Seen, clock: Context) -> Step:
             return _fail(run, clock, "failed", f"pods were bound to the node during the "
                          f"re-layout with profiles the new layout {target} does not have: "
                          f"{'; '.join(gone)}")
+        harmed, vanished = kept_check(run.record, seen)  # on every list, not only the last
+        if harmed is not None:
+            return _fail(run, clock, "failed", harmed)
         if run.settled:
-            harmed, vanished = kept_check(run.record, seen, expected)
-            if harmed is not None:
-                return _fail(run, clock, "failed", harmed)
             note = ""
             if run.record.kept:
                 checked = len(run.record.kept) - len(vanished)

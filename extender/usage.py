@@ -163,18 +163,20 @@ class UsageScraper:
             self._publish()
         return self._current
 
-    def placed(self, node: str) -> tuple[dict[int, frozenset[str]], float] | None:
-        """``node``'s fresh report as the apply mode reads it: per GPU index, the pods
-        (namespace/name) the exporter names on its instances, and when it was scraped (this
-        scraper's clock); None when no fresh report is kept."""
+    def placed(self, node: str
+               ) -> tuple[dict[int, tuple[tuple[str, frozenset[str]], ...]], float] | None:
+        """``node``'s fresh report as the apply mode reads it: per GPU index, each MIG
+        instance as (profile, the pods (namespace/name) the exporter names on it), and when
+        the scrape that got it began (this scraper's clock); None when none is kept."""
         self.current()  # drops stale reports
         kept = self._kept.get(node)
         if kept is None:
             return None
-        gpus: dict[int, set[str]] = {i: set() for i in kept.report.gpus}
+        gpus: dict[int, list[tuple[str, frozenset[str]]]] = {i: [] for i in kept.report.gpus}
         for inst in kept.report.instances:
-            gpus.setdefault(inst.gpu, set()).update(inst.pods)
-        return {i: frozenset(names) for i, names in gpus.items()}, kept.at
+            gpus.setdefault(inst.gpu, []).append((str(inst.profile), inst.pods))
+        return {i: tuple(sorted(insts, key=lambda x: (x[0], sorted(x[1]))))
+                for i, insts in gpus.items()}, kept.at
 
     def age(self, node: str) -> float | None:
         """Seconds since ``node``'s kept report came, None when none is kept."""
@@ -260,9 +262,10 @@ class UsageScraper:
                     except ScrapeError as exc:
                         return t, exc
 
+            # A report is as old as its request: stamped before the round is sent.
+            now = self.clock()
             results = await asyncio.gather(*(one(t) for t in targets))
         changed = False
-        now = self.clock()
         for target, got in results:
             if isinstance(got, ScrapeError):
                 self._failed(target.node, got)

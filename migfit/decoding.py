@@ -189,15 +189,23 @@ class RequestMaps:
 
 
 def restart_count(obj: Mapping[str, Any]) -> int:
-    """How often the pod's containers have restarted: the sum of ``restartCount`` over its
-    container, init container (sidecars) and ephemeral container statuses."""
+    """How often the pod's containers have restarted or ended in error: the sum of
+    ``restartCount`` over its container, init container (sidecars) and ephemeral container
+    statuses, plus one for each container now terminated with a non-zero exit code (with
+    ``restartPolicy: Never`` a container that dies is not restarted)."""
     status = fields.as_dict(obj.get("status"))
     total = 0
     for key in ("containerStatuses", "initContainerStatuses", "ephemeralContainerStatuses"):
         for entry in fields.as_list(status.get(key)):
-            count = entry.get("restartCount") if isinstance(entry, dict) else None
+            if not isinstance(entry, dict):
+                continue
+            count = entry.get("restartCount")
             if isinstance(count, int) and not isinstance(count, bool) and count > 0:
                 total += count
+            ended = fields.as_dict(fields.as_dict(entry.get("state")).get("terminated"))
+            code = ended.get("exitCode")
+            if isinstance(code, int) and not isinstance(code, bool) and code != 0:
+                total += 1
     return total
 
 

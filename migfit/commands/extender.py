@@ -177,9 +177,11 @@ async def _serve(args: argparse.Namespace, settings: server.ExtenderSettings,
                                            timeout_s=args.relayout_timeout,
                                            apply_busy_nodes=args.apply_busy_nodes,
                                            gpu_usage=scraper is not None,
-                                           # two scrapes' time and one's timeout
-                                           usage_wait_s=65.0 if scraper is None else
-                                           2 * scraper.settings.interval_s
+                                           # the exporter's collection, then two
+                                           # scrapes' time and one's timeout
+                                           usage_wait_s=95.0 if scraper is None else
+                                           relayout.Settings().exporter_collect_s
+                                           + 2 * scraper.settings.interval_s
                                            + scraper.settings.timeout_s,
                                            custom_configs=(ns, name)
                                            if args.apply_custom_configs else None,

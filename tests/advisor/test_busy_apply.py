@@ -146,7 +146,7 @@ async def test_a_kept_pod_that_restarts_during_the_change_fails_the_run(
             "containerStatuses": runner("r3", restarts=1)["status"]["containerStatuses"]}}))
     (outcome,), _ = await apply_once(api)
     assert outcome.result == "failed"
-    assert "t/r3 restarted 1 time(s)" in outcome.reason
+    assert "t/r3 restarted or lost a container 1 time(s)" in outcome.reason
     obj = await read_node(api, "seed")
     assert taints(obj) == [keys.TAINT_RELAYOUT]  # kept for an operator
     assert record(obj)["state"] == "failed"
@@ -262,20 +262,20 @@ def _kept(name: str, restarts: int = 0) -> keys.KeptPod:
 
 def test_kept_check() -> None:
     rec = _record(kept=(_kept("a", restarts=2), _kept("b")))
-    advertised = {"1g.10gb": 14}
     ok = machine.PodsSeen((_pod("a"), _pod("b")), restarts={"uid-a": 2, "uid-b": 0})
-    assert machine.kept_check(rec, ok, advertised) == (None, ())
+    assert machine.kept_check(rec, ok) == (None, ())
     # Deleted meanwhile (a Job's TTL, a user): nothing left to check; completed: fine.
-    assert machine.kept_check(rec, machine.PodsSeen((_pod("a", phase="Succeeded"),)),
-                              advertised) == (None, ("t/b",))
+    assert machine.kept_check(rec, machine.PodsSeen((_pod("a", phase="Succeeded"),))) == (
+        None, ("t/b",))
     restarted = machine.PodsSeen((_pod("a"), _pod("b")), restarts={"uid-a": 3})
-    harmed, _ = machine.kept_check(rec, restarted, advertised)
-    assert harmed is not None and "t/a restarted 1 time(s)" in harmed
+    harmed, _ = machine.kept_check(rec, restarted)
+    assert harmed is not None and "t/a restarted or lost a container 1 time(s)" in harmed
+    failed = machine.PodsSeen((_pod("a", phase="Failed"), _pod("b")), restarts={"uid-a": 2})
+    harmed, _ = machine.kept_check(rec, failed)
+    assert harmed is not None and "t/a failed" in harmed
     # The same name, another pod (re-created): the kept one is gone, not this one.
     other = machine.PodsSeen((_pod("a"), _pod("b", uid="uid-new")), restarts={"uid-a": 2})
-    assert machine.kept_check(rec, other, advertised) == (None, ("t/b",))
-    harmed, _ = machine.kept_check(rec, ok, {"1g.10gb": 1})
-    assert harmed is not None and "1g.10gb (1 of 2)" in harmed
+    assert machine.kept_check(rec, other) == (None, ("t/b",))
 
 
 def test_plan_does_not_start_what_the_check_would_refuse() -> None:
@@ -355,7 +355,9 @@ async def exporter() -> AsyncIterator[tuple[Exporter, str]]:
     await srv.close()
 
 
-async def dcgm_apply(api: k8s.ApiClient, url: str) -> tuple[list[relayout.Outcome], MigManager]:
+async def dcgm_apply(api: k8s.ApiClient, url: str, rested: list[str] | None = None
+                     ) -> tuple[list[relayout.Outcome], MigManager]:
+    rested = [] if rested is None else rested
     store_state = await snapshot(api)
     scraper = usage.UsageScraper(store_state, settings=usage.Settings(
         url_template=url, interval_s=0.05, timeout_s=1.0))
@@ -365,6 +367,7 @@ async def dcgm_apply(api: k8s.ApiClient, url: str) -> tuple[list[relayout.Outcom
                                                          allow_disruptive=False))
     r = relayout.Relayouter(store_state, api, cache=cache, elector=None,
                             settings=dataclasses.replace(FAST, gpu_usage=True,
+                                                         exporter_collect_s=0.1,
                                                          usage_wait_s=2.0))
     mm = MigManager(api, "n", layouts={"keep0-whole1": {"1g.10gb": 7, "7g.80gb": 1},
                                        "whole0-keep1": {"1g.10gb": 7, "7g.80gb": 1}})
@@ -372,7 +375,10 @@ async def dcgm_apply(api: k8s.ApiClient, url: str) -> tuple[list[relayout.Outcom
     scraping = asyncio.create_task(scraper.run())
     try:
         started = await r.step()
-        return (await r.wait() if started else []), mm
+        outcomes = await r.wait() if started else []
+        if any(o.result == "aborted" for o in outcomes) and not await r.step():
+            rested.extend(r._resting)
+        return outcomes, mm
     finally:
         scraping.cancel()
         await asyncio.gather(scraping, return_exceptions=True)
@@ -408,9 +414,11 @@ async def test_with_dcgm_a_pod_the_report_puts_on_the_gpu_to_re_create_aborts(
     server.after(NODES, "n", lambda d: isinstance(d, dict) and bool(
         (d.get("spec") or {}).get("taints")), lambda: setattr(
             ex, "text", exporter_text({1: "r0"})))
-    (outcome,), mm = await dcgm_apply(api, url)
+    rested: list[str] = []
+    (outcome,), mm = await dcgm_apply(api, url, rested)
     assert outcome.result == "aborted"
     assert "puts pods on a GPU the change re-creates: t/r0" in outcome.reason
     assert mm.applied == []
+    assert rested == ["n"]  # not tainted again at the next pass
     obj = await read_node(api, "n")
     assert taints(obj) == [] and keys.ANNOTATION_RELAYOUT not in obj["metadata"]["annotations"]

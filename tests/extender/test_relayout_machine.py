@@ -488,38 +488,112 @@ def test_a_busy_node_run_aborts_on_a_pod_whose_gpu_it_cannot_tell() -> None:
     assert "--gpu-usage-from dcgm" in stop.run.ending.reason
 
 
-def test_with_gpu_usage_a_fresh_dcgm_report_tells_which_gpu_holds_the_pod() -> None:
-    usage = dataclasses.replace(SETTINGS, gpu_usage=True, usage_wait_s=30.0, poll_s=1.0)
+USAGE = dataclasses.replace(SETTINGS, gpu_usage=True, usage_wait_s=60.0, poll_s=1.0,
+                            exporter_collect_s=30.0)
+THREE_G = ("3g.40gb", frozenset[str]())
+ONE_G = ("1g.10gb", frozenset[str]())
 
-    def clock(now: float) -> m.Context:
-        return m.Context(now=now, wall=WALL + now, settings=usage)
 
+def usage_clock(now: float) -> m.Context:
+    return m.Context(now=now, wall=WALL + now, settings=USAGE)
+
+
+def report(*gpus: tuple[tuple[str, frozenset[str]], ...], at: float
+           ) -> m.UsageSeen:
+    return m.UsageSeen(dict(enumerate(gpus)), at)
+
+
+def _placed_pod(name: str) -> tuple[str, frozenset[str]]:
+    return ("3g.40gb", frozenset({f"t/{name}"}))
+
+
+def _waiting_for_usage() -> m.Step:
+    """t/keeps uses a 3g.40gb; GPU 0 (2 x 3g.40gb) is re-created, so only a report can say
+    whether it is on GPU 1 (kept: the report must show GPU 0 as the advice had it)."""
     pods = m.PodsSeen((gpu_pod("keeps", "3g.40gb"),))
-    step = m.advance(_busy_checking(usage), pods, clock(11.0))  # its CHECK began at 0
+    step = m.advance(_busy_checking(USAGE), pods, usage_clock(10.0))  # listed at 10
     assert step.run.phase is m.Phase.USAGE and isinstance(step.action, m.ReadUsage)
-    # A report scraped before the CHECK began (or none) is waited out ...
-    old = m.advance(step.run, m.UsageSeen({0: frozenset(), 1: frozenset({"t/keeps"})}, -1.0),
-                    clock(12.0))
-    assert isinstance(old.action, m.Sleep) and old.run.phase is m.Phase.USAGE
-    again = m.advance(old.run, m.Slept(), clock(22.0))
+    return step
+
+
+def test_with_gpu_usage_a_report_collected_after_the_list_places_the_pod() -> None:
+    step = _waiting_for_usage()
+    # The record's GPU 0 only; GPU 1 holds keeps. A report scraped before the list was
+    # collected (dcgm-exporter serves its last collection, 30 s) is waited out, by poll_s.
+    fresh = report((THREE_G, THREE_G), (_placed_pod("keeps"),), at=40.0)
+    stale = report((THREE_G, THREE_G), (_placed_pod("keeps"),), at=39.0)
+    old = m.advance(step.run, stale, usage_clock(41.0))
+    assert old.action == m.Sleep(1.0) and old.run.phase is m.Phase.USAGE
+    again = m.advance(old.run, m.Slept(), usage_clock(42.0))
     assert isinstance(again.action, m.ReadUsage)
-    # ... a fresh one that puts the pod on GPU 1, which the change keeps, lets it go on.
-    ok = m.advance(again.run, m.UsageSeen({0: frozenset(), 1: frozenset({"t/keeps"})}, 20.0),
-                   clock(22.0))
+    # A fresh one that puts the pod on GPU 1: the pods are listed once more ...
+    relist = m.advance(again.run, fresh, usage_clock(42.0))
+    assert relist.run.phase is m.Phase.CHECK and isinstance(relist.action, m.ListPods)
+    # ... the same pods: the label at once, keeps recorded.
+    ok = m.advance(relist.run, m.PodsSeen((gpu_pod("keeps", "3g.40gb"),)), usage_clock(43.0))
     assert ok.run.phase is m.Phase.LABEL
     assert [k.pod for k in written_record(ok).kept] == ["t/keeps"]  # type: ignore[union-attr]
-    # On the GPU the change re-creates, or on none: aborted, nothing changed.
-    on_it = m.advance(again.run, m.UsageSeen({0: frozenset({"t/keeps"})}, 20.0), clock(22.0))
-    assert on_it.run.ending is not None and on_it.run.ending.result == "aborted"
-    assert "puts pods on a GPU the change re-creates: t/keeps" in on_it.run.ending.reason
-    unnamed = m.advance(again.run, m.UsageSeen({0: frozenset(), 1: frozenset()}, 20.0),
-                        clock(22.0))
-    assert unnamed.run.ending is not None and "names no GPU for t/keeps" in (
-        unnamed.run.ending.reason)
-    # No fresh report within usage_wait_s: aborted.
-    late = m.advance(again.run, m.UsageSeen(None, None), clock(41.0))
+    # Another pod bound since the list the report judged: it is judged afresh (USAGE again
+    # with the new list; here it is a late pod, so the run is aborted).
+    late = m.advance(relist.run, m.PodsSeen((gpu_pod("keeps", "3g.40gb"),
+                                             gpu_pod("late", "3g.40gb"))), usage_clock(43.0))
+    assert late.run.ending is not None and late.run.ending.result == "aborted"
+    assert "after the advice: t/late" in late.run.ending.reason
+
+
+@pytest.mark.parametrize(("gpus", "needle"), [
+    # on the GPU the change re-creates
+    (((_placed_pod("keeps"), THREE_G), ()), "puts pods on a GPU the change re-creates: t/keeps"),
+    # named nowhere
+    (((THREE_G, THREE_G), (THREE_G,)), "does not name all the instances of t/keeps (0 of 1)"),
+    # GPU 0 not reported, or laid out otherwise than the advice assumed (another index?)
+    (({},), "shows GPU 0 with nothing"),
+    (((ONE_G,) * 7, (_placed_pod("keeps"),)), "shows GPU 0 with 1g.10gb"),
+])
+def test_with_gpu_usage_a_report_that_does_not_place_the_pod_aborts(
+        gpus: tuple[Any, ...], needle: str) -> None:
+    step = _waiting_for_usage()
+    placed = {i: tuple(g) for i, g in enumerate(gpus) if g != {}}
+    out = m.advance(step.run, m.UsageSeen(placed, 45.0), usage_clock(45.0))
+    assert out.run.ending is not None and out.run.ending.result == "aborted"
+    assert needle in out.run.ending.reason
+
+
+def test_with_gpu_usage_no_fresh_report_in_time_aborts() -> None:
+    step = _waiting_for_usage()
+    late = m.advance(step.run, m.UsageSeen(None, None), usage_clock(70.0))
     assert late.run.ending is not None and late.run.ending.result == "aborted"
     assert "no DCGM exporter report" in late.run.ending.reason
+
+
+def test_a_lost_label_answer_keeps_the_first_baseline() -> None:
+    # The label patch landed but its answer was lost; meanwhile the MIG Manager began and
+    # keeps restarted once: the second CHECK must not make that the new baseline.
+    first = m.PodsSeen((gpu_pod("keeps", "1g.10gb"),), restarts={"keeps": 0})
+    step = m.advance(_busy_checking(), first, at(1))
+    assert step.run.phase is m.Phase.LABEL
+    step = m.advance(step.run, m.CallFailed(brief="HTTP 503", retryable=True), at(2))
+    step = m.advance(step.run, m.Slept(), at(12))
+    assert isinstance(step.action, m.ListPods)
+    restarted = m.PodsSeen((gpu_pod("keeps", "1g.10gb"),), restarts={"keeps": 1})
+    step = m.advance(step.run, restarted, at(13))
+    assert [k.restarts for k in written_record(step).kept] == [0]  # type: ignore[union-attr]
+    # and the first check in WAIT sees the harm
+    step = m.advance(step.run, m.Written(), at(14))
+    step = m.advance(step.run, seen(node(config="all-1g.10gb", state="pending",
+                                         record=step.run.record)), at(15))
+    assert isinstance(step.action, m.ListPods)  # pods on every poll, not only at the end
+    harmed = m.advance(step.run, restarted, at(16))
+    assert harmed.run.ending is not None and harmed.run.ending.result == "failed"
+    assert "t/keeps restarted or lost a container 1 time(s)" in harmed.run.ending.reason
+
+
+def test_a_busy_node_whose_config_changed_since_the_advice_is_skipped() -> None:
+    rec = dataclasses.replace(recommendation(), running=("t/keeps",))
+    run = m.advance(m.begin(rec), None, at()).run
+    step = m.advance(run, seen(node(config="something-else")), at())
+    assert step.run.ending is not None and step.run.ending.result == "skipped"
+    assert "changed since the advice (all-3g.40gb -> something-else)" in step.run.ending.reason
 
 
 def test_a_share_of_the_gpu_nodes_bounds_the_re_layouts_at_once() -> None:

@@ -479,3 +479,9 @@ def test_restart_count_sums_every_kind_of_container_and_ignores_junk() -> None:
                        "initContainerStatuses": {"not": "a list"}}}
     assert decoding.restart_count(junk) == 0
     assert decoding.restart_count({}) == decoding.restart_count({"status": None}) == 0
+    # restartPolicy Never: a container that died is not restarted, but it counts.
+    ended = {"status": {"containerStatuses": [
+        {"name": "a", "restartCount": 0, "state": {"terminated": {"exitCode": 137}}},
+        {"name": "b", "restartCount": 0, "state": {"terminated": {"exitCode": 0}}},
+        {"name": "c", "restartCount": 1, "state": {"running": {}}}]}}
+    assert decoding.restart_count(ended) == 2

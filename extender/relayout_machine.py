@@ -23,7 +23,9 @@ The node-level protocol (DESIGN.md §6), by phase. The record is ``migfit.io/rel
   (``--apply-busy-nodes``; the record's ``running``) accepts exactly the pods of ``running``
   that are still bound, each using only MIG profiles that no GPU the change touches has
   (:func:`busy_check`: the advisor's rule, on a fresh list), and records them with their
-  restart counts as ``kept``.
+  restart counts as ``kept``. ``USAGE`` (``--gpu-usage-from dcgm``): pods on a profile a
+  re-created GPU also has are placed by a DCGM exporter report collected after the list;
+  then the pods are listed once more and must be the same.
 - ``CONFIG`` (``--apply-custom-configs`` only): read the ConfigMap the MIG Manager reads and
   list the nodes. A custom target is normally there already, written by :func:`stage` when
   it was advised; one that is not (a run adopted from another replica) is added with one
@@ -37,9 +39,9 @@ The node-level protocol (DESIGN.md §6), by phase. The record is ``migfit.io/rel
 - ``WAIT``: poll the node and its pods until ``mig.config.state=success`` with the expected
   allocatable; ``failed``, a changed label, ``pending`` for ``wedge_s``, ``timeout_s`` or a
   pod bound meanwhile whose profile the new layout lacks fail it. Transient API errors are
-  retried with backoff until the timeout. After success every ``kept`` pod must still be
-  there, not failed, with no container restarted, and the node must advertise the instances
-  they use (:func:`kept_check`); otherwise the run fails.
+  retried with backoff until the timeout. On every pod list, every ``kept`` pod still there
+  must not have failed, restarted or lost a container (:func:`kept_check`); otherwise the
+  run fails.
 - ``RELEASE``: read, then one conditional patch that removes taint and record (and on success
   the recommended label) together; a 409 re-reads.
 - ``FAIL``: the record becomes ``failed`` and ``migfit.io/relayout-failed`` is set; the taint
@@ -95,8 +97,8 @@ class Settings:
     # keeps exactly; advisor.Recommendation.running). Off: only nodes without GPU pods.
     apply_busy_nodes: bool = False
     # --gpu-usage-from dcgm is on: a busy-node run whose kept pods use a profile a re-created
-    # GPU also has reads the node's DCGM exporter report (scraped after its CHECK began) to
-    # tell which GPU holds them; off: such a run is not started.
+    # GPU also has reads the node's DCGM exporter report (collected after the pods were
+    # listed) to tell which GPU holds them; off: such a run is not started.
     gpu_usage: bool = False
     # dcgm-exporter serves the samples of its last collection (every 30 s by default, its
     # -c/--collect-interval): a report shows the state after the node's pods were listed

@@ -31,7 +31,7 @@ from migmanager_sim import (
 )
 
 from migfit import advisor, keys, migparted, profiles, records
-from migfit.extender import advice, relayout, usage
+from migfit.extender import advice, figures, filtering, relayout, usage
 from migfit.extender import relayout_machine as machine
 
 NOW = T0 + 600
@@ -134,6 +134,13 @@ async def test_a_busy_node_is_re_laid_out_and_its_running_pods_are_checked_after
     assert taints(obj) == [] and obj["metadata"]["labels"][keys.LABEL_CONFIG] == "seed-small"
     done = [e for e in await events(api) if e["reason"] == relayout.REASON_DONE]
     assert "7 pod(s) on the GPUs it kept run on, none restarted" in done[0]["message"]
+    # The pod that waited now passes the extender's filter on the node as the API has it.
+    after = await snapshot(api)
+    waiting = after.find_pod("ml", "wants-small")
+    assert waiting is not None
+    verdict = filtering.filter_nodes(figures.Index(after), filtering.request_of(waiting),
+                                     ["seed"])
+    assert verdict.passed == ["seed"]
 
 
 async def test_a_kept_pod_that_restarts_during_the_change_fails_the_run(

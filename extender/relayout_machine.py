@@ -156,6 +156,7 @@ class Phase(enum.StrEnum):
     CONFIG_WRITE = "config-write"
     SYNC = "sync"
     LABEL = "label"
+    LABELLED = "labelled"
     WAIT = "wait"
     RELEASE = "release"
     FAIL = "fail"
@@ -319,6 +320,7 @@ class Run:
     # A DCGM report that placed them; CHECK lists the pods once more and sets the label
     # only if they are still the same pods.
     placed: Mapping[int, tuple[tuple[str, frozenset[str]], ...]] | None = None
+    usage_since: float | None = None  # USAGE: when its first pod list came (the deadline)
     label_tried: bool = False  # a label patch was sent (its answer may have been lost)
     advised_from: str | None = None  # the node's nvidia.com/mig.config when advised
 
@@ -507,9 +509,12 @@ def kept_check(record: keys.RelayoutRecord, pods: PodsSeen
     harmed, gone = [], []
     for kept in record.kept:
         pod = seen.get(kept.uid)
-        if pod is None:
+        if pod is None or pod.deleting:
+            # Deleted meanwhile (its containers end with SIGTERM's exit code): not harm.
             gone.append(kept.pod)
             continue
+        if pod.phase == "Succeeded":
+            continue  # completed; a sidecar stopped after it may end non-zero
         restarts = pods.restarts.get(kept.uid, 0)
         if pod.phase == "Failed":
             harmed.append(f"{kept.pod} failed")
@@ -874,8 +879,14 @@ def _check(run: Run, seen: Seen, clock: Context) -> Step:
                               "record are removed")
             return _checked(dataclasses.replace(run, checked=None, placed=None), seen, clock)
         # Which GPU holds those pods: a DCGM report of the state after this list.
+        first = clock.now if run.usage_since is None else run.usage_since
+        if clock.now - first >= 2 * clock.settings.usage_wait_s:
+            # The pods changed between every list and its report: give up (and rest).
+            return _abort(run, clock, f"the node's GPU pods kept changing while their GPUs "
+                          f"were being told ({clock.now - first:.0f}s); nothing was changed, "
+                          "the taint and the record are removed")
         return Step(dataclasses.replace(run, phase=Phase.USAGE, checked=seen, placed=None,
-                                        listed_at=clock.now), ReadUsage())
+                                        listed_at=clock.now, usage_since=first), ReadUsage())
     refused = busy_check(run.record, seen.pods, run.node)
     if refused is not None:
         return _abort(run, clock, f"{refused}; nothing was changed, the taint and the record "
@@ -910,7 +921,8 @@ def _usage(run: Run, seen: Seen, clock: Context) -> Step:
     if refused is not None:
         return _abort(run, clock, f"{refused}; nothing was changed, the taint and the record "
                       "are removed")
-    return Step(dataclasses.replace(run, phase=Phase.CHECK, placed=seen.gpus), ListPods())
+    return Step(dataclasses.replace(run, phase=Phase.CHECK, placed=seen.gpus, since=clock.now,
+                                    failing=0), ListPods())
 
 
 def _checked(run: Run, seen: PodsSeen, clock: Context) -> Step:
@@ -919,6 +931,7 @@ def _checked(run: Run, seen: PodsSeen, clock: Context) -> Step:
     After a label patch whose answer was lost (it may have landed, and the MIG Manager
     begun), the pods kept before keep their first restart counts, and stay kept whatever
     their phase now: what happened since is checked, not made the new baseline."""
+    run = dataclasses.replace(run, checked=None, placed=None, listed_at=None, usage_since=None)
     kept = kept_of(seen, run.node)
     if run.label_tried and run.record.kept:
         before = {k.uid for k in run.record.kept}
@@ -934,11 +947,17 @@ def _checked(run: Run, seen: PodsSeen, clock: Context) -> Step:
     applying = run.record.but(state=_STATES.APPLYING, started=keys.rfc3339(clock.wall))
     body = {"metadata": {"labels": {keys.LABEL_CONFIG: run.record.target},
                          "annotations": _annotate(applying)}}
-    return Step(dataclasses.replace(run, phase=Phase.LABEL, record=applying), Patch(body))
+    return Step(dataclasses.replace(run, phase=Phase.LABEL, record=applying, since=clock.now,
+                                    failing=0), Patch(body))
 
 
 def _abort(run: Run, clock: Context, reason: str) -> Step:
-    """End before the label was set: the taint and the record go, nothing else changed."""
+    """End before the label was set: the taint and the record go, nothing else changed. Once
+    a label patch was sent (its answer lost, so it may have landed and the MIG Manager be at
+    work) nothing is known to be unchanged: the run fails and the taint stays."""
+    if run.label_tried:
+        return _fail(run, clock, "failed", f"{reason.split('; nothing was changed')[0]}, after "
+                     f"a {keys.LABEL_CONFIG} patch whose answer was lost (it may have landed)")
     return Step(dataclasses.replace(run, phase=Phase.RELEASE, since=clock.now, failing=0,
                                     ending=Outcome(run.node, "aborted", reason)), ReadNode())
 
@@ -1044,10 +1063,36 @@ def _label(run: Run, seen: Seen, clock: Context) -> Step:
     if not isinstance(seen, CallFailed):
         return _unexpected(run, seen)
     if seen.retryable:
-        # Whether it landed or not, check the pods again before setting it again.
+        # Did it land? Read the node: if so, wait for the MIG Manager as if the answer had
+        # come; if not, check the pods again before setting it again.
         return _retry(dataclasses.replace(run, label_tried=True), seen.brief, clock,
-                      then=Phase.CHECK, gave_up=f"setting {keys.LABEL_CONFIG} kept failing")
+                      then=Phase.LABELLED, gave_up=f"setting {keys.LABEL_CONFIG} kept failing")
     return _fail(run, clock, "error", f"setting {keys.LABEL_CONFIG} failed ({seen.brief})")
+
+
+def _labelled(run: Run, seen: Seen, clock: Context) -> Step:
+    """After a label patch whose answer was lost: read the node to tell whether it landed."""
+    if seen is None or isinstance(seen, Slept):
+        return Step(run, ReadNode())
+    if isinstance(seen, CallFailed):
+        if seen.retryable:
+            return _retry(run, seen.brief, clock, then=Phase.LABELLED,
+                          gave_up="reading the node after a lost label answer kept failing")
+        return _fail(run, clock, "error", f"cannot read the node after a lost label answer "
+                     f"({seen.brief})")
+    if not isinstance(seen, NodeSeen):
+        return _unexpected(run, seen)
+    mark = keys.relayout_of(seen.node.annotations)
+    if (seen.node.config == run.record.target and mark is not None
+            and mark.state is _STATES.APPLYING):
+        # It landed, with the record (and its kept pods) as sent: wait as usual.
+        started = Emit(REASON_STARTED, "Normal", f"Re-laying out to {run.record.target}: "
+                       f"tainted {_taint_text()}, set {keys.LABEL_CONFIG}")
+        return Step(dataclasses.replace(run, phase=Phase.WAIT, record=mark, label_at=clock.now,
+                                        pending_since=clock.now, failing=0, since=clock.now),
+                    ReadNode(), (started,))
+    return Step(dataclasses.replace(run, phase=Phase.CHECK, since=clock.now, failing=0),
+                ListPods())
 
 
 def _wait(run: Run, seen: Seen, clock: Context) -> Step:
@@ -1225,6 +1270,7 @@ _PHASES = {
     Phase.CONFIG_WRITE: _config_write,
     Phase.SYNC: _sync,
     Phase.LABEL: _label,
+    Phase.LABELLED: _labelled,
     Phase.WAIT: _wait,
     Phase.RELEASE: _release,
     Phase.FAIL: _failing,

@@ -248,13 +248,24 @@ def test_listing_pods_is_retried_then_left_to_a_later_pass() -> None:
     assert step.action.outcome.result == "interrupted"
 
 
-def test_a_transient_error_setting_the_label_checks_the_pods_again() -> None:
+def test_a_transient_error_setting_the_label_reads_the_node_then_checks_the_pods_again(
+) -> None:
     run, _ = claimed()
     step = m.advance(run, m.PodsSeen(()), at())
+    sent = written_record(step)
     step = m.advance(step.run, m.CallFailed("HTTP 502", retryable=True), at())
-    assert isinstance(step.action, m.Sleep) and step.run.phase is m.Phase.CHECK
+    assert isinstance(step.action, m.Sleep) and step.run.phase is m.Phase.LABELLED
     step = m.advance(step.run, m.Slept(), at(2))
-    assert isinstance(step.action, m.ListPods)
+    assert isinstance(step.action, m.ReadNode)
+    # It did not land: the pods are checked again before it is sent again.
+    tainted = node(taints=[TAINT], record=step.run.record.but(state=keys.RelayoutState.TAINTED))
+    again = m.advance(step.run, seen(tainted), at(3))
+    assert again.run.phase is m.Phase.CHECK and isinstance(again.action, m.ListPods)
+    # It landed (the answer was lost): wait for the MIG Manager as if it had come.
+    landed = node(config="all-1g.10gb", state="pending", taints=[TAINT], record=sent)
+    waiting = m.advance(step.run, seen(landed), at(3))
+    assert waiting.run.phase is m.Phase.WAIT and isinstance(waiting.action, m.ReadNode)
+    assert [e.reason for e in waiting.emits] == [m.REASON_STARTED]
 
 
 def test_a_label_refused_for_good_is_a_failure_that_keeps_the_taint() -> None:
@@ -574,6 +585,9 @@ def test_a_lost_label_answer_keeps_the_first_baseline() -> None:
     assert step.run.phase is m.Phase.LABEL
     step = m.advance(step.run, m.CallFailed(brief="HTTP 503", retryable=True), at(2))
     step = m.advance(step.run, m.Slept(), at(12))
+    assert isinstance(step.action, m.ReadNode)  # did it land? (here: no)
+    step = m.advance(step.run, seen(node(taints=[TAINT], record=step.run.record.but(
+        state=keys.RelayoutState.TAINTED))), at(12))
     assert isinstance(step.action, m.ListPods)
     restarted = m.PodsSeen((gpu_pod("keeps", "1g.10gb"),), restarts={"keeps": 1})
     step = m.advance(step.run, restarted, at(13))
@@ -586,6 +600,106 @@ def test_a_lost_label_answer_keeps_the_first_baseline() -> None:
     harmed = m.advance(step.run, restarted, at(16))
     assert harmed.run.ending is not None and harmed.run.ending.result == "failed"
     assert "t/keeps restarted or lost a container 1 time(s)" in harmed.run.ending.reason
+
+
+def test_a_refusal_after_a_lost_label_answer_fails_and_keeps_the_taint() -> None:
+    # The label may have landed and the MIG Manager be at work: never untaint then.
+    first = m.PodsSeen((gpu_pod("keeps", "1g.10gb"),))
+    step = m.advance(_busy_checking(), first, at(1))
+    step = m.advance(step.run, m.CallFailed(brief="timeout", retryable=True), at(2))
+    step = m.advance(step.run, m.Slept(), at(12))
+    step = m.advance(step.run, seen(node(taints=[TAINT], record=step.run.record.but(
+        state=keys.RelayoutState.TAINTED))), at(12))
+    late = m.PodsSeen((gpu_pod("keeps", "1g.10gb"), gpu_pod("late", "1g.10gb")))
+    step = m.advance(step.run, late, at(13))
+    assert step.run.phase is m.Phase.FAIL and step.run.ending is not None
+    assert step.run.ending.result == "failed" and "t/late" in step.run.ending.reason
+    assert "whose answer was lost" in step.run.ending.reason
+    assert "spec" not in step.action.body  # type: ignore[union-attr]
+
+
+def _kept_and_waiting(obj: dict[str, Any]) -> m.Run:
+    p = decoding.pod_from_api(obj)
+    assert p is not None
+    step = m.advance(_busy_checking(), m.PodsSeen((p,), restarts={
+        p.uid: decoding.restart_count(obj)}), at(1))
+    step = m.advance(step.run, m.Written(), at(2))
+    step = m.advance(step.run, seen(node(config="all-1g.10gb", state="pending",
+                                         record=step.run.record)), at(3))
+    assert isinstance(step.action, m.ListPods)
+    return step.run
+
+
+def _keeps(status: dict[str, Any], *, deleting: bool = False,
+           sidecar: bool = False) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": "keeps", "namespace": "t", "uid": "keeps"}
+    if deleting:
+        meta["deletionTimestamp"] = "2033-05-18T03:33:20Z"
+    spec: dict[str, Any] = {"nodeName": "n", "containers": [{"name": "c", "resources": {
+        "limits": {"nvidia.com/mig-1g.10gb": "1"}}}]}
+    if sidecar:
+        spec["initContainers"] = [{"name": "proxy", "restartPolicy": "Always"}]
+    return {"metadata": meta, "spec": spec, "status": status}
+
+
+RUNNING = {"phase": "Running", "containerStatuses": [
+    {"name": "c", "restartCount": 0, "state": {"running": {}}}]}
+
+
+@pytest.mark.parametrize("after", [
+    # deleted by its user or a Job's TTL: SIGTERM's exit code, a terminal phase
+    _keeps({"phase": "Failed", "containerStatuses": [{"name": "c", "restartCount": 0, "state": {
+        "terminated": {"exitCode": 143}}}]}, deleting=True),
+    # completed, its native sidecar stopped after it with a non-zero code
+    _keeps({"phase": "Succeeded", "initContainerStatuses": [{"name": "proxy", "restartCount": 0,
+            "state": {"terminated": {"exitCode": 143}}}], "containerStatuses": [
+        {"name": "c", "restartCount": 0, "state": {"terminated": {"exitCode": 0}}}]},
+        sidecar=True),
+])
+def test_a_kept_pod_deleted_or_completed_during_the_change_is_not_harm(
+        after: dict[str, Any]) -> None:
+    run = _kept_and_waiting(_keeps(RUNNING))
+    p = decoding.pod_from_api(after)
+    assert p is not None
+    step = m.advance(run, m.PodsSeen((p,), restarts={p.uid: decoding.restart_count(after)}),
+                     at(4))
+    assert step.run.ending is None and isinstance(step.action, m.Sleep)
+
+
+def test_usage_time_does_not_spend_the_label_retries() -> None:
+    shipped = dataclasses.replace(m.Settings(), gpu_usage=True, apply_busy_nodes=True)
+
+    def clock(now: float) -> m.Context:
+        return m.Context(now=now, wall=WALL + now, settings=shipped)
+
+    pods = m.PodsSeen((gpu_pod("keeps", "3g.40gb"),))
+    step = m.advance(_busy_checking(shipped), pods, clock(0.0))
+    step = m.advance(step.run, report((THREE_G, THREE_G), (_placed_pod("keeps"),), at=61.0),
+                     clock(65.0))
+    step = m.advance(step.run, pods, clock(66.0))
+    assert step.run.phase is m.Phase.LABEL
+    step = m.advance(step.run, m.CallFailed(brief="HTTP 503", retryable=True), clock(67.0))
+    assert isinstance(step.action, m.Sleep)  # retried, not "interrupted"
+
+
+def test_pods_that_keep_changing_under_usage_end_the_run() -> None:
+    step = _waiting_for_usage()
+    t = 10.0
+    for k in range(20):
+        t += 40.0
+        fresh = report((THREE_G, THREE_G), (_placed_pod("keeps"),), at=t - 5.0)
+        step = m.advance(step.run, fresh, usage_clock(t))
+        if step.run.ending is not None:
+            break
+        assert step.run.phase is m.Phase.CHECK
+        # the same name, another pod each time (a StatefulSet replacing it)
+        other = dataclasses.replace(gpu_pod("keeps", "3g.40gb"), uid=f"keeps-{k}")
+        step = m.advance(step.run, m.PodsSeen((other,)), usage_clock(t + 1.0))
+        if step.run.ending is not None:
+            break
+    assert step.run.ending is not None and step.run.ending.result == "aborted"
+    assert "kept changing" in step.run.ending.reason
+    assert t <= 10.0 + 2 * USAGE.usage_wait_s + 80.0
 
 
 def test_a_busy_node_whose_config_changed_since_the_advice_is_skipped() -> None:

@@ -255,18 +255,19 @@ class UsageScraper:
         timeout = aiohttp.ClientTimeout(total=s.timeout_s)
         async with aiohttp.ClientSession(timeout=timeout) as session:
 
-            async def one(t: Target) -> tuple[Target, dcgm.Report | ScrapeError]:
+            async def one(t: Target) -> tuple[Target, dcgm.Report | ScrapeError, float]:
                 async with gate:
+                    # A report is as old as its request: stamped when it is sent (a round
+                    # of many exporters, 16 at a time, may take a while).
+                    sent = self.clock()
                     try:
-                        return t, await self.fetch(session, t)
+                        return t, await self.fetch(session, t), sent
                     except ScrapeError as exc:
-                        return t, exc
+                        return t, exc, sent
 
-            # A report is as old as its request: stamped before the round is sent.
-            now = self.clock()
             results = await asyncio.gather(*(one(t) for t in targets))
         changed = False
-        for target, got in results:
+        for target, got, sent in results:
             if isinstance(got, ScrapeError):
                 self._failed(target.node, got)
                 continue
@@ -275,7 +276,7 @@ class UsageScraper:
             use = tuple(got.usage())
             old = self._kept.get(target.node)
             changed = changed or old is None or old.usage != use
-            self._kept[target.node] = _Kept(report=got, at=now, usage=use)
+            self._kept[target.node] = _Kept(report=got, at=sent, usage=use)
         if changed:
             self._publish()
         return self.current()

@@ -281,6 +281,30 @@ async def test_concurrency_is_bounded(exporter: Any) -> None:
     assert len(got.nodes) == 12 and peak == 3
 
 
+async def test_each_report_is_stamped_when_its_request_is_sent(exporter: Any) -> None:
+    """The apply mode trusts a report only if it was collected after a pod list
+    (relayout_machine USAGE): a slow round must not make early answers look newer."""
+    state = cluster.Cluster()
+    cluster.load_objects(state, [o for i in range(3)
+                                 for o in _renamed(scene_objects(0)[0], f"n{i}")])
+    scraper, clock = _scraper(state, exporter, concurrency=1)
+
+    async def slow(request: web.Request) -> web.StreamResponse:
+        clock.now += 10.0  # each answer takes ten seconds
+        return web.Response(text=exporter_text({0: ["r0"]}))
+
+    exporter.handler = slow
+    await scraper.scrape_once()
+    stamps = []
+    for node in ("n0", "n1", "n2"):
+        got = scraper.placed(node)
+        assert got is not None
+        gpus, at = got
+        assert ("1g.10gb", frozenset({"t/r0"})) in gpus[0] and len(gpus[0]) == 7
+        stamps.append(at)
+    assert stamps == [1000.0, 1010.0, 1020.0]
+
+
 def _renamed(obj: dict[str, Any], name: str) -> list[dict[str, Any]]:
     copy = json.loads(json.dumps(obj))
     copy["metadata"]["name"] = name

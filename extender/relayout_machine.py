@@ -57,7 +57,7 @@ import dataclasses
 import enum
 import math
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from migfit import advisor, errors, keys, migparted, profiles, records
@@ -406,24 +406,27 @@ def may_start(rec: advisor.Recommendation, settings: Settings) -> bool:
     return not rec.disruptive and (not rec.running or settings.apply_busy_nodes)
 
 
+def _recreated(record: keys.RelayoutRecord) -> Iterator[keys.GpuChange]:
+    """The GPUs the change re-creates: their instance counts change, so mig-parted clears
+    them (the same instances in another order is no change)."""
+    return (g for g in record.gpus if Counter(g.before) != Counter(g.after))
+
+
 def touched_profiles(record: keys.RelayoutRecord) -> frozenset[str]:
-    """The profiles of the GPUs the change re-creates (their instance counts change, so
-    mig-parted clears them): no pod that stays bound may use one."""
-    return frozenset(p for g in record.gpus if Counter(g.before) != Counter(g.after)
-                     for p in g.before)
+    """The profiles of the GPUs the change re-creates: no pod that stays bound may use one."""
+    return frozenset(p for g in _recreated(record) for p in g.before)
 
 
 def touched_gpus(record: keys.RelayoutRecord) -> frozenset[int]:
     """The indices of the GPUs the change re-creates."""
-    return frozenset(g.index for g in record.gpus if Counter(g.before) != Counter(g.after))
+    return frozenset(g.index for g in _recreated(record))
 
 
 def _busy_findings(record: keys.RelayoutRecord, pods: Iterable[records.PodRecord], node: str
                    ) -> tuple[str | None, list[records.PodRecord]]:
     """What forbids the change whatever the usage report says, and the bound pods whose GPU
     only such a report can tell (they use a profile a re-created GPU also has)."""
-    bound = sorted((p for p in pods if p.node == node and p.holds_instances and p.requests),
-                   key=lambda p: p.key)
+    bound = _gpu_pods(pods, node)
     if not bound:
         return None, []
     names = ", ".join(p.key for p in bound)
@@ -496,8 +499,7 @@ def kept_of(pods: PodsSeen, node: str) -> tuple[keys.KeptPod, ...]:
     """The GPU pods bound to ``node`` as :func:`kept_check` checks them after the change."""
     return tuple(keys.KeptPod(pod=p.key, uid=p.uid, restarts=pods.restarts.get(p.uid, 0),
                               profiles={str(q): n for q, n in sorted(p.mig_requests.items())})
-                 for p in sorted(pods.pods, key=lambda p: p.key)
-                 if p.node == node and p.holds_instances and p.requests)
+                 for p in _gpu_pods(pods.pods, node))
 
 
 def kept_check(record: keys.RelayoutRecord, pods: PodsSeen
@@ -850,9 +852,9 @@ def _confirm(run: Run, seen: Seen, clock: Context) -> Step:
     return _done(run, "skipped", f"{run.note}; nothing was changed, a later pass tries again")
 
 
-def _gpu_pods(run: Run, pods: Iterable[records.PodRecord]) -> list[records.PodRecord]:
-    """GPU pods bound to the node (holding their instances)."""
-    return sorted((p for p in pods if p.node == run.node and p.holds_instances and p.requests),
+def _gpu_pods(pods: Iterable[records.PodRecord], node: str) -> list[records.PodRecord]:
+    """GPU pods bound to ``node`` (holding their instances), by namespace/name."""
+    return sorted((p for p in pods if p.node == node and p.holds_instances and p.requests),
                   key=lambda p: p.key)
 
 
@@ -895,8 +897,7 @@ def _check(run: Run, seen: Seen, clock: Context) -> Step:
 
 
 def _uids(pods: PodsSeen, node: str) -> frozenset[str]:
-    return frozenset(p.uid for p in pods.pods
-                     if p.node == node and p.holds_instances and p.requests)
+    return frozenset(p.uid for p in _gpu_pods(pods.pods, node))
 
 
 def _usage(run: Run, seen: Seen, clock: Context) -> Step:
@@ -1123,7 +1124,7 @@ def _wait(run: Run, seen: Seen, clock: Context) -> Step:
                     Sleep(min(left, settings.backoff(failing))))
     if isinstance(seen, PodsSeen):
         gone = []
-        for p in _gpu_pods(run, seen.pods):
+        for p in _gpu_pods(seen.pods, run.node):
             missing = sorted(str(q) for q in p.mig_requests if str(q) not in expected)
             if missing:
                 gone.append(f"{p.key} ({', '.join(missing)})")

@@ -548,16 +548,16 @@ def demand_mix(state: cluster.Cluster) -> DemandMix:
     lacking = [m for m in present if any(not m.has_profile(q) for q in mix.instances)]
     if len(present) < 2 or not lacking:
         return mix
-    pods = [p for p in state.pods() if p.pending or p.holds_instances]
+    # The pods the mix counts (as above: not a pending one that free instances could take),
+    # chosen once for every model.
+    pods = [p for p in state.pods() if (p.pending or p.holds_instances) and p.mig_requests
+            and not (p.pending and all(state.free_nodes(q) for q in p.mig_requests))]
     models: dict[profiles.ModelId, DemandMix] = {}
     for model in lacking:
         entries: list[tuple[list[tuple[ProfileName, int]], int, int, int]] = []
         for pod in pods:
-            reqs = pod.mig_requests
-            if not reqs or (pod.pending and all(state.free_nodes(q) for q in reqs)):
-                continue
             named = []
-            for q, k in sorted(reqs.items()):
+            for q, k in sorted(pod.mig_requests.items()):
                 alt = q if model.has_profile(q) else _stand_in(
                     model, q, pod.annotations.get(keys.DECISION), _asks(pod.annotations))
                 if alt is not None:

@@ -5,6 +5,7 @@ defaults `migfit serve` uses, and the patched pod is still a valid Pod."""
 
 from __future__ import annotations
 
+import argparse
 import copy
 import re
 from pathlib import Path
@@ -18,11 +19,22 @@ import yaml
 from webhook_scenery import MakeClient
 
 from migfit import sources
+from migfit.commands import webhook as webhook_cli
 from migfit.webhook import decision
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKLOADS = sorted((ROOT / "examples" / "workloads").glob("*.yaml"))
 EXPECT = re.compile(r"^# expect on examples/cluster\.yaml: (.+)$", re.MULTILINE)
+
+
+def _serve_policy() -> decision.Policy:
+    """The decision policy of `migfit serve` with no flags, read from its own parser."""
+    parser = argparse.ArgumentParser()
+    webhook_cli.add_policy_arguments(parser)
+    return webhook_cli.policy_from(parser.parse_args([]))[1]
+
+
+SERVE_POLICY = _serve_policy()
 
 
 def test_there_are_workloads() -> None:
@@ -50,7 +62,7 @@ async def test_the_webhook_gives_each_workload_what_its_header_says(
     expected = dict(pair.split("=", 1) for pair in expect_line.split())
 
     client = await make_client(sources.load_snapshot(ROOT / "examples" / "cluster.yaml"),
-                               policy=decision.Policy())
+                               policy=SERVE_POLICY)
     pod = pod_of(obj)
     body = await (await client.post("/mutate", json=s.review(pod))).json()
     assert body["response"]["allowed"], body["response"].get("status")

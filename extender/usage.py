@@ -50,6 +50,10 @@ DEFAULT_PATH = "/metrics"
 class Settings:
     interval_s: float = 30.0
     timeout_s: float = 5.0
+    # The exporters' own collection interval (dcgm-exporter's -c/--collect-interval, 30,000
+    # ms by default): a scrape returns the samples of the last collection, so a report is
+    # as old as this at most when it is scraped.
+    collect_s: float = 30.0
     max_bytes: int = 8 * 1024 * 1024
     concurrency: int = 16
     stale_after: float = 3.0  # intervals
@@ -58,6 +62,12 @@ class Settings:
     port: int = DEFAULT_PORT
     path: str = DEFAULT_PATH
     url_template: str | None = None  # with "{node}"; None: discover exporter pods
+
+    @property
+    def report_wait_s(self) -> float:
+        """How long a report collected after a given moment can take to arrive: one
+        collection, then two scrapes' interval and one's timeout (the apply mode's USAGE)."""
+        return self.collect_s + 2 * self.interval_s + self.timeout_s
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -328,6 +338,12 @@ def add_arguments(parser: argparse.ArgumentParser | Any) -> None:
                             "report older than 3 intervals is dropped")
     group.add_argument("--dcgm-timeout", type=float, default=5.0, metavar="SECONDS",
                        help="time allowed for one exporter's answer (default %(default)s)")
+    group.add_argument("--dcgm-collect-interval", type=float, default=30.0, metavar="SECONDS",
+                       help="the exporters' own collection interval, in seconds (their "
+                            "-c/--collect-interval, given there in milliseconds; default "
+                            "%(default)s): the apply mode trusts a report about a busy node "
+                            "only if it was scraped this long after the node's pods were "
+                            "listed")
 
 
 def settings_from(args: argparse.Namespace) -> Settings | None:
@@ -343,11 +359,16 @@ def settings_from(args: argparse.Namespace) -> Settings | None:
                                 "{node} in it, e.g. http://{node}:9400/metrics")
     if not args.dcgm_interval > 0 or not args.dcgm_timeout > 0:
         raise errors.UsageError("--dcgm-interval and --dcgm-timeout: use more than 0 seconds")
+    collect = args.dcgm_collect_interval
+    if not 0 < collect <= 3600:
+        raise errors.UsageError(f"--dcgm-collect-interval {collect:g}: give the exporters' "
+                                "collection interval in seconds, more than 0 and at most "
+                                "3600 (dcgm-exporter's -c 30000 is 30)")
     if template is None and getattr(args, "cluster_file", None) is not None:
         raise errors.UsageError("--gpu-usage-from dcgm with --cluster: the exporter pods are "
                                 "found through the API; give --dcgm-exporter-url")
     return Settings(interval_s=args.dcgm_interval, timeout_s=args.dcgm_timeout,
-                    namespace=args.dcgm_namespace, url_template=template)
+                    collect_s=collect, namespace=args.dcgm_namespace, url_template=template)
 
 
 def from_args(args: argparse.Namespace, state: cluster.Cluster, *,

@@ -172,20 +172,7 @@ async def _serve(args: argparse.Namespace, settings: server.ExtenderSettings,
             elector = leader.LeaseElector(client, namespace=args.lease_namespace)
             applier = relayout.Relayouter(
                 view, api, elector=elector, cache=cache, metrics=metrics,
-                settings=relayout.Settings(max_concurrent=args.max_relayouts[0],
-                                           max_share=args.max_relayouts[1],
-                                           timeout_s=args.relayout_timeout,
-                                           apply_busy_nodes=args.apply_busy_nodes,
-                                           gpu_usage=scraper is not None,
-                                           # the exporter's collection, then two
-                                           # scrapes' time and one's timeout
-                                           usage_wait_s=95.0 if scraper is None else
-                                           relayout.Settings().exporter_collect_s
-                                           + 2 * scraper.settings.interval_s
-                                           + scraper.settings.timeout_s,
-                                           custom_configs=(ns, name)
-                                           if args.apply_custom_configs else None,
-                                           config_sync_s=args.config_sync))
+                settings=relayout_settings(args, None if scraper is None else scraper.settings))
             background += [("leader election", elector.run), ("re-layout", applier.run)]
     elif args.apply_relayout:
         raise errors.UsageError("--apply-relayout needs a Kubernetes API (--kubeconfig or "
@@ -199,6 +186,23 @@ async def _serve(args: argparse.Namespace, settings: server.ExtenderSettings,
     finally:
         if client is not None:
             await client.close()
+
+
+def relayout_settings(args: argparse.Namespace,
+                      usage_settings: usage.Settings | None) -> relayout_machine.Settings:
+    """The apply mode's settings of a parsed command line (``--apply-relayout``), with
+    ``usage_settings`` those of ``--gpu-usage-from dcgm`` (None when off)."""
+    ns, _, name = str(args.configmap).partition("/")
+    # A busy node's DCGM report: how old a scrape's samples may be, and how long one
+    # collected after the pod list may take to arrive (--dcgm-collect-interval, ...).
+    timing = usage.Settings() if usage_settings is None else usage_settings
+    return relayout_machine.Settings(
+        max_concurrent=args.max_relayouts[0], max_share=args.max_relayouts[1],
+        timeout_s=args.relayout_timeout, apply_busy_nodes=args.apply_busy_nodes,
+        gpu_usage=usage_settings is not None, exporter_collect_s=timing.collect_s,
+        usage_wait_s=timing.report_wait_s,
+        custom_configs=(ns, name) if args.apply_custom_configs else None,
+        config_sync_s=args.config_sync)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -25,7 +25,8 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 from kubernetes_asyncio import client as k8s
 
-from migfit import builders, cluster, errors, migparted, profiles
+from migfit import builders, cli, cluster, errors, migparted, profiles
+from migfit.commands import extender as extender_cli
 from migfit.extender import advice, usage
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -373,12 +374,35 @@ def test_flags() -> None:
     assert usage.settings_from(_args()) is None  # off by default
     s = usage.settings_from(_args("--gpu-usage-from", "dcgm"))
     assert s is not None and s.url_template is None and s.namespace == "gpu-operator"
+    assert (s.collect_s, s.report_wait_s) == (30.0, 95.0)  # dcgm-exporter's default -c
     for bad in (("--dcgm-exporter-url", "http://{node}:9400/metrics"),  # without the flag
                 ("--gpu-usage-from", "dcgm", "--dcgm-exporter-url", "http://x:9400/"),
                 ("--gpu-usage-from", "dcgm", "--dcgm-interval", "0"),
+                ("--gpu-usage-from", "dcgm", "--dcgm-collect-interval", "0"),
+                ("--gpu-usage-from", "dcgm", "--dcgm-collect-interval", "nan"),
+                # milliseconds, as dcgm-exporter's own -c takes them: refused
+                ("--gpu-usage-from", "dcgm", "--dcgm-collect-interval", "30000"),
                 ("--gpu-usage-from", "dcgm", "--cluster", "c.yaml")):  # no API to discover
         with pytest.raises(errors.UsageError):
             usage.settings_from(_args(*bad))
+
+
+def test_collect_interval_reaches_the_apply_mode() -> None:
+    """An exporter run with ``-c 60000`` collects every minute: the apply mode then trusts a
+    busy node's report only if scraped 60 s after the pod list, and waits for one 60 s
+    more than by default (collection + two scrapes' interval + a timeout)."""
+    parser = cli.build_parser("extender")
+    argv = ["extender", "--apply-relayout", "--apply-busy-nodes", "--gpu-usage-from", "dcgm",
+            "--dcgm-interval", "20", "--dcgm-timeout", "4"]
+    args = parser.parse_args([*argv, "--dcgm-collect-interval", "60"])
+    applied = extender_cli.relayout_settings(args, usage.settings_from(args))
+    assert (applied.gpu_usage, applied.exporter_collect_s, applied.usage_wait_s) == (
+        True, 60.0, 60.0 + 2 * 20.0 + 4.0)
+    default = extender_cli.relayout_settings(parser.parse_args(argv),
+                                             usage.settings_from(parser.parse_args(argv)))
+    assert (default.exporter_collect_s, default.usage_wait_s) == (30.0, 30.0 + 40.0 + 4.0)
+    off = parser.parse_args(["extender", "--apply-relayout"])
+    assert extender_cli.relayout_settings(off, usage.settings_from(off)).gpu_usage is False
 
 
 async def test_migfit_extender_process_uses_the_exporter(

@@ -80,6 +80,7 @@ class Relayouter:
         # --apply-custom-configs: when the next config written will be ready (wall clock)
         self._next_ready: float | None = None
         self._told: set[str] = set()  # staging problems already logged
+        self._newer: set[tuple[str, int]] = set()  # nodes left to a newer migfit, logged
         # --apply-custom-configs: the ClusterPolicy check's answer, and when it was made
         self._policy: tuple[float, bool | None, str] | None = None
         # Busy nodes whose last run was aborted, and until when (this clock) they are not
@@ -151,6 +152,12 @@ class Relayouter:
                                   recommendations=() if listed is None
                                   else recommendations, settings=self.settings,
                                   staged=staged, bound=self.state.pods_on)
+        for name, version in sorted(set(chosen.newer) - self._newer):
+            log.warning("relayout: node %s is under a re-layout by a newer migfit (record "
+                        "version %d; this one reads %d): left to it, taint and all; finish "
+                        "the upgrade, or roll forward again", name, version,
+                        keys.RELAYOUT_VERSION)
+        self._newer = set(chosen.newer)  # each said once while it lasts
         taken = [*chosen.adopt, *chosen.start]
         for run in taken:
             self._tasks[run.node] = asyncio.create_task(self._apply(run),

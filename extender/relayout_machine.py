@@ -376,11 +376,15 @@ def adopt(node: records.NodeRecord) -> Run | None:
 
     ``tainted``: re-check the pods, then set the label; ``applying``: wait (its timers run
     from the record's ``started``). The taint without a record in flight (an older migfit, or
-    set by hand) cannot be resumed: it is recorded as failed, so an operator sees it.
+    set by hand) cannot be resumed: it is recorded as failed, so an operator sees it. A
+    record a newer migfit wrote is that migfit's to carry on (a rolling upgrade or a
+    rollback): left alone, node and taint as they are (:func:`plan` names such nodes).
     """
     if failed(node):
         return None
     record = keys.relayout_of(node.annotations)
+    if record is None and keys.newer_relayout(node.annotations) is not None:
+        return None
     if record is not None and record.state is _STATES.TAINTED:
         if node.relayout_tainted:
             return Run(node=node.name, phase=Phase.CHECK, record=record)
@@ -535,6 +539,8 @@ class Plan:
     start: tuple[Run, ...]
     in_flight: frozenset[str]  # nodes under re-layout in the cluster, these included
     failed: int  # nodes whose re-layout failed and wait for an operator
+    # Tainted nodes whose record a newer migfit wrote: (node, version), left to that migfit.
+    newer: tuple[tuple[str, int], ...] = ()
 
 
 def plan(
@@ -583,8 +589,11 @@ def plan(
         started.append(begin(rec))
         flight.add(rec.node)
         room -= 1
+    newer = tuple((name, v) for name, n in sorted(listed.items())
+                  if n.relayout_tainted and not failed(n)
+                  and (v := keys.newer_relayout(n.annotations)) is not None)
     return Plan(adopt=adopted, start=tuple(started), in_flight=frozenset(flight),
-                failed=sum(failed(n) for n in listed.values()))
+                failed=sum(failed(n) for n in listed.values()), newer=newer)
 
 
 def _may_try(record: keys.RelayoutRecord, pods: Iterable[records.PodRecord], node: str,

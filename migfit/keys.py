@@ -194,6 +194,10 @@ def decision_of(annotations: Mapping[str, str]) -> DecisionRecord | None:
 
 # ---------------------------------------------------------------- migfit.io/relayout
 
+# The record's schema version. A field added to the record (or a meaning changed) needs a
+# new version: a reader refuses records of another version, and the apply mode leaves a
+# node whose record a newer migfit wrote to that migfit (``newer_relayout``) instead of
+# failing it, so that a rolling upgrade or a rollback never fails a run in flight.
 RELAYOUT_VERSION: Final = 1
 
 
@@ -251,7 +255,8 @@ class RelayoutRecord(_Strict):
 
     Every field but ``v`` and ``state`` may be absent (a reader takes the default), so a
     record written before the version field existed still reads; a record of another
-    version, an unknown state or an unknown field does not.
+    version, an unknown state or an unknown field does not (one of a newer version:
+    :func:`newer_relayout`).
     """
 
     v: int = RELAYOUT_VERSION
@@ -324,6 +329,20 @@ def relayout_of(annotations: Mapping[str, str]) -> RelayoutRecord | None:
         return decode_relayout(text)
     except AnnotationError:
         return None
+
+
+def newer_relayout(annotations: Mapping[str, str]) -> int | None:
+    """The version of the node's re-layout record when a newer migfit wrote it (its ``v``
+    above :data:`RELAYOUT_VERSION`), which this one cannot read; None otherwise."""
+    text = annotations.get(ANNOTATION_RELAYOUT)
+    if text is None:
+        return None
+    try:
+        doc = json.loads(text)
+    except (ValueError, RecursionError):
+        return None
+    version = doc.get("v") if isinstance(doc, dict) else None
+    return version if type(version) is int and version > RELAYOUT_VERSION else None
 
 
 def encode_failure(*, result: str, reason: str) -> str:

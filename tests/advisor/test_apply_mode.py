@@ -456,3 +456,54 @@ async def test_nothing_is_planned_before_the_view_has_synced(
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
         await mm.stop()
+
+
+async def test_a_run_by_a_newer_migfit_is_left_to_it(
+    server: kmock.KubernetesEmulator, api: k8s.ApiClient, caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A rolling upgrade or a rollback: a replica meets a tainted node whose record a newer
+    migfit wrote (a version it cannot read). It must neither fail nor untaint the node, the
+    publisher must not overwrite the record, it counts toward --max-relayouts, and it is
+    said once; a taint without any record is still failed (an operator must look)."""
+    newer = json.dumps({"v": keys.RELAYOUT_VERSION + 1, "state": "applying",
+                        "target": "all-1g.10gb", "some_new_field": [1]})
+    seed(server, node("upgrading", alloc={"3g.40gb": 2}, config="all-1g.10gb",
+                      taints=[keys.relayout_taint()],
+                      annotations={relayout.ANNOTATION: newer}))
+    store(server, node("bare", alloc={"3g.40gb": 2}, config="all-3g.40gb",
+                       taints=[keys.relayout_taint()]))
+    # not tainted, not recommended by this migfit: its publisher would remove its own mark
+    ahead = json.dumps({"v": keys.RELAYOUT_VERSION + 1, "state": "staged"})
+    store(server, node("ahead", alloc={"1g.10gb": 7}, config="all-1g.10gb",
+                       annotations={relayout.ANNOTATION: ahead}))
+    pub = advice.Publisher(await snapshot(api), api, cache=advice_cache())
+    await pub.publish_once()
+    ahead_now = (await read_node(api, "ahead"))["metadata"].get("annotations", {})
+    assert ahead_now.get(relayout.ANNOTATION) == ahead
+    r = await _relayouter(api)
+    with caplog.at_level("WARNING", logger="migfit.extender.relayout"):
+        taken = await r.step()
+        await r.wait()
+        r.state = await snapshot(api)
+        r.cache = advice_cache()
+        assert "upgrading" not in await r.step()
+        await r.wait()
+    assert taken == ["bare"]  # adopted to be failed; "idle" waits: 1 + 2 in flight > 1
+    obj = await read_node(api, "upgrading")
+    assert obj["metadata"]["annotations"][relayout.ANNOTATION] == newer  # untouched
+    assert relayout.FAILED not in obj["metadata"]["annotations"]
+    assert taints(obj) == [keys.relayout_taint()["key"]]
+    bare = await read_node(api, "bare")
+    assert relayout.FAILED in bare["metadata"]["annotations"]
+    said = [m for m in caplog.messages if "newer migfit" in m]
+    assert len(said) == 1 and "upgrading" in said[0] and "version 2" in said[0]
+    assert keys.relayout_taint()["key"] not in taints(await read_node(api, "idle"))
+
+
+def test_newer_relayout_reads_only_a_newer_version() -> None:
+    note = relayout.ANNOTATION
+    assert keys.newer_relayout({note: '{"v": 2, "state": "x"}'}) == 2
+    for text in ('{"v": 1, "state": "applying"}', '{"v": 0}', '{"v": "2"}', '{"v": true}',
+                 '{"v": 2.0}', "[2]", "not json", "[" * 100_000):
+        assert keys.newer_relayout({note: text}) is None, text
+    assert keys.newer_relayout({}) is None

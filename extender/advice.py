@@ -159,15 +159,14 @@ def annotation_value(rec: advisor.Recommendation) -> str:
 
 
 def _apply_modes(record: records.NodeState | None) -> bool:
-    """The apply mode holds the node (its taint, a record past ``recommended``, or a record
-    a newer migfit wrote): the publisher neither overwrites nor removes its record, which a
-    new leader adopts by."""
+    """The apply mode holds the node (its taint, or a record past ``recommended``): the
+    publisher neither overwrites nor removes its record, which a new leader adopts by. A
+    record a newer migfit wrote on a node without the taint is advice, like this one's."""
     if record is None:
         return False
     mark = keys.relayout_of(record.node.annotations)
     return record.node.relayout_tainted or (
-        mark is not None and mark.state is not keys.RelayoutState.RECOMMENDED) or (
-        mark is None and keys.newer_relayout(record.node.annotations) is not None)
+        mark is not None and mark.state is not keys.RelayoutState.RECOMMENDED)
 
 
 def _now_iso() -> str:

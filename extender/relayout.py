@@ -80,7 +80,9 @@ class Relayouter:
         # --apply-custom-configs: when the next config written will be ready (wall clock)
         self._next_ready: float | None = None
         self._told: set[str] = set()  # staging problems already logged
-        self._newer: set[tuple[str, int]] = set()  # nodes left to a newer migfit, logged
+        # Tainted nodes whose record a newer migfit wrote, and since when (this clock) they
+        # have been left to it: failed once that is longer than the timeout (a rollback).
+        self._newer: dict[str, float] = {}
         # --apply-custom-configs: the ClusterPolicy check's answer, and when it was made
         self._policy: tuple[float, bool | None, str] | None = None
         # Busy nodes whose last run was aborted, and until when (this clock) they are not
@@ -140,9 +142,11 @@ class Relayouter:
             staged = await self._stage(advice.recommendations)
             if not self.leading:
                 return []
+        overdue = frozenset(n for n, t in self._newer.items()
+                            if now - t >= self.settings.timeout_s)
         chosen = machine.plan(viewed, running=self._tasks, staged=staged,
                               recommendations=recommendations, settings=self.settings,
-                              bound=self.state.pods_on)
+                              bound=self.state.pods_on, overdue=overdue)
         if chosen.start:
             # New work: count what is in flight from the API, not from a view that may lag.
             listed = await self._list_nodes()
@@ -151,13 +155,14 @@ class Relayouter:
             chosen = machine.plan(viewed if listed is None else listed, running=self._tasks,
                                   recommendations=() if listed is None
                                   else recommendations, settings=self.settings,
-                                  staged=staged, bound=self.state.pods_on)
-        for name, version in sorted(set(chosen.newer) - self._newer):
-            log.warning("relayout: node %s is under a re-layout by a newer migfit (record "
-                        "version %d; this one reads %d): left to it, taint and all; finish "
-                        "the upgrade, or roll forward again", name, version,
-                        keys.RELAYOUT_VERSION)
-        self._newer = set(chosen.newer)  # each said once while it lasts
+                                  staged=staged, bound=self.state.pods_on, overdue=overdue)
+        for name, version in chosen.newer:
+            if name not in self._newer:  # said once while it lasts
+                log.warning("relayout: node %s is under a re-layout by a newer migfit (record "
+                            "version %d; this one reads %d): left to it, taint and all, for "
+                            "up to %.0fs, then failed; finish the upgrade", name, version,
+                            keys.RELAYOUT_VERSION, self.settings.timeout_s)
+        self._newer = {name: self._newer.get(name, now) for name, _ in chosen.newer}
         taken = [*chosen.adopt, *chosen.start]
         for run in taken:
             self._tasks[run.node] = asyncio.create_task(self._apply(run),
@@ -360,6 +365,9 @@ class Relayouter:
             record = keys.relayout_of(notes) if isinstance(notes, Mapping) else None
             if record is not None and record.target:
                 in_use.add(record.target)
+            newer = keys.newer_relayout(notes) if isinstance(notes, Mapping) else None
+            if newer is not None and newer["target"]:
+                in_use.add(newer["target"])  # a newer migfit's run may still set it
         return machine.ConfigMapSeen(
             text=text, added=added, resource_version=str(meta.get("resourceVersion") or ""),
             in_use=frozenset(in_use))

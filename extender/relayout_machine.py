@@ -323,6 +323,9 @@ class Run:
     usage_since: float | None = None  # USAGE: when its first pod list came (the deadline)
     label_tried: bool = False  # a label patch was sent (its answer may have been lost)
     advised_from: str | None = None  # the node's nvidia.com/mig.config when advised
+    # ADOPT: the node's record, written by a newer migfit, has been left to it for
+    # ``timeout_s`` already (``plan``'s ``overdue``): fail the node instead.
+    overdue: bool = False
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -371,19 +374,22 @@ def begin(rec: advisor.Recommendation) -> Run:
                advised_from=rec.before_config)
 
 
-def adopt(node: records.NodeRecord) -> Run | None:
+def adopt(node: records.NodeRecord, *, overdue: bool = False) -> Run | None:
     """The re-layout to resume on a node found in flight, or None when there is none.
 
     ``tainted``: re-check the pods, then set the label; ``applying``: wait (its timers run
     from the record's ``started``). The taint without a record in flight (an older migfit, or
     set by hand) cannot be resumed: it is recorded as failed, so an operator sees it. A
-    record a newer migfit wrote is that migfit's to carry on (a rolling upgrade or a
-    rollback): left alone, node and taint as they are (:func:`plan` names such nodes).
+    tainted node whose record a newer migfit wrote is that migfit's to carry on (a rolling
+    upgrade): left alone, node and taint as they are (:func:`plan` names such nodes), until
+    it is ``overdue`` (no newer replica finished it within the timeout: a rollback), then
+    failed like a taint without a record.
     """
     if failed(node):
         return None
     record = keys.relayout_of(node.annotations)
-    if record is None and keys.newer_relayout(node.annotations) is not None:
+    newer = keys.newer_relayout(node.annotations) if record is None else None
+    if newer is not None and node.relayout_tainted and not overdue:
         return None
     if record is not None and record.state is _STATES.TAINTED:
         if node.relayout_tainted:
@@ -395,9 +401,15 @@ def adopt(node: records.NodeRecord) -> Run | None:
         return Run(node=node.name, phase=Phase.WAIT, record=record)
     if not node.relayout_tainted:
         return None
-    reason = (f"the node carries the taint {keys.TAINT_RELAYOUT} without a re-layout record "
-              f"in {keys.ANNOTATION_RELAYOUT} (left by an older migfit, or set by hand), so "
-              "migfit cannot tell what it changed: check its MIG layout")
+    if newer is not None:
+        reason = (f"the node carries the taint {keys.TAINT_RELAYOUT} and a re-layout record "
+                  f"of version {newer['version']}, written by a newer migfit (this one reads "
+                  f"{keys.RELAYOUT_VERSION}), which did not finish it in time (rolled back?), "
+                  "so migfit cannot tell what it changed: check its MIG layout")
+    else:
+        reason = (f"the node carries the taint {keys.TAINT_RELAYOUT} without a re-layout "
+                  f"record in {keys.ANNOTATION_RELAYOUT} (left by an older migfit, or set by "
+                  "hand), so migfit cannot tell what it changed: check its MIG layout")
     base = record or keys.RelayoutRecord()
     return Run(node=node.name, phase=Phase.FAIL,
                record=base.but(state=_STATES.FAILED, result="failed", reason=reason),
@@ -539,7 +551,8 @@ class Plan:
     start: tuple[Run, ...]
     in_flight: frozenset[str]  # nodes under re-layout in the cluster, these included
     failed: int  # nodes whose re-layout failed and wait for an operator
-    # Tainted nodes whose record a newer migfit wrote: (node, version), left to that migfit.
+    # Tainted nodes whose record a newer migfit wrote: (node, version), left to that migfit
+    # (for at most the timeout: ``plan``'s ``overdue``).
     newer: tuple[tuple[str, int], ...] = ()
 
 
@@ -551,6 +564,7 @@ def plan(
     settings: Settings,
     staged: frozenset[str] | None = None,
     bound: Callable[[str], Iterable[records.PodRecord]] | None = None,
+    overdue: frozenset[str] = frozenset(),
 ) -> Plan:
     """Which re-layouts to adopt (in flight, not run here) and to start (within the bound).
 
@@ -563,16 +577,19 @@ def plan(
     ConfigMap for ``config_sync_s`` (:func:`stage`); a custom recommendation to another one
     waits for a later pass (None: no such check). ``bound``: the pods bound to a node, as
     the view has them; a busy-node recommendation that :func:`busy_check` refuses on them is
-    not started (it would only be aborted after tainting the node).
+    not started (it would only be aborted after tainting the node). ``overdue``: nodes of
+    ``Plan.newer`` left to a newer migfit for the timeout already, now to be failed.
     """
     listed = {n.name: n for n in nodes}
     mine = set(running)
     flight = {name for name, n in listed.items() if in_flight(n)} | mine
     # Confirmed by a fresh read of the node before anything is written (the nodes may be a
     # cache that has not seen this replica's own last writes yet).
-    adopted = tuple(Run(node=name, phase=Phase.ADOPT, record=run.record, resume=run.phase)
+    adopted = tuple(Run(node=name, phase=Phase.ADOPT, record=run.record, resume=run.phase,
+                        overdue=name in overdue)
                     for name, n in sorted(listed.items())
-                    if name not in mine and (run := adopt(n)) is not None)
+                    if name not in mine
+                    and (run := adopt(n, overdue=name in overdue)) is not None)
     room = settings.limit(listed.values()) - len(flight)
     started: list[Run] = []
     for rec in recommendations:
@@ -589,7 +606,7 @@ def plan(
         started.append(begin(rec))
         flight.add(rec.node)
         room -= 1
-    newer = tuple((name, v) for name, n in sorted(listed.items())
+    newer = tuple((name, v["version"]) for name, n in sorted(listed.items())
                   if n.relayout_tainted and not failed(n)
                   and (v := keys.newer_relayout(n.annotations)) is not None)
     return Plan(adopt=adopted, start=tuple(started), in_flight=frozenset(flight),
@@ -793,7 +810,7 @@ def _adopt(run: Run, seen: Seen, clock: Context) -> Step:
                      "later pass tries again")
     if not isinstance(seen, NodeSeen):
         return _unexpected(run, seen)
-    resumed = adopt(seen.node)
+    resumed = adopt(seen.node, overdue=run.overdue)
     if resumed is None:
         return _done(run, "skipped", "no longer under re-layout")
     # WAIT and RELEASE go on from the node just read; CHECK and FAIL begin with their call.

@@ -44,6 +44,7 @@ DEFAULT_NAMESPACE = "gpu-operator"
 DEFAULT_SELECTOR = "app=nvidia-dcgm-exporter"
 DEFAULT_PORT = 9400  # dcgm-exporter's default listen address :9400, path /metrics
 DEFAULT_PATH = "/metrics"
+DEFAULT_COLLECT_S = 30.0  # dcgm-exporter's -c/--collect-interval default, 30000 ms
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -53,7 +54,7 @@ class Settings:
     # The exporters' own collection interval (dcgm-exporter's -c/--collect-interval, 30,000
     # ms by default): a scrape returns the samples of the last collection, so a report is
     # as old as this at most when it is scraped.
-    collect_s: float = 30.0
+    collect_s: float = DEFAULT_COLLECT_S
     max_bytes: int = 8 * 1024 * 1024
     concurrency: int = 16
     stale_after: float = 3.0  # intervals
@@ -319,8 +320,9 @@ class UsageScraper:
 # ---------------------------------------------------------------- command line
 
 
-def add_arguments(parser: argparse.ArgumentParser | Any) -> None:
-    """``--gpu-usage-from`` and its options (``migfit extender``, ``migfit serve``)."""
+def add_arguments(parser: argparse.ArgumentParser | Any, *, apply_mode: bool = False) -> None:
+    """``--gpu-usage-from`` and its options (``migfit extender``, ``migfit serve``); with
+    ``apply_mode`` (the extender's) also the timing the apply mode gives a busy node's report."""
     group = parser.add_argument_group(
         "GPU usage", "which GPU holds each MIG instance in use, from NVIDIA's DCGM exporter "
                      "(docs/relayout.md; off by default)")
@@ -338,7 +340,10 @@ def add_arguments(parser: argparse.ArgumentParser | Any) -> None:
                             "report older than 3 intervals is dropped")
     group.add_argument("--dcgm-timeout", type=float, default=5.0, metavar="SECONDS",
                        help="time allowed for one exporter's answer (default %(default)s)")
-    group.add_argument("--dcgm-collect-interval", type=float, default=30.0, metavar="SECONDS",
+    if not apply_mode:
+        return
+    group.add_argument("--dcgm-collect-interval", type=float, default=DEFAULT_COLLECT_S,
+                       metavar="SECONDS",
                        help="the exporters' own collection interval, in seconds (their "
                             "-c/--collect-interval, given there in milliseconds; default "
                             "%(default)s): the apply mode trusts a report about a busy node "
@@ -359,7 +364,7 @@ def settings_from(args: argparse.Namespace) -> Settings | None:
                                 "{node} in it, e.g. http://{node}:9400/metrics")
     if not args.dcgm_interval > 0 or not args.dcgm_timeout > 0:
         raise errors.UsageError("--dcgm-interval and --dcgm-timeout: use more than 0 seconds")
-    collect = args.dcgm_collect_interval
+    collect = getattr(args, "dcgm_collect_interval", DEFAULT_COLLECT_S)
     if not 0 < collect <= 3600:
         raise errors.UsageError(f"--dcgm-collect-interval {collect:g}: give the exporters' "
                                 "collection interval in seconds, more than 0 and at most "

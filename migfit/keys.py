@@ -331,9 +331,17 @@ def relayout_of(annotations: Mapping[str, str]) -> RelayoutRecord | None:
         return None
 
 
-def newer_relayout(annotations: Mapping[str, str]) -> int | None:
-    """The version of the node's re-layout record when a newer migfit wrote it (its ``v``
-    above :data:`RELAYOUT_VERSION`), which this one cannot read; None otherwise."""
+class NewerRecord(TypedDict):
+    """What can be read of a re-layout record a newer migfit wrote: its version, and the
+    config it names (kept in use: not pruned from the custom configs' ConfigMap)."""
+
+    version: int
+    target: str
+
+
+def newer_relayout(annotations: Mapping[str, str]) -> NewerRecord | None:
+    """The node's re-layout record when a newer migfit wrote it (its ``v`` above
+    :data:`RELAYOUT_VERSION`), which this one cannot read otherwise; None when it did not."""
     text = annotations.get(ANNOTATION_RELAYOUT)
     if text is None:
         return None
@@ -342,7 +350,10 @@ def newer_relayout(annotations: Mapping[str, str]) -> int | None:
     except (ValueError, RecursionError):
         return None
     version = doc.get("v") if isinstance(doc, dict) else None
-    return version if type(version) is int and version > RELAYOUT_VERSION else None
+    if type(version) is not int or version <= RELAYOUT_VERSION:
+        return None
+    target = doc.get("target")
+    return NewerRecord(version=version, target=target if isinstance(target, str) else "")
 
 
 def encode_failure(*, result: str, reason: str) -> str:

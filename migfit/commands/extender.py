@@ -92,7 +92,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                                                                  "migfit-system"),
                      metavar="NS", help="namespace of the leader-election Lease "
                                         "(default $POD_NAMESPACE or migfit-system)")
-    usage.add_arguments(parser)
+    usage.add_arguments(parser, apply_mode=True)
 
 
 def settings_from(args: argparse.Namespace) -> server.ExtenderSettings:

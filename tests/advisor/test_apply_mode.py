@@ -458,13 +458,14 @@ async def test_nothing_is_planned_before_the_view_has_synced(
         await mm.stop()
 
 
-async def test_a_run_by_a_newer_migfit_is_left_to_it(
+async def test_a_run_by_a_newer_migfit_is_left_to_it_for_the_timeout(
     server: kmock.KubernetesEmulator, api: k8s.ApiClient, caplog: pytest.LogCaptureFixture,
 ) -> None:
-    """A rolling upgrade or a rollback: a replica meets a tainted node whose record a newer
-    migfit wrote (a version it cannot read). It must neither fail nor untaint the node, the
-    publisher must not overwrite the record, it counts toward --max-relayouts, and it is
-    said once; a taint without any record is still failed (an operator must look)."""
+    """A rolling upgrade: a replica meets a tainted node whose record a newer migfit wrote (a
+    version it cannot read). It neither fails nor untaints the node while a newer replica
+    may finish it, counts it toward --max-relayouts and says so once; past the timeout (a
+    rollback: no newer replica left) it fails the node, so that an operator looks. A taint
+    without any record is failed at once, as before."""
     newer = json.dumps({"v": keys.RELAYOUT_VERSION + 1, "state": "applying",
                         "target": "all-1g.10gb", "some_new_field": [1]})
     seed(server, node("upgrading", alloc={"3g.40gb": 2}, config="all-1g.10gb",
@@ -472,37 +473,54 @@ async def test_a_run_by_a_newer_migfit_is_left_to_it(
                       annotations={relayout.ANNOTATION: newer}))
     store(server, node("bare", alloc={"3g.40gb": 2}, config="all-3g.40gb",
                        taints=[keys.relayout_taint()]))
-    # not tainted, not recommended by this migfit: its publisher would remove its own mark
-    ahead = json.dumps({"v": keys.RELAYOUT_VERSION + 1, "state": "staged"})
+    # Without the taint a newer record is advice: this publisher replaces or removes it
+    # as its own (it does not recommend the node: removed, not left stale forever).
+    ahead = json.dumps({"v": keys.RELAYOUT_VERSION + 1, "state": "recommended"})
     store(server, node("ahead", alloc={"1g.10gb": 7}, config="all-1g.10gb",
                        annotations={relayout.ANNOTATION: ahead}))
     pub = advice.Publisher(await snapshot(api), api, cache=advice_cache())
     await pub.publish_once()
-    ahead_now = (await read_node(api, "ahead"))["metadata"].get("annotations", {})
-    assert ahead_now.get(relayout.ANNOTATION) == ahead
-    r = await _relayouter(api)
-    with caplog.at_level("WARNING", logger="migfit.extender.relayout"):
-        taken = await r.step()
-        await r.wait()
+    assert relayout.ANNOTATION not in (await read_node(api, "ahead"))["metadata"].get(
+        "annotations", {})
+    now = [0.0]
+    r = relayout.Relayouter(await snapshot(api), api, elector=None, cache=advice_cache(),
+                            settings=FAST, clock=lambda: now[0])
+
+    async def step_at(t: float) -> list[str]:
+        now[0] = t
         r.state = await snapshot(api)
         r.cache = advice_cache()
-        assert "upgrading" not in await r.step()
+        taken = await r.step()
         await r.wait()
-    assert taken == ["bare"]  # adopted to be failed; "idle" waits: 1 + 2 in flight > 1
+        return taken
+
+    with caplog.at_level("WARNING", logger="migfit.extender.relayout"):
+        # "idle" waits: "bare" and "upgrading" fill the one place (max_concurrent=1)
+        assert await step_at(0.0) == ["bare"]
+        assert await step_at(FAST.timeout_s - 0.1) == []
+        obj = await read_node(api, "upgrading")
+        assert obj["metadata"]["annotations"][relayout.ANNOTATION] == newer  # untouched
+        assert relayout.FAILED not in obj["metadata"]["annotations"]
+        assert taints(obj) == [keys.relayout_taint()["key"]]
+        said = [m for m in caplog.messages if "newer migfit" in m]
+        assert len(said) == 1 and "upgrading" in said[0] and "version 2" in said[0]
+        assert await step_at(FAST.timeout_s) == ["upgrading"]  # overdue: failed
     obj = await read_node(api, "upgrading")
-    assert obj["metadata"]["annotations"][relayout.ANNOTATION] == newer  # untouched
-    assert relayout.FAILED not in obj["metadata"]["annotations"]
-    assert taints(obj) == [keys.relayout_taint()["key"]]
+    assert relayout.FAILED in obj["metadata"]["annotations"]
+    assert taints(obj) == [keys.relayout_taint()["key"]]  # kept for the operator
+    (failure,) = [o for o in r.outcomes if o.node == "upgrading"]
+    assert failure.result == "failed" and "version 2" in failure.reason
     bare = await read_node(api, "bare")
     assert relayout.FAILED in bare["metadata"]["annotations"]
-    said = [m for m in caplog.messages if "newer migfit" in m]
-    assert len(said) == 1 and "upgrading" in said[0] and "version 2" in said[0]
     assert keys.relayout_taint()["key"] not in taints(await read_node(api, "idle"))
 
 
 def test_newer_relayout_reads_only_a_newer_version() -> None:
     note = relayout.ANNOTATION
-    assert keys.newer_relayout({note: '{"v": 2, "state": "x"}'}) == 2
+    assert keys.newer_relayout({note: '{"v": 2, "state": "x"}'}) == {"version": 2,
+                                                                     "target": ""}
+    assert keys.newer_relayout({note: '{"v": 3, "target": "custom-7"}'}) == {
+        "version": 3, "target": "custom-7"}
     for text in ('{"v": 1, "state": "applying"}', '{"v": 0}', '{"v": "2"}', '{"v": true}',
                  '{"v": 2.0}', "[2]", "not json", "[" * 100_000):
         assert keys.newer_relayout({note: text}) is None, text

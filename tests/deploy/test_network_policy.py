@@ -1,6 +1,7 @@
 """deploy/components/network-policy lets each migfit pod be reached only on the port it serves
-and reach only the API servers (and, for the extender, the DCGM exporters): judged by
-NetworkPolicy's own rules against what the rendered Deployments listen on and call."""
+and connect only on the API servers' ports (and, for the extender, to the DCGM exporters):
+judged by NetworkPolicy's own rules against what the rendered Deployments listen on and
+call."""
 
 from __future__ import annotations
 
@@ -63,6 +64,23 @@ def _peer_matches(rule_peer: dict[str, Any], peer: Peer, policy_ns: str) -> bool
             and (pod_sel is None or _labels_match(pod_sel, peer["labels"])))
 
 
+def _types(spec: dict[str, Any]) -> list[str]:
+    """policyTypes, or its default: Ingress, and Egress when the policy has egress rules."""
+    return spec.get("policyTypes") or ["Ingress", *(["Egress"] if "egress" in spec else [])]
+
+
+def _port_matches(entry: dict[str, Any], port: int, protocol: str) -> bool:
+    """One NetworkPolicyPort: a protocol (TCP by default) and a port, a range up to
+    ``endPort``, or every port when none is given (named ports are not used here)."""
+    if entry.get("protocol", "TCP") != protocol:
+        return False
+    first = entry.get("port")
+    if first is None:
+        return True
+    assert isinstance(first, int), "a named port: extend this evaluator"
+    return first <= port <= entry.get("endPort", first)
+
+
 def allowed(objects: list[Obj], pod: Obj, direction: str, port: int, protocol: str,
             peer: Peer) -> bool:
     """Whether NetworkPolicy lets ``pod`` (a Deployment's template) take (Ingress) or make
@@ -71,15 +89,14 @@ def allowed(objects: list[Obj], pod: Obj, direction: str, port: int, protocol: s
     selecting = [p for p in of_kind(objects, "NetworkPolicy")
                  if p["metadata"]["namespace"] == ns
                  and _labels_match(p["spec"]["podSelector"], labels)
-                 and direction in p["spec"].get("policyTypes", ["Ingress"])]
+                 and direction in _types(p["spec"])]
     if not selecting:
         return True
     side = "from" if direction == "Ingress" else "to"
     for policy in selecting:
         for rule in policy["spec"].get(direction.lower(), []):
             ports = rule.get("ports")
-            if ports and not any(p.get("protocol", "TCP") == protocol and p.get("port") == port
-                                 for p in ports):
+            if ports and not any(_port_matches(p, port, protocol) for p in ports):
                 continue
             peers = rule.get(side)
             if not peers or any(_peer_matches(rp, peer, ns) for rp in peers):
@@ -120,7 +137,10 @@ def _check(objects: list[Obj]) -> None:
         for peer in API_SERVERS:
             for port in (443, 6443):
                 assert allowed(objects, pod, "Egress", port, "TCP", peer), (name, port)
-        # the cloud's metadata service, DNS, any other Service: closed
+        # TCP 443 to any address until `to:` names the API servers (the kustomization's
+        # comment says so): another HTTPS endpoint too
+        assert allowed(objects, pod, "Egress", 443, "TCP", {"ip": "8.8.8.8"})
+        # the cloud's metadata service, DNS, any other port: closed
         assert not allowed(objects, pod, "Egress", 80, "TCP", {"ip": "169.254.169.254"})
         assert not allowed(objects, pod, "Egress", 53, "UDP", {"ip": "10.96.0.10"})
         assert not allowed(objects, pod, "Egress", 8080, "TCP", SOMEWHERE[3])

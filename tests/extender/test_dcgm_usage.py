@@ -366,7 +366,7 @@ def test_targets_from_pods_ipv6_and_one_per_node() -> None:
 def _args(*argv: str) -> argparse.Namespace:
     parser = argparse.ArgumentParser()
     parser.add_argument("--cluster", dest="cluster_file")
-    usage.add_arguments(parser)
+    usage.add_arguments(parser, apply_mode=True)
     return parser.parse_args(argv)
 
 
@@ -401,6 +401,9 @@ def test_collect_interval_reaches_the_apply_mode() -> None:
     default = extender_cli.relayout_settings(parser.parse_args(argv),
                                              usage.settings_from(parser.parse_args(argv)))
     assert (default.exporter_collect_s, default.usage_wait_s) == (30.0, 30.0 + 40.0 + 4.0)
+    # `migfit serve` has no apply mode, so no such flag
+    with pytest.raises(SystemExit):
+        cli.build_parser("serve").parse_args(["serve", "--dcgm-collect-interval", "60"])
     off = parser.parse_args(["extender", "--apply-relayout"])
     assert extender_cli.relayout_settings(off, usage.settings_from(off)).gpu_usage is False
 

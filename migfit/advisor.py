@@ -81,6 +81,10 @@ FAILED_STATE = "failed"
 
 
 AHEAD_FROM = 0.0  # Settings.ahead_from's default: from the start (once the mix is a sample)
+# Settings.ahead_reserve_s's default: how long a re-layout takes to serve pods, the MIG
+# Manager's re-partition as the simulator models it (its --relayout-seconds); the extender
+# adds --config-sync when it writes custom configs (their re-layouts start that much later).
+AHEAD_RESERVE_S = 180.0
 BALANCE_GAIN = hostbalance.MIN_GAIN  # Settings.balance_gain's default
 
 
@@ -109,6 +113,11 @@ class Settings:
     ahead_from: float | None = AHEAD_FROM
     ahead_short: float = 0.2
     ahead_min_pods: int = 50
+    # Re-layouts ahead of demand leave each surplus profile the usable free instances that
+    # the largest burst of pods seen asked for: the most instances of it that the pods
+    # present (holding or waiting) created within any window this long asked for. The
+    # window is the time a re-layout takes to serve (``burst_reserve``). None: no reserve.
+    ahead_reserve_s: float | None = AHEAD_RESERVE_S
     # With ahead_from set: idle nodes of one model trade GPU layouts when that frees at least
     # this many memory slices from behind exhausted cpu or memory (``hostbalance``). None: off.
     balance_gain: float | None = BALANCE_GAIN
@@ -496,6 +505,9 @@ class Shortfall:
     # per short profile, the mix's mean cpu (milli) and memory (bytes) per instance of it:
     # what a node must have free for each instance it is laid out with
     needs: Mapping[ProfileName, tuple[int, int]]
+    # per surplus profile, the instances re-layouts ahead of demand may take (usable free
+    # beyond the need and the reserve, ``Settings.ahead_reserve_s``); None: every one
+    spare: Mapping[ProfileName, int] | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -642,7 +654,10 @@ def shortfall(state: cluster.Cluster, settings: Settings, mixed: DemandMix | Non
     (and in surplus when they exceed it by as much, or nobody asks for it), and by more
     than twice the mix's sampling error; and short by at most the instances of it the mix
     itself counts (each round adds at most what the mix has shown, however far the
-    projection reaches).
+    projection reaches). Of a surplus profile's usable free instances, re-layouts ahead may
+    take only those beyond the need and the largest burst seen (``Shortfall.spare``,
+    :func:`burst_reserve` over ``ahead_reserve_s``; a profile name two models share counts
+    the bursts of both).
     Only once the model's instances are ``ahead_from`` allocated (before, the free supply of
     every profile is large and the mix still moves) and the mix counts ``ahead_min_pods``
     pods. Pods of the single strategy (``nvidia.com/gpu``) are not counted.
@@ -652,11 +667,14 @@ def shortfall(state: cluster.Cluster, settings: Settings, mixed: DemandMix | Non
     mixed = mixed or demand_mix(state)
     if mixed.pods < settings.ahead_min_pods:
         return {}
+    recent = (None if settings.ahead_reserve_s is None
+              else burst_reserve(state, settings.ahead_reserve_s))
     out: dict[profiles.ModelId, Shortfall] = {}
     for model, projected in _projection(state, mixed, settings.ahead_from).items():
         mix = mixed.on(model.id).instances
         short: dict[ProfileName, int] = {}
         surplus: set[ProfileName] = set()
+        spare: dict[ProfileName, int] = {}
         count = sum(k for q, k in mix.items() if q in projected)
         for q, (need, have) in projected.items():
             # The mix is a sample: a share p of n instances is off by sqrt(p(1 - p)/n) of
@@ -673,11 +691,38 @@ def shortfall(state: cluster.Cluster, settings: Settings, mixed: DemandMix | Non
                 short[q] = min(int(need - have), mix.get(q, 0))
             elif have - need >= margin:
                 surplus.add(q)
+                if recent is not None:
+                    spare[q] = max(0, math.floor(have - need - recent[q]))
         if short:
             out[model.id] = Shortfall(
                 short=short, surplus=frozenset(surplus),
-                needs={q: mixed.on(model.id).needs[q] for q in short})
+                needs={q: mixed.on(model.id).needs[q] for q in short},
+                spare=None if recent is None else spare)
     return out
+
+
+def burst_reserve(state: cluster.Cluster, window_s: float) -> Counter[ProfileName]:
+    """Per profile, the most instances of it that the pods present (holding or waiting for
+    instances) created within any ``window_s`` asked for: the largest burst seen, which
+    free instances must absorb because a re-layout takes that long to serve (gpushare100 in
+    events ×200: re-layouts ahead of demand had turned the free ``7g.80gb`` into smaller
+    profiles for a mix half of small pods, and a burst of one-GPU pods then waited)."""
+    times: dict[ProfileName, list[tuple[float, int]]] = {}
+    for pod in state.pods():
+        if (pod.pending or pod.holds_instances) and pod.created is not None:
+            for q, k in pod.mig_requests.items():
+                times.setdefault(q, []).append((pod.created, k))
+    peak: Counter[ProfileName] = Counter()
+    for q, stamps in times.items():
+        stamps.sort()
+        first = total = 0
+        for t, k in stamps:  # a window ending at each creation, its start moved up
+            total += k
+            while stamps[first][0] < t - window_s:
+                total -= stamps[first][1]
+                first += 1
+            peak[q] = max(peak[q], total)
+    return peak
 
 
 def _projection(state: cluster.Cluster, mixed: DemandMix, allocated: float
@@ -1321,6 +1366,7 @@ def _ahead_changes(pool: Sequence[planner.NodeSupply],
                              if p in fall.surplus) for n in nodes}
         nodes.sort(key=lambda n: (-extra[n.name], n.name))
         left: Counter[ProfileName] = Counter(fall.short)
+        spare = None if fall.spare is None else Counter(fall.spare)
         memo: _AheadMemo = {}
         for node in nodes:
             if not any(k > 0 for k in left.values()) or (
@@ -1331,7 +1377,7 @@ def _ahead_changes(pool: Sequence[planner.NodeSupply],
             budget = list(room.get(node.name, ()))
             plans: list[planner.GpuPlan] = []
             for g in node.gpus:
-                plan = _ahead_gpu(model, g, fall, left, size, budget, memo)
+                plan = _ahead_gpu(model, g, fall, left, size, budget, memo, spare)
                 plans.append(plan if plan is not None else planner.unchanged(model, g))
             changed = [p for p in plans if p.changed]
             if changed:
@@ -1344,25 +1390,40 @@ def _ahead_changes(pool: Sequence[planner.NodeSupply],
     return out
 
 
-_AheadMemo = dict[tuple[tuple[ProfileName, ...], tuple[tuple[ProfileName, int], ...]],
-                  "planner.GpuPlan | None"]
+_AheadMemo = dict[tuple[tuple[ProfileName, ...], tuple[tuple[ProfileName, int], ...],
+                        tuple[tuple[ProfileName, int], ...]], "planner.GpuPlan | None"]
 
 
 def _ahead_gpu(model: profiles.GpuModel, gpu: planner.GpuState, fall: Shortfall,
                left: Counter[ProfileName], size: Mapping[ProfileName, int],
-               budget: list[int], memo: _AheadMemo) -> planner.GpuPlan | None:
+               budget: list[int], memo: _AheadMemo,
+               spare: Counter[ProfileName] | None = None) -> planner.GpuPlan | None:
     """One GPU's change for ``_ahead_changes`` (None: it stays), with ``left`` (shortfall
     still open) and ``budget`` (the node's free cpu, memory) updated; ``memo`` keeps the
-    plan per layout and open shortfall (GPUs alike are planned once)."""
-    if gpu.frozen or not gpu.current or not any(p in fall.surplus for p in gpu.current):
+    plan per layout and open shortfall (GPUs alike are planned once). ``spare``: per surplus
+    profile, the instances still free to take (``Shortfall.spare``; None: every one), updated;
+    the GPU's instances of it beyond that are worth their slices."""
+    if gpu.frozen or not gpu.current:
+        return None
+    # The GPU's surplus instances worth nothing: at most what ``spare`` still allows.
+    nil: Counter[ProfileName] = Counter(p for p in gpu.current if p in fall.surplus)
+    if spare is not None:
+        nil = Counter({q: min(k, spare[q]) for q, k in nil.items() if spare[q] > 0})
+    if not nil:
         return None
     # What the plan reads: the layout, and per open profile at most what one GPU can hold.
     opened = tuple(sorted((q, min(k, model.profile(q).max_instances))
                           for q, k in left.items() if k > 0))
-    key = (tuple(sorted(gpu.current)), opened)
+    key = (tuple(sorted(gpu.current)), opened, tuple(sorted(nil.items())))
     hit = memo.get(key)
     if hit is None:
-        kept = [(p, float(size[p])) for p in gpu.current if p not in fall.surplus]
+        worthless = Counter(nil)
+        kept = []
+        for p in gpu.current:
+            if worthless[p] > 0:
+                worthless[p] -= 1
+            else:
+                kept.append((p, float(size[p])))
         wanted = [(q, float(size[q])) for q, k in opened for _ in range(k)]
         demand = planner.Demand.of_items(kept + wanted)
         plan = planner.plan_gpu(model, demand=demand, current=gpu.current, index=gpu.index)
@@ -1384,7 +1445,14 @@ def _ahead_gpu(model: profiles.GpuModel, gpu: planner.GpuState, fall: Shortfall,
     for i, c in enumerate(cost[: len(budget)]):
         budget[i] -= c
     for q, n in delta.items():
-        if q in fall.short or (n < 0 and q not in fall.surplus):
+        if n < 0 and nil[q] > 0:  # the surplus instances taken; any beyond are kept ones
+            took = min(-n, nil[q])
+            if spare is not None:
+                spare[q] -= took
+            n += took
+            if not n:
+                continue
+        if q in fall.short or (n < 0 and (q not in fall.surplus or spare is not None)):
             left[q] -= n  # an added short instance closes the gap, a removed one opens it
     return best
 

@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from migfit import cluster, errors, kube, logs, migparted, profiles, serving, sources
+from migfit import advisor, cluster, errors, kube, logs, migparted, profiles, serving, sources
 from migfit import metrics as common_metrics
 from migfit.commands import options
 from migfit.extender import figures, relayout_machine, scoring_log, server, usage
@@ -146,8 +146,7 @@ async def _serve(args: argparse.Namespace, settings: server.ExtenderSettings,
     # --gpu-usage-from dcgm: which GPU holds each instance in use (extender/usage.py).
     scraper = usage.from_args(args, view, registry=registry)
     cache = advice.AdviceCache(
-        settings=options.advisor_settings(args, grace_s=args.grace, busy_nodes=True),
-        usage=scraper)
+        settings=advice_settings(args), usage=scraper)
     # Computed at scrape time from the cache /advice reads: they agree with /advice, with a
     # publisher (API mode) or without one (--cluster FILE, --no-publish).
     metrics = advice.Metrics(registry, state=view, cache=cache)
@@ -186,6 +185,17 @@ async def _serve(args: argparse.Namespace, settings: server.ExtenderSettings,
     finally:
         if client is not None:
             await client.close()
+
+
+def advice_settings(args: argparse.Namespace) -> advisor.Settings:
+    """The advisor's settings of a parsed command line: busy nodes' idle GPUs advised on
+    (the apply mode acts on them only with --apply-busy-nodes), and the burst reserve's
+    window the time a re-layout takes to serve, which custom configs lengthen by
+    --config-sync when the apply mode writes them."""
+    return options.advisor_settings(
+        args, grace_s=args.grace, busy_nodes=True,
+        ahead_reserve_s=advisor.AHEAD_RESERVE_S
+        + (args.config_sync if args.apply_custom_configs else 0.0))
 
 
 def relayout_settings(args: argparse.Namespace,

@@ -96,6 +96,8 @@ class Simulation(World):
                                          allow_disruptive=False,
                                          busy_nodes=options.busy_nodes,
                                          ahead_from=options.ahead_from,
+                                         ahead_reserve_s=options.relayout_seconds
+                                         + options.config_sync_seconds,
                                          balance_gain=advisor.BALANCE_GAIN
                                          if options.balance else None)
         # The mig-parted ConfigMap as the MIG Manager sees it: every config a node is
@@ -188,7 +190,8 @@ class Simulation(World):
             c.gpu_arrived += 1
             c.demand_trace_gpus += s.trace_gpus
             obj = objects.pod_object(name=uid, cpu_milli=s.cpu_milli, memory_mib=s.memory_mib,
-                                     annotations=s.annotations, containers=s.containers)
+                                     annotations=s.annotations, containers=s.containers,
+                                     created=EPOCH + self.now)
             if s.explicit:
                 profs, patch, denial = s.explicit, (), ""
             else:
@@ -201,7 +204,8 @@ class Simulation(World):
             else:
                 obj = objects.pod_object(name=uid, cpu_milli=s.cpu_milli,
                                          memory_mib=s.memory_mib, annotations=s.annotations,
-                                         containers=s.containers, profile_per_container=profs)
+                                         containers=s.containers, profile_per_container=profs,
+                                         created=EPOCH + self.now)
             pod.obj = obj
             pod.profiles = profs
             if any(p != s.expected for p in profs):

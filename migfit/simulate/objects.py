@@ -113,6 +113,7 @@ def pod_object(
     profile_per_container: Sequence[str] = (),
     node: str | None = None,
     decision: Mapping[str, Any] | None = None,
+    created: float | None = None,
 ) -> dict[str, Any]:
     """A pod; with ``profile_per_container`` it is the webhook's mutated pod."""
     conts: list[dict[str, Any]] = []
@@ -133,11 +134,14 @@ def pod_object(
     spec: dict[str, Any] = {"schedulerName": SCHEDULER, "containers": conts}
     if node is not None:
         spec["nodeName"] = node
+    meta: dict[str, Any] = {"name": name, "namespace": NAMESPACE, "uid": f"uid-{name}",
+                            "annotations": ann}
+    if created is not None:
+        meta["creationTimestamp"] = timestamp(created)
     return {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": {"name": name, "namespace": NAMESPACE, "uid": f"uid-{name}",
-                     "annotations": ann},
+        "metadata": meta,
         "spec": spec,
         "status": {"phase": "Running" if node else "Pending"},
     }

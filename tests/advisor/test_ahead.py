@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import json
 import pathlib
 import subprocess
@@ -12,7 +13,9 @@ from typing import Any
 
 from advisor_scene import T0, build, node, pod
 
-from migfit import advisor, keys, profiles
+from migfit import advisor, cli, decoding, keys, profiles
+from migfit.commands import extender as extender_cli
+from migfit.simulate import engine, objects, policies
 
 A100 = profiles.builtin().get("A100-80GB")
 SETTINGS = advisor.Settings()
@@ -340,3 +343,87 @@ def test_a_mixed_cluster_counts_small_pods_toward_the_larger_model_too() -> None
     assert dict(mix.on(a30).instances) == {"4g.24gb": 30}  # no A30 profile holds a 7g.80gb
     fall = advisor.shortfall(c, SETTINGS, mix)
     assert set(fall[A100.id].short) == {"3g.40gb"}
+
+
+# ---------------------------------------------------------------- the burst reserve
+
+
+def _created(obj: dict[str, Any], at: float) -> dict[str, Any]:
+    obj["metadata"]["creationTimestamp"] = datetime.datetime.fromtimestamp(
+        at, tz=datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return obj
+
+
+def _burst_scene(spacing_s: float) -> list[dict[str, Any]]:
+    """60 nodes of seven 1g.10gb held by 60 pods of 7 × 1g.10gb (the mix: mostly small), ten
+    one-GPU 7g.80gb pods created ``spacing_s`` apart, and twelve idle 7g.80gb GPUs."""
+    objs: list[dict[str, Any]] = []
+    for i in range(60):
+        objs.append(node(f"small-{i:02d}", alloc={"1g.10gb": 7}))
+        objs.append(_created(pod(f"infer-{i:02d}", "1g.10gb", count=7, node=f"small-{i:02d}",
+                                 phase="Running"), T0 - 7200 + 60 * i))
+    for i in range(10):
+        objs.append(node(f"big-{i:02d}", alloc={"7g.80gb": 1}))
+        objs.append(_created(pod(f"train-{i:02d}", "7g.80gb", node=f"big-{i:02d}",
+                                 phase="Running"), T0 - 3600 + spacing_s * i))
+    objs.extend(node(f"idle-{i:02d}", alloc={"7g.80gb": 1}) for i in range(12))
+    return objs
+
+
+def test_burst_reserve_is_the_largest_burst_of_the_pods_present() -> None:
+    objs = [_created(pod("a", "7g.80gb", node="n", phase="Running"), T0),
+            _created(pod("b", "7g.80gb", count=2, node="n", phase="Running"), T0 + 100),
+            _created(pod("c", "7g.80gb", node="n", phase="Running"), T0 + 181),  # a: out
+            _created(pod("d", "7g.80gb"), T0 + 200),  # waiting: counts
+            _created(pod("gone", "7g.80gb", node="n", phase="Succeeded"), T0 + 150),
+            pod("undated", "7g.80gb", node="n", phase="Running"),  # no creation time
+            _created(pod("e", "3g.40gb", node="n", phase="Running"), T0 + 5000),
+            node("n", alloc={"7g.80gb": 8, "3g.40gb": 1})]
+    # windows of 180 s: b, c and d (2 + 1 + 1) within 100..281; a and b within 0..180: 3
+    assert advisor.burst_reserve(build(*objs), 180.0) == {"7g.80gb": 4, "3g.40gb": 1}
+    assert advisor.burst_reserve(build(*objs), 10_000.0) == {"7g.80gb": 5, "3g.40gb": 1}
+    assert advisor.burst_reserve(build(*objs), 50.0) == {"7g.80gb": 2, "3g.40gb": 1}
+
+
+def test_ahead_of_demand_leaves_the_largest_burst_free() -> None:
+    """The twelve idle 7g.80gb are surplus for a mix of small pods (gpushare100 in events
+    ×200: re-layouts ahead of demand took them, then a burst of whole-GPU pods waited). Ten
+    7g.80gb pods created at once: a re-layout (180 s) could not serve such a burst in time,
+    so ten stay free beyond the two the mix needs and none is re-laid out; created ten
+    minutes apart, the burst is one and nine are; without the reserve all twelve."""
+    whole = profiles.ProfileName("7g.80gb")
+    at_once = build(*_burst_scene(0.0))
+    (fall,) = advisor.shortfall(at_once, SETTINGS).values()
+    assert dict(fall.short) == {"1g.10gb": 80} and whole in fall.surplus
+    assert fall.spare == {whole: 0}
+
+    def ahead(c: Any, settings: advisor.Settings) -> int:
+        adv = advisor.advise(c, now=T0 + 600, settings=settings)
+        return sum(g.changed for r in adv.recommendations if r.ahead for g in r.gpus)
+
+    assert ahead(at_once, SETTINGS) == 0
+    assert ahead(build(*_burst_scene(600.0)), SETTINGS) == 9
+    assert ahead(at_once, dataclasses.replace(SETTINGS, ahead_reserve_s=None)) == 12
+
+
+def test_the_window_is_the_time_a_relayout_takes_to_serve() -> None:
+    """The extender's window: 180 s, plus --config-sync when the apply mode writes custom
+    configs (their re-layouts start that much later); the simulator's: its re-layout time
+    plus its config sync. Its pods carry their creation time, as the API's do."""
+    parser = cli.build_parser("extender")
+    plain = extender_cli.advice_settings(parser.parse_args(["extender"]))
+    assert plain.ahead_reserve_s == advisor.AHEAD_RESERVE_S == 180.0
+    custom = extender_cli.advice_settings(parser.parse_args(
+        ["extender", "--apply-relayout", "--apply-custom-configs", "--config-sync", "90"]))
+    assert custom.ahead_reserve_s == 270.0
+    assert extender_cli.advice_settings(parser.parse_args(
+        ["extender", "--no-ahead"])).ahead_from is None
+    options = policies.Options(relayout_seconds=200.0, config_sync_seconds=100.0)
+    sim = engine.Simulation([], policy=policies.Policy("migfit", True), seed=0,
+                            options=options, catalog=profiles.builtin())
+    assert sim.settings.ahead_reserve_s == 300.0
+    obj = objects.pod_object(name="p", cpu_milli=1000, memory_mib=1024, annotations={},
+                             containers=1, profile_per_container=["1g.10gb"],
+                             created=T0 + 12.0)
+    record = decoding.pod_from_api(obj)
+    assert record is not None and record.created == T0 + 12.0

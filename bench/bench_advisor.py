@@ -11,11 +11,14 @@ before counting it); then a mixed cluster, the full 1g.10gb nodes replaced by A3
 (4 GPUs of 4g.24gb, all in use) and every fifth pending pod given the A30's 4g.24gb by the
 webhook (its decision record says 20,000 MiB), so that the A100's demand mix counts those
 pods as its own smallest profile that holds them (``advisor.demand_mix``, a pass over the
-pods per model that lacks a profile).
+pods per model that lacks a profile). Every pod has a creation time (one every 7 s over the
+day before), which the burst reserve reads.
 """
 
 from __future__ import annotations
 
+import datetime
+import itertools
 import os
 import platform
 import statistics
@@ -49,6 +52,12 @@ def _node(name: str, alloc: dict[str, int], product: str = "NVIDIA-A100-SXM4-80G
                                "conditions": [{"type": "Ready", "status": "True"}]}}
 
 
+# Pods are created one every 7 s over the day before NOW, in the order they are built (the
+# burst reserve, ``advisor.burst_reserve``, reads every pod's creation time).
+_CREATED = (datetime.datetime.fromtimestamp(NOW - 86_400 + 7 * (i % 12_000), tz=datetime.UTC)
+            .strftime("%Y-%m-%dT%H:%M:%SZ") for i in itertools.count())
+
+
 def _pod(name: str, profile: str, node: str | None, count: int = 1, *, cpu: str | None = None,
          since: str = "2033-05-18T03:00:00Z", toleration: str | None = None) -> dict[str, Any]:
     status: dict[str, Any] = {"phase": "Running" if node else "Pending"}
@@ -64,7 +73,7 @@ def _pod(name: str, profile: str, node: str | None, count: int = 1, *, cpu: str 
     if toleration is not None:
         spec["tolerations"] = [{"key": toleration, "operator": "Exists"}]
     meta: dict[str, Any] = {"name": name, "namespace": "bench", "uid": name,
-                            "resourceVersion": "1"}
+                            "resourceVersion": "1", "creationTimestamp": next(_CREATED)}
     if profile == "4g.24gb":  # as the webhook leaves it: the memory asked for, the choice
         meta["annotations"] = {keys.GPU_MEMORY: "20000Mi", keys.DECISION: keys.encode_decision(
             {"v": 1, "strategy": "mixed", "containers": [

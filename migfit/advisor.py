@@ -667,8 +667,8 @@ def shortfall(state: cluster.Cluster, settings: Settings, mixed: DemandMix | Non
     mixed = mixed or demand_mix(state)
     if mixed.pods < settings.ahead_min_pods:
         return {}
-    recent = (None if settings.ahead_reserve_s is None
-              else burst_reserve(state, settings.ahead_reserve_s))
+    window = settings.ahead_reserve_s
+    recent: Counter[ProfileName] | None = None  # burst_reserve, once a profile is surplus
     out: dict[profiles.ModelId, Shortfall] = {}
     for model, projected in _projection(state, mixed, settings.ahead_from).items():
         mix = mixed.on(model.id).instances
@@ -691,13 +691,15 @@ def shortfall(state: cluster.Cluster, settings: Settings, mixed: DemandMix | Non
                 short[q] = min(int(need - have), mix.get(q, 0))
             elif have - need >= margin:
                 surplus.add(q)
-                if recent is not None:
+                if window is not None:
+                    if recent is None:
+                        recent = burst_reserve(state, window)
                     spare[q] = max(0, math.floor(have - need - recent[q]))
         if short:
             out[model.id] = Shortfall(
                 short=short, surplus=frozenset(surplus),
                 needs={q: mixed.on(model.id).needs[q] for q in short},
-                spare=None if recent is None else spare)
+                spare=None if window is None else spare)
     return out
 
 
@@ -1434,6 +1436,10 @@ def _ahead_gpu(model: profiles.GpuModel, gpu: planner.GpuState, fall: Shortfall,
     best = dataclasses.replace(hit, index=gpu.index)
     delta: Counter[ProfileName] = Counter(best.after_names)
     delta.subtract(gpu.current)
+    if any(n < 0 and q in fall.surplus and -n > nil[q] for q, n in delta.items()):
+        # Kept surplus instances (beyond ``spare``) traded for short ones: the reserve is
+        # a bound, so the GPU stays.
+        return None
     cost = [0, 0]
     for q, n in delta.items():
         if n > 0 and q in fall.short:
@@ -1445,15 +1451,14 @@ def _ahead_gpu(model: profiles.GpuModel, gpu: planner.GpuState, fall: Shortfall,
     for i, c in enumerate(cost[: len(budget)]):
         budget[i] -= c
     for q, n in delta.items():
-        if n < 0 and nil[q] > 0:  # the surplus instances taken; any beyond are kept ones
-            took = min(-n, nil[q])
+        if n < 0 and q in fall.surplus:  # taken: within ``nil``, checked above
             if spare is not None:
-                spare[q] -= took
-            n += took
-            if not n:
-                continue
-        if q in fall.short or (n < 0 and (q not in fall.surplus or spare is not None)):
-            left[q] -= n  # an added short instance closes the gap, a removed one opens it
+                spare[q] += n
+        elif q in fall.short or n < 0:
+            # an added short instance closes the gap, a removed needed one opens it ...
+            left[q] -= n
+        elif left[q] > 0:
+            left[q] -= min(n, left[q])  # ... which adding one closes again
     return best
 
 

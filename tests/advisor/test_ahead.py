@@ -8,12 +8,13 @@ import json
 import pathlib
 import subprocess
 import sys
+from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
 from advisor_scene import T0, build, node, pod
 
-from migfit import advisor, cli, decoding, keys, profiles
+from migfit import advisor, cli, decoding, keys, planner, profiles
 from migfit.commands import extender as extender_cli
 from migfit.simulate import engine, objects, policies
 
@@ -427,3 +428,60 @@ def test_the_window_is_the_time_a_relayout_takes_to_serve() -> None:
                              created=T0 + 12.0)
     record = decoding.pod_from_api(obj)
     assert record is not None and record.created == T0 + 12.0
+
+
+def _changes(pool: list[planner.NodeSupply], fall: advisor.Shortfall
+             ) -> list[planner.NodeChange]:
+    return advisor._ahead_changes(pool, {A100.id: fall}, {}, None)
+
+
+G1, G2, G3, G7 = (profiles.ProfileName(p) for p in ("1g.10gb", "2g.20gb", "3g.40gb", "7g.80gb"))
+
+
+def test_every_change_ahead_serves_the_shortfall() -> None:
+    """A change that removes an instance the mix needs opens a gap that a later GPU may
+    close by adding it back; closing it must count, or every later idle GPU was re-laid out
+    to rebuild it, serving nothing (the simulator skipped such advice; the apply mode
+    would have carried it out)."""
+    def node(name: str, *layouts: tuple[profiles.ProfileName, ...]) -> planner.NodeSupply:
+        return planner.NodeSupply(name=name, model=A100, gpus=tuple(
+            planner.GpuState(i, layout) for i, layout in enumerate(layouts)))
+
+    # 1g.10gb neither short nor surplus (needed where it is), no reserve: node a gives its
+    # two up for the 3g.40gb, one GPU re-creates them, and nothing more changes
+    pool = [node("a", (G2, G2, G2, G1), (G2, G2, G2, G1)),
+            *(node(f"big{i}", (G7,)) for i in range(3))]
+    fall = advisor.Shortfall(short={G3: 4}, surplus=frozenset({G2, G7}), needs={G3: (0, 0)})
+    changes = _changes(pool, fall)
+    assert [c.name for c in changes] == ["a", "big0"]
+    assert changes[0].plan.served == {G3: 4}
+    assert Counter(changes[1].plan.gpus[0].after_names)[G1] >= 2
+    # 1g.10gb surplus with one to spare: a GPU that would take seven stays
+    pool = [node("a", (G1,) * 7, (G1,) * 7), *(node(f"big{i}", (G7,)) for i in range(6))]
+    fall = advisor.Shortfall(short={G3: 2}, surplus=frozenset({G1, G7}), needs={G3: (0, 0)},
+                             spare={G1: 1, G7: 10})
+    changes = _changes(pool, fall)
+    assert all(c.plan.served for c in changes)
+    assert sum(c.plan.served.get(G3, 0) for c in changes) == 2
+    assert [c.name for c in changes] == ["big0"]
+
+
+def test_the_reserve_bounds_what_a_round_takes() -> None:
+    """However the planner trades, a round takes no more surplus instances than ``spare``."""
+    gpus = [planner.GpuState(i, (G1,) * 7) for i in range(3)]
+    size = {p.name: p.memory_slices for p in A100.profiles}
+    for allowed in (0, 1, 2, 3, 5, 7, 14):
+        fall = advisor.Shortfall(short={G3: 10}, surplus=frozenset({G1}), needs={G3: (0, 0)},
+                                 spare={G1: allowed})
+        left: Counter[profiles.ProfileName] = Counter(fall.short)
+        spare: Counter[profiles.ProfileName] = Counter(fall.spare)
+        memo: advisor._AheadMemo = {}
+        taken = added = 0
+        for gpu in gpus:
+            plan = advisor._ahead_gpu(A100, gpu, fall, left, size, [], memo, spare)
+            if plan is not None:
+                taken += 7 - Counter(plan.after_names)[G1]
+                added += Counter(plan.after_names)[G3]
+        assert taken <= allowed and spare[G1] == allowed - taken, allowed
+        assert left[G3] == 10 - added
+    assert taken >= 7  # with two GPUs' worth to spare, whole GPUs change

@@ -35,9 +35,11 @@ advice from the cluster model:
 - ahead of demand (``shortfall``, ``Settings.ahead_*``): once a pod waits, a filling cluster
   may have no idle node left, so idle nodes are also re-laid out, GPU by GPU, for the
   instances the demand mix will lack while its free supply of other profiles is more than
-  the mix needs (docs/relayout.md, 6). Such a recommendation is marked ``ahead``; and idle
-  nodes of one model trade GPU layouts so that each node's cpu and memory can feed its
-  instances (``hostbalance``; marked ``ahead`` with its ``balance`` reason).
+  the mix needs, less the largest burst of its pods seen (``burst_reserve``: what a burst
+  faster than a re-layout takes from free instances; docs/relayout.md, 6). Such a
+  recommendation is marked ``ahead``; and idle nodes of one model trade GPU layouts so
+  that each node's cpu and memory can feed its instances (``hostbalance``; marked
+  ``ahead`` with its ``balance`` reason).
 
 The planner (``migfit.planner``) picks the layouts; a named config from the ConfigMap is
 preferred when one serves at least as much and keeps what is in use, else a custom config in

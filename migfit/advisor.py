@@ -510,6 +510,9 @@ class Shortfall:
     # per surplus profile, the instances re-layouts ahead of demand may take (usable free
     # beyond the need and the reserve, ``Settings.ahead_reserve_s``); None: every one
     spare: Mapping[ProfileName, int] | None = None
+    # per surplus profile, the free instances the reserve keeps from them (shown by
+    # ``migfit advise``: why idle GPUs of a profile nobody seems to need stay as they are)
+    held: Mapping[ProfileName, int] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -677,6 +680,7 @@ def shortfall(state: cluster.Cluster, settings: Settings, mixed: DemandMix | Non
         short: dict[ProfileName, int] = {}
         surplus: set[ProfileName] = set()
         spare: dict[ProfileName, int] = {}
+        held: dict[ProfileName, int] = {}
         count = sum(k for q, k in mix.items() if q in projected)
         for q, (need, have) in projected.items():
             # The mix is a sample: a share p of n instances is off by sqrt(p(1 - p)/n) of
@@ -697,11 +701,14 @@ def shortfall(state: cluster.Cluster, settings: Settings, mixed: DemandMix | Non
                     if recent is None:
                         recent = burst_reserve(state, window)
                     spare[q] = max(0, math.floor(have - need - recent[q]))
+                    if recent[q] > 0:
+                        held[q] = min(recent[q], max(0, math.floor(have - need)))
         if short:
             out[model.id] = Shortfall(
                 short=short, surplus=frozenset(surplus),
                 needs={q: mixed.on(model.id).needs[q] for q in short},
-                spare=None if window is None else spare)
+                spare=None if window is None else spare,
+                held={q: k for q, k in held.items() if k > 0})
     return out
 
 

@@ -171,6 +171,7 @@ def _summary(advice: advisor.Advice) -> list[str]:
                 "instances the demand mix will lack." if ahead - traded else "")
              + (f" {traded} idle node(s) trade GPU layouts, so that each node's cpu and "
                 "memory can feed its instances." if traded else "")]
+    lines.extend(_held(advice))
     if not recs:
         return lines
     rows = [("NODE", "MODEL", "KIND", "TARGET", "UNBLOCKS", "DISRUPTS", "APPLY")]
@@ -207,10 +208,22 @@ def _kind(rec: advisor.Recommendation) -> str:
     return "busy node" if rec.running else "safe"
 
 
+def _held(advice: advisor.Advice) -> list[str]:
+    """The free instances the burst reserve keeps from re-layouts ahead of demand (why idle
+    GPUs of a profile the mix seems not to need stay as they are), as one line or none."""
+    held = [f"{model}: " + ", ".join(f"{k} × {q}" for q, k in sorted(fall.held.items()))
+            for model, fall in sorted(advice.ahead.items()) if fall.held]
+    if not held:
+        return []
+    return ["Kept free for bursts of pods as large as the largest seen (re-layouts ahead of "
+            "demand leave them): " + "; ".join(held) + "."]
+
+
 def render_text(advice: advisor.Advice, *, details: bool = True) -> str:
     """The advice for people: every node in full (``details``), or a summary table."""
     if not advice.waiting and not advice.recommendations:
-        return "No pod waits for a MIG instance that no node can give it: nothing to re-lay out."
+        return "\n".join(["No pod waits for a MIG instance that no node can give it: nothing "
+                          "to re-lay out.", *_held(advice)])
     if not details:
         lines = _summary(advice)
         if advice.unserved:
@@ -247,6 +260,7 @@ def render_text(advice: advisor.Advice, *, details: bool = True) -> str:
         lines.append(f"{len(advice.unserved)} waiting pod(s) no re-layout can serve now: "
                      f"{', '.join(advice.unserved[:10])}"
                      + (" ..." if len(advice.unserved) > 10 else ""))
+    lines.extend(_held(advice))
     return "\n".join(lines)
 
 

@@ -485,3 +485,18 @@ def test_the_reserve_bounds_what_a_round_takes() -> None:
         assert taken <= allowed and spare[G1] == allowed - taken, allowed
         assert left[G3] == 10 - added
     assert taken >= 7  # with two GPUs' worth to spare, whole GPUs change
+
+
+def test_advise_says_what_the_reserve_keeps_free(tmp_path: pathlib.Path) -> None:
+    """`migfit advise` says why twelve idle 7g.80gb GPUs, surplus to a mix of small pods,
+    are not re-laid out: ten are kept for a burst as large as the one seen."""
+    advise = _advise_cli(tmp_path, _burst_scene(0.0))
+    out = advise()
+    assert out.returncode == 0, out.stderr
+    assert ("Kept free for bursts of pods as large as the largest seen (re-layouts ahead of "
+            "demand leave them): A100-80GB: 10 × 7g.80gb.") in out.stdout
+    assert "A100-80GB: 10 × 7g.80gb." in advise("--details").stdout
+    spread = _advise_cli(tmp_path, _burst_scene(600.0))()
+    assert "A100-80GB: 1 × 7g.80gb." in spread.stdout
+    (fall,) = advisor.shortfall(build(*_burst_scene(0.0)), SETTINGS).values()
+    assert fall.held == {G7: 10}

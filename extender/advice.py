@@ -109,6 +109,14 @@ class _AdviceCollector(Collector):
             "migfit_relayout_unserved_pods",
             "Waiting pods that no recommended re-layout would unblock",
             value=len(advice.unserved) if advice is not None else 0)
+        held = GaugeMetricFamily(
+            "migfit_relayout_burst_reserve_instances",
+            "Free MIG instances kept from re-layouts ahead of demand for a burst of pods as "
+            "large as the largest seen", labels=["model", "profile"])
+        for model, fall in sorted((advice.ahead if advice is not None else {}).items()):
+            for profile, count in sorted(fall.held.items()):
+                held.add_metric([str(model), str(profile)], count)
+        yield held
 
 
 class Metrics:

@@ -12,10 +12,12 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
+import prometheus_client
 from advisor_scene import T0, build, node, pod
 
 from migfit import advisor, cli, decoding, keys, planner, profiles
 from migfit.commands import extender as extender_cli
+from migfit.extender import advice
 from migfit.simulate import engine, objects, policies
 
 A100 = profiles.builtin().get("A100-80GB")
@@ -500,3 +502,22 @@ def test_advise_says_what_the_reserve_keeps_free(tmp_path: pathlib.Path) -> None
     assert "A100-80GB: 1 × 7g.80gb." in spread.stdout
     (fall,) = advisor.shortfall(build(*_burst_scene(0.0)), SETTINGS).values()
     assert fall.held == {G7: 10}
+
+
+def test_the_reserve_is_a_gauge() -> None:
+    """The extender's /metrics shows what the reserve keeps, per model and profile, from the
+    advice /advice serves; nothing once the burst's pods are gone."""
+    registry = prometheus_client.CollectorRegistry()
+    state = build(*_burst_scene(0.0))
+    advice.Metrics(registry, state=state, cache=advice.AdviceCache(clock=lambda: T0 + 600))
+    name = "migfit_relayout_burst_reserve_instances"
+    labels = {"model": "A100-80GB", "profile": "7g.80gb"}
+    assert registry.get_sample_value(name, labels) == 10.0
+    spread = prometheus_client.CollectorRegistry()
+    advice.Metrics(spread, state=build(*_burst_scene(600.0)),
+                   cache=advice.AdviceCache(clock=lambda: T0 + 600))
+    assert spread.get_sample_value(name, labels) == 1.0
+    empty = prometheus_client.CollectorRegistry()
+    advice.Metrics(empty, state=build(*_scene()), cache=advice.AdviceCache(clock=lambda: T0))
+    assert empty.get_sample_value(name, labels) is None
+    assert f"# TYPE {name} gauge" in prometheus_client.generate_latest(empty).decode()

@@ -184,13 +184,17 @@ class PodsSeen:
     restarts: Mapping[str, int] = dataclasses.field(default_factory=dict)
 
 
+# A DCGM exporter report of one node: per GPU index, its MIG instances, each as (profile,
+# the pods (namespace/name) the exporter names on it).
+Placed = Mapping[int, tuple[tuple[str, frozenset[str]], ...]]
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class UsageSeen:
-    """The node's DCGM exporter report as kept now: per GPU index, its MIG instances, each as
-    (profile, the pods (namespace/name) it names there), and when the scrape that got it
-    began (the monotonic clock of ``Context.now``); both None when there is none."""
+    """The node's DCGM exporter report as kept now (``Placed``), and when the scrape that got
+    it began (the monotonic clock of ``Context.now``); both None when there is none."""
 
-    gpus: Mapping[int, tuple[tuple[str, frozenset[str]], ...]] | None
+    gpus: Placed | None
     at: float | None
 
 
@@ -319,7 +323,7 @@ class Run:
     listed_at: float | None = None  # ... and when
     # A DCGM report that placed them; CHECK lists the pods once more and sets the label
     # only if they are still the same pods.
-    placed: Mapping[int, tuple[tuple[str, frozenset[str]], ...]] | None = None
+    placed: Placed | None = None
     usage_since: float | None = None  # USAGE: when its first pod list came (the deadline)
     label_tried: bool = False  # a label patch was sent (its answer may have been lost)
     advised_from: str | None = None  # the node's nvidia.com/mig.config when advised
@@ -463,7 +467,7 @@ def _busy_findings(record: keys.RelayoutRecord, pods: Iterable[records.PodRecord
 
 
 def busy_check(record: keys.RelayoutRecord, pods: Iterable[records.PodRecord], node: str,
-               placed: Mapping[int, tuple[tuple[str, frozenset[str]], ...]] | None = None
+               placed: Placed | None = None
                ) -> str | None:
     """Why the GPU pods bound to ``node`` forbid the change now (None: they do not).
 
@@ -903,22 +907,19 @@ def _check(run: Run, seen: Seen, clock: Context) -> Step:
             # The same pods as the report placed, listed just now: judge and go on at once.
             refused = busy_check(run.record, seen.pods, run.node, placed=placed)
             if refused is not None:
-                return _abort(run, clock, f"{refused}; nothing was changed, the taint and the "
-                              "record are removed")
+                return _refuse(run, clock, refused)
             return _checked(dataclasses.replace(run, checked=None, placed=None), seen, clock)
         # Which GPU holds those pods: a DCGM report of the state after this list.
         first = clock.now if run.usage_since is None else run.usage_since
         if clock.now - first >= 2 * clock.settings.usage_wait_s:
             # The pods changed between every list and its report: give up (and rest).
-            return _abort(run, clock, f"the node's GPU pods kept changing while their GPUs "
-                          f"were being told ({clock.now - first:.0f}s); nothing was changed, "
-                          "the taint and the record are removed")
+            return _refuse(run, clock, f"the node's GPU pods kept changing while their GPUs "
+                           f"were being told ({clock.now - first:.0f}s)")
         return Step(dataclasses.replace(run, phase=Phase.USAGE, checked=seen, placed=None,
                                         listed_at=clock.now, usage_since=first), ReadUsage())
     refused = busy_check(run.record, seen.pods, run.node)
     if refused is not None:
-        return _abort(run, clock, f"{refused}; nothing was changed, the taint and the record "
-                      "are removed")
+        return _refuse(run, clock, refused)
     return _checked(run, seen, clock)
 
 
@@ -939,15 +940,13 @@ def _usage(run: Run, seen: Seen, clock: Context) -> Step:
     if seen.gpus is None or seen.at is None or seen.at < listed_at + settings.exporter_collect_s:
         waited = clock.now - listed_at
         if waited >= settings.usage_wait_s:
-            return _abort(run, clock, f"no DCGM exporter report of the node collected after "
-                          f"its pods were listed came within {settings.usage_wait_s:.0f}s, so "
-                          "which GPU holds its pods is not known; nothing was changed, the "
-                          "taint and the record are removed")
+            return _refuse(run, clock, f"no DCGM exporter report of the node collected after "
+                           f"its pods were listed came within {settings.usage_wait_s:.0f}s, so "
+                           "which GPU holds its pods is not known")
         return Step(run, Sleep(min(settings.poll_s, settings.usage_wait_s - waited)))
     refused = busy_check(run.record, checked.pods, run.node, placed=seen.gpus)
     if refused is not None:
-        return _abort(run, clock, f"{refused}; nothing was changed, the taint and the record "
-                      "are removed")
+        return _refuse(run, clock, refused)
     return Step(dataclasses.replace(run, phase=Phase.CHECK, placed=seen.gpus, since=clock.now,
                                     failing=0), ListPods())
 
@@ -978,13 +977,21 @@ def _checked(run: Run, seen: PodsSeen, clock: Context) -> Step:
                                     failing=0), Patch(body))
 
 
-def _abort(run: Run, clock: Context, reason: str) -> Step:
-    """End before the label was set: the taint and the record go, nothing else changed. Once
-    a label patch was sent (its answer lost, so it may have landed and the MIG Manager be at
-    work) nothing is known to be unchanged: the run fails and the taint stays."""
+def _refuse(run: Run, clock: Context, cause: str) -> Step:
+    """CHECK or USAGE refuses the change for ``cause``: abort (taint and record removed,
+    nothing else changed). Once a label patch was sent (its answer lost, so it may have
+    landed and the MIG Manager be at work) nothing is known to be unchanged: the run fails
+    and the taint stays."""
     if run.label_tried:
-        return _fail(run, clock, "failed", f"{reason.split('; nothing was changed')[0]}, after "
-                     f"a {keys.LABEL_CONFIG} patch whose answer was lost (it may have landed)")
+        return _fail(run, clock, "failed", f"{cause}, after a {keys.LABEL_CONFIG} patch whose "
+                     "answer was lost (it may have landed)")
+    return _abort(run, clock, f"{cause}; nothing was changed, the taint and the record are "
+                  "removed")
+
+
+def _abort(run: Run, clock: Context, reason: str) -> Step:
+    """End before the label was set: the taint and the record go, nothing else changed
+    (before any label patch: after one CHECK and USAGE refuse through :func:`_refuse`)."""
     return Step(dataclasses.replace(run, phase=Phase.RELEASE, since=clock.now, failing=0,
                                     ending=Outcome(run.node, "aborted", reason)), ReadNode())
 

@@ -676,7 +676,8 @@ def shortfall(state: cluster.Cluster, settings: Settings, mixed: DemandMix | Non
     recent: Counter[ProfileName] | None = None  # burst_reserve, once a profile is surplus
     out: dict[profiles.ModelId, Shortfall] = {}
     for model, projected in _projection(state, mixed, settings.ahead_from).items():
-        mix = mixed.on(model.id).instances
+        mine = mixed.on(model.id)
+        mix = mine.instances
         short: dict[ProfileName, int] = {}
         surplus: set[ProfileName] = set()
         spare: dict[ProfileName, int] = {}
@@ -700,15 +701,15 @@ def shortfall(state: cluster.Cluster, settings: Settings, mixed: DemandMix | Non
                 if window is not None:
                     if recent is None:
                         recent = burst_reserve(state, window)
-                    spare[q] = max(0, math.floor(have - need - recent[q]))
-                    if recent[q] > 0:
-                        held[q] = min(recent[q], max(0, math.floor(have - need)))
+                    beyond = math.floor(have - need)  # at least 1: have - need >= margin
+                    spare[q] = max(0, beyond - recent[q])
+                    if beyond > spare[q]:
+                        held[q] = beyond - spare[q]
         if short:
             out[model.id] = Shortfall(
                 short=short, surplus=frozenset(surplus),
-                needs={q: mixed.on(model.id).needs[q] for q in short},
-                spare=None if window is None else spare,
-                held={q: k for q, k in held.items() if k > 0})
+                needs={q: mine.needs[q] for q in short},
+                spare=None if window is None else spare, held=held)
     return out
 
 

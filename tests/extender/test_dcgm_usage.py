@@ -398,8 +398,8 @@ def test_collect_interval_reaches_the_apply_mode() -> None:
     applied = extender_cli.relayout_settings(args, usage.settings_from(args))
     assert (applied.gpu_usage, applied.exporter_collect_s, applied.usage_wait_s) == (
         True, 60.0, 60.0 + 2 * 20.0 + 4.0)
-    default = extender_cli.relayout_settings(parser.parse_args(argv),
-                                             usage.settings_from(parser.parse_args(argv)))
+    plain = parser.parse_args(argv)
+    default = extender_cli.relayout_settings(plain, usage.settings_from(plain))
     assert (default.exporter_collect_s, default.usage_wait_s) == (30.0, 30.0 + 40.0 + 4.0)
     # `migfit serve` has no apply mode, so no such flag
     with pytest.raises(SystemExit):

@@ -1,8 +1,9 @@
 """The scoring log: one JSON line and one short human line per prioritize call, for operators.
 
 The JSON line carries the pod, its profile, the formula's ``weights`` (``scoring.WEIGHTS``,
-the weighted terms only), each node's score with its weighted ``terms`` and the figures behind
-them (``scoring.NodeScore``), and the call's duration: ``raw = Σ weights[t] · terms[t]`` can be
+the terms with a weight only), each node's score with those terms' values before weighting
+(``terms``) and the figures behind them (``scoring.NodeScore``), and the call's duration:
+``raw = Σ weights[t] · terms[t]`` can be
 recomputed from the line alone. The human line names, per node, the terms that weigh most
 (weight × value). kube-scheduler may send thousands of nodes,
 so at most ``max_nodes`` of the best are written in full (0: all), with a histogram of all

@@ -108,12 +108,28 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+def _innermost(parser: argparse.ArgumentParser, args: argparse.Namespace
+               ) -> argparse.ArgumentParser:
+    """The (sub)command parser that ``args`` were parsed by: the subcommands chosen, in turn."""
+    while True:
+        chosen = next((a for a in parser._actions  # argparse keeps its subparsers there only
+                       if isinstance(a, argparse._SubParsersAction)), None)
+        name = getattr(args, chosen.dest, None) if chosen is not None and chosen.dest else None
+        if chosen is None or not isinstance(name, str) or name not in chosen.choices:
+            return parser
+        parser = chosen.choices[name]
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
     first = next((a for a in args_list if not a.startswith("-")), None)
     parser = build_parser(first if first in COMMANDS else None)
     try:
-        args = parser.parse_args(args_list)
+        args, extra = parser.parse_known_args(args_list)
+        if extra:
+            # argparse reports a subcommand's unknown flags with the top-level usage; name the
+            # command that refused them, with its own usage.
+            _innermost(parser, args).error(f"unrecognized arguments: {' '.join(extra)}")
         command: Command | None = getattr(args, "_command", None)
         if command is None:
             parser.print_help()

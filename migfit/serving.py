@@ -544,6 +544,8 @@ class ClientErrorLog(logging.LoggerAdapter):  # type: ignore[type-arg]
 
     aiohttp logs a request it cannot parse as an ERROR with a traceback ("Error handling
     request"); that is the client's mistake, not the server's, and one line says it all.
+    A first request that is not HTTP at all aiohttp itself logs at debug (scanners' noise):
+    one debug line.
     """
 
     def __init__(self) -> None:

@@ -53,3 +53,27 @@ def test_no_option_says_its_default_twice(name: str) -> None:
     for action in command._actions:
         text = formatter._expand_help(action) if action.help else ""
         assert len(re.findall(r"\(default\b", text)) <= 1, (action.option_strings, text)
+
+
+@pytest.mark.parametrize(("argv", "usage"), [
+    (["advise", "--clusters", "x.yaml"], "usage: migfit advise "),
+    (["profiles", "--gpus", "A100-80GB"], "usage: migfit profiles "),
+    (["layout", "check", "--gpu", "A100-80GB", "--bogus", "3g.40gb"],
+     "usage: migfit layout check "),
+    (["simulate", "--example", "--zzz"], "usage: migfit simulate "),
+    (["--nope"], "usage: migfit [-h]"),
+])
+def test_an_unknown_flag_names_the_command_that_refused_it(
+        argv: list[str], usage: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """A new user's typo in a subcommand's flag is answered with that command's usage and
+    name, not the top-level usage (argparse's own, which hides which command refused it)."""
+    with pytest.raises(SystemExit) as stop:
+        cli.main(argv)
+    assert stop.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith(usage), err
+    prog = usage.removeprefix("usage: ").split(" [")[0].strip()
+    bad = argv[-2] if argv[-1] == "3g.40gb" else next(a for a in argv if a.startswith("--")
+                                                      and a not in ("--gpu", "--example"))
+    assert f"{prog}: error: unrecognized arguments: {bad}" in err, err
+    assert "Traceback" not in err

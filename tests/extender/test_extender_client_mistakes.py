@@ -70,6 +70,19 @@ async def test_malformed_http_is_one_warning(port: int,
     assert len([r for r in caplog.records if r.levelno == logging.WARNING]) == 1
 
 
+async def test_traffic_that_is_not_http_is_one_debug_line(
+        port: int, caplog: pytest.LogCaptureFixture) -> None:
+    """A first request line that is not HTTP at all (a port scanner, or plain text sent to a
+    TLS port) is noise aiohttp logs at debug: one line, no traceback, and still a 400."""
+    caplog.set_level(logging.DEBUG)
+    answer = await _exchange(port, b"GARBAGE / NOTHTTP\r\n\r\n")
+    assert answer.split(b" ")[1] == b"400"
+    assert not _errors(caplog)
+    mine = [r for r in caplog.records if r.name == "migfit.http"]
+    assert [r.levelno for r in mine] == [logging.DEBUG], mine
+    assert "\n" not in mine[0].getMessage() and "BadHttpMethod" in mine[0].getMessage()
+
+
 async def test_a_client_gone_mid_body_is_no_error(port: int,
                                                   caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.DEBUG)

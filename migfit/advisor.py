@@ -480,6 +480,41 @@ def _larger_free(state: cluster.Cluster, pod: records.PodRecord, name: ProfileNa
             f"instance on a node with room for it {where}. The pod keeps its {name}: {then}.")
 
 
+def _wide(state: cluster.Cluster, pod: records.PodRecord, name: ProfileName, need: int
+          ) -> str:
+    """For a pod that needs ``need`` > 1 instances of ``name`` on one node and finds no node
+    with that many free: the nodes it may use (selectors, affinity, taints; schedulable, not
+    being re-partitioned) that advertise that many, the one with the most free, and the pods
+    that hold the rest there, as an ``explain`` line.
+
+    kube-scheduler keeps no node for such a pod: instances freed one at a time go to the
+    smaller pods that keep arriving, so it can wait for hours (README, "Troubleshooting").
+    """
+    usable = [s for s in state.nodes()
+              if not s.repartitioning and not s.node.unschedulable
+              and excludes(s.node, pod.constraints) is None]
+    big = [s for s in usable if s.node.allocatable.get(name, 0) >= need]
+    if not big:
+        most = min(usable, key=lambda s: (-s.node.allocatable.get(name, 0), s.name),
+                   default=None)
+        top = 0 if most is None else most.node.allocatable.get(name, 0)
+        where = f" (the most is {top}, on {most.name})" if most is not None and top else ""
+        return (f"  No node it may use advertises {need} × {name}{where}, and a pod's "
+                f"instances must all be on one node: a node must be re-partitioned to hold "
+                f"them, or the work split into pods that ask for fewer.")
+    free = state.free_nodes(name)
+    nearest = min(big, key=lambda s: (-free.get(s.name, 0), s.name))
+    holders = sorted(q.key for q in state.pods_on(nearest.name)
+                     if q.mig_requests.get(name, 0) > 0)
+    held = (f"; the others are held by {_names(holders)}" if holders else "")
+    return (f"  {len(big)} node(s) it may use advertise {need} or more; the nearest, "
+            f"{nearest.name}, has {free.get(nearest.name, 0)} of its "
+            f"{nearest.node.allocatable.get(name, 0)} free{held}. It runs once one node has "
+            f"{need} free at once: kube-scheduler holds no node for it, and smaller pods take "
+            f"instances freed meanwhile (README, \"Troubleshooting\": a PriorityClass or a "
+            f"dedicated pool).")
+
+
 def _free_rooms(state: cluster.Cluster, constraints: records.PodConstraints,
                 reqs: Mapping[ProfileName, int],
                 memo: dict[str, tuple[int, int]]) -> list[tuple[int, int]]:
@@ -1565,6 +1600,8 @@ def explain(
             more = f"; and {len(free) - 5} more" if len(free) > 5 else ""
             lines.append(f"- {p}: {len(free)} schedulable node(s) have a free instance, but "
                          f"none can take it ({shown}{more}).")
+            if reqs[p] > 1:
+                lines.append(_wide(state, pod, p, reqs[p]))
             larger = _larger_free(state, pod, p, reqs, memo)
             if larger is not None:
                 lines.append(larger)
@@ -1575,7 +1612,10 @@ def explain(
         moving = sorted(s.name for s in advertising if s.repartitioning)
         if busy:
             lines.append(f"- {p}: every instance is in use on the node(s) that advertise it "
-                         f"({_names(busy)}); it runs when one is freed.")
+                         f"({_names(busy)}); it runs when "
+                         f"{'one is freed' if reqs[p] == 1 else 'enough are'}.")
+            if reqs[p] > 1:
+                lines.append(_wide(state, pod, p, reqs[p]))
         elif moving:
             lines.append(f"- {p}: only node(s) being re-partitioned advertise it "
                          f"({_names(moving)}); it can run once they finish.")

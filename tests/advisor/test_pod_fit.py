@@ -287,3 +287,41 @@ def test_status_counts_the_pods_waiting_beside_free_instances() -> None:
         "has (cpu, memory, selectors, taints): default/p; migfit explain says why and names a "
         "larger free profile with room")
     assert "wait beside" not in status.render_table(build(short, whole, pod("q", "4g.40gb")))
+
+
+def _eight(name: str, **kw: Any) -> dict[str, Any]:
+    return node(name, gpus=8, alloc={"7g.80gb": 8}, **kw)
+
+
+def test_explain_names_the_nearest_node_for_a_pod_of_many_instances() -> None:
+    # An operator asks why an 8-GPU pod waits: the nodes that could ever hold it, the one
+    # nearest to eight free, and who holds the rest there (a tainted node it may not use, and
+    # a 2-GPU node, however free, do not count).
+    taint = {"key": "dedicated", "value": "x", "effect": "NoSchedule"}
+    held_a = [pod(f"a{i}", "7g.80gb", node="a") for i in range(5)]
+    held_b = [pod(f"b{i}", "7g.80gb", node="b") for i in range(6)]
+    scene = [_eight("a"), _eight("b"), _eight("tainted", taints=[taint]),
+             node("small", gpus=2, alloc={"7g.80gb": 2}), *held_a, *held_b,
+             pod("w", "7g.80gb", count=8)]
+    text = advisor.explain(build(*scene), "default", "w", now=NOW)
+    assert "needs 8 × 7g.80gb" in text
+    assert ("  2 node(s) it may use advertise 8 or more; the nearest, a, has 3 of its 8 free; "
+            "the others are held by default/a0, default/a1, default/a2, default/a3, "
+            "default/a4. It runs once one node has 8 free at once") in text
+    # Nothing free anywhere: the line follows "every instance is in use".
+    full = [_eight("a"), *[pod(f"a{i}", "7g.80gb", node="a") for i in range(8)],
+            pod("w", "7g.80gb", count=8)]
+    text = advisor.explain(build(*full), "default", "w", now=NOW)
+    assert "every instance is in use on the node(s) that advertise it (a); it runs when " \
+           "enough are." in text
+    assert "the nearest, a, has 0 of its 8 free; the others are held by default/a0" in text
+    # No node it may use could ever hold eight: say so, and what to change.
+    small = [node("small", gpus=2, alloc={"7g.80gb": 2}), _eight("tainted", taints=[taint]),
+             pod("w", "7g.80gb", count=8)]
+    text = advisor.explain(build(*small), "default", "w", now=NOW)
+    assert ("No node it may use advertises 8 × 7g.80gb (the most is 2, on small), and a "
+            "pod's instances must all be on one node") in text
+    # One instance: no such line.
+    one = advisor.explain(build(*scene[:-1], pod("w", "7g.80gb", count=1)), "default", "w",
+                          now=NOW)
+    assert "room for it (a, b, small)" in one and "nearest" not in one

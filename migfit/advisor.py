@@ -503,10 +503,14 @@ def _wide(state: cluster.Cluster, pod: records.PodRecord, name: ProfileName, nee
                 f"instances must all be on one node: a node must be re-partitioned to hold "
                 f"them, or the work split into pods that ask for fewer.")
     free = state.free_nodes(name)
-    nearest = min(big, key=lambda s: (-free.get(s.name, 0), s.name))
+    short = [s for s in big if free.get(s.name, 0) < need]
+    if not short:  # those with enough free were refused above (cpu, memory)
+        return (f"  Every node it may use that advertises {need} has them free; what keeps "
+                f"it off them is said above.")
+    nearest = min(short, key=lambda s: (-free.get(s.name, 0), s.name))
     holders = sorted(q.key for q in state.pods_on(nearest.name)
                      if q.mig_requests.get(name, 0) > 0)
-    held = (f"; the others are held by {_names(holders)}" if holders else "")
+    held = (f"; the rest are held by {_names(holders)}" if holders else "")
     return (f"  {len(big)} node(s) it may use advertise {need} or more; the nearest, "
             f"{nearest.name}, has {free.get(nearest.name, 0)} of its "
             f"{nearest.node.allocatable.get(name, 0)} free{held}. It runs once one node has "

@@ -306,7 +306,7 @@ def test_explain_names_the_nearest_node_for_a_pod_of_many_instances() -> None:
     text = advisor.explain(build(*scene), "default", "w", now=NOW)
     assert "needs 8 × 7g.80gb" in text
     assert ("  2 node(s) it may use advertise 8 or more; the nearest, a, has 3 of its 8 free; "
-            "the others are held by default/a0, default/a1, default/a2, default/a3, "
+            "the rest are held by default/a0, default/a1, default/a2, default/a3, "
             "default/a4. It runs once one node has 8 free at once") in text
     # Nothing free anywhere: the line follows "every instance is in use".
     full = [_eight("a"), *[pod(f"a{i}", "7g.80gb", node="a") for i in range(8)],
@@ -314,13 +314,19 @@ def test_explain_names_the_nearest_node_for_a_pod_of_many_instances() -> None:
     text = advisor.explain(build(*full), "default", "w", now=NOW)
     assert "every instance is in use on the node(s) that advertise it (a); it runs when " \
            "enough are." in text
-    assert "the nearest, a, has 0 of its 8 free; the others are held by default/a0" in text
+    assert "the nearest, a, has 0 of its 8 free; the rest are held by default/a0" in text
     # No node it may use could ever hold eight: say so, and what to change.
     small = [node("small", gpus=2, alloc={"7g.80gb": 2}), _eight("tainted", taints=[taint]),
              pod("w", "7g.80gb", count=8)]
     text = advisor.explain(build(*small), "default", "w", now=NOW)
     assert ("No node it may use advertises 8 × 7g.80gb (the most is 2, on small), and a "
             "pod's instances must all be on one node") in text
+    # Eight free but too little cpu: the refusal above says why, no "nearest" is named.
+    cramped = [_eight("a", cpu="2"), pod("w", "7g.80gb", count=8, cpu="4")]
+    text = advisor.explain(build(*cramped), "default", "w", now=NOW)
+    assert "a: cpu: 2000m free, it asks for 4000m" in text
+    assert ("Every node it may use that advertises 8 has them free; what keeps it off them "
+            "is said above.") in text and "nearest" not in text
     # One instance: no such line.
     one = advisor.explain(build(*scene[:-1], pod("w", "7g.80gb", count=1)), "default", "w",
                           now=NOW)

@@ -56,6 +56,12 @@ class AdviceCache:
         self.usage = usage
         self._key: tuple[int, int, int, int] | None = None
         self._advice: advisor.Advice | None = None
+        # Hysteresis (docs/relayout.md §6): node -> when this process saw its MIG layout
+        # change ((mig.config, mig.config.state) differ from the last time it looked), and
+        # what it saw then. A process starting knows of no change before it.
+        self.recent: dict[str, float] = {}
+        self._layouts: dict[str, tuple[str | None, str | None]] = {}
+        self._layouts_generation: tuple[int, int] | None = None
 
     def set_config(self, config: migparted.Config | None) -> None:
         """A newly read mig-parted ConfigMap (None when unreadable): invalidates the cache."""
@@ -68,11 +74,29 @@ class AdviceCache:
         key = (id(state), state.generation, int(now // self.bucket_s),
                use.version if use is not None else -1)
         if self._advice is None or key != self._key:
+            self._seen_layouts(state, now)
             self._advice = advisor.advise(state, now=now, settings=self.settings,
-                                          config=self.config,
+                                          config=self.config, recent=self.recent,
                                           usage=use.nodes if use is not None else None)
             self._key = key
         return self._advice
+
+    def _seen_layouts(self, state: cluster.Cluster, now: float) -> None:
+        """Note the nodes whose ``nvidia.com/mig.config`` or its state changed since the last
+        look (a re-layout began or ended), for the advisor's cool-down; forget those cooled."""
+        if self._layouts_generation == (id(state), state.generation):
+            return
+        self._layouts_generation = (id(state), state.generation)
+        seen: dict[str, tuple[str | None, str | None]] = {}
+        for ns in state.nodes():
+            now_is = (ns.node.config, ns.node.config_state)
+            seen[ns.name] = now_is
+            before = self._layouts.get(ns.name)
+            if before is not None and before != now_is:
+                self.recent[ns.name] = now
+        self._layouts = seen
+        cool = self.settings.cooldown_s
+        self.recent = {n: t for n, t in self.recent.items() if n in seen and now - t < cool}
 
 
 def advice_json(state: cluster.Cluster, cache: AdviceCache | None = None, *,

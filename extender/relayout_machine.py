@@ -1062,8 +1062,8 @@ def _config_write(run: Run, seen: Seen, clock: Context) -> Step:
         return _retry(run, seen.brief, clock, then=Phase.CONFIG,
                       gave_up=f"writing {where} kept failing")
     return _abort(run, clock, f"the API refused writing {where} ({seen.brief}): the "
-                  "extender's Role needs patch on it (deploy/base/rbac.yaml grants it on "
-                  "migfit-mig-parted-config); nothing was changed")
+                  "extender's Role needs patch on it (deploy/components/apply-relayout/"
+                  "rbac.yaml grants it on migfit-mig-parted-config); nothing was changed")
 
 
 def _left(clock: Context, added: float) -> float:

@@ -21,7 +21,8 @@ Every ``interval_s``, and only while this replica holds the Lease, a pass:
 On ``failed``, a timeout, a wedged node (state stuck in ``pending``) or a pod bound meanwhile
 whose profile the new layout lacks, the taint stays, the record says ``"state": "failed"``
 with the reason, ``migfit.io/relayout-failed`` is set, a Warning Event and a metric record
-it, and the node is never retried until an operator removes that annotation and the taint.
+it, and the node is never retried until an operator removes the taint and both annotations
+(``kubectl annotate node NODE migfit.io/relayout- migfit.io/relayout-failed-``).
 """
 
 from __future__ import annotations

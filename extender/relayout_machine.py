@@ -1278,8 +1278,10 @@ def _failing(run: Run, seen: Seen, clock: Context) -> Step:
     if isinstance(seen, Written):
         return _finish(run, Emit(
             REASON_FAILED, "Warning", f"Re-layout to {run.record.target} {run.ending.result}: "
-            f"{run.ending.reason}. The taint {keys.TAINT_RELAYOUT} stays; remove it and the "
-            f"{keys.ANNOTATION_RELAYOUT_FAILED} annotation once the node is fixed"))
+            f"{run.ending.reason}. The taint {keys.TAINT_RELAYOUT} stays; once the node is "
+            f"fixed remove it and the {keys.ANNOTATION_RELAYOUT} and "
+            f"{keys.ANNOTATION_RELAYOUT_FAILED} annotations (kubectl annotate node "
+            f"{run.node} {keys.ANNOTATION_RELAYOUT}- {keys.ANNOTATION_RELAYOUT_FAILED}-)"))
     if not isinstance(seen, CallFailed):
         return _unexpected(run, seen)
     settings = clock.settings

@@ -28,8 +28,8 @@ from migmanager_sim import (
     taints,
 )
 
-from migfit import advisor, keys
-from migfit.extender import advice, leader, relayout
+from migfit import advisor, decoding, keys, profiles
+from migfit.extender import advice, leader, relayout, relayout_machine
 
 FAST = relayout.Settings(max_concurrent=1, timeout_s=2.0, wedge_s=0.3, poll_s=0.02,
                          interval_s=0.02)
@@ -95,6 +95,33 @@ async def test_failures_keep_the_taint_and_never_loop(
         r = await _relayouter(api)
         assert await r.step() == []
     assert mm.applied == ["all-1g.10gb"]
+
+
+async def test_the_warnings_commands_make_a_failed_node_retryable(
+    server: kmock.KubernetesEmulator, api: k8s.ApiClient,
+) -> None:
+    """The Warning Event (and the README) name what an operator removes once the node is
+    fixed: the taint and both annotations. Before, they named the taint and
+    ``migfit.io/relayout-failed`` only, and the record's ``state: failed`` kept the node
+    failed for ever."""
+    seed(server)
+    outcome, _ = await _apply_once(api, "fail")
+    assert outcome.result == "failed"
+    (warning,) = [e for e in await events(api) if e["reason"] == relayout.REASON_FAILED]
+    assert ("kubectl annotate node idle migfit.io/relayout- migfit.io/relayout-failed-"
+            in warning["message"]), warning["message"]
+    obj = await read_node(api, "idle")
+
+    def record(without: tuple[str, ...]) -> Any:
+        fixed = json.loads(json.dumps(obj))
+        fixed["spec"]["taints"] = []
+        for key in without:
+            del fixed["metadata"]["annotations"][key]
+        return decoding.node_from_api(fixed, profiles.builtin())
+
+    assert relayout_machine.failed(record(()))
+    assert relayout_machine.failed(record((relayout.FAILED,)))  # what was written before
+    assert not relayout_machine.failed(record((relayout.FAILED, relayout.ANNOTATION)))
 
 
 async def test_busy_and_custom_nodes_are_not_applied(

@@ -627,6 +627,12 @@ async def _verb(request: web.Request, *, verb: str, error: Callable[[str], Any],
     except web.HTTPRequestEntityTooLarge as exc:
         code = 413
         return _json(error(exc.text or "request body too large"), status=code)
+    except web.HTTPException as exc:  # a slow body's 408, a client gone mid-body's 400
+        code = exc.status
+        raise
+    except Exception:
+        code = 500  # the error middleware answers it
+        raise
     finally:
         metrics.calls.labels(verb, str(code)).inc()
         metrics.latency.labels(verb).observe(time.perf_counter() - start)

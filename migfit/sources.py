@@ -110,8 +110,10 @@ def add_source_arguments(parser: argparse.ArgumentParser, *, neither: str = AS_K
     group.add_argument("--context", metavar="NAME",
                        help="kubeconfig context to use instead of the current one")
     group.add_argument("--request-timeout", metavar="DURATION", type=_duration,
-                       help="how long one Kubernetes API request may take: 30s, 1m, 500ms; "
-                            "0: no limit (default 30s)")
+                       help=("how long one Kubernetes API request may take: 30s, 1m, 500ms; "
+                             "0: no limit (default 30s)") if once else
+                            ("how long a page of the initial list may stay silent: 30s, 1m, "
+                             "500ms (default and with 0: 60s; a watch has its own limit)"))
 
 
 def _duration(text: str) -> float:

@@ -28,7 +28,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     tls.add_argument("--client-ca", type=Path, metavar="FILE",
                      help="require client certificates signed by this CA (kube-scheduler's "
                           "tlsConfig.certFile)")
-    tls.add_argument("--reload-interval", type=float, default=10.0, metavar="SECONDS",
+    tls.add_argument("--reload-interval", type=options.positive_seconds, default=10.0,
+                     metavar="SECONDS",
                      help="how often the TLS files are checked for changes (default 10)")
     parser.add_argument("--log-format", choices=scoring_log.LOG_FORMATS, default="both",
                         help="json: every log line one JSON object (the scoring log's too); "

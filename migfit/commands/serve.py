@@ -124,8 +124,12 @@ async def _serve(args: argparse.Namespace) -> None:
     if cluster_file is None and args.kubeconfig is None:
         cluster_file = str(snapshots.EXAMPLE_CLUSTER)
     model = cluster.Cluster(catalog)
+    # --context and --request-timeout mean nothing with a file, the bundled one included.
+    sources.check_source_args(argparse.Namespace(cluster_file=cluster_file, context=args.context,
+                                                 request_timeout=args.request_timeout))
     source = sources.open_source(model, cluster_file=cluster_file, kubeconfig=args.kubeconfig,
-                                 in_cluster=False, context=args.context)
+                                 in_cluster=False, context=args.context,
+                                 request_timeout_s=args.request_timeout)
     with certificate_files(args.cert_dir) as (cert, key, ca):
         await _serve_with(args, model=model, source=source, policy=policy,
                           cluster_file=cluster_file, cert=cert, key=key, ca=ca)

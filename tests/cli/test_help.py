@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import re
+import socket
 import subprocess
 import sys
 
@@ -77,3 +78,31 @@ def test_an_unknown_flag_names_the_command_that_refused_it(
                                                       and a not in ("--gpu", "--example"))
     assert f"{prog}: error: unrecognized arguments: {bad}" in err, err
     assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "nan", "inf"])
+def test_the_extenders_reload_interval_must_be_positive(
+        value: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """As the webhook's: a reload task given 0 or nan stopped at once and left the
+    certificate frozen until its expiry, with the server serving on."""
+    with pytest.raises(SystemExit) as stop:
+        cli.main(["extender", "--cluster", "examples/cluster.yaml", "--reload-interval", value])
+    assert stop.value.code == 2
+    err = capsys.readouterr().err
+    assert f"--reload-interval: {value}: use a positive number of seconds" in err
+
+
+def test_serve_refuses_a_request_timeout_it_would_ignore() -> None:
+    """``migfit serve`` parsed --request-timeout and never used it; with a cluster file (the
+    bundled one too) it is refused, as the other commands refuse it."""
+    # In a child with a time limit: a regression would serve for ever.
+    ports = []
+    for _ in range(2):
+        with socket.socket() as free:
+            free.bind(("127.0.0.1", 0))
+            ports.append(str(free.getsockname()[1]))
+    done = subprocess.run([sys.executable, "-m", "migfit.cli", "serve", "--request-timeout",
+                           "5s", "--webhook-port", ports[0], "--extender-port", ports[1]],
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 2, done.stderr[-500:]
+    assert "--request-timeout applies to a Kubernetes API" in done.stderr

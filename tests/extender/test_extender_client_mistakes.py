@@ -70,6 +70,25 @@ async def test_malformed_http_is_one_warning(port: int,
     assert len([r for r in caplog.records if r.levelno == logging.WARNING]) == 1
 
 
+async def test_a_request_head_is_bounded(port: int, caplog: pytest.LogCaptureFixture) -> None:
+    """A client cannot make a connection hold aiohttp's default 128 header lines of 8 KiB
+    (about 2.5 MiB parsed, per connection, until the keep-alive timeout): more than
+    ``serving.MAX_HEADERS`` lines, or a line over ``serving.MAX_FIELD_SIZE``, is a 400."""
+    caplog.set_level(logging.DEBUG)
+    body = json.dumps(args(pod("x"), ["n"])).encode()
+    ok = b"".join(b"X-Pad-%d: v\r\n" % i for i in range(serving.MAX_HEADERS - 4))
+    answer = await _exchange(port, _post(body).replace(
+        b"HTTP/1.1\r\n", b"HTTP/1.1\r\nConnection: close\r\n" + ok))
+    assert answer.startswith(b"HTTP/1.1 200"), answer[:80]
+    many = b"".join(b"X-Pad-%d: v\r\n" % i for i in range(serving.MAX_HEADERS + 1))
+    answer = await _exchange(port, _post(body).replace(b"HTTP/1.1\r\n", b"HTTP/1.1\r\n" + many))
+    assert answer.split(b" ")[1] == b"400"
+    long = b"X-Long: " + b"v" * serving.MAX_FIELD_SIZE + b"\r\n"
+    answer = await _exchange(port, _post(body).replace(b"HTTP/1.1\r\n", b"HTTP/1.1\r\n" + long))
+    assert answer.split(b" ")[1] == b"400"
+    assert not _errors(caplog)
+
+
 async def test_traffic_that_is_not_http_is_one_debug_line(
         port: int, caplog: pytest.LogCaptureFixture) -> None:
     """A first request line that is not HTTP at all (a port scanner, or plain text sent to a
@@ -94,4 +113,12 @@ async def test_a_slow_body_gets_408(port: int, caplog: pytest.LogCaptureFixture)
     answer = await _exchange(port, _post(b'{"Pod": {', length=5000))
     assert answer.startswith(b"HTTP/1.1 408")
     assert not _errors(caplog)
+    # Counted as what it was answered (before, the calls counter said code="200").
+    await _exchange(port, _post(b'{"Pod": {', length=5000), abort=True)  # gone mid-body
+    metrics = await _exchange(port, b"GET /metrics HTTP/1.1\r\nHost: x\r\n"
+                                    b"Connection: close\r\n\r\n")
+    calls = {line.split(b" ")[0] for line in metrics.splitlines()
+             if line.startswith(b"migfit_extender_requests_total{")}
+    assert calls == {b'migfit_extender_requests_total{code="408",verb="filter"}',
+                     b'migfit_extender_requests_total{code="400",verb="filter"}'}, calls
 

@@ -80,6 +80,10 @@ async def test_a_request_head_is_bounded(port: int, caplog: pytest.LogCaptureFix
     answer = await _exchange(port, _post(body).replace(
         b"HTTP/1.1\r\n", b"HTTP/1.1\r\nConnection: close\r\n" + ok))
     assert answer.startswith(b"HTTP/1.1 200"), answer[:80]
+    token = b"Authorization: Bearer " + b"t" * 6000 + b"\r\n"  # a long service-account token
+    answer = await _exchange(port, _post(body).replace(
+        b"HTTP/1.1\r\n", b"HTTP/1.1\r\nConnection: close\r\n" + token))
+    assert answer.startswith(b"HTTP/1.1 200"), answer[:80]
     many = b"".join(b"X-Pad-%d: v\r\n" % i for i in range(serving.MAX_HEADERS + 1))
     answer = await _exchange(port, _post(body).replace(b"HTTP/1.1\r\n", b"HTTP/1.1\r\n" + many))
     assert answer.split(b" ")[1] == b"400"

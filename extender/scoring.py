@@ -364,7 +364,7 @@ def score_nodes(
 #  node cpu, node memory, fragmentation before, free instances after, free slices after):
 # a node's part of the score for one request shape, scarcity and mix.
 _Part = tuple[float, bool, float, float, float, bool, int, int, int, int, float,
-              dict[profiles.ProfileName, int], int, float]
+              dict[profiles.ProfileName, int], int, float, int, int]
 # (the last: the fragment after the placement on a node whose host room, after it, still
 #  serves every class of the mix: then it does not depend on the pod's cpu and memory)
 
@@ -486,10 +486,34 @@ def _node_part(fig: figures.NodeFigures, wants: Sequence[figures.Want], nwants: 
     if host is not None:
         before = fragmentation(fig, mix, free, fig.free_slices, fresh,
                                rec.cpu_milli - host[0], rec.memory_bytes - host[1])
+        need_cpu, need_mem = _room_read(fig, mix, after)
         return (pack, fresh, tight, slack, base, True, host[0], host[1], rec.cpu_milli,
-                rec.memory_bytes, before, after, left, roomy)
+                rec.memory_bytes, before, after, left, roomy, need_cpu, need_mem)
     before = fragmentation(fig, mix, free, fig.free_slices, fresh, None, None)
-    return (pack, fresh, tight, slack, base, False, 0, 0, 1, 1, before, after, left, roomy)
+    return (pack, fresh, tight, slack, base, False, 0, 0, 1, 1, before, after, left, roomy,
+            0, 0)
+
+
+def _room_read(fig: figures.NodeFigures, mix: figures.Mix,
+               free: Mapping[profiles.ProfileName, int]) -> tuple[int, int]:
+    """The most cpu and memory that ``fragmentation`` of a (not fresh) node with ``free``
+    instances compares with the node's room: with at least this much left, its answer is
+    the one for unknown room (every comparison it makes of cpu and memory holds, so it adds
+    the same shares in the same order)."""
+    most_cpu = most_mem = 0
+    asks = mix.asks
+    for q, have in free.items():
+        if have <= 0:
+            continue
+        entry = asks.get(q)
+        if entry is None:
+            continue
+        for _share, cpu, mem, _count, _one, _models in entry[1]:
+            if cpu > most_cpu:
+                most_cpu = cpu
+            if mem > most_mem:
+                most_mem = mem
+    return most_cpu, most_mem
 
 
 def fragmentation(fig: figures.NodeFigures, mix: figures.Mix,
@@ -575,12 +599,25 @@ def _finish(name: str, fig: figures.NodeFigures, part: _Part, scarce: float, my_
             if not strand > 0.0:
                 strand = 0.0
         cpu_left, mem_left = part[8] - part[6] - my_cpu, part[9] - part[7] - my_mem
-        if cpu_left < mix.most_cpu or mem_left < mix.most_memory:
+        if cpu_left < part[14] or mem_left < part[15]:
             after = fragmentation(fig, mix, part[11], part[12], False, cpu_left, mem_left)
+        if my_cpu:  # mismatch(my_cpu, slices taken, cpu free, slices free), inlined
+            slices_free = fig.free_slices
+            slices = slices_free - part[12]
+            cpu_free = part[8] - part[6]
+            if cpu_free <= 0 or slices <= 0 or slices_free <= 0:
+                mis = 1.0
+            else:
+                mis = abs(math.log((my_cpu * slices_free) / (slices * cpu_free))) / ALIGN_SPAN
+                if not mis < 1.0:
+                    mis = 1.0
+        else:
+            mis = 0.0
+    else:
+        mis = 0.0
     per_gpu = fig.model.memory_slices if fig.model is not None else 1
     return _assemble(name, fig, part, scarce, strand, u_host, (after - part[10]) / per_gpu,
-                     mismatch(my_cpu, fig.free_slices - part[12], part[8] - part[6],
-                              fig.free_slices) if part[5] and my_cpu else 0.0, floor)
+                     mis, floor)
 
 
 def mismatch(cpu: int, slices: int, cpu_free: int, slices_free: int) -> float:

@@ -205,23 +205,21 @@ def idle_for_pending(sim: world.World, pending: Sequence[world.Pod]) -> int:
     # fewest instances first
     least = {p: sorted((k, _frontier(v)) for k, v in ks.items()) for p, ks in wanted.items()}
     total = 0
+    summaries = sim.idle_summaries
     for n in sim.nodes.values():
         if n.busy_until is not None or not n.gpus or n.free_compute <= 0:
             continue
         cpu_left, mem_left = n.cpu_alloc - n.cpu_used, n.mem_alloc - n.mem_used
-        idle_gpus = 0
-        spare = Counter[str]()  # free instances on GPUs in use
-        for g in n.gpus:
-            if not g.in_use():
-                idle_gpus += 1
-                continue
-            spare.update(inst.profile for inst, h in zip(g.instances, g.holders, strict=True)
-                         if h is None)
+        got = summaries.get(n.name)
+        if got is None or got[0] != n.version:
+            got = summaries[n.name] = (n.version, *_gpu_summary(n))
+        _, idle_gpus, spare, partial = got
+        model = n.model
         usable: set[str] = set()
         for p, rows in least.items():
-            if not n.model.has_profile(p):
+            if not model.has_profile(p):
                 continue
-            room = spare[p] + idle_gpus * n.model.profile(p).max_instances
+            room = spare.get(p, 0) + idle_gpus * model.profile(p).max_instances
             for k, (cpus, mems) in rows:
                 if k > room:
                     break
@@ -233,20 +231,37 @@ def idle_for_pending(sim: world.World, pending: Sequence[world.Pod]) -> int:
                     break
         if not usable:
             continue
-        for g in n.gpus:
-            if g.holders.count(None) == len(g.holders):  # holds no pod
-                total += n.model.compute_slices
-                continue
-            held = 0
-            serves = False
-            for inst, h in zip(g.instances, g.holders, strict=True):
-                if h is not None:
-                    held += n.model.profile(inst.profile).compute_slices
-                elif inst.profile in usable:
-                    serves = True
-            if held == 0 or serves:
-                total += n.model.compute_slices - held
+        total += idle_gpus * model.compute_slices  # a GPU that holds no pod
+        for free_slices, free_profiles in partial:
+            if not usable.isdisjoint(free_profiles):
+                total += free_slices
     return total
+
+
+def _gpu_summary(n: world.Node) -> tuple[int, dict[str, int], list[tuple[int, frozenset[str]]]]:
+    """What ``idle_for_pending`` reads of a node's GPUs: how many hold no pod, the free
+    instances per profile on the others, and per other GPU its free compute slices and the
+    profiles of its free instances."""
+    idle_gpus = 0
+    spare: dict[str, int] = {}
+    partial: list[tuple[int, frozenset[str]]] = []
+    model = n.model
+    for g in n.gpus:
+        holders = g.holders
+        if holders.count(None) == len(holders):
+            idle_gpus += 1
+            continue
+        held = 0
+        free: list[str] = []
+        for inst, h in zip(g.instances, holders, strict=True):
+            if h is None:
+                free.append(inst.profile)
+                spare[inst.profile] = spare.get(inst.profile, 0) + 1
+            else:
+                held += model.profile(inst.profile).compute_slices
+        if free:
+            partial.append((model.compute_slices - held, frozenset(free)))
+    return idle_gpus, spare, partial
 
 
 def _frontier(needs: Sequence[tuple[int, int]]) -> tuple[list[int], list[int]]:

@@ -183,6 +183,9 @@ class World:
         self.allocated_memory = 0
         self.classes: Counter[tuple[str, int]] = Counter()
         self._fit_cache: dict[tuple[Any, ...], placements.Instance | None] = {}
+        # node -> (its version, what metrics.idle_for_pending reads of its GPUs): kept
+        # across the samples, recomputed for a node that changed since
+        self.idle_summaries: dict[str, tuple[Any, ...]] = {}
 
     def hist(self, n: Node, sign: int) -> None:
         """Keep ``free_hist`` (free compute slices -> GPU nodes not being re-laid out)."""

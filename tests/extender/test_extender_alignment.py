@@ -56,3 +56,13 @@ def test_a_pod_without_cpu_requests_has_no_opinion() -> None:
     res = {profiles.resource_name("1g.10gb"): "1"}
     got = scores(builders.pod("bare", [res]))
     assert {s.mismatch for s in got.values()} == {0.0}
+
+
+@pytest.mark.parametrize("cpu", ["1", "2", "7", "40", "400"])
+def test_the_score_takes_mismatch_as_the_function_computes_it(cpu: str) -> None:
+    """The score computes the term inline on its hot path: the same value, bit for bit, as
+    ``mismatch`` on the node's free cpu and slices (one slice taken here)."""
+    got = scores(mig_pod("p", cpu=cpu))
+    pod_cpu = int(float(cpu) * 1000)
+    assert got["lean"].mismatch == scoring.mismatch(pod_cpu, 1, 14000, 7)
+    assert got["rich"].mismatch == scoring.mismatch(pod_cpu, 1, 336000, 7)

@@ -178,3 +178,39 @@ def test_without_pods_that_need_several_instances_the_term_stops_at_zero() -> No
     got = by_node(scoring.score_nodes(index, request, ["whole", "started"]))
     assert {s.floor for s in got.values()} == {0.0}
     assert all(scoring.terms(s)["no_frag"] >= 0 for s in got.values())
+
+
+def test_with_the_room_the_mix_reads_the_fragment_is_the_one_for_unknown_room() -> None:
+    """``_finish`` skips the host-limited fragment when the node keeps at least the cpu and
+    memory that ``_room_read`` says the fragment compares against: exactly (bit for bit) the
+    fragment computed for unknown room; with less, the fragment can only grow."""
+    layout = {"1g.10gb": 2, "2g.20gb": 1, "3g.40gb": 1}
+    objs: list[dict[str, Any]] = [gpu_node(f"n{i}", layout, cpu="96") for i in range(3)]
+    for i, (profile, cpu) in enumerate([("1g.10gb", "2"), ("1g.10gb", "30"), ("2g.20gb", "8"),
+                                        ("3g.40gb", "60"), ("4g.40gb", "16"),
+                                        ("1g.10gb", "12")]):
+        objs.append(mig_pod(f"want{i}", profile, cpu=cpu))
+    objs.append(mig_pod("busy", "2g.20gb", cpu="4", node_name="n1"))
+    model = cluster.Cluster()
+    cluster.load_objects(model, objs)
+    index = figures.Index(model)
+    mix = index.mix()
+    assert len({c.cpu_milli for c in mix}) >= 4
+    index.refresh()
+    tighter = 0
+    for name in ("n0", "n1", "n2"):
+        fig = index.figures[name]
+        base = dict(fig.state.free)
+        for taken in [{}, {"1g.10gb": 1}, {"3g.40gb": 1}, {"1g.10gb": 2, "2g.20gb": 1}]:
+            free = {q: base.get(q, 0) - taken.get(q, 0) for q in base}
+            slices = fig.free_slices - sum(
+                k * fig.slices.get(q, 1) for q, k in taken.items())
+            cpu, mem = scoring._room_read(fig, mix, free)
+            unknown = scoring.fragmentation(fig, mix, free, slices, False, None, None)
+            for more_cpu, more_mem in [(0, 0), (1, 0), (0, 1), (10**6, 2**40)]:
+                assert scoring.fragmentation(fig, mix, free, slices, False, cpu + more_cpu,
+                                             mem + more_mem) == unknown
+            less = scoring.fragmentation(fig, mix, free, slices, False, cpu - 1, mem)
+            assert less >= unknown
+            tighter += less > unknown
+    assert tighter  # the bound is tight: one milli-cpu less changes some fragment

@@ -88,7 +88,8 @@ class ExtenderSettings:
     drain_delay: float = 0.0
     """On SIGTERM keep serving this long with /readyz failing before the listener closes."""
     limits: serving.Limits = dataclasses.field(default_factory=serving.Limits)
-    """Connection bounds: keep-alive, body and handshake timeouts, connections at once."""
+    """Connection bounds: keep-alive, body, handshake and write timeouts, connections at once,
+    bytes of bodies in flight (by default ``serving.BUDGET_BODIES`` × ``max_body_bytes``)."""
     score_all_pods: bool = False
     """Score pods without MIG requests too (toward nodes where their cpu and memory strand
     no instance); for an extender registered without ``managedResources``."""
@@ -581,7 +582,9 @@ async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
         return await handler(request)
     except web.HTTPException as exc:
         if exc.status >= 400 and exc.content_type != "application/json":
-            return _json({"Error": exc.reason}, status=exc.status)
+            response = _json({"Error": exc.reason}, status=exc.status)
+            response.headers.update(serving.kept_headers(exc))
+            return response
         raise
     except Exception as exc:
         log.exception("extender: %s %s failed", _shown(request.method), _shown(request.path))
@@ -607,8 +610,9 @@ Answer = Callable[[Args, filtering.PodRequest, float], web.Response]
 async def _verb(request: web.Request, *, verb: str, error: Callable[[str], Any],
                 answer: Answer) -> web.Response:
     """What both verbs share: readiness (503), decoding (400), the body limit (413), the
-    calls-and-latency metrics. ``answer`` gets the decoded args, the pod's request and the
-    start time; ``error`` shapes an error body for the verb's wire type."""
+    budget of bodies in flight (503, ``serving.read_body``), the calls-and-latency metrics.
+    ``answer`` gets the decoded args, the pod's request and the start time; ``error`` shapes
+    an error body for the verb's wire type."""
     model, metrics, pods = request.app[CLUSTER], request.app[METRICS], request.app[POD_REQUESTS]
     start = time.perf_counter()
     code = 200
@@ -627,6 +631,11 @@ async def _verb(request: web.Request, *, verb: str, error: Callable[[str], Any],
     except web.HTTPRequestEntityTooLarge as exc:
         code = 413
         return _json(error(exc.text or "request body too large"), status=code)
+    except web.HTTPServiceUnavailable as exc:  # the bodies in flight fill the budget
+        code = 503
+        response = _json(error(exc.text or "busy; retry"), status=code)
+        response.headers.update(serving.kept_headers(exc))  # Retry-After, Connection: close
+        return response
     except web.HTTPException as exc:  # a slow body's 408, a client gone mid-body's 400
         code = exc.status
         raise
@@ -735,6 +744,7 @@ def make_app(
     ``/advice``. It can be mounted under a prefix with ``add_subapp`` (``migfit serve``).
     """
     app = web.Application(client_max_size=settings.max_body_bytes, middlewares=[_errors])
+    serving.limit_bodies(app, settings.limits, settings.max_body_bytes)
     if index is None:
         index = figures.Index(cluster)
     elif index.cluster is not cluster:

@@ -18,6 +18,15 @@ What it bounds, so that idle or hostile clients cannot take the memory every pod
   request's headers may take to arrive.
 - **Slow bodies.** ``read_body`` reads a request's body within ``body_timeout`` (408 after,
   then the connection closes within ``LINGER_S``).
+- **Bodies in flight.** ``read_body`` also holds the bodies an application reads at once, all
+  connections together, to its ``BodyBudget`` (``max_body_in_flight``; by default
+  ``BUDGET_BODIES`` of its largest): one body may be large, but 25 slow clients each sending
+  30 MiB to the extender made it hold more than 1 GiB. A request whose body would go beyond
+  is answered 503 with ``Retry-After`` before a byte of its body is read.
+- **Answers nobody reads.** A connection whose transport is paused for writing (the
+  socket's buffers are full) and whose client takes nothing of what is left to send for
+  ``write_timeout`` is closed (``_WriteStall``): it held the connection, and the answer, for
+  ever. A client that reads, however slowly, is not cut.
 - **Request heads**: at most ``MAX_HEADERS`` lines of ``MAX_FIELD_SIZE`` bytes (and a
   request line of ``MAX_LINE_SIZE``); more is a 400.
 - **TLS handshakes** must finish within ``handshake_timeout``.
@@ -37,6 +46,11 @@ so refused connections would still cost a handshake each.
 
 Client misbehaviour (malformed HTTP, a client gone mid-body, a failed handshake) is logged as
 one line at warning (malformed) or debug (disconnects), never an ERROR with a traceback.
+
+Stopping (``serve``, ``on_signals``): the first SIGTERM or SIGINT begins a graceful shutdown
+(drain, then requests in flight get ``shutdown_timeout``); a second one during it cuts it
+short (the connections still open are closed at once) and ``run`` ends in KeyboardInterrupt:
+the command exits 130, with one log line and no traceback.
 """
 
 from __future__ import annotations
@@ -49,21 +63,36 @@ import dataclasses
 import errno
 import logging
 import os
+import signal
 import socket
 import ssl
 import struct
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, MutableMapping
-from typing import Any, TypeVar
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator, MutableMapping
+from typing import Any, Final, TypeVar
 
 from aiohttp import web
 
-from migfit import errors, lifecycle
+from migfit import errors
 
 log = logging.getLogger("migfit.http")
 
 DEFAULT_KEEPALIVE_S = 60.0
 DEFAULT_BODY_TIMEOUT_S = 10.0
 DEFAULT_HANDSHAKE_TIMEOUT_S = 10.0
+# kube-apiserver and kube-scheduler read an answer as soon as it comes; a connection whose
+# answer has not moved for this long belongs to a client that does not read.
+DEFAULT_WRITE_TIMEOUT_S = 10.0
+# Bodies of the largest size an application reads at once by default (its body budget, when
+# --max-body-in-flight is not given): kube-scheduler sends one call at a time per scheduling
+# cycle (filter, then prioritize), and a few API servers' admissions are a few KB each.
+BUDGET_BODIES = 4
+# What a request refused for want of body budget is told: try again in a second. kube-apiserver
+# calls webhooks through client-go's REST client, which retries an answer of 429 or 5xx that
+# carries Retry-After (rest/request.go, checkWait) while the webhook's timeout allows; a 413
+# it would not retry, so the pod's creation would fail (failurePolicy: Fail). kube-scheduler's
+# extender client takes any answer but 200 as that scheduling cycle's error, whatever the
+# status; 503 says what is true (busy, try again), 413 would blame a request that fits.
+RETRY_AFTER_S = 1
 DEFAULT_MAX_CONNECTIONS = 1000
 # A quarter of the slots per client address: the API servers (the webhook's clients) and
 # kube-scheduler (the extender's) keep a few keep-alive connections each and open more only
@@ -86,6 +115,10 @@ class Limits:
     handshake_timeout: float = DEFAULT_HANDSHAKE_TIMEOUT_S
     max_connections: int = DEFAULT_MAX_CONNECTIONS
     max_per_client: int = DEFAULT_MAX_PER_CLIENT  # open connections from one address
+    write_timeout: float = DEFAULT_WRITE_TIMEOUT_S  # seconds a connection's writes may stall
+    # Bytes of request bodies an application reads at once, all connections together; None:
+    # BUDGET_BODIES times the largest body it accepts (``body_budget``).
+    max_body_in_flight: int | None = None
     # SO_REUSEPORT: several processes listen on one port and the kernel spreads new
     # connections over them (more than one core per pod; each process holds its own cache).
     reuse_port: bool = False
@@ -94,7 +127,8 @@ class Limits:
         """ValueError naming the flag when a bound cannot work."""
         for flag, value in (("--keepalive-timeout", self.keepalive_timeout),
                             ("--body-timeout", self.body_timeout),
-                            ("--handshake-timeout", self.handshake_timeout)):
+                            ("--handshake-timeout", self.handshake_timeout),
+                            ("--write-timeout", self.write_timeout)):
             if not value > 0:
                 raise ValueError(f"{flag} {value}: use a positive number of seconds")
         if self.max_connections < 1:
@@ -102,6 +136,21 @@ class Limits:
         if self.max_per_client < 1:
             raise ValueError(f"--max-connections-per-client {self.max_per_client}: use 1 "
                              "or more")
+        if self.max_body_in_flight is not None and self.max_body_in_flight < 1:
+            raise ValueError(f"--max-body-in-flight {self.max_body_in_flight}: use a positive "
+                             "number of bytes")
+
+    def body_budget(self, max_body: int) -> int:
+        """The bytes of bodies in flight of an application whose largest body is ``max_body``:
+        ``max_body_in_flight``, or ``BUDGET_BODIES`` times ``max_body``. ValueError (naming
+        the flag) when the budget could not hold one body of the largest size."""
+        if self.max_body_in_flight is None:
+            return BUDGET_BODIES * max_body
+        if self.max_body_in_flight < max_body:
+            raise ValueError(f"--max-body-in-flight {self.max_body_in_flight}: use at least "
+                             f"the largest body accepted ({max_body:,} bytes), or a request "
+                             "of that size could never be read")
+        return self.max_body_in_flight
 
 
 def add_limit_arguments(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
@@ -119,6 +168,17 @@ def add_limit_arguments(parser: argparse.ArgumentParser | argparse._ArgumentGrou
         "--handshake-timeout", type=float, default=DEFAULT_HANDSHAKE_TIMEOUT_S,
         metavar="SECONDS", help="close a connection whose TLS handshake takes longer "
                                 "(default %(default)s)")
+    parser.add_argument(
+        "--write-timeout", type=float, default=DEFAULT_WRITE_TIMEOUT_S, metavar="SECONDS",
+        help="close a connection whose client, its socket's buffers full, has read nothing "
+             "of its answer for this long (default %(default)s)")
+    parser.add_argument(
+        "--max-body-in-flight", type=int, default=None, metavar="BYTES",
+        help="bytes of request bodies being received at once, all connections together; a "
+             "request whose body would go beyond is answered 503 with Retry-After: "
+             f"{RETRY_AFTER_S} before its body is read (default: {BUDGET_BODIES} times the "
+             "largest body accepted, --max-body: 128 MiB for the extender, 4 MiB for the "
+             "webhook)")
     parser.add_argument(
         "--max-connections", type=int, default=DEFAULT_MAX_CONNECTIONS, metavar="N",
         help="connections open at once; more are closed when accepted (default %(default)s)")
@@ -139,6 +199,8 @@ def limits_from(args: argparse.Namespace) -> Limits:
                     handshake_timeout=args.handshake_timeout,
                     max_connections=args.max_connections,
                     max_per_client=args.max_per_client,
+                    write_timeout=args.write_timeout,
+                    max_body_in_flight=args.max_body_in_flight,
                     reuse_port=bool(getattr(args, "reuse_port", False)))
     limits.check()
     return limits
@@ -147,17 +209,101 @@ def limits_from(args: argparse.Namespace) -> Limits:
 # ---------------------------------------------------------------- request bodies
 
 
-async def read_body(request: web.Request, timeout_s: float) -> bytes:
-    """The request's body, read within ``timeout_s`` (the app's ``client_max_size`` applies).
+class BodyBudget:
+    """The bytes of request bodies one application holds at once, all connections together
+    (``read_body`` takes from it before reading, and gives back when the body is handed over
+    or given up). Beyond ``limit`` a request is refused (503) before its body is read."""
 
-    408 when it takes longer; a client that disconnects mid-body is logged at debug and gets
-    a 400 it will never read.
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.held = 0
+        self.refused = 0
+
+    def take(self, size: int) -> bool:
+        """Hold ``size`` bytes more, or count a refusal (False) when that would pass ``limit``."""
+        if self.held + size > self.limit:
+            self.refused += 1
+            if self.refused == 1 or self.refused % 1000 == 0:
+                log.warning("request bodies in flight would pass %s bytes "
+                            "(--max-body-in-flight): answering 503 (%d refused so far)",
+                            f"{self.limit:,}", self.refused)
+            return False
+        self.held += size
+        return True
+
+    def give(self, size: int) -> None:
+        """Give back ``size`` bytes taken before."""
+        self.held -= size
+
+
+BODY_BUDGET: Final = web.AppKey("migfit_body_budget", BodyBudget)
+
+
+def limit_bodies(app: web.Application, limits: Limits, max_body: int) -> BodyBudget:
+    """Give ``app`` (whose largest body is ``max_body``) its ``BodyBudget`` of ``limits``,
+    which ``read_body`` reads through; ValueError as ``Limits.body_budget`` raises it."""
+    budget = app[BODY_BUDGET] = BodyBudget(limits.body_budget(max_body))
+    return budget
+
+
+def _busy(budget: BodyBudget) -> web.HTTPServiceUnavailable:
+    # Connection: close, since the body is left unread (aiohttp reads and drops it for
+    # LINGER_S at most, then closes).
+    return web.HTTPServiceUnavailable(
+        text=f"the server is receiving {budget.held:,} bytes of request bodies already, "
+             f"{budget.limit:,} at most (--max-body-in-flight); retry",
+        headers={"Retry-After": str(RETRY_AFTER_S), "Connection": "close"})
+
+
+async def read_body(request: web.Request, timeout_s: float) -> bytes:
+    """The request's body, read within ``timeout_s``, at most the app's ``client_max_size``
+    (413 beyond), and within the app's ``BodyBudget`` when it has one (``limit_bodies``).
+
+    The budget is taken before a byte is read: the declared ``Content-Length`` whole, or a
+    body of no declared length (chunked) as it arrives; a request it cannot hold gets 503
+    with ``Retry-After``. It is given back on every way out: the body handed over, 408 when
+    the body takes longer than ``timeout_s``, a client gone mid-body (logged at debug; a 400
+    it will never read), 413.
+
+    The body is not kept on the request (``request.read()`` would keep it there, and aiohttp
+    keeps the last request of a keep-alive connection until the next one: 30 MiB per idle
+    connection): the handler's copy is the only one, gone once its answer is made. Both
+    servers' handlers make their answer without waiting on anything after this returns, so
+    the budget holds every body being received or handled.
     """
+    budget = request.app.get(BODY_BUDGET)
+    limit = request.client_max_size
+    declared = request.content_length or 0
+    if limit and declared > limit:
+        raise web.HTTPRequestEntityTooLarge(max_size=limit, actual_size=declared)
+    taken = 0
+    if budget is not None and declared:
+        if not budget.take(declared):
+            raise _busy(budget)
+        taken = declared
+    content = request.content
     try:
-        if request.content.is_eof():  # all of it has arrived (the usual case): no timer
-            return await request.read()
+        if content.is_eof():  # all of it has arrived (the usual case): no timer, one piece
+            body = content.read_nowait()
+            if len(body) > taken:  # no declared length
+                taken = _account(budget, limit, len(body), taken)
+            return body
+        if declared:
+            # Held to its declared length (and budgeted): let aiohttp buffer that much
+            # before it pauses reading, as its own ``read`` does (aiohttp 3.13 and later),
+            # rather than pause and resume every 128 KiB of a body of megabytes.
+            grow = getattr(content, "set_read_chunk_size", None)
+            if callable(grow):
+                grow(declared)
+        chunks: list[bytes] = []
+        size = 0
         async with asyncio.timeout(timeout_s):
-            return await request.read()
+            while chunk := await content.readany():
+                size += len(chunk)
+                if size > taken:  # no declared length: counted as it comes
+                    taken = _account(budget, limit, size, taken)
+                chunks.append(chunk)
+        return b"".join(chunks)
     except TimeoutError:
         log.warning("%s %s from %s: body not received within %ss; closing", request.method,
                     request.path, request.remote, timeout_s)
@@ -167,6 +313,28 @@ async def read_body(request: web.Request, timeout_s: float) -> bytes:
         log.debug("%s %s from %s: client gone mid-body (%s)", request.method, request.path,
                   request.remote, exc or type(exc).__name__)
         raise web.HTTPBadRequest(text="incomplete request body") from None
+    finally:
+        if taken and budget is not None:
+            budget.give(taken)
+
+
+def _account(budget: BodyBudget | None, limit: int, size: int, taken: int) -> int:
+    """What a body of no declared length has taken of ``budget`` once ``size`` bytes of it
+    have arrived (``taken`` before): 413 past ``limit``, 503 past the budget."""
+    if limit and size > limit:
+        raise web.HTTPRequestEntityTooLarge(max_size=limit, actual_size=size)
+    if budget is None:
+        return 0
+    if not budget.take(size - taken):
+        raise _busy(budget)
+    return size
+
+
+def kept_headers(exc: web.HTTPException) -> dict[str, str]:
+    """The headers of ``exc`` that an error answer rebuilt from it (a JSON body) must keep:
+    ``Retry-After`` (the body budget's 503) and ``Connection`` (close: a body left unread)."""
+    return {name: exc.headers[name] for name in ("Retry-After", "Connection")
+            if name in exc.headers}
 
 
 ExpectHandler = Callable[[web.Request], Awaitable[web.StreamResponse | None]]
@@ -253,8 +421,12 @@ def _client(transport: asyncio.BaseTransport) -> str:
 
 
 def _abort(transport: asyncio.BaseTransport) -> None:
-    if isinstance(transport, asyncio.Transport):
-        transport.abort()
+    """Close ``transport`` at once, unsent data dropped. uvloop's transports have ``abort``
+    but are no ``asyncio.Transport``: an ``isinstance`` test closed them gracefully instead,
+    which a TLS transport does only once the client has read what is left to send."""
+    abort = getattr(transport, "abort", None)
+    if callable(abort):
+        abort()
     else:
         transport.close()
 
@@ -266,21 +438,73 @@ class _Refused(asyncio.Protocol):
         _abort(transport)
 
 
+class _WriteStall:
+    """Aborts a connection whose writes stall: its transport paused for writing
+    (``pause_writing``: the socket's buffers are full) and none of what it holds taken by the
+    client for ``limit`` seconds. A client that reads, however slowly, keeps it open: each
+    ``limit`` the answer's bytes still buffered are compared with the last count.
+    So a client that stops reading is cut between ``limit`` and twice that after it stopped."""
+
+    __slots__ = ("_left", "_limit", "_timer")
+
+    def __init__(self, limit: float) -> None:
+        self._limit = limit
+        self._timer: asyncio.TimerHandle | None = None
+        self._left = 0
+
+    def paused(self, transport: asyncio.BaseTransport | None) -> None:
+        """The transport paused for writing: watch it (once)."""
+        if self._timer is None and transport is not None:
+            self._arm(transport)
+
+    def resumed(self) -> None:
+        """The transport resumed writing, or the connection is gone: stop watching."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _arm(self, transport: asyncio.BaseTransport) -> None:
+        self._left = _buffered(transport)
+        self._timer = asyncio.get_running_loop().call_later(self._limit, self._check, transport)
+
+    def _check(self, transport: asyncio.BaseTransport) -> None:
+        # A transport being closed is watched too: it closes only once its buffer is sent.
+        self._timer = None
+        left = _buffered(transport)
+        if not left:  # nothing waits at this layer any more
+            return
+        if left < self._left:  # the client took some: it reads, slowly
+            self._arm(transport)
+            return
+        log.warning("%s has read nothing of its answer for %ss; closing the connection",
+                    _client(transport) or "a client", self._limit)
+        _abort(transport)
+
+
+def _buffered(transport: asyncio.BaseTransport) -> int:
+    """Bytes ``transport`` holds, not yet taken by the socket (0 where it does not say)."""
+    size = getattr(transport, "get_write_buffer_size", None)
+    return int(size()) if callable(size) else 0
+
+
 class _Counted(asyncio.Protocol):
     """A connection's protocol (plain TCP, or the application's under uvloop's TLS), releasing
-    its slot in the gate once, when it closes or when its handshake fails.
+    its slot in the gate once, when it closes or when its handshake fails, and closing it
+    when its writes stall for ``write_timeout`` (``_WriteStall``).
 
     ``client``: the address already claimed in the gate (uvloop's acceptor knows it when it
     accepts); None: claimed here when the connection is made, and refused (reset, nothing
     read) when that client holds its share already."""
 
-    def __init__(self, inner: asyncio.Protocol, gate: _Gate, client: str | None = None
-                 ) -> None:
+    def __init__(self, inner: asyncio.Protocol, gate: _Gate, client: str | None = None, *,
+                 write_timeout: float = DEFAULT_WRITE_TIMEOUT_S) -> None:
         self._inner = inner
         self._gate = gate
         self._held = True
         self._client = client
         self._started = False
+        self._transport: asyncio.BaseTransport | None = None
+        self._stall = _WriteStall(write_timeout)
 
     def release(self) -> None:
         if self._held:
@@ -297,6 +521,7 @@ class _Counted(asyncio.Protocol):
                 return
             self._client = client
         self._started = True
+        self._transport = transport
         self._inner.connection_made(transport)
 
     def data_received(self, data: bytes) -> None:
@@ -306,12 +531,16 @@ class _Counted(asyncio.Protocol):
         return self._inner.eof_received()
 
     def pause_writing(self) -> None:
+        self._stall.paused(self._transport)
         self._inner.pause_writing()
 
     def resume_writing(self) -> None:
+        self._stall.resumed()
         self._inner.resume_writing()
 
     def connection_lost(self, exc: Exception | None) -> None:
+        self._stall.resumed()
+        self._transport = None
         self.release()
         if self._started:
             self._inner.connection_lost(exc)
@@ -321,13 +550,15 @@ class SmallBufferTLS(asyncio.sslproto.SSLProtocol):
     """asyncio's server-side TLS protocol with a 16 KiB receive buffer instead of 256 KiB.
 
     It is the raw socket's protocol, so it sees every connection close (a failed handshake
-    too) and frees the connection's slot in the gate.
+    too) and frees the connection's slot in the gate, and sees the socket's writes pause and
+    resume (``_WriteStall``).
     """
 
     max_size = TLS_BUFFER_BYTES
 
     def __init__(self, loop: asyncio.AbstractEventLoop, app_protocol: asyncio.BaseProtocol,
-                 context: ssl.SSLContext, gate: _Gate, handshake_timeout: float) -> None:
+                 context: ssl.SSLContext, gate: _Gate, handshake_timeout: float, *,
+                 write_timeout: float = DEFAULT_WRITE_TIMEOUT_S) -> None:
         # No waiter (None, as asyncio's own servers may pass): nobody awaits the handshake,
         # and a waiter's unread failure would be logged when collected.
         super().__init__(loop, app_protocol, context, None,  # type: ignore[arg-type]
@@ -335,6 +566,8 @@ class SmallBufferTLS(asyncio.sslproto.SSLProtocol):
                          ssl_handshake_timeout=handshake_timeout)  # type: ignore[arg-type]
         self._gate = gate
         self._client: str | None = None
+        self._raw: asyncio.BaseTransport | None = None
+        self._stall = _WriteStall(write_timeout)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         client = _client(transport)
@@ -342,9 +575,20 @@ class SmallBufferTLS(asyncio.sslproto.SSLProtocol):
             _abort(transport)
             return
         self._client = client
+        self._raw = transport
         super().connection_made(transport)
 
+    def pause_writing(self) -> None:
+        self._stall.paused(self._raw)
+        super().pause_writing()
+
+    def resume_writing(self) -> None:
+        self._stall.resumed()
+        super().resume_writing()
+
     def connection_lost(self, exc: BaseException | None) -> None:
+        self._stall.resumed()
+        self._raw = None
         self._gate.release()
         if self._client is None:
             return  # refused in connection_made: the TLS layer never started
@@ -412,8 +656,10 @@ class _Acceptor:
 
     def __init__(self, loop: asyncio.AbstractEventLoop, socks: list[socket.socket],
                  protocol: Callable[[], asyncio.Protocol], tls: ssl.SSLContext, gate: _Gate,
-                 handshake_timeout: float) -> None:
+                 handshake_timeout: float, write_timeout: float = DEFAULT_WRITE_TIMEOUT_S
+                 ) -> None:
         self._loop = loop
+        self._write_timeout = write_timeout
         self._socks = socks
         self._protocol = protocol
         self._tls = tls
@@ -465,7 +711,8 @@ class _Acceptor:
             self._loop.add_reader(sock, self._accept, sock)
 
     async def _handshake(self, conn: socket.socket, client: str) -> None:
-        counted = _Counted(self._protocol(), self._gate, client)
+        counted = _Counted(self._protocol(), self._gate, client,
+                           write_timeout=self._write_timeout)
         try:
             peer = conn.getpeername()
         except OSError:
@@ -515,10 +762,11 @@ class BoundedSite(web.BaseSite):
         assert server is not None
         if not self.gate.admit():
             return _Refused()
+        write_timeout = self._limits.write_timeout
         if self._tls is None:
-            return _Counted(server(), self.gate)
+            return _Counted(server(), self.gate, write_timeout=write_timeout)
         return SmallBufferTLS(asyncio.get_running_loop(), server(), self._tls, self.gate,
-                              self._limits.handshake_timeout)
+                              self._limits.handshake_timeout, write_timeout=write_timeout)
 
     async def start(self) -> None:
         await super().start()
@@ -530,7 +778,8 @@ class BoundedSite(web.BaseSite):
             socks = _listen_sockets(self._host, self._port,
                                     reuse_port=self._limits.reuse_port, backlog=backlog)
             self._server = _Acceptor(  # type: ignore[assignment]
-                loop, socks, server, self._tls, self.gate, self._limits.handshake_timeout)
+                loop, socks, server, self._tls, self.gate, self._limits.handshake_timeout,
+                self._limits.write_timeout)
             return
         # No ``ssl=`` here: TLS is the protocol's own layer (``SmallBufferTLS``).
         self._server = await loop.create_server(
@@ -634,15 +883,65 @@ def loop_factory(choice: str | None = None) -> Callable[[], asyncio.AbstractEven
     return uvloop.new_event_loop
 
 
+class Interrupted(Exception):
+    """A second stop signal cut a graceful shutdown short (``on_signals``); ``run`` ends in
+    KeyboardInterrupt for it, which the command line answers with exit status 130."""
+
+
 def run(main: Coroutine[Any, Any, _T]) -> _T:
-    """``asyncio.run(main)`` on the loop ``loop_factory`` chooses."""
+    """``asyncio.run(main)`` on the loop ``loop_factory`` chooses; ``Interrupted`` becomes
+    KeyboardInterrupt once the loop is closed."""
     try:
         factory = loop_factory()
     except BaseException:
         main.close()
         raise
     with asyncio.Runner(loop_factory=factory) as runner:
-        return runner.run(main)
+        try:
+            return runner.run(main)
+        except Interrupted:
+            pass
+    raise KeyboardInterrupt
+
+
+@contextlib.contextmanager
+def on_signals(stop: asyncio.Event, hurry: asyncio.Event) -> Iterator[None]:
+    """SIGTERM and SIGINT while the block runs, as the running loop's handlers: the first sets
+    ``stop`` (a graceful shutdown begins, ``drain_and_stop``); the next, once ``stop`` is set,
+    sets ``hurry`` (that shutdown waits no more: ``drain_and_stop`` closes the connections
+    still open, and the server ends in ``Interrupted``), with one log line; a third exits at
+    once (128 + the signal's number), should the hurried shutdown itself hang.
+
+    Run the whole shutdown inside the block: a signal between the loop's handlers and none
+    finds Python's own, which raises KeyboardInterrupt wherever the loop happens to be; the
+    second Ctrl-C of ``migfit serve`` did, and asyncio's teardown then cancelled aiohttp's
+    half-stopped connection handlers, which printed tracebacks (InvalidStateError).
+    Where handlers cannot be installed (not the main thread), ``stop`` is set by its owner.
+    """
+    loop = asyncio.get_running_loop()
+
+    def received(sig: signal.Signals) -> None:
+        if not stop.is_set():
+            stop.set()
+        elif not hurry.is_set():
+            log.warning("%s again: closing the open connections now, without waiting for "
+                        "requests in flight", sig.name)
+            hurry.set()
+        else:
+            log.warning("%s a third time: exiting now", sig.name)
+            logging.shutdown()
+            os._exit(128 + sig)
+
+    installed: list[signal.Signals] = []
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+            loop.add_signal_handler(sig, received, sig)
+            installed.append(sig)
+    try:
+        yield
+    finally:
+        for sig in installed:
+            loop.remove_signal_handler(sig)
 
 
 
@@ -714,19 +1013,45 @@ async def start(app: web.Application, listen: Listen) -> tuple[web.AppRunner, St
 
 
 async def drain_and_stop(runner: web.AppRunner, listen: Listen,
-                         on_drain: Callable[[], None] | None = None) -> None:
+                         on_drain: Callable[[], None] | None = None, *,
+                         hurry: asyncio.Event | None = None) -> None:
     """Graceful shutdown: ``on_drain``, serve on for ``drain_delay`` s, then close the
     listener, close idle keep-alive connections and give in-flight requests
     ``shutdown_timeout`` s (aiohttp stops reading then: the drain delay is what keeps a body
-    still being uploaded from being cut)."""
+    still being uploaded from being cut).
+
+    Once ``hurry`` is set (a second stop signal, ``on_signals``), whenever that is, nothing
+    is waited for any more: the drain ends, and the connections still open are aborted, so
+    that the requests in flight end at once and aiohttp's own shutdown completes (it is
+    never cancelled half-way: that left its handlers to asyncio's teardown, which printed
+    tracebacks).
+    """
+    hurry = hurry if hurry is not None else asyncio.Event()
+    cut = asyncio.create_task(_abort_when(hurry, runner), name="shutdown hurry")
     try:
         if listen.drain_delay > 0:
             if on_drain is not None:
                 on_drain()
             log.info("shutting down: draining for %ss", listen.drain_delay)
-            await asyncio.sleep(listen.drain_delay)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(listen.drain_delay):
+                    await hurry.wait()
     finally:
-        await runner.cleanup()
+        try:
+            await runner.cleanup()
+        finally:
+            cut.cancel()
+
+
+async def _abort_when(hurry: asyncio.Event, runner: web.AppRunner) -> None:
+    """Once ``hurry`` is set, abort every connection ``runner``'s server still holds."""
+    await hurry.wait()
+    server = runner.server
+    if server is None:
+        return
+    for handler in server.connections:
+        if handler.transport is not None:
+            _abort(handler.transport)
 
 
 async def serve(
@@ -737,18 +1062,22 @@ async def serve(
     on_started: Callable[[Started], None] | None = None,
     on_drain: Callable[[], None] | None = None,
 ) -> None:
-    """Serve ``app`` until ``stop`` is set or SIGTERM/SIGINT arrives, then drain and stop."""
+    """Serve ``app`` until ``stop`` is set or SIGTERM/SIGINT arrives, then drain and stop;
+    ``Interrupted`` when a second signal cut that shutdown short (``on_signals``)."""
     stop = stop or asyncio.Event()
+    hurry = asyncio.Event()
     runner, started = await start(app, listen)
     stopped = False
     try:
-        with lifecycle.stop_on_signals(stop):
+        with on_signals(stop, hurry):
             if on_started is not None:
                 on_started(started)
             await stop.wait()
             stopped = True
-            await drain_and_stop(runner, listen, on_drain)
+            await drain_and_stop(runner, listen, on_drain, hurry=hurry)
     finally:
         if not stopped:
             await runner.cleanup()
+    if hurry.is_set():
+        raise Interrupted
 

@@ -3,7 +3,9 @@
 Handlers parse, call ``decision.decide_review`` and serialise; nothing else. Bad input never
 produces a traceback or a 5xx: a body that is not an AdmissionReview gets a 400 JSON error, a
 too large one a 413, and a review that names a uid always gets a well-formed AdmissionReview
-back (WIRE.md §2.1: the uid echoed, ``patch`` base64 with ``patchType: JSONPatch``). A request
+back (WIRE.md §2.1: the uid echoed, ``patch`` base64 with ``patchType: JSONPatch``). Only a
+request the server has no room for yet (its budget of bodies in flight, ``serving.read_body``)
+gets a 503, with Retry-After and before its body is read: kube-apiserver retries it. A request
 like one answered before against the same supply is answered from the ``memo.DecisionMemo``
 the composition root hands in (only the uid is new). JSON goes through ``migfit.jsonwire``
 (orjson when installed), and every client-supplied value logged is shortened and escaped.
@@ -65,7 +67,8 @@ class Settings:
     #: drop the pod before its listener closes (endpoint removal is asynchronous).
     drain_delay: float = 0.0
     access_log: bool = False
-    #: Connection bounds (keep-alive, body and handshake timeouts, connections at once).
+    #: Connection bounds (keep-alive, body, handshake and write timeouts, connections at
+    #: once, bytes of bodies in flight: by default serving.BUDGET_BODIES × max_body_bytes).
     limits: serving.Limits = dataclasses.field(default_factory=serving.Limits)
 
 
@@ -403,6 +406,11 @@ async def mutate(request: web.Request) -> web.Response:
         body = await serving.read_body(request, state.settings.limits.body_timeout)
     except web.HTTPRequestEntityTooLarge:
         return _too_large(state, limit)
+    except web.HTTPServiceUnavailable as exc:  # the bodies in flight fill the budget
+        # kube-apiserver's client retries it after Retry-After (serving.RETRY_AFTER_S).
+        response = _error(503, exc.text or "busy; retry")
+        response.headers.update(serving.kept_headers(exc))
+        return response
     status, out = answer_bytes(body, state=state)
     return _bytes(out, status=status)
 
@@ -451,7 +459,9 @@ async def _json_errors(
     except web.HTTPException as exc:
         if exc.status < 400:
             raise
-        return _error(exc.status, exc.reason)
+        response = _error(exc.status, exc.reason)
+        response.headers.update(serving.kept_headers(exc))
+        return response
     except Exception:
         log.exception("handling %s %s failed", request.method, request.path)
         return _error(500, "internal error; see the migfit log")
@@ -481,6 +491,7 @@ def make_app(
     if registry is None:
         registry = common_metrics.registry()
     app = web.Application(client_max_size=settings.max_body_bytes, middlewares=[_json_errors])
+    serving.limit_bodies(app, settings.limits, settings.max_body_bytes)
     if tracker is None and cluster is not None:
         tracker = view.SupplyTracker(cluster)
     app[STATE] = State(
@@ -559,6 +570,10 @@ def _check(settings: Settings) -> tuple[Path, Path]:
     if settings.max_body_bytes <= 0:
         raise errors.UsageError(f"--max-body {settings.max_body_bytes}: use a positive number "
                                 f"of bytes (default {DEFAULT_MAX_BODY})")
+    try:
+        settings.limits.body_budget(settings.max_body_bytes)
+    except ValueError as exc:
+        raise errors.UsageError(str(exc)) from None
     for flag, value in (("--shutdown-timeout", settings.shutdown_timeout),
                         ("--drain-delay", settings.drain_delay)):
         if not value >= 0:

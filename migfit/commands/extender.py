@@ -114,6 +114,7 @@ def settings_from(args: argparse.Namespace) -> server.ExtenderSettings:
         raise errors.UsageError("--client-ca needs --tls-cert and --tls-key")
     try:
         limits = serving.limits_from(args)
+        limits.body_budget(args.max_body)
     except ValueError as exc:
         raise errors.UsageError(str(exc)) from None
     if not args.drain_delay >= 0:

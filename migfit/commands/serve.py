@@ -20,7 +20,7 @@ from pathlib import Path
 
 from aiohttp import web
 
-from migfit import advisor, cluster, errors, lifecycle, logs, serving, snapshots, sources
+from migfit import advisor, cluster, errors, logs, serving, snapshots, sources
 from migfit import metrics as common_metrics
 from migfit.certs import certificates, reloading
 from migfit.commands import options
@@ -146,7 +146,8 @@ async def _serve_with(
     key: Path,
     ca: Path,
 ) -> None:
-    """Both servers over ``model`` with the given certificate files, until a signal.
+    """Both servers over ``model`` with the given certificate files, until a signal (a
+    second one during the shutdown cuts it short: ``serving.Interrupted``, exit status 130).
 
     The composition root of both: the cluster (``model``), the extender's figures index and
     advice cache are built here and handed in; each server listens through
@@ -155,6 +156,8 @@ async def _serve_with(
     reloader = reloading.CertificateReloader(cert_file=cert, key_file=key)
     try:
         limits = serving.limits_from(args)
+        for max_body in (webhook_server.DEFAULT_MAX_BODY, extender_server.DEFAULT_MAX_BODY):
+            limits.body_budget(max_body)
     except ValueError as exc:
         raise errors.UsageError(str(exc)) from None
 
@@ -181,7 +184,7 @@ async def _serve_with(
     listens = [serving.Listen(host=args.host, port=port, ssl_context=reloader.context,
                               limits=limits) for port in (args.webhook_port, args.extender_port)]
     runners: list[tuple[web.AppRunner, serving.Listen]] = []
-    stop = asyncio.Event()
+    stop, hurry = asyncio.Event(), asyncio.Event()
     reload_task = asyncio.create_task(reloader.run(reloading.DEFAULT_INTERVAL))
     usage_task = asyncio.create_task(scraper.run()) if scraper is not None else None
     try:
@@ -205,19 +208,30 @@ async def _serve_with(
         print(_walkthrough(host=args.host, webhook_port=args.webhook_port,
                            extender_port=args.extender_port, ca=ca,
                            cluster_file=cluster_file), flush=True)
-        with lifecycle.stop_on_signals(stop):
+        # The whole shutdown runs under the handlers: a second Ctrl-C hurries it.
+        with serving.on_signals(stop, hurry):
             await stop.wait()
+            await _stop(runners, hurry)
     finally:
         reload_task.cancel()
         if usage_task is not None:
             usage_task.cancel()
-        for runner, listen in reversed(runners):
-            await serving.drain_and_stop(runner, listen)
+        await _stop(runners, hurry)  # the ones started before a failure, if any
         with contextlib.suppress(asyncio.CancelledError):
             await reload_task
         if usage_task is not None:
             with contextlib.suppress(asyncio.CancelledError):
                 await usage_task
+    if hurry.is_set():
+        raise serving.Interrupted
+
+
+async def _stop(runners: list[tuple[web.AppRunner, serving.Listen]],
+                hurry: asyncio.Event) -> None:
+    """Drain and stop each started server, the last started first (each taken off the list)."""
+    while runners:
+        runner, listen = runners.pop()
+        await serving.drain_and_stop(runner, listen, hurry=hurry)
 
 
 def _terminated(signum: int, _frame: object) -> None:

@@ -108,6 +108,7 @@ def run(args: argparse.Namespace) -> int:
         raise errors.UsageError(f"--port {args.port}: use 1..65535")
     try:
         limits = serving.limits_from(args)
+        limits.body_budget(args.max_body)
     except ValueError as exc:
         raise errors.UsageError(str(exc)) from None
     settings = server.Settings(

@@ -106,3 +106,35 @@ def test_the_extender_refuses_custom_configs_it_cannot_write_safely(
     # and may be rewritten: the flag needs a ConfigMap of one's own.
     line = _fails_in_one_line(["extender", *args, "--cluster", CLUSTER], code=2)
     assert expected in line
+
+
+@pytest.mark.parametrize("args, expected", [
+    (["--max-body-in-flight", "0"], "--max-body-in-flight 0: use a positive number of bytes"),
+    (["--max-body-in-flight", "-5"], "--max-body-in-flight -5: use a positive number of bytes"),
+    (["--max-body-in-flight", "1000"],
+     "--max-body-in-flight 1000: use at least the largest body accepted (33,554,432 bytes)"),
+    (["--max-body", "4096", "--max-body-in-flight", "4095"],
+     "--max-body-in-flight 4095: use at least the largest body accepted (4,096 bytes)"),
+    (["--max-body-in-flight", "ten"], "--max-body-in-flight: invalid int value: 'ten'"),
+    (["--write-timeout", "0"], "--write-timeout 0.0: use a positive number of seconds"),
+    (["--write-timeout", "nan"], "--write-timeout nan: use a positive number of seconds"),
+])
+def test_the_extender_refuses_server_bounds_it_cannot_use(args: list[str],
+                                                          expected: str) -> None:
+    line = _fails_in_one_line(["extender", *args, "--cluster", CLUSTER], code=2)
+    assert expected in line
+
+
+def test_the_webhook_refuses_a_body_budget_below_its_largest_body(certs: Path) -> None:
+    line = _fails_in_one_line(
+        ["webhook", "--tls-cert", str(certs / "tls.crt"), "--tls-key", str(certs / "tls.key"),
+         "--cluster", CLUSTER, "--max-body-in-flight", "100000"], code=2)
+    assert "--max-body-in-flight 100000: use at least the largest body accepted " \
+           "(1,048,576 bytes)" in line
+
+
+def test_serve_refuses_a_body_budget_below_the_extenders_largest_body(tmp_path: Path) -> None:
+    line = _fails_in_one_line(["serve", "--max-body-in-flight", "4194304", "--cert-dir",
+                               str(tmp_path / "c")], code=2)
+    assert "--max-body-in-flight 4194304: use at least the largest body accepted " \
+           "(33,554,432 bytes)" in line

@@ -17,10 +17,10 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+import tls_app
 from aiohttp import web
 
 from migfit import serving
-from migfit.certs import certificates
 
 LIMITS = serving.Limits(keepalive_timeout=1.0, body_timeout=1.0, handshake_timeout=1.0,
                         max_connections=8)
@@ -46,16 +46,8 @@ async def _start(tls: bool, tmp: Path, limits: serving.Limits = LIMITS
                  ) -> tuple[web.AppRunner, Server]:
     app = web.Application()
     app.router.add_post("/echo", _echo)
-    server_ctx = client_ctx = None
-    if tls:
-        cert, key, ca = certificates.self_signed_for_localhost()
-        (tmp / "tls.crt").write_bytes(cert)
-        (tmp / "tls.key").write_bytes(key)
-        server_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-        server_ctx.load_cert_chain(tmp / "tls.crt", tmp / "tls.key")
-        client_ctx = ssl.create_default_context(cadata=ca.decode())
-    runner, started = await serving.start(app, serving.Listen(
-        host="127.0.0.1", port=0, ssl_context=server_ctx, limits=limits))
+    runner, started, client_ctx = await tls_app.start(app, tmp, tls=tls,
+                                                      limits=limits)
     return runner, Server(started, client_ctx)
 
 

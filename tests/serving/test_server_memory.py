@@ -8,7 +8,12 @@ from /proc, and loads it over real sockets:
 - the webhook, 3,000 idle TLS connections opened at once, grows by at most 150 MiB (2,000 took
   562 MB: no cap, an hour's keep-alive, a 256 KiB TLS buffer each), and a valid admission sent
   during the flood on an already open connection (as kube-apiserver's pool would) still gets
-  its answer.
+  its answer;
+- the extender, 25 slow clients each sending 30 MiB of a 31 MiB call, grows by at most
+  200 MiB (it grew by 978 MiB: every body being received was held; now the budget of bodies
+  in flight holds 4 of them and answers the rest 503);
+- the extender, five connections left idle after a 30 MiB call each, grows by at most 60 MiB
+  (210 MiB: each kept its last request's body until the keep-alive timeout).
 """
 
 from __future__ import annotations
@@ -187,3 +192,82 @@ def test_webhook_memory_is_bounded_under_3000_idle_tls_connections(tmp_path: Pat
     assert opened >= 900  # the cap (1,000 by default, one held by the admission's client)
     assert latency < max(1.0, 20 * usual)
 
+
+
+def test_extender_memory_is_bounded_under_25_slow_30_mib_bodies() -> None:
+    """25 clients each send 30 MiB of a 31 MiB call, then stall (as slow clients do): the
+    extender held every body being received (more than 750 MiB; each body is within
+    --max-body, 32 MiB). Now the bodies being received at once are held to
+    --max-body-in-flight (by default 4 × --max-body): the calls beyond get 503 before a
+    byte of their body is read, and what they send is dropped."""
+    port = _free_port()
+    chunk = b" " * MIB
+    head = (b"POST /filter HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
+            b"Content-Length: " + str(31 * MIB).encode() + b"\r\n\r\n")
+
+    async def flood(pid: int) -> tuple[int, int, int]:
+        before = rss(pid)
+
+        async def slow() -> tuple[asyncio.StreamWriter, asyncio.Task[bytes]]:
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            answer = asyncio.create_task(reader.read(200))
+            writer.write(head)
+            with contextlib.suppress(OSError):  # refused: closed once its 503 was sent
+                for _ in range(30):
+                    writer.write(chunk)
+                    await writer.drain()
+            return writer, answer
+
+        sent = await asyncio.gather(*(slow() for _ in range(25)))
+        peak = before
+        for _ in range(20):  # what the server holds while the bodies wait for their end
+            peak = max(peak, rss(pid))
+            await asyncio.sleep(0.05)
+        refused = 0
+        for writer, answer in sent:
+            with contextlib.suppress(OSError, TimeoutError):
+                if (await asyncio.wait_for(answer, 0.1)).startswith(b"HTTP/1.1 503"):
+                    refused += 1
+            writer.transport.abort()
+            answer.cancel()
+        return before, peak, refused
+
+    with running(["extender", "--cluster", str(snapshots.EXAMPLE_CLUSTER), "--host",
+                  "127.0.0.1", "--port", str(port), "--log-level", "error",
+                  "--body-timeout", "60"], port) as proc:
+        before, peak, refused = asyncio.run(flood(proc.pid))
+    growth = peak - before
+    print(f"extender RSS {before / MIB:.0f} -> {peak / MIB:.0f} MiB with 25 slow bodies of "
+          f"30 MiB (+{growth / MIB:.0f} MiB); {refused} answered 503")
+    assert growth <= 200 * MIB
+
+
+def test_extender_keeps_no_body_on_an_idle_connection() -> None:
+    """aiohttp keeps a keep-alive connection's last request until the next one, and
+    ``request.read()`` kept the body on it: five connections left idle after a 30 MiB call
+    each held 150 MiB and more until the keep-alive timeout, where the body budget saw
+    nothing. ``serving.read_body`` keeps no copy of it on the request."""
+    port = _free_port()
+    body = b"[" + b" " * (30 * MIB - 2) + b"]"  # 30 MiB, not an ExtenderArgs: a 400
+
+    async def calls(pid: int) -> tuple[int, int]:
+        before = rss(pid)
+        held = []
+        for _ in range(5):
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            status, _ = await _post(reader, writer, "/filter", body)
+            assert status == 400
+            held.append(writer)
+        await asyncio.sleep(0.5)
+        after = rss(pid)
+        for writer in held:
+            writer.close()
+        return before, after
+
+    with running(["extender", "--cluster", str(snapshots.EXAMPLE_CLUSTER), "--host",
+                  "127.0.0.1", "--port", str(port), "--log-level", "error"], port) as proc:
+        before, after = asyncio.run(calls(proc.pid))
+    growth = after - before
+    print(f"extender RSS {before / MIB:.0f} -> {after / MIB:.0f} MiB with 5 connections idle "
+          f"after a 30 MiB call each (+{growth / MIB:.0f} MiB)")
+    assert growth <= 60 * MIB

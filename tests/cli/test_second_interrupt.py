@@ -1,0 +1,204 @@
+"""A second Ctrl-C during a server's graceful shutdown stops it at once: exit status 130, one
+log line, no traceback (the real commands, real sockets, SIGINT sent twice).
+
+Before: ``migfit serve`` left the second SIGINT to Python's default handler, which raised
+KeyboardInterrupt wherever the event loop was; asyncio's teardown then cancelled aiohttp's
+half-stopped connection handlers, and tracebacks were printed ("unhandled exception during
+asyncio.run() shutdown", InvalidStateError). ``migfit extender`` and ``migfit webhook``
+ignored it: they drained (--drain-delay) and waited for the requests in flight as if it had
+not come.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import ssl
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from migfit.certs import certificates
+
+ROOT = Path(__file__).resolve().parents[2]
+CLUSTER = str(ROOT / "examples" / "cluster.yaml")
+PROMPT_S = 5.0  # the hurried shutdown and the process's exit, with room for a slow machine
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Server:
+    """A ``migfit`` server process whose output (stdout and stderr) is collected by a thread."""
+
+    def __init__(self, args: list[str], env: dict[str, str] | None = None) -> None:
+        self.proc = subprocess.Popen(
+            ["migfit", *args], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            text=True, env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})})
+        self.lines: list[str] = []
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.append(line)
+
+    @property
+    def output(self) -> str:
+        return "".join(self.lines)
+
+    def wait_for(self, text: str, within: float = 60.0) -> None:
+        deadline = time.monotonic() + within
+        while text not in self.output:
+            assert self.proc.poll() is None, f"exited {self.proc.returncode}:\n{self.output}"
+            assert time.monotonic() < deadline, f"no {text!r} within {within}s:\n{self.output}"
+            time.sleep(0.05)
+
+    def exit_within(self, seconds: float) -> int:
+        try:
+            code = self.proc.wait(timeout=seconds)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            pytest.fail(f"still running {seconds}s after the second SIGINT:\n{self.output}")
+        self._reader.join(5)
+        return code
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+class Trickle:
+    """Requests whose bodies arrive a few bytes at a time (in flight until the end)."""
+
+    def __init__(self, targets: list[tuple[int, bytes, bool]], per_target: int = 4) -> None:
+        self._stop = threading.Event()
+        self._socks: list[socket.socket] = []
+        tls = ssl.create_default_context()
+        tls.check_hostname = False
+        tls.verify_mode = ssl.CERT_NONE  # a throwaway certificate: only the bytes matter
+        for port, path, secure in targets:
+            for _ in range(per_target):
+                sock = socket.create_connection(("127.0.0.1", port))
+                if secure:
+                    sock = tls.wrap_socket(sock, server_hostname="localhost")
+                sock.sendall(b"POST " + path + b" HTTP/1.1\r\nHost: x\r\nContent-Type: "
+                             b"application/json\r\nContent-Length: 10000000\r\n\r\n{")
+                self._socks.append(sock)
+        self._threads = [threading.Thread(target=self._send, args=(s,), daemon=True)
+                         for s in self._socks]
+        for thread in self._threads:
+            thread.start()
+
+    def _send(self, sock: socket.socket) -> None:
+        try:
+            while not self._stop.is_set():
+                sock.sendall(b" " * 100)
+                time.sleep(0.001)
+        except OSError:
+            pass
+
+    def close(self) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(5)
+        for sock in self._socks:
+            sock.close()
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[tuple[Server, int, int]]:
+    hook, ext = _free_port(), _free_port()
+    # no --cert-dir: the throwaway CA key lives in a temporary folder, which must go
+    server = Server(["serve", "--webhook-port", str(hook), "--extender-port", str(ext)],
+                    env={"TMPDIR": str(tmp_path)})
+    try:
+        server.wait_for("Stop with Ctrl-C")
+        yield server, hook, ext
+    finally:
+        server.stop()
+
+
+def _refused(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+    except ConnectionRefusedError:
+        return True
+    return False
+
+
+def _check_quiet_exit(server: Server, code: int) -> None:
+    assert code == 130, server.output
+    assert "Traceback" not in server.output, server.output
+    assert " ERROR " not in server.output, server.output
+    hurried = [line for line in server.lines if "SIGINT again" in line]
+    assert len(hurried) == 1, server.output
+
+
+def test_a_second_ctrl_c_stops_serve_at_once_without_a_traceback(
+        served: tuple[Server, int, int], tmp_path: Path) -> None:
+    server, hook, ext = served
+    trickle = Trickle([(hook, b"/mutate", True), (ext, b"/filter", True)])
+    try:
+        time.sleep(0.3)
+        server.proc.send_signal(signal.SIGINT)
+        # The shutdown has begun (the extender's listener is closed, the first stopped) and
+        # waits for the requests in flight (up to --shutdown-timeout's 10 s).
+        deadline = time.monotonic() + 10
+        while not _refused(ext):
+            assert time.monotonic() < deadline, server.output
+            time.sleep(0.05)
+        time.sleep(0.3)
+        assert server.proc.poll() is None, server.output
+        server.proc.send_signal(signal.SIGINT)
+        start = time.monotonic()
+        code = server.exit_within(PROMPT_S)
+    finally:
+        trickle.close()
+    _check_quiet_exit(server, code)
+    assert time.monotonic() - start < PROMPT_S
+    assert list(tmp_path.glob("migfit-serve-*")) == []  # the CA key removed on the way out
+
+
+@pytest.mark.parametrize("command", ["extender", "webhook"])
+def test_a_second_ctrl_c_cuts_the_drain_short(command: str, tmp_path: Path) -> None:
+    port = _free_port()
+    args = ["--host", "127.0.0.1", "--port", str(port), "--cluster", CLUSTER,
+            "--drain-delay", "30"]
+    if command == "webhook":
+        cert, key, _ = certificates.self_signed_for_localhost()
+        (tmp_path / "tls.crt").write_bytes(cert)
+        (tmp_path / "tls.key").write_bytes(key)
+        args += ["--tls-cert", str(tmp_path / "tls.crt"), "--tls-key", str(tmp_path / "tls.key")]
+        ready, path = "webhook serving", b"/mutate"
+    else:
+        args += ["--no-publish"]
+        ready, path = "extender serving", b"/filter"
+    server = Server([command, *args])
+    trickle = None
+    try:
+        server.wait_for(ready)
+        trickle = Trickle([(port, path, command == "webhook")], per_target=2)
+        time.sleep(0.3)
+        server.proc.send_signal(signal.SIGINT)
+        server.wait_for("draining for 30.0s", within=10)
+        server.proc.send_signal(signal.SIGINT)
+        start = time.monotonic()
+        code = server.exit_within(PROMPT_S)
+    finally:
+        if trickle is not None:
+            trickle.close()
+        server.stop()
+    _check_quiet_exit(server, code)
+    assert time.monotonic() - start < PROMPT_S

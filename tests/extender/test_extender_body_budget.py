@@ -1,0 +1,86 @@
+"""The extender served as ``migfit extender`` serves it: the bodies of calls being received at
+once are bounded, all connections together (``serving.read_body``'s budget, by default
+``serving.BUDGET_BODIES`` of ``--max-body``).
+
+Before: only each body was bounded (32 MiB), so about 25 slow clients each sending 30 MiB made
+the extender hold more than 1 GiB; a call beyond what the budget holds waited for its body
+like any other (and got 408 from a slow client). Now it gets 503 with ``Retry-After`` at
+once, in the verb's wire shape, before its body is sent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+
+import pytest
+from extender_builders import args, build, node, pod
+
+from migfit import serving
+from migfit.extender import server
+
+MAX_BODY = 64 * 1024
+LIMITS = serving.Limits(keepalive_timeout=5.0, body_timeout=2.0, max_connections=32)
+
+
+@pytest.fixture
+async def port() -> AsyncIterator[int]:
+    settings = server.ExtenderSettings(host="127.0.0.1", port=0, limits=LIMITS,
+                                       max_body_bytes=MAX_BODY)
+    app = server.make_app(settings=settings, cluster=build([node("n", {"1g.10gb": 7})]))
+    runner, started = await serving.start(app, server.listen_of(settings, None))
+    yield started.port
+    await runner.cleanup()
+
+
+def _head(path: bytes, length: int) -> bytes:
+    return (b"POST " + path + b" HTTP/1.1\r\nHost: localhost\r\nContent-Type: "
+            b"application/json\r\nContent-Length: " + str(length).encode() + b"\r\n\r\n")
+
+
+async def _answer(reader: asyncio.StreamReader, within: float) -> tuple[bytes, bytes]:
+    head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), within)
+    length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                  if line.lower().startswith(b"content-length:"))
+    return head, await asyncio.wait_for(reader.readexactly(length), within)
+
+
+@pytest.mark.parametrize("path", [b"/filter", b"/prioritize"])
+async def test_a_call_beyond_the_budget_gets_503_before_its_body_is_sent(
+        port: int, path: bytes) -> None:
+    held = []
+    for _ in range(serving.BUDGET_BODIES):  # four calls of the largest body, being received
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(_head(path, MAX_BODY) + b'{"Pod": {')
+        await writer.drain()
+        held.append((reader, writer))
+    await asyncio.sleep(0.2)
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(_head(path, 1000))  # its head alone
+    head, body = await _answer(reader, LIMITS.body_timeout / 2)
+    assert head.startswith(b"HTTP/1.1 503"), head
+    assert b"\r\nRetry-After: 1\r\n" in head and b"\r\nConnection: close\r\n" in head, head
+    answer = json.loads(body)
+    assert "--max-body-in-flight" in answer["Error"], answer
+    if path == b"/filter":  # an ExtenderFilterResult, every field present
+        assert set(answer) == {"Nodes", "NodeNames", "FailedNodes",
+                               "FailedAndUnresolvableNodes", "Error"}, answer
+    writer.close()
+    # Once the held calls are done (here: their clients gone), calls fit again.
+    for _, w in held:
+        w.transport.abort()
+    await asyncio.sleep(0.2)
+    call = json.dumps(args(pod("x"), ["n"])).encode()
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(_head(path, len(call)) + call)
+    head, body = await _answer(reader, 2.0)
+    assert head.startswith(b"HTTP/1.1 200"), head
+    writer.close()
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    metrics = await asyncio.wait_for(reader.read(), 5)
+    verb = path.strip(b"/").decode()
+    assert (f'migfit_extender_requests_total{{code="503",verb="{verb}"}} 1.0'.encode()
+            in metrics)
+    writer.close()

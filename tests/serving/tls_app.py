@@ -1,0 +1,29 @@
+"""Starts an aiohttp app through ``migfit.serving`` for the serving tests: over plain HTTP, or
+over TLS with a throwaway certificate for localhost and a client context that trusts it."""
+
+from __future__ import annotations
+
+import ssl
+from pathlib import Path
+
+from aiohttp import web
+
+from migfit import serving
+from migfit.certs import certificates
+
+
+async def start(app: web.Application, tmp: Path, *, tls: bool, limits: serving.Limits
+                ) -> tuple[web.AppRunner, serving.Started, ssl.SSLContext | None]:
+    """The runner, where it listens (127.0.0.1, a free port), and the client's TLS context
+    (None over plain HTTP)."""
+    server_ctx = client_ctx = None
+    if tls:
+        cert, key, ca = certificates.self_signed_for_localhost()
+        (tmp / "tls.crt").write_bytes(cert)
+        (tmp / "tls.key").write_bytes(key)
+        server_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        server_ctx.load_cert_chain(tmp / "tls.crt", tmp / "tls.key")
+        client_ctx = ssl.create_default_context(cadata=ca.decode())
+    runner, started = await serving.start(app, serving.Listen(
+        host="127.0.0.1", port=0, ssl_context=server_ctx, limits=limits))
+    return runner, started, client_ctx

@@ -123,8 +123,10 @@ def _innermost(parser: argparse.ArgumentParser, args: argparse.Namespace
 def main(argv: Sequence[str] | None = None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
     first = next((a for a in args_list if not a.startswith("-")), None)
-    parser = build_parser(first if first in COMMANDS else None)
     try:
+        # Inside: building the parser imports the command's modules, where an early Ctrl-C
+        # lands (a second or so after the start); it is 130 like any other, no traceback.
+        parser = build_parser(first if first in COMMANDS else None)
         args, extra = parser.parse_known_args(args_list)
         if extra:
             # argparse reports a subcommand's unknown flags with the top-level usage; name the

@@ -177,8 +177,8 @@ def add_limit_arguments(parser: argparse.ArgumentParser | argparse._ArgumentGrou
         help="bytes of request bodies being received at once, all connections together; a "
              "request whose body would go beyond is answered 503 with Retry-After: "
              f"{RETRY_AFTER_S} before its body is read (default: {BUDGET_BODIES} times the "
-             "largest body accepted, --max-body: 128 MiB for the extender, 4 MiB for the "
-             "webhook)")
+             "largest body accepted: 128 MiB for the extender, 4 MiB for the webhook with "
+             "their default --max-body)")
     parser.add_argument(
         "--max-connections", type=int, default=DEFAULT_MAX_CONNECTIONS, metavar="N",
         help="connections open at once; more are closed when accepted (default %(default)s)")
@@ -343,7 +343,9 @@ ExpectHandler = Callable[[web.Request], Awaitable[web.StreamResponse | None]]
 def expect_within(limit: int, refuse: Callable[[int], web.StreamResponse]) -> ExpectHandler:
     """A route's ``Expect: 100-continue`` handler that answers a declared body over ``limit``
     bytes with ``refuse(length)`` (the server's own 413, connection closed) instead of
-    inviting the client to send it; else ``100 Continue``, as aiohttp's own handler does."""
+    inviting the client to send it, and does not invite a body the app's ``BodyBudget`` has
+    no room for (the handler answers 503); else ``100 Continue``, as aiohttp's own handler
+    does."""
 
     async def handle(request: web.Request) -> web.StreamResponse | None:
         expect = request.headers.get("Expect", "")
@@ -356,6 +358,12 @@ def expect_within(limit: int, refuse: Callable[[int], web.StreamResponse]) -> Ex
             answer = refuse(length)
             answer.headers["Connection"] = "close"  # the body was never sent: nothing to read
             return answer
+        budget = request.app.get(BODY_BUDGET)
+        if length and budget is not None and budget.held + length > budget.limit:
+            # No invitation: the handler's ``read_body`` answers 503 (Retry-After) before
+            # the body is sent, in the route's own error shape; should room free up first,
+            # it reads the body the client sends once its wait for 100 Continue is over.
+            return None
         await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
         request.writer.output_size = 0  # the interim answer is not the response's size
         return None

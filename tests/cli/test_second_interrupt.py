@@ -202,3 +202,29 @@ def test_a_second_ctrl_c_cuts_the_drain_short(command: str, tmp_path: Path) -> N
         server.stop()
     _check_quiet_exit(server, code)
     assert time.monotonic() - start < PROMPT_S
+
+
+def test_a_ctrl_c_while_the_command_loads_is_130_without_a_traceback() -> None:
+    """Ctrl-C in the first second, while ``migfit serve`` imports its modules (building the
+    parser loads the command's), used to print a KeyboardInterrupt traceback (exit -2). The
+    signal is sent at several moments, so that some land while it loads: none prints a
+    traceback, and one that stopped it before it served exits 130."""
+    early = []
+    for delay in (0.1, 0.2, 0.3, 0.45, 0.6, 0.8):
+        port_w, port_e = _free_port(), _free_port()
+        proc = subprocess.Popen(
+            ["migfit", "serve", "--webhook-port", str(port_w), "--extender-port", str(port_e)],
+            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        time.sleep(delay)
+        proc.send_signal(signal.SIGINT)
+        try:
+            out, _ = proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out, _ = proc.communicate()
+            pytest.fail(f"still running 30 s after a SIGINT at {delay} s: {out[-2000:]}")
+        assert "Traceback" not in out, (delay, out[-3000:])
+        assert proc.returncode in (0, 130, -signal.SIGINT), (delay, proc.returncode, out)
+        if proc.returncode == 130 and "Stop with" not in out:
+            early.append(delay)
+    assert early, "no SIGINT landed before the server started: send them earlier"

@@ -84,3 +84,32 @@ async def test_a_call_beyond_the_budget_gets_503_before_its_body_is_sent(
     assert (f'migfit_extender_requests_total{{code="503",verb="{verb}"}} 1.0'.encode()
             in metrics)
     writer.close()
+
+
+async def test_a_call_the_budget_cannot_hold_is_not_invited_to_send_its_body(port: int) -> None:
+    """``Expect: 100-continue`` (curl's way with a large body): when the bodies in flight
+    leave no room, the first answer is the 503, not ``100 Continue`` inviting a body that
+    would be thrown away; with room, the invitation comes as before."""
+    held = []
+    for _ in range(serving.BUDGET_BODIES):
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(_head(b"/filter", MAX_BODY) + b'{"Pod": {')
+        await writer.drain()
+        held.append((reader, writer))
+    await asyncio.sleep(0.2)
+    expect = _head(b"/filter", 1000).replace(b"\r\n\r\n", b"\r\nExpect: 100-continue\r\n\r\n")
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(expect)
+    head, body = await _answer(reader, LIMITS.body_timeout / 2)
+    assert head.startswith(b"HTTP/1.1 503"), head
+    assert b"\r\nRetry-After: 1\r\n" in head and "--max-body-in-flight" in json.loads(
+        body)["Error"]
+    writer.close()
+    for _, w in held:
+        w.transport.abort()
+    await asyncio.sleep(0.2)
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(expect)
+    first = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 2.0)
+    assert first.startswith(b"HTTP/1.1 100 Continue"), first
+    writer.close()

@@ -913,12 +913,15 @@ def run(main: Coroutine[Any, Any, _T]) -> _T:
 
 
 @contextlib.contextmanager
-def on_signals(stop: asyncio.Event, hurry: asyncio.Event) -> Iterator[None]:
+def on_signals(stop: asyncio.Event, hurry: asyncio.Event, *,
+               before_exit: Callable[[], None] | None = None) -> Iterator[None]:
     """SIGTERM and SIGINT while the block runs, as the running loop's handlers: the first sets
     ``stop`` (a graceful shutdown begins, ``drain_and_stop``); the next, once ``stop`` is set,
     sets ``hurry`` (that shutdown waits no more: ``drain_and_stop`` closes the connections
     still open, and the server ends in ``Interrupted``), with one log line; a third exits at
-    once (128 + the signal's number), should the hurried shutdown itself hang.
+    once (128 + the signal's number), should the hurried shutdown itself hang, after
+    ``before_exit`` (what must not outlive the process, such as a private key's folder:
+    nothing else runs on that way out).
 
     Run the whole shutdown inside the block: a signal between the loop's handlers and none
     finds Python's own, which raises KeyboardInterrupt wherever the loop happens to be; the
@@ -937,6 +940,11 @@ def on_signals(stop: asyncio.Event, hurry: asyncio.Event) -> Iterator[None]:
             hurry.set()
         else:
             log.warning("%s a third time: exiting now", sig.name)
+            if before_exit is not None:
+                try:
+                    before_exit()
+                except Exception as exc:  # exiting anyway: say what was left behind
+                    log.warning("exiting without cleaning up: %s", exc)
             logging.shutdown()
             os._exit(128 + sig)
 

@@ -12,7 +12,9 @@ import argparse
 import asyncio
 import contextlib
 import errno
+import functools
 import logging
+import shutil
 import signal
 import tempfile
 from collections.abc import Iterator
@@ -208,8 +210,12 @@ async def _serve_with(
         print(_walkthrough(host=args.host, webhook_port=args.webhook_port,
                            extender_port=args.extender_port, ca=ca,
                            cluster_file=cluster_file), flush=True)
-        # The whole shutdown runs under the handlers: a second Ctrl-C hurries it.
-        with serving.on_signals(stop, hurry):
+        # The whole shutdown runs under the handlers: a second Ctrl-C hurries it, a third
+        # exits at once, removing the throwaway key's temporary folder (certificate_files)
+        # first, since nothing else runs on that way out.
+        forget = None if args.cert_dir is not None else functools.partial(
+            shutil.rmtree, cert.parent, ignore_errors=True)
+        with serving.on_signals(stop, hurry, before_exit=forget):
             await stop.wait()
             await _stop(runners, hurry)
     finally:

@@ -228,3 +228,44 @@ def test_a_ctrl_c_while_the_command_loads_is_130_without_a_traceback() -> None:
         if proc.returncode == 130 and "Stop with" not in out:
             early.append(delay)
     assert early, "no SIGINT landed before the server started: send them earlier"
+
+
+def test_a_third_signal_exits_at_once_and_removes_the_throwaway_key(tmp_path: Path) -> None:
+    """The third signal exits at once (``os._exit``: 128 + its number), where nothing else
+    runs: ``migfit serve`` removes its temporary folder with the CA's private key first (it
+    was left behind). Sent right after the second, while the hurried shutdown still runs;
+    tried a few times, since the shutdown may finish first (then the usual 130)."""
+    thirds = 0
+    for attempt in range(4):
+        folder = tmp_path / str(attempt)
+        folder.mkdir()
+        hook, ext = _free_port(), _free_port()
+        server = Server(["serve", "--webhook-port", str(hook), "--extender-port", str(ext)],
+                        env={"TMPDIR": str(folder)})
+        trickle = None
+        try:
+            server.wait_for("Stop with Ctrl-C")
+            assert len(list(folder.glob("migfit-serve-*"))) == 1
+            trickle = Trickle([(hook, b"/mutate", True), (ext, b"/filter", True)])
+            time.sleep(0.3)
+            server.proc.send_signal(signal.SIGINT)
+            deadline = time.monotonic() + 10
+            while not _refused(ext):
+                assert time.monotonic() < deadline, server.output
+                time.sleep(0.02)
+            server.proc.send_signal(signal.SIGINT)
+            time.sleep(0.002)
+            server.proc.send_signal(signal.SIGTERM)
+            code = server.exit_within(PROMPT_S)
+        finally:
+            if trickle is not None:
+                trickle.close()
+            server.stop()
+        assert "Traceback" not in server.output, server.output
+        assert list(folder.glob("migfit-serve-*")) == [], (code, server.output)
+        if "SIGTERM a third time: exiting now" in server.output:
+            assert code == 128 + signal.SIGTERM, server.output
+            thirds += 1
+        else:
+            assert code == 130, server.output
+    assert thirds, "no third signal arrived before the hurried shutdown had finished"

@@ -588,6 +588,7 @@ def _finish(name: str, fig: figures.NodeFigures, part: _Part, scarce: float, my_
     pack = part[0]
     strand = (1.0 - pack) / 2
     u_host = 0.0
+    mis = 0.0
     after = part[13]
     if part[5]:
         if my_cpu or my_mem:
@@ -605,16 +606,11 @@ def _finish(name: str, fig: figures.NodeFigures, part: _Part, scarce: float, my_
             slices_free = fig.free_slices
             slices = slices_free - part[12]
             cpu_free = part[8] - part[6]
-            if cpu_free <= 0 or slices <= 0 or slices_free <= 0:
-                mis = 1.0
-            else:
-                mis = abs(math.log((my_cpu * slices_free) / (slices * cpu_free))) / ALIGN_SPAN
-                if not mis < 1.0:
-                    mis = 1.0
-        else:
-            mis = 0.0
-    else:
-        mis = 0.0
+            mis = 1.0
+            if cpu_free > 0 and slices > 0 and slices_free > 0:
+                off = abs(math.log((my_cpu * slices_free) / (slices * cpu_free))) / ALIGN_SPAN
+                if off < 1.0:
+                    mis = off
     per_gpu = fig.model.memory_slices if fig.model is not None else 1
     return _assemble(name, fig, part, scarce, strand, u_host, (after - part[10]) / per_gpu,
                      mis, floor)

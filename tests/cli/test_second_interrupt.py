@@ -138,6 +138,13 @@ def _refused(port: int) -> bool:
     return False
 
 
+def _wait_refused(server: Server, port: int, within: float = 10.0) -> None:
+    """Until ``port`` refuses connections: the shutdown has begun (its listener closed)."""
+    deadline = time.monotonic() + within
+    while not _refused(port):
+        assert time.monotonic() < deadline, server.output
+        time.sleep(0.02)
+
 def _check_quiet_exit(server: Server, code: int) -> None:
     assert code == 130, server.output
     assert "Traceback" not in server.output, server.output
@@ -155,10 +162,7 @@ def test_a_second_ctrl_c_stops_serve_at_once_without_a_traceback(
         server.proc.send_signal(signal.SIGINT)
         # The shutdown has begun (the extender's listener is closed, the first stopped) and
         # waits for the requests in flight (up to --shutdown-timeout's 10 s).
-        deadline = time.monotonic() + 10
-        while not _refused(ext):
-            assert time.monotonic() < deadline, server.output
-            time.sleep(0.05)
+        _wait_refused(server, ext)
         time.sleep(0.3)
         assert server.proc.poll() is None, server.output
         server.proc.send_signal(signal.SIGINT)
@@ -249,10 +253,7 @@ def test_a_third_signal_exits_at_once_and_removes_the_throwaway_key(tmp_path: Pa
             trickle = Trickle([(hook, b"/mutate", True), (ext, b"/filter", True)])
             time.sleep(0.3)
             server.proc.send_signal(signal.SIGINT)
-            deadline = time.monotonic() + 10
-            while not _refused(ext):
-                assert time.monotonic() < deadline, server.output
-                time.sleep(0.02)
+            _wait_refused(server, ext)
             server.proc.send_signal(signal.SIGINT)
             time.sleep(0.002)
             server.proc.send_signal(signal.SIGTERM)

@@ -921,7 +921,8 @@ def on_signals(stop: asyncio.Event, hurry: asyncio.Event, *,
     still open, and the server ends in ``Interrupted``), with one log line; a third exits at
     once (128 + the signal's number), should the hurried shutdown itself hang, after
     ``before_exit`` (what must not outlive the process, such as a private key's folder:
-    nothing else runs on that way out).
+    nothing else runs on that way out). Once a signal has stopped the server, one that comes
+    after the block, while the process is torn down, exits at once the same way.
 
     Run the whole shutdown inside the block: a signal between the loop's handlers and none
     finds Python's own, which raises KeyboardInterrupt wherever the loop happens to be; the
@@ -930,8 +931,21 @@ def on_signals(stop: asyncio.Event, hurry: asyncio.Event, *,
     Where handlers cannot be installed (not the main thread), ``stop`` is set by its owner.
     """
     loop = asyncio.get_running_loop()
+    signalled = False
+
+    def exit_now(sig: signal.Signals, why: str) -> None:
+        log.warning("%s %s: exiting now", sig.name, why)
+        if before_exit is not None:
+            try:
+                before_exit()
+            except Exception as exc:  # exiting anyway: say what was left behind
+                log.warning("exiting without cleaning up: %s", exc)
+        logging.shutdown()
+        os._exit(128 + sig)
 
     def received(sig: signal.Signals) -> None:
+        nonlocal signalled
+        signalled = True
         if not stop.is_set():
             stop.set()
         elif not hurry.is_set():
@@ -939,14 +953,10 @@ def on_signals(stop: asyncio.Event, hurry: asyncio.Event, *,
                         "requests in flight", sig.name)
             hurry.set()
         else:
-            log.warning("%s a third time: exiting now", sig.name)
-            if before_exit is not None:
-                try:
-                    before_exit()
-                except Exception as exc:  # exiting anyway: say what was left behind
-                    log.warning("exiting without cleaning up: %s", exc)
-            logging.shutdown()
-            os._exit(128 + sig)
+            exit_now(sig, "a third time")
+
+    def late(signum: int, _frame: object) -> None:
+        exit_now(signal.Signals(signum), "after the shutdown")
 
     installed: list[signal.Signals] = []
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -958,6 +968,13 @@ def on_signals(stop: asyncio.Event, hurry: asyncio.Event, *,
     finally:
         for sig in installed:
             loop.remove_signal_handler(sig)
+            # A signal stopped the server, so the process is on its way out: one more,
+            # while the rest of it is torn down, exits at once as a third would (removing
+            # the loop's handler gave it back to Python's default, a KeyboardInterrupt
+            # wherever the teardown is, or uvloop's, which ends the process with no line
+            # and without ``before_exit``).
+            if signalled:
+                signal.signal(sig, late)
 
 
 

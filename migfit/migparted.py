@@ -655,15 +655,27 @@ def render(
 
 
 def custom_name(gpus: Sequence[Sequence[str]]) -> str:
-    """A stable, readable name for a custom config (``migfit-4x1g.10gb-3g.40gb`` when uniform)."""
+    """A stable, readable name for a custom config (``migfit-4x1g.10gb-3g.40gb`` when uniform),
+    distinct for distinct layouts and a valid label value (``nvidia.com/mig.config``).
+
+    A profile's ``+`` is written ``.``, as NVIDIA's own names do (``all-1g.24gb.me`` for
+    ``1g.24gb+me``), and its ``-`` kept (``1g.24gb-me``, another profile): replacing both
+    with ``-`` gave one name to two layouts of the RTX PRO 6000. A mixed layout, or a name
+    past a label value's 63 characters, gets a digest of the layout instead.
+    """
     distinct = {tuple(sorted(g)) for g in gpus}
     if len(distinct) == 1:
         (only,) = distinct
         counts = Counter(only)
         body = "-".join(f"{n}x{p}" if n > 1 else p for p, n in sorted(counts.items()))
-        return f"migfit-{body or 'empty'}".replace("+", "-")
+        name = f"migfit-{body or 'empty'}".replace("+", ".")
+        if len(name) <= _LABEL_VALUE_MAX:
+            return name
     digest = hashlib.sha256(json.dumps([sorted(g) for g in gpus]).encode()).hexdigest()[:10]
     return f"migfit-{digest}"
+
+
+_LABEL_VALUE_MAX = 63  # a Kubernetes label value: at most 63 characters
 
 
 def dump(doc: Mapping[str, Any]) -> str:

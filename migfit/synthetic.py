@@ -28,9 +28,14 @@ _FLEET: tuple[tuple[str, str, float], ...] = (
     ("H200-141GB", "NVIDIA-H200", 0.13),
 )
 
-# Streaming multiprocessors per compute slice (A100/A30: 14, Hopper: 16; 7g gets the rest).
-_SMS_PER_SLICE = {"A100-80GB": 14, "A100-40GB": 14, "A30-24GB": 14, "H100-80GB": 16,
-                  "H200-141GB": 16}
+# Streaming multiprocessors of an instance, as ``nvidia-smi mig -lgip`` and GFD's
+# ``.multiprocessors`` label give them (shared/reference/MIG.md §3.3). Ampere: 14 per compute
+# slice (A100 7g: 98). Hopper's are not proportional: by (compute slices, memory slices)
+# from the H100 80GB HBM3 lgip; the H200 (the same 132-SM die; one real point, 1g.18gb:
+# 16) is taken to match.
+_AMPERE_SMS_PER_SLICE = 14
+_HOPPER_SMS = {(1, 1): 16, (1, 2): 26, (2, 2): 32, (3, 4): 60, (4, 4): 64, (7, 8): 132}
+_HOPPER = frozenset({"H100-80GB", "H200-141GB"})
 _IMAGES = (
     "nvcr.io/nvidia/pytorch:24.05-py3",
     "nvcr.io/nvidia/tritonserver:24.05-py3",
@@ -70,10 +75,9 @@ def _ts(rng: random.Random, *, day: int = 10) -> str:
 def profile_labels(model: profiles.GpuModel, profile: str, count: int) -> dict[str, str]:
     """The ``nvidia.com/mig-<p>.*`` labels GFD writes for one profile under ``mixed``."""
     p = model.profile(profile)
-    sms = _SMS_PER_SLICE.get(model.id, 14) * p.compute_slices
-    if p.compute_slices == model.compute_slices:
-        sms = _SMS_PER_SLICE.get(model.id, 14) * model.compute_slices + (
-            6 if model.compute_slices == 7 else 0)
+    sms = _AMPERE_SMS_PER_SLICE * p.compute_slices
+    if model.id in _HOPPER:
+        sms = _HOPPER_SMS.get((p.compute_slices, p.memory_slices), sms)
     big = p.compute_slices >= 3
     pre = profiles.resource_name(p.name)
     return {

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from migfit import errors, layouts, migparted, profiles
@@ -215,6 +217,36 @@ def test_render_round_trips() -> None:
     uniform = [["1g.10gb", "3g.40gb"]] * 3
     assert migparted.custom_name(uniform) == "migfit-1g.10gb-3g.40gb"
     assert migparted.render("u", uniform)["mig-configs"]["u"][0]["devices"] == "all"
+
+
+LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
+
+
+def test_custom_names_are_distinct_for_distinct_layouts_and_valid_label_values() -> None:
+    """Every layout of every catalog model, as a uniform config: one name per layout. Before,
+    ``+`` and ``-`` were both written ``-``: ``1g.24gb+me`` and ``1g.24gb-me`` (RTX PRO 6000)
+    got one name, 19 names for two layouts each, and the apply mode kept one of two such
+    recommendations under the other's name."""
+    seen: dict[str, tuple[str, ...]] = {}
+    for model in profiles.builtin().models:
+        for lay in layouts.of(model).all:
+            names = tuple(lay.profile_names())
+            name = migparted.custom_name([list(names)] * 2)
+            assert len(name) <= 63 and LABEL_VALUE.fullmatch(name), name
+            assert seen.setdefault(name, names) == names, (name, seen[name], names)
+    rtx = profiles.builtin().get("RTX-PRO-6000-96GB")
+    assert migparted.custom_name([["1g.24gb+me"]]) == "migfit-1g.24gb.me"  # NVIDIA's spelling
+    assert migparted.custom_name([["1g.24gb-me"]]) == "migfit-1g.24gb-me"
+    for gpus in ([["1g.24gb+me", "1g.24gb"]], [["1g.24gb-me", "1g.24gb"]]):
+        doc = migparted.render(migparted.custom_name(gpus), gpus, model=rtx)
+        (name,) = migparted.parse(migparted.dump(doc)).names()
+        assert name == migparted.custom_name(gpus)
+
+
+def test_a_uniform_name_past_a_label_values_length_gets_a_digest() -> None:
+    gpus = [["1g.10gb+" + "x" * 60] * 3]
+    name = migparted.custom_name(gpus)
+    assert name.startswith("migfit-") and len(name) == len("migfit-") + 10
 
 
 @pytest.mark.parametrize("text", ["", "\n", "{}", "# only a comment\n"])

@@ -58,6 +58,7 @@ from types import TracebackType
 from typing import Any, Final, Literal
 
 import aiohttp
+import yaml
 from kubernetes_asyncio import client as k8s
 from kubernetes_asyncio import config as k8s_config
 from kubernetes_asyncio.client.rest import ApiException
@@ -230,8 +231,9 @@ def discover(kubeconfig: str | os.PathLike[str] | None = None,
     if kubeconfig is not None:
         path = os.path.expanduser(os.fspath(kubeconfig))
         if not os.path.isfile(path):
+            what = "a directory, not a file" if os.path.isdir(path) else "no such file"
             raise errors.ConfigError(
-                f"cannot load kubeconfig {os.fspath(kubeconfig)!r}: no such file; pass "
+                f"cannot load kubeconfig {os.fspath(kubeconfig)!r}: {what}; pass "
                 "--kubeconfig PATH to a readable kubeconfig")
         return Origin(path, context)
     env = os.environ.get("KUBECONFIG", "")
@@ -254,6 +256,52 @@ def discover(kubeconfig: str | os.PathLike[str] | None = None,
         "cannot load in-cluster config (no service account mounted?) and found no kubeconfig "
         "($KUBECONFIG unset, no ~/.kube/config): pass --kubeconfig PATH to a readable "
         "kubeconfig or run inside a pod with a service account")
+
+
+_KUBECONFIG_FIX = "pass --kubeconfig PATH to a readable kubeconfig"
+
+
+def check(origin: Origin) -> None:
+    """ConfigError, in one line that says what to change, when the kubeconfig files of
+    ``origin`` cannot be a kubeconfig: unreadable, not valid YAML, empty, not a mapping, or
+    with no clusters, contexts or users, or without ``origin.context`` (checked before the
+    client reads them, whose own errors are tracebacks or Python messages)."""
+    if origin.kubeconfig is None:
+        return
+    contexts: set[str] = set()
+    found = False
+    for path in (p for p in origin.kubeconfig.split(os.pathsep) if p):
+        if not os.path.isfile(path):
+            continue  # $KUBECONFIG may list files that do not exist (kubectl skips them)
+        where = f"cannot load kubeconfig {path!r}"
+        try:
+            with open(path, "rb") as f:
+                doc = yaml.safe_load(f)
+        except OSError as exc:
+            raise errors.ConfigError(f"{where}: {exc.strerror or exc}; {_KUBECONFIG_FIX}"
+                                     ) from None
+        except yaml.YAMLError as exc:
+            mark = getattr(exc, "problem_mark", None)
+            at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+            problem = getattr(exc, "problem", None) or type(exc).__name__
+            raise errors.ConfigError(f"{where}: not valid YAML{at}: {problem}; "
+                                     f"{_KUBECONFIG_FIX}") from None
+        if doc is None:
+            raise errors.ConfigError(f"{where}: the file is empty; {_KUBECONFIG_FIX}")
+        if not isinstance(doc, dict) or not any(
+                doc.get(k) for k in ("clusters", "contexts", "users", "current-context")):
+            raise errors.ConfigError(
+                f"{where}: not a kubeconfig (no clusters, contexts or users); "
+                f"{_KUBECONFIG_FIX}")
+        found = True
+        for entry in doc.get("contexts") or ():
+            if isinstance(entry, dict) and isinstance(entry.get("name"), str):
+                contexts.add(entry["name"])
+    if found and origin.context is not None and origin.context not in contexts:
+        known = ", ".join(sorted(contexts)[:10]) or "none"
+        raise errors.ConfigError(
+            f"--context {origin.context}: no such context in kubeconfig {origin.kubeconfig} "
+            f"(it has: {known}); pass --context NAME of one of them")
 
 
 def _status_detail(body: bytes) -> tuple[str, str]:
@@ -624,6 +672,7 @@ async def connect(kubeconfig: str | os.PathLike[str] | None = None,
         connection = Connection(kubeconfig=kubeconfig, context=context,
                                 request_timeout_s=request_timeout)
     origin = discover(connection.kubeconfig, connection.context)
+    check(origin)
     configuration = k8s.Configuration()
     loader: Any = None
     namespace = "default"
@@ -639,7 +688,7 @@ async def connect(kubeconfig: str | os.PathLike[str] | None = None,
             current = loader.current_context or {}
             namespace = str((current.get("context") or {}).get("namespace") or "default")
     except (k8s_config.ConfigException, OSError, ValueError, KeyError, TypeError,
-            AttributeError, AssertionError) as exc:
+            AttributeError, AssertionError, yaml.YAMLError) as exc:
         where = ("in-cluster config (no service account mounted?)" if origin.kubeconfig is None
                  else f"kubeconfig {origin.kubeconfig!r}"
                  + (f" context {origin.context!r}" if origin.context else ""))

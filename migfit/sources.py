@@ -80,8 +80,12 @@ def open_source(
         raise errors.UsageError(
             "no cluster given: pass --cluster FILE (a `kubectl get nodes,pods -A -o yaml` "
             "export) or --kubeconfig PATH, or run inside a pod to use its service account")
-    from migfit import watching  # the Kubernetes client loads only when it is needed
+    from migfit import kube, watching  # the Kubernetes client loads only when it is needed
 
+    # A kubeconfig that is missing or cannot be one is an error now, not a source that
+    # retries for ever in the background while the server never becomes ready (``serve``
+    # waited on it, the webhook served without it); an API that does not answer is retried.
+    kube.check(kube.discover(kubeconfig, context))
     settings = (watching.WatchSettings(read_timeout_s=request_timeout_s)
                 if request_timeout_s else None)  # --request-timeout: a list page's limit
     return WatchSource(watching.KubernetesSource(model, kubeconfig=kubeconfig, context=context,

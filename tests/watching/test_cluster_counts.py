@@ -143,10 +143,10 @@ async def test_status_with_kubeconfig_lists_once_and_stops(
     }]
 
 
-async def test_list_once_reports_an_unreadable_kubeconfig(tmp_path: pathlib.Path) -> None:
+async def test_an_unreadable_kubeconfig_is_reported_before_any_list(tmp_path: pathlib.Path
+                                                                     ) -> None:
     model = cluster.Cluster()
-    source = sources.open_source(model, cluster_file=None, kubeconfig=tmp_path / "none",
-                                 in_cluster=False)
     with pytest.raises(errors.ConfigError, match="cannot load kubeconfig"):
-        await sources.list_once(model, source, timeout_s=10)
+        sources.open_source(model, cluster_file=None, kubeconfig=tmp_path / "none",
+                            in_cluster=False)
     assert not model.synced

@@ -1,0 +1,102 @@
+"""A kubeconfig that cannot be one stops every command at once, in one line that says what to
+change (exit 2), before anything is served (the real commands, as subprocesses).
+
+Before: a file that was not valid YAML gave a 60-line traceback (``yaml.YAMLError`` was not
+among the errors caught); an empty one or a YAML list gave Python's own messages
+("'NoneType' object does not support item assignment"); a directory was "no such file";
+``migfit serve`` logged the failure and waited for ever for a cluster that would never sync,
+and ``migfit webhook`` kept serving, never ready, until restarted — which cannot mend a file.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from migfit import errors, kube
+from migfit.certs import certificates
+
+ROOT = Path(__file__).resolve().parents[2]
+FIX = "pass --kubeconfig PATH to a readable kubeconfig"
+GOOD = """\
+apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "https://127.0.0.1:1"}}]
+contexts: [{name: ctx, context: {cluster: c, user: u}}]
+users: [{name: u, user: {token: abc}}]
+current-context: ctx
+"""
+CASES = {
+    "bad-yaml": ("not: [valid\n", "not valid YAML at line 2, column 1: expected ',' or ']'"),
+    "empty": ("", "the file is empty"),
+    "a-list": ("- a\n- b\n", "not a kubeconfig (no clusters, contexts or users)"),
+}
+
+
+def _write(tmp: Path, name: str, text: str) -> str:
+    path = tmp / name
+    path.write_text(text)
+    return str(path)
+
+
+def _run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["migfit", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=60, env={**os.environ, **(env or {})})
+
+
+def _one_line(done: subprocess.CompletedProcess[str], expected: str) -> None:
+    assert done.returncode == 2, (done.returncode, done.stdout, done.stderr)
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and expected in lines[0], done.stderr
+    assert "Traceback" not in done.stderr + done.stdout
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_a_file_that_is_no_kubeconfig_is_one_line(tmp_path: Path, case: str) -> None:
+    text, message = CASES[case]
+    path = _write(tmp_path, case, text)
+    _one_line(_run("status", "--kubeconfig", path), f"cannot load kubeconfig {path!r}: {message}")
+    _one_line(_run("advise", env={"KUBECONFIG": path}), message)
+
+
+def test_a_directory_is_named_so(tmp_path: Path) -> None:
+    _one_line(_run("status", "--kubeconfig", str(tmp_path)), "a directory, not a file; " + FIX)
+
+
+def test_an_unknown_context_names_the_ones_there_are(tmp_path: Path) -> None:
+    path = _write(tmp_path, "config", GOOD)
+    _one_line(_run("status", "--kubeconfig", path, "--context", "nope"),
+              f"--context nope: no such context in kubeconfig {path} (it has: ctx)")
+
+
+def test_the_servers_stop_at_once_before_serving(tmp_path: Path) -> None:
+    bad = _write(tmp_path, "bad", CASES["bad-yaml"][0])
+    empty = _write(tmp_path, "empty", "")
+    # (the ports are never bound: the check comes first)
+    _one_line(_run("serve", "--kubeconfig", bad, "--webhook-port", "1", "--extender-port", "2"),
+              "not valid YAML")
+    _one_line(_run("extender", "--port", "1", "--no-publish", "--kubeconfig", bad),
+              "not valid YAML")
+    cert, key, _ca = certificates.self_signed_for_localhost()
+    (tmp_path / "tls.crt").write_bytes(cert)
+    (tmp_path / "tls.key").write_bytes(key)
+    _one_line(_run("webhook", "--port", "1", "--tls-cert", str(tmp_path / "tls.crt"),
+                   "--tls-key", str(tmp_path / "tls.key"), "--kubeconfig", empty),
+              "the file is empty")
+
+
+def test_kubeconfig_lists_skip_missing_files_and_merge_contexts(tmp_path: Path) -> None:
+    """$KUBECONFIG as kubectl reads it: files that do not exist are skipped, contexts of all
+    the files count, and a bad file among good ones is named."""
+    good = _write(tmp_path, "good", GOOD)
+    other = _write(tmp_path, "other", GOOD.replace("name: ctx", "name: ctx2"))
+    listed = os.pathsep.join([str(tmp_path / "missing"), good, other])
+    kube.check(kube.Origin(listed, "ctx2"))
+    kube.check(kube.Origin(listed, None))
+    bad = _write(tmp_path, "bad", "- x\n")
+    with pytest.raises(errors.ConfigError, match=f"cannot load kubeconfig '{bad}': not a kube"):
+        kube.check(kube.Origin(os.pathsep.join([good, bad]), None))
+    kube.check(kube.Origin(None, None))  # in-cluster: nothing to read here

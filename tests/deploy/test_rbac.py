@@ -16,6 +16,7 @@ flag (deploy/components/apply-relayout), so the base grants none of them.
 from __future__ import annotations
 
 import functools
+import os
 from pathlib import Path
 
 import pytest
@@ -31,6 +32,10 @@ WATCH_SOURCE = "migfit.watching"
 CUSTOM_CONFIGMAP = "migfit-mig-parted-config"  # docs/relayout.md, custom configs
 APPLY_FLAG = "--apply-relayout"
 APPLY_MODULES = ("migfit/extender/relayout.py", "migfit/extender/leader.py")
+CUSTOM_FLAG = "--apply-custom-configs"
+# The KubeClient methods the apply mode calls for --apply-custom-configs alone (each call in
+# APPLY_MODULES is under ``assert self.settings.custom_configs is not None``, checked below).
+CUSTOM_METHODS = ("list_cluster_policies", "patch_config_map")
 
 
 def server_roots(package: str, *, root: Path = REPO) -> list[str]:
@@ -55,14 +60,18 @@ def server_args(objects: list[Obj], package: str) -> list[str]:
     return args
 
 
+def _custom_only(site: Site) -> bool:
+    return _apply_only(site) and any(m in site.what for m in CUSTOM_METHODS)
+
+
 def expected_calls(package: str, args: list[str]) -> dict[Call, list[Site]]:
     """What the server can call as deployed: without the apply flag, no call the apply
-    mode's modules alone make."""
+    mode's modules alone make; without --apply-custom-configs, none that only it makes."""
     called = _called(package)
-    if APPLY_FLAG in args:
+    if APPLY_FLAG in args and CUSTOM_FLAG in args:
         return called
-    return {c: sites for c, sites in called.items()
-            if not all(_apply_only(site) for site in sites)}
+    only = _custom_only if APPLY_FLAG in args else _apply_only
+    return {c: sites for c, sites in called.items() if not all(only(site) for site in sites)}
 
 
 def granted(objects: list[Obj], account: str) -> dict[Call, list[str]]:
@@ -105,7 +114,8 @@ def test_roles_grant_exactly_the_calls_the_code_makes(target: str, account: str)
     args = server_args(objects, package)
     called = expected_calls(package, args)
     allowed = granted(objects, account)
-    where = ("deploy/components/apply-relayout/rbac.yaml" if APPLY_FLAG in args
+    where = ("deploy/components/apply-custom-configs/rbac.yaml" if CUSTOM_FLAG in args
+             else "deploy/components/apply-relayout/rbac.yaml" if APPLY_FLAG in args
              else "deploy/base/rbac.yaml")
     assert set(called) == set(allowed), (
         f"deploy/{target}: RBAC of ServiceAccount {account} differs from what `migfit "
@@ -124,6 +134,56 @@ def test_the_apply_mode_alone_needs_grants_the_base_leaves_out() -> None:
     assert not apply_only & set(base)
     assert apply_only <= set(granted(render("overlays/apply-custom-configs"),
                                      "migfit-extender"))
+
+
+def test_the_custom_configs_calls_are_made_only_with_their_flag() -> None:
+    """The split by method is real: every call of a CUSTOM_METHODS method in the apply mode's
+    code comes after ``assert self.settings.custom_configs is not None`` in its function (the
+    setting --apply-custom-configs gives), and those calls need grants apply-relayout alone
+    does not give."""
+    seen = 0
+    for module in APPLY_MODULES:
+        lines = (REPO / module).read_text().splitlines()
+        for i, line in enumerate(lines):
+            if not any(f".{m}(" in line for m in CUSTOM_METHODS):
+                continue
+            seen += 1
+            start = max(j for j in range(i + 1) if lines[j].lstrip().startswith(
+                ("def ", "async def ")))
+            assert any("assert self.settings.custom_configs is not None" in lines[j]
+                       for j in range(start, i)), f"{module}:{i + 1}: {line.strip()}"
+    assert seen >= len(CUSTOM_METHODS)
+    custom = set(expected_calls("extender", [APPLY_FLAG, CUSTOM_FLAG])) - set(
+        expected_calls("extender", [APPLY_FLAG]))
+    assert {Call("nvidia.com", "clusterpolicies", "list"), Call("", "configmaps", "patch")} \
+        <= custom
+    assert not custom & set(granted(render(str(_apply_relayout_alone())), "migfit-extender"))
+
+
+@functools.cache
+def _apply_relayout_alone() -> Path:
+    """An overlay of the second scheduler with deploy/components/apply-relayout only (what
+    README section 6 tells an operator to write), outside the checkout."""
+    import tempfile
+    root = Path(tempfile.mkdtemp(prefix="migfit-apply-relayout-"))
+    deploy = Path(os.path.relpath(REPO / "deploy", root))  # kustomize takes no absolute path
+    (root / "kustomization.yaml").write_text(
+        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n"
+        f"resources:\n  - {deploy / 'overlays' / 'second-scheduler'}\n"
+        f"components:\n  - {deploy / 'components' / 'apply-relayout'}\n")
+    return root
+
+
+def test_roles_grant_exactly_the_calls_of_the_apply_mode_alone() -> None:
+    """With --apply-relayout and not --apply-custom-configs, neither the ClusterPolicy read
+    nor a writable ConfigMap is granted: the code makes those calls only with the second."""
+    objects = render(str(_apply_relayout_alone()))
+    args = server_args(objects, "extender")
+    assert APPLY_FLAG in args and CUSTOM_FLAG not in args
+    called = expected_calls("extender", args)
+    allowed = granted(objects, "migfit-extender")
+    assert set(called) == set(allowed), _diff(called, allowed)
+    assert Call("", "configmaps", "patch") not in allowed
 
 
 @pytest.mark.parametrize("target", TARGETS)
@@ -151,11 +211,15 @@ def test_the_mig_parted_configmap_is_readable_only_by_name() -> None:
     assert rules, "no Role grants the mig-parted ConfigMap the extender reads"
     for kind, namespace, rule in rules:
         assert kind == "Role" and namespace == migparted.DEFAULT_NAMESPACE
-        assert rule["verbs"] in (["get"], ["list"], ["get", "patch"]), rule
-        if rule["verbs"] == ["get"]:
-            assert rule["resourceNames"] == [migparted.DEFAULT_CONFIGMAP]
+        # The extender reads the ConfigMap --configmap names: here migfit's own, so the
+        # GPU Operator's is not readable by name either.
+        assert rule["verbs"] in (["list"], ["get", "patch"]), rule
         if "patch" in rule["verbs"]:
             assert rule["resourceNames"] == [CUSTOM_CONFIGMAP]
+    base_rules = [r for o in render("base") if o["kind"] == "Role"
+                  for r in o["rules"] if "configmaps" in r["resources"]]
+    assert {"resources": ["configmaps"], "apiGroups": [""], "verbs": ["get"],
+            "resourceNames": [migparted.DEFAULT_CONFIGMAP]} in base_rules
     # Without the apply mode no ConfigMap is writable at all.
     assert not [r for o in render("base") if o["kind"] in ("Role", "ClusterRole")
                 for r in o["rules"] if "configmaps" in r["resources"] and "patch" in r["verbs"]]

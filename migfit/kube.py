@@ -63,7 +63,7 @@ from kubernetes_asyncio import client as k8s
 from kubernetes_asyncio import config as k8s_config
 from kubernetes_asyncio.client.rest import ApiException
 
-from migfit import errors
+from migfit import errors, strictfiles
 
 log = logging.getLogger(__name__)
 
@@ -89,8 +89,9 @@ RETRYABLE_STATUSES: Final = frozenset({408, 429})
 _HINTS: Final[Mapping[int, str]] = {
     401: "the server refused the credentials: renew them (log in again, or check the "
          "kubeconfig user's token, certificate or exec plugin) or choose another --context",
-    403: "the identity is not allowed to do this: grant it with RBAC (deploy/base/rbac.yaml "
-         "lists what migfit needs) or choose another --context",
+    403: "the identity is not allowed to do this: grant it this verb on this resource with "
+         "RBAC (the servers' grants are in deploy/; a person running the commands needs "
+         "their own) or choose another --context",
     404: "no such object or API: check the name and namespace, and that --kubeconfig/"
          "--context point at the cluster you mean",
     422: "the server rejected the request as invalid (a migfit bug or an admission "
@@ -281,10 +282,7 @@ def check(origin: Origin) -> None:
             raise errors.ConfigError(f"{where}: {exc.strerror or exc}; {_KUBECONFIG_FIX}"
                                      ) from None
         except yaml.YAMLError as exc:
-            mark = getattr(exc, "problem_mark", None)
-            at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-            problem = getattr(exc, "problem", None) or type(exc).__name__
-            raise errors.ConfigError(f"{where}: not valid YAML{at}: {problem}; "
+            raise errors.ConfigError(f"{where}: not valid YAML {strictfiles.yaml_problem(exc)}; "
                                      f"{_KUBECONFIG_FIX}") from None
         if doc is None:
             raise errors.ConfigError(f"{where}: the file is empty; {_KUBECONFIG_FIX}")

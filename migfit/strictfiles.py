@@ -17,12 +17,22 @@ from migfit import errors
 _M = TypeVar("_M", bound=pydantic.BaseModel)
 
 
+def yaml_problem(exc: yaml.YAMLError) -> str:
+    """Where and what a YAML parse error is, on one line (``at line 4, column 22: mapping
+    values are not allowed here``); PyYAML's own text spans four lines with the source."""
+    mark = getattr(exc, "problem_mark", None)
+    problem = getattr(exc, "problem", None)
+    if mark is None or not problem:
+        return " ".join(str(exc).split())
+    return f"at line {mark.line + 1}, column {mark.column + 1}: {problem}"
+
+
 def load_yaml(text: str, *, where: str) -> Any:
     """YAML (or JSON) text decoded; a ConfigError naming ``where`` when it does not parse."""
     try:
         return yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise errors.ConfigError(f"{where}: not valid YAML: {exc}") from None
+        raise errors.ConfigError(f"{where}: not valid YAML {yaml_problem(exc)}") from None
 
 
 def validate(model: type[_M], raw: Any, *, where: str) -> _M:

@@ -27,6 +27,7 @@ from migfit import (
     records,
     snapshots,
     sources,
+    strictfiles,
 )
 from migfit.commands import options, workstation
 
@@ -105,7 +106,9 @@ def _config_file(path: str) -> migparted.Config:
     try:
         raw: Any = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise errors.ConfigError(f"{p}: not valid YAML: {exc}") from None
+        raise errors.ConfigError(f"{p}: not valid YAML {strictfiles.yaml_problem(exc)}; pass "
+                                 "--mig-parted-config a mig-parted config file or the "
+                                 "ConfigMap holding one") from None
     if isinstance(raw, dict) and raw.get("kind") == "ConfigMap":
         return migparted.parse_configmap(raw)
     return migparted.parse_data(raw, where=str(p))

@@ -138,3 +138,15 @@ def test_serve_refuses_a_body_budget_below_the_extenders_largest_body(tmp_path: 
                                str(tmp_path / "c")], code=2)
     assert "--max-body-in-flight 4194304: use at least the largest body accepted " \
            "(33,554,432 bytes)" in line
+
+
+def test_a_mig_parted_config_that_is_not_yaml_is_one_line(tmp_path: Path) -> None:
+    """PyYAML's message spans four lines (the source line and a caret); the cluster file's was
+    already one line, the --mig-parted-config file's now is too."""
+    bad = tmp_path / "config.yaml"
+    bad.write_text("version: v1\nmig-configs: a: b\n")
+    line = _fails_in_one_line(["advise", "--cluster", CLUSTER, "--mig-parted-config", str(bad)],
+                              code=2)
+    assert line == (f"migfit: error: {bad}: not valid YAML at line 2, column 15: mapping values "
+                    "are not allowed here; pass --mig-parted-config a mig-parted config file "
+                    "or the ConfigMap holding one")

@@ -138,7 +138,8 @@ def _rotate(args: argparse.Namespace) -> int:
         else:
             print(f"no old CA in {args.out / store.CA_BUNDLE}: nothing to retire")
         _print_summary(store.summary(args.out))
-        print(f"next: publish the new caBundle: migfit certs manifests --out {args.out}")
+        if retired:  # else the published caBundle is the same: nothing to do next
+            print(f"next: publish the new caBundle: migfit certs manifests --out {args.out}")
         return 0
 
     sans: tuple[str, ...] | None = None

@@ -140,7 +140,12 @@ def test_rotate_and_the_ca_roll(out: Path) -> None:
     done = migfit("rotate", "--out", out, "--retire-old-ca")
     assert done.returncode == 0, done.stderr
     assert "retired 1 old CA" in done.stdout
+    assert "next: publish the new caBundle" in done.stdout
     assert paths.ca_bundle.read_bytes() == paths.ca_cert.read_bytes()
+    # Again, with nothing left to retire: the caBundle did not change, nothing to publish.
+    done = migfit("rotate", "--out", out, "--retire-old-ca")
+    assert done.returncode == 0, done.stderr
+    assert "nothing to retire" in done.stdout and "next:" not in done.stdout
 
 
 def test_new_ca_and_retire_together_are_refused(out: Path) -> None:

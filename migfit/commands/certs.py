@@ -52,7 +52,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         description=(
             "Issue a new serving certificate from the CA in DIR, with the SANs and key type of "
             "the current one. --new-ca first creates a new CA and writes a ca-bundle.crt that "
-            "trusts both the old and the new CA; publish it (caBundle, caData) and the Secret, "
+            "trusts both the old and the new CA; publish it (the webhook's caBundle, the "
+            "scheduler's extender CA file) and the Secret, "
             "and once every server presents the new certificate, run --retire-old-ca."
         ),
     )
@@ -78,8 +79,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         description=(
             "Print a kubernetes.io/tls Secret (tls.crt, tls.key, ca.crt) for kubectl apply, "
             "followed by the caBundle (base64 of ca-bundle.crt) for the "
-            "MutatingWebhookConfiguration's clientConfig.caBundle and the scheduler "
-            "extender's tlsConfig.caData."
+            "MutatingWebhookConfiguration's clientConfig.caBundle (the scheduler's extender "
+            "trusts ca-bundle.crt as a file: tlsConfig.caFile in the shipped configs)."
         ),
     )
     _add_dir_argument(show, required=True)
@@ -173,10 +174,11 @@ def ca_roll_steps(out: Path) -> list[str]:
     """The safe order after ``rotate --new-ca``: the bundle, then the Secret, then retire."""
     return [
         "next, in this order (the old CA keeps working until step 3):",
-        f"  1. publish the bundle first: set the webhook's caBundle and the extender's caData to "
-        f"`migfit certs manifests --out {out} --only ca-bundle` (re-apply your overlay; for the "
-        f"second scheduler, update the migfit-extender-ca ConfigMap from {out / store.CA_BUNDLE} "
-        f"and restart the scheduler)",
+        f"  1. publish the bundle first: set the webhook's caBundle to "
+        f"`migfit certs manifests --out {out} --only ca-bundle` (re-apply your overlay); for the "
+        f"extender, give kube-scheduler {out / store.CA_BUNDLE} as its tlsConfig.caFile (the "
+        f"second scheduler: update the migfit-extender-ca ConfigMap from it; the default "
+        f"scheduler: copy it to the file its config names) and restart the scheduler",
         f"  2. then apply the new Secret: migfit certs manifests --out {out} --only secret "
         f"| kubectl apply -f -",
         f"  3. when every server presents the new certificate: migfit certs rotate --out {out} "
@@ -207,9 +209,9 @@ def _manifests(args: argparse.Namespace) -> int:
     if args.only == "secret":
         return 0
     out.write(
-        "# Set MutatingWebhookConfiguration webhooks[].clientConfig.caBundle and\n"
-        "# KubeSchedulerConfiguration extenders[].tlsConfig.caData to this caBundle\n"
-        "# (or print it alone with --only ca-bundle):\n"
+        "# Set MutatingWebhookConfiguration webhooks[].clientConfig.caBundle to this caBundle\n"
+        "# (or print it alone with --only ca-bundle); kube-scheduler trusts the extender's\n"
+        "# ca-bundle.crt as a file (extenders[].tlsConfig.caFile in the shipped configs):\n"
         f"# caBundle: {bundle}\n"
     )
     return 0

@@ -49,9 +49,8 @@ def add_common_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the mig-parted config (a ConfigMap manifest or the config.yaml "
                              "itself); default with --kubeconfig: read the ConfigMap")
     parser.add_argument("--configmap", metavar="NAMESPACE/NAME",
-                        default=f"{migparted.DEFAULT_NAMESPACE}/{migparted.DEFAULT_CONFIGMAP}",
                         help="the mig-parted ConfigMap to read from the API (default "
-                             "%(default)s)")
+                             f"{DEFAULT_CONFIGMAP})")
     parser.add_argument("--no-disruptive", action="store_true",
                         help="never recommend a change that disrupts a running pod (the idle "
                              "GPUs of busy nodes may still be re-laid out; see "
@@ -114,10 +113,14 @@ def _config_file(path: str) -> migparted.Config:
     return migparted.parse_data(raw, where=str(p))
 
 
+DEFAULT_CONFIGMAP = f"{migparted.DEFAULT_NAMESPACE}/{migparted.DEFAULT_CONFIGMAP}"
+
+
 def configmap_ref(args: argparse.Namespace) -> tuple[str, str]:
-    ns, _, name = str(args.configmap).partition("/")
+    given = args.configmap or DEFAULT_CONFIGMAP
+    ns, _, name = str(given).partition("/")
     if not ns or not name or "/" in name:
-        raise errors.UsageError(f"--configmap {args.configmap!r} is not NAMESPACE/NAME")
+        raise errors.UsageError(f"--configmap {given!r} is not NAMESPACE/NAME")
     return ns, name
 
 
@@ -133,6 +136,13 @@ def load(args: argparse.Namespace, *, reader: Reader | None = None,
     ``--mig-parted-config`` gives the config.
     """
     sources.check_source_args(args)
+    if getattr(args, "cluster_file", None) is not None and args.configmap is not None:
+        raise errors.UsageError("--configmap reads the ConfigMap from a Kubernetes API; with "
+                                "--cluster FILE, pass --mig-parted-config FILE (the ConfigMap's "
+                                "manifest or its config.yaml) instead")
+    if args.mig_parted_config and args.configmap is not None:
+        raise errors.UsageError("--configmap and --mig-parted-config both give the mig-parted "
+                                "config: drop one of them")
     file_config = _config_file(args.mig_parted_config) if args.mig_parted_config else None
     if getattr(args, "cluster_file", None) is not None:
         return sources.load_snapshot(args.cluster_file), file_config

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from migfit import cluster, errors, logs, profiles, serving, sources
+from migfit import cluster, errors, logs, profiles, schedulerconfig, serving, sources
 from migfit.webhook import decision, memo, server, view
 
 
@@ -87,6 +87,12 @@ def policy_from(args: argparse.Namespace) -> tuple[profiles.Catalog, decision.Po
         raise errors.UsageError(f"--waste-warning {args.waste_warning}: use a fraction 0..1")
     if not 0 <= args.waste_ceiling <= 1:
         raise errors.UsageError(f"--waste-ceiling {args.waste_ceiling}: use a fraction 0..1")
+    if args.scheduler_name and not schedulerconfig.is_dns1123_subdomain(args.scheduler_name):
+        # The API server would refuse every pod the webhook gave it (spec.schedulerName).
+        raise errors.UsageError(
+            f"--scheduler-name {args.scheduler_name!r}: not a valid scheduler name (lower-case "
+            "letters, digits, '-' and '.'), as the profile's schedulerName in the "
+            "KubeSchedulerConfiguration, e.g. migfit-scheduler")
     return catalog, decision.Policy(
         fallback_models=models,
         memory_match=args.memory_match,

@@ -150,3 +150,22 @@ def test_a_mig_parted_config_that_is_not_yaml_is_one_line(tmp_path: Path) -> Non
     assert line == (f"migfit: error: {bad}: not valid YAML at line 2, column 15: mapping values "
                     "are not allowed here; pass --mig-parted-config a mig-parted config file "
                     "or the ConfigMap holding one")
+
+
+@pytest.mark.parametrize("name", ["Bad Name", "Migfit", "-x", "a" * 254])
+def test_the_webhook_refuses_a_scheduler_name_the_api_server_would_refuse(
+        certs: Path, name: str) -> None:
+    """Every annotated pod would be rejected at creation (spec.schedulerName is a DNS-1123
+    subdomain); before, the webhook started and rewrote pods with it."""
+    line = _fails_in_one_line(["webhook", "--cluster", CLUSTER, "--tls-cert",
+                               str(certs / "tls.crt"), "--tls-key", str(certs / "tls.key"),
+                               f"--scheduler-name={name}"], code=2)
+    assert f"--scheduler-name {name!r}: not a valid scheduler name" in line
+
+
+def test_advise_refuses_a_configmap_it_would_not_read() -> None:
+    """With --cluster FILE there is no API to read --configmap from; it was silently ignored
+    (while --context with --cluster is an error)."""
+    line = _fails_in_one_line(["advise", "--cluster", CLUSTER, "--configmap", "gpu-operator/x"],
+                              code=2)
+    assert "with --cluster FILE, pass --mig-parted-config FILE" in line

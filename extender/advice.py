@@ -315,7 +315,7 @@ class Publisher:
                    f"ahead of demand, for instances the demand mix will lack: {rec.lacking}")
             await self._event("Node", name, "", None, REASON_NODE,
                               f"Re-layout to {rec.target} ({changes}) {why}{hurt}. "
-                              f"{rec.command}")
+                              f"{rec.sentence}")
         for name in self._stale(wanted):
             st = self.state.node(name)
             if st is not None and await self._mark(st, {"annotations": {ANNOTATION: None},

@@ -221,6 +221,12 @@ class Recommendation:
                 f"{migparted.DEFAULT_CONFIGMAP}, not that one; or let the extender's "
                 f"--apply-custom-configs do it), then: {label}")
 
+    @property
+    def sentence(self) -> str:
+        """``command`` to follow a full stop: "Add config ..." (a command line stays as it is)."""
+        command = self.command
+        return command if self.config is not None else command[:1].upper() + command[1:]
+
     def to_json(self) -> RecommendationJson:
         return RecommendationJson(
             node=self.node,
@@ -1651,7 +1657,7 @@ def explain(
     changed = [g for g in rec.gpus if g.changed]
     gpu_text = "; ".join(f"GPU {g.index}: {' '.join(g.before) or '(none)'} -> "
                          f"{' '.join(g.after) or '(none)'}" for g in changed)
-    lines.append(f"Fix: re-partition node {rec.node} ({gpu_text}). {rec.command}")
+    lines.append(f"Fix: re-partition node {rec.node} ({gpu_text}). {rec.sentence}")
     if rec.disrupts:
         lines.append(f"This disrupts running pods: {', '.join(rec.disrupts)}.")
     elif rec.running:

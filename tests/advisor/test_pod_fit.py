@@ -204,6 +204,10 @@ def test_explain_names_why_each_free_instance_cannot_take_the_pod() -> None:
     assert ("1 schedulable node(s) have a free instance, but none can take it "
             "(full: cpu: 2000m free, it asks for 4000m)") in text
     assert "Fix: re-partition node idle" in text
+    # The fix is a sentence: a custom config's step starts with a capital (a command line,
+    # for a named config, is left as it is).
+    fix = text[text.index("Fix: "):]
+    assert "). Add config migfit-" in fix, fix
     roomy = build(node("full", alloc={"1g.10gb": 7}), pod("p", "1g.10gb", cpu="4"))
     text = advisor.explain(roomy, "default", "p", now=NOW)
     assert "have a free instance and room for it (full)" in text and "Fix" not in text

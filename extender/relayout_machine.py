@@ -670,7 +670,11 @@ def stage(seen: ConfigMapSeen, targets: Mapping[str, Mapping[str, Any]], *, wall
         if same is None:
             missing[name] = doc["mig-configs"][name]
         elif not same:
-            problems.append(f"{where} already has a config {name} with other entries")
+            # (an older migfit named RTX PRO 6000 layouts with +me and -me alike: such a
+            # config, if no node uses it, can go)
+            problems.append(f"{where} already has a config {name} with other entries; if no "
+                            "node's nvidia.com/mig.config names it, delete it from the "
+                            "ConfigMap and migfit writes its own")
         elif name not in seen.added or wall - seen.added[name] >= settings.config_sync_s:
             ready.add(name)
         else:
@@ -1062,7 +1066,7 @@ def _config_write(run: Run, seen: Seen, clock: Context) -> Step:
         return _retry(run, seen.brief, clock, then=Phase.CONFIG,
                       gave_up=f"writing {where} kept failing")
     return _abort(run, clock, f"the API refused writing {where} ({seen.brief}): the "
-                  "extender's Role needs patch on it (deploy/components/apply-relayout/"
+                  "extender's Role needs patch on it (deploy/components/apply-custom-configs/"
                   "rbac.yaml grants it on migfit-mig-parted-config); nothing was changed")
 
 

@@ -178,7 +178,8 @@ def add_request_timeout_argument(parser: argparse.ArgumentParser | Any) -> None:
     """``--request-timeout`` (kubectl's flag) on a parser or argument group."""
     parser.add_argument(
         "--request-timeout", metavar="DURATION", type=parse_duration, default=None,
-        help="how long one Kubernetes API request may take: 30s, 1m, 500ms; 0: no limit "
+        help="how long one try of a Kubernetes API request may take (one with no answer is "
+             "tried three times in all): 30s, 1m, 500ms; 0: no limit "
              f"(default {DEFAULT_REQUEST_TIMEOUT_S:g}s)")
 
 
@@ -264,14 +265,19 @@ _KUBECONFIG_FIX = "pass --kubeconfig PATH to a readable kubeconfig"
 
 def check(origin: Origin) -> None:
     """ConfigError, in one line that says what to change, when the kubeconfig files of
-    ``origin`` cannot be a kubeconfig: unreadable, not valid YAML, empty, not a mapping, or
-    with no clusters, contexts or users, or without ``origin.context`` (checked before the
-    client reads them, whose own errors are tracebacks or Python messages)."""
+    ``origin`` cannot be a kubeconfig: unreadable, not valid YAML, not a mapping, all of them
+    empty or without clusters, contexts and users, or without ``origin.context`` (checked
+    before the client reads them, whose own errors are tracebacks or Python messages). As
+    kubectl merges a ``$KUBECONFIG`` list, files that do not exist, are empty or hold only
+    preferences are skipped there."""
     if origin.kubeconfig is None:
         return
+    from_env = origin.kubeconfig == os.environ.get("KUBECONFIG")
+    fix = ("fix the file or take it out of $KUBECONFIG" if from_env else _KUBECONFIG_FIX)
+    paths = [os.path.expanduser(p) for p in origin.kubeconfig.split(os.pathsep) if p]
     contexts: set[str] = set()
-    found = False
-    for path in (p for p in origin.kubeconfig.split(os.pathsep) if p):
+    useful = False
+    for path in paths:
         if not os.path.isfile(path):
             continue  # $KUBECONFIG may list files that do not exist (kubectl skips them)
         where = f"cannot load kubeconfig {path!r}"
@@ -279,23 +285,26 @@ def check(origin: Origin) -> None:
             with open(path, "rb") as f:
                 doc = yaml.safe_load(f)
         except OSError as exc:
-            raise errors.ConfigError(f"{where}: {exc.strerror or exc}; {_KUBECONFIG_FIX}"
-                                     ) from None
+            raise errors.ConfigError(f"{where}: {exc.strerror or exc}; {fix}") from None
         except yaml.YAMLError as exc:
             raise errors.ConfigError(f"{where}: not valid YAML {strictfiles.yaml_problem(exc)}; "
-                                     f"{_KUBECONFIG_FIX}") from None
+                                     f"{fix}") from None
         if doc is None:
-            raise errors.ConfigError(f"{where}: the file is empty; {_KUBECONFIG_FIX}")
-        if not isinstance(doc, dict) or not any(
-                doc.get(k) for k in ("clusters", "contexts", "users", "current-context")):
-            raise errors.ConfigError(
-                f"{where}: not a kubeconfig (no clusters, contexts or users); "
-                f"{_KUBECONFIG_FIX}")
-        found = True
+            continue
+        if not isinstance(doc, dict):
+            raise errors.ConfigError(f"{where}: not a kubeconfig (a YAML "
+                                     f"{type(doc).__name__}, not a mapping); {fix}")
+        useful = useful or any(doc.get(k) for k in ("clusters", "contexts", "users",
+                                                    "current-context"))
         for entry in doc.get("contexts") or ():
             if isinstance(entry, dict) and isinstance(entry.get("name"), str):
                 contexts.add(entry["name"])
-    if found and origin.context is not None and origin.context not in contexts:
+    if not useful:
+        which = (repr(paths[0]) if len(paths) == 1 else
+                 f"from $KUBECONFIG={origin.kubeconfig!r}" if from_env else repr(origin.kubeconfig))
+        raise errors.ConfigError(f"cannot load kubeconfig {which}: empty, or no clusters, "
+                                 f"contexts or users; {fix}")
+    if origin.context is not None and origin.context not in contexts:
         known = ", ".join(sorted(contexts)[:10]) or "none"
         raise errors.ConfigError(
             f"--context {origin.context}: no such context in kubeconfig {origin.kubeconfig} "

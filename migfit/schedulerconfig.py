@@ -201,7 +201,7 @@ def qualified_name_errors(value: str) -> list[str]:
 def is_dns1123_subdomain(value: str) -> bool:
     """Whether ``value`` is a DNS-1123 subdomain, as Kubernetes checks a Pod's
     ``spec.schedulerName`` (ValidatePodSpec) and most object names."""
-    return len(value) <= _DNS1123_SUBDOMAIN_MAX and bool(_DNS1123_SUBDOMAIN.match(value))
+    return len(value) <= _DNS1123_SUBDOMAIN_MAX and bool(_DNS1123_SUBDOMAIN.fullmatch(value))
 
 
 def is_extended_resource_name(value: str) -> bool:

@@ -24,7 +24,12 @@ def yaml_problem(exc: yaml.YAMLError) -> str:
     problem = getattr(exc, "problem", None)
     if mark is None or not problem:
         return " ".join(str(exc).split())
-    return f"at line {mark.line + 1}, column {mark.column + 1}: {problem}"
+    text = f"at line {mark.line + 1}, column {mark.column + 1}: {problem}"
+    context, at = getattr(exc, "context", None), getattr(exc, "context_mark", None)
+    if context:  # where the construct began, which may be the line to fix
+        text += f" ({context}" + (f" at line {at.line + 1}, column {at.column + 1})"
+                                   if at is not None else ")")
+    return text
 
 
 def load_yaml(text: str, *, where: str) -> Any:

@@ -117,7 +117,7 @@ DEFAULT_CONFIGMAP = f"{migparted.DEFAULT_NAMESPACE}/{migparted.DEFAULT_CONFIGMAP
 
 
 def configmap_ref(args: argparse.Namespace) -> tuple[str, str]:
-    given = args.configmap or DEFAULT_CONFIGMAP
+    given = DEFAULT_CONFIGMAP if args.configmap is None else args.configmap
     ns, _, name = str(given).partition("/")
     if not ns or not name or "/" in name:
         raise errors.UsageError(f"--configmap {given!r} is not NAMESPACE/NAME")
@@ -135,14 +135,7 @@ def load(args: argparse.Namespace, *, reader: Reader | None = None,
     cluster (default: one list of every Node and Pod), then the ConfigMap is read unless
     ``--mig-parted-config`` gives the config.
     """
-    sources.check_source_args(args)
-    if getattr(args, "cluster_file", None) is not None and args.configmap is not None:
-        raise errors.UsageError("--configmap reads the ConfigMap from a Kubernetes API; with "
-                                "--cluster FILE, pass --mig-parted-config FILE (the ConfigMap's "
-                                "manifest or its config.yaml) instead")
-    if args.mig_parted_config and args.configmap is not None:
-        raise errors.UsageError("--configmap and --mig-parted-config both give the mig-parted "
-                                "config: drop one of them")
+    _check_config_args(args)
     file_config = _config_file(args.mig_parted_config) if args.mig_parted_config else None
     if getattr(args, "cluster_file", None) is not None:
         return sources.load_snapshot(args.cluster_file), file_config
@@ -277,13 +270,25 @@ def render_text(advice: advisor.Advice, *, details: bool = True) -> str:
     return "\n".join(lines)
 
 
+def _check_config_args(args: argparse.Namespace) -> None:
+    """The source's flags, and the mig-parted config given one way only."""
+    sources.check_source_args(args)
+    if getattr(args, "cluster_file", None) is not None and args.configmap is not None:
+        raise errors.UsageError("--configmap reads the ConfigMap from a Kubernetes API; with "
+                                "--cluster FILE, pass --mig-parted-config FILE (the ConfigMap's "
+                                "manifest or its config.yaml) instead")
+    if args.mig_parted_config and args.configmap is not None:
+        raise errors.UsageError("--configmap and --mig-parted-config both give the mig-parted "
+                                "config: drop one of them")
+
+
 def load_disruption(args: argparse.Namespace) -> tuple[
         cluster.Cluster, migparted.Config | None, records.Disruption]:
     """``load`` for ``--defrag``: also the PodDisruptionBudgets and the bound GPU pods'
     labels and owners (from the snapshot file, or one more list from the API)."""
     cluster_file = getattr(args, "cluster_file", None)
     if cluster_file is not None:
-        sources.check_source_args(args)
+        _check_config_args(args)
         snap = snapshots.read(cluster_file, disruption=True)
         state = cluster.Cluster()
         snapshots.install(state, snap)

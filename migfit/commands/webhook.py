@@ -91,7 +91,8 @@ def policy_from(args: argparse.Namespace) -> tuple[profiles.Catalog, decision.Po
         # The API server would refuse every pod the webhook gave it (spec.schedulerName).
         raise errors.UsageError(
             f"--scheduler-name {args.scheduler_name!r}: not a valid scheduler name (lower-case "
-            "letters, digits, '-' and '.'), as the profile's schedulerName in the "
+            "letters, digits, '-' and '.', starting and ending with a letter or digit, at most "
+            "253 characters); give the profile's schedulerName in the "
             "KubeSchedulerConfiguration, e.g. migfit-scheduler")
     return catalog, decision.Policy(
         fallback_models=models,

@@ -152,7 +152,7 @@ def test_a_mig_parted_config_that_is_not_yaml_is_one_line(tmp_path: Path) -> Non
                     "or the ConfigMap holding one")
 
 
-@pytest.mark.parametrize("name", ["Bad Name", "Migfit", "-x", "a" * 254])
+@pytest.mark.parametrize("name", ["Bad Name", "Migfit", "-x", "a" * 254, "migfit\n"])
 def test_the_webhook_refuses_a_scheduler_name_the_api_server_would_refuse(
         certs: Path, name: str) -> None:
     """Every annotated pod would be rejected at creation (spec.schedulerName is a DNS-1123
@@ -166,6 +166,18 @@ def test_the_webhook_refuses_a_scheduler_name_the_api_server_would_refuse(
 def test_advise_refuses_a_configmap_it_would_not_read() -> None:
     """With --cluster FILE there is no API to read --configmap from; it was silently ignored
     (while --context with --cluster is an error)."""
-    line = _fails_in_one_line(["advise", "--cluster", CLUSTER, "--configmap", "gpu-operator/x"],
+    for defrag in ([], ["--defrag"]):
+        line = _fails_in_one_line(["advise", "--cluster", CLUSTER, "--configmap",
+                                   "gpu-operator/x", *defrag], code=2)
+        assert "with --cluster FILE, pass --mig-parted-config FILE" in line
+
+
+def test_a_yaml_error_names_where_its_construct_began(tmp_path: Path) -> None:
+    """PyYAML finds some mistakes a line late (a key without ':' on line 2 is noticed on line
+    3): the line where the construct began is named too."""
+    bad = tmp_path / "config.yaml"
+    bad.write_text("version: v1\nmig-configs\nmore: x\n")
+    line = _fails_in_one_line(["advise", "--cluster", CLUSTER, "--mig-parted-config", str(bad)],
                               code=2)
-    assert "with --cluster FILE, pass --mig-parted-config FILE" in line
+    assert ("not valid YAML at line 3, column 1: could not find expected ':' (while scanning a "
+            "simple key at line 2, column 1)") in line

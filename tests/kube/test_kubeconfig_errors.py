@@ -30,9 +30,12 @@ users: [{name: u, user: {token: abc}}]
 current-context: ctx
 """
 CASES = {
-    "bad-yaml": ("not: [valid\n", "not valid YAML at line 2, column 1: expected ',' or ']'"),
-    "empty": ("", "the file is empty"),
-    "a-list": ("- a\n- b\n", "not a kubeconfig (no clusters, contexts or users)"),
+    "bad-yaml": ("not: [valid\n", "not valid YAML at line 2, column 1: expected ',' or ']', "
+                 "but got '<stream end>' (while parsing a flow sequence at line 1, column 6)"),
+    "empty": ("", "empty, or no clusters, contexts or users"),
+    "a-list": ("- a\n- b\n", "not a kubeconfig (a YAML list, not a mapping)"),
+    "prefs-only": ("apiVersion: v1\nkind: Config\npreferences: {}\n",
+                   "empty, or no clusters, contexts or users"),
 }
 
 
@@ -59,7 +62,8 @@ def test_a_file_that_is_no_kubeconfig_is_one_line(tmp_path: Path, case: str) -> 
     text, message = CASES[case]
     path = _write(tmp_path, case, text)
     _one_line(_run("status", "--kubeconfig", path), f"cannot load kubeconfig {path!r}: {message}")
-    _one_line(_run("advise", env={"KUBECONFIG": path}), message)
+    _one_line(_run("advise", env={"KUBECONFIG": path}),
+              f"{message}; fix the file or take it out of $KUBECONFIG")
 
 
 def test_a_directory_is_named_so(tmp_path: Path) -> None:
@@ -85,7 +89,7 @@ def test_the_servers_stop_at_once_before_serving(tmp_path: Path) -> None:
     (tmp_path / "tls.key").write_bytes(key)
     _one_line(_run("webhook", "--port", "1", "--tls-cert", str(tmp_path / "tls.crt"),
                    "--tls-key", str(tmp_path / "tls.key"), "--kubeconfig", empty),
-              "the file is empty")
+              "empty, or no clusters, contexts or users")
 
 
 def test_kubeconfig_lists_skip_missing_files_and_merge_contexts(tmp_path: Path) -> None:
@@ -96,6 +100,12 @@ def test_kubeconfig_lists_skip_missing_files_and_merge_contexts(tmp_path: Path) 
     listed = os.pathsep.join([str(tmp_path / "missing"), good, other])
     kube.check(kube.Origin(listed, "ctx2"))
     kube.check(kube.Origin(listed, None))
+    # kubectl skips an empty file and one of preferences alone in a list; so does the check
+    empty = _write(tmp_path, "empty", "")
+    prefs = _write(tmp_path, "prefs", CASES["prefs-only"][0])
+    kube.check(kube.Origin(os.pathsep.join([good, empty, prefs]), "ctx"))
+    with pytest.raises(errors.ConfigError, match="empty, or no clusters, contexts or users"):
+        kube.check(kube.Origin(os.pathsep.join([empty, prefs]), None))
     bad = _write(tmp_path, "bad", "- x\n")
     with pytest.raises(errors.ConfigError, match=f"cannot load kubeconfig '{bad}': not a kube"):
         kube.check(kube.Origin(os.pathsep.join([good, bad]), None))

@@ -219,7 +219,10 @@ def _manifests(args: argparse.Namespace) -> int:
 
 def _print_summary(summary: store.Summary) -> None:
     print(f"  serving certificate: {', '.join(summary.sans)}")
-    print(f"    expires {_when(summary.serving_not_after)}")
+    capped = summary.serving_not_after >= summary.ca_not_after
+    print(f"    expires {_when(summary.serving_not_after)}"
+          + (" (with its CA: a certificate never outlives its issuer; a later date needs a "
+             "new CA, rotate --new-ca)" if capped else ""))
     print(f"  CA sha256 {summary.ca_fingerprint}, expires {_when(summary.ca_not_after)}")
     if len(summary.bundle_fingerprints) > 1:
         print(f"  bundle: {len(summary.bundle_fingerprints)} CAs (a CA roll is in progress)")

@@ -217,3 +217,15 @@ def test_a_ca_roll_prints_the_bundle_first_then_the_secret(out: Path) -> None:
     retire = text.rfind("--retire-old-ca")
     assert 0 < bundle < secret < retire, text
     assert "kubectl apply" not in text[:secret]  # nothing is applied before the bundle
+
+
+def test_a_serving_certificate_cut_at_its_cas_expiry_says_so(tmp_path: Path) -> None:
+    """--days past the CA's own expiry was cut there silently (a certificate never outlives
+    its issuer); the summary now says why the date is earlier than asked."""
+    args = ("init", "--service", "s", "--namespace", "n", "--out")
+    done = migfit(*args, tmp_path / "long", "--days", "4000")
+    assert done.returncode == 0, done.stderr
+    assert "(with its CA: a certificate never outlives its issuer" in done.stdout
+    done = migfit(*args, tmp_path / "short", "--days", "90")
+    assert done.returncode == 0, done.stderr
+    assert "with its CA" not in done.stdout

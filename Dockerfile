@@ -1,6 +1,6 @@
 # syntax=docker/dockerfile:1
 # migfit: the webhook and the scheduler extender (`migfit webhook`, `migfit extender`).
-#   docker build -t migfit/migfit:0.1.0 .
+#   docker build -t registry.example.com/migfit:0.1.0 .   (your registry: README, "Install")
 # Stage 1 builds wheels for migfit and every dependency; stage 2 installs them with no
 # compiler, no build backend and no pip left behind, and runs as the non-root user 65532
 # that deploy/ expects (runAsNonRoot, readOnlyRootFilesystem).

@@ -135,6 +135,8 @@ def _refused(port: int) -> bool:
         socket.create_connection(("127.0.0.1", port), timeout=1).close()
     except ConnectionRefusedError:
         return True
+    except ConnectionResetError:  # accepted into the backlog as the listener closed: again
+        return False
     return False
 
 

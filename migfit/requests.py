@@ -115,7 +115,8 @@ def has_request(annotations: Mapping[str, str]) -> bool:
 
 
 def default_container(
-    annotations: Mapping[str, str], containers: Sequence[str]
+    annotations: Mapping[str, str], containers: Sequence[str],
+    init_containers: Sequence[str] = (),
 ) -> tuple[str | None, str | None]:
     """The pod's main container and, when the default-container annotation had to be ignored,
     why. kubectl falls back to the first container in that case, and so do we."""
@@ -125,8 +126,9 @@ def default_container(
         return first, None
     if named in containers:
         return named, None
+    what = ("names an init container" if named in init_containers else "names no container")
     return first, (
-        f"{DEFAULT_CONTAINER}={quote(named)} names no container; {GPU_MEMORY} applies to the "
+        f"{DEFAULT_CONTAINER}={quote(named)} {what}; {GPU_MEMORY} applies to the "
         f"first container {quote(first or '')}"
     )
 
@@ -179,7 +181,7 @@ def parse(
                 name = key[len(prefix):]
                 check_container(key, name)
                 into[name] = (key, value)
-    main, note = default_container(annotations, containers)
+    main, note = default_container(annotations, containers, init_containers)
     if GPU_MEMORY in annotations and main is not None:
         if note is not None:
             notes.append(note)
@@ -220,11 +222,15 @@ def parse_memory(key: str, value: str) -> int:
         )
     if amount < _MIB:
         bare = value.strip()
-        hint = (f"did you mean {bare}Gi?" if bare.isascii() and bare.isdigit()
-                else "write an amount with a unit such as 12Gi")
+        if bare.isascii() and bare.isdigit():
+            why, hint = "GPU memory needs a unit", f"did you mean {bare}Gi?"
+        elif bare[-1:].isalpha():  # a suffix such as Ki: a unit, just too small
+            why, hint = "too little for any GPU instance", "write an amount such as 12Gi"
+        else:  # 1e5, 0.5: no suffix
+            why, hint = "GPU memory needs a unit", "write an amount with a unit such as 12Gi"
         raise RequestError(
             f"{shorten(key, _KEY_LIMIT)}={quote(value)} is {amount} byte"
-            f"{'' if amount == 1 else 's'}, less than 1Mi: GPU memory needs a unit; {hint}"
+            f"{'' if amount == 1 else 's'}, less than 1Mi: {why}; {hint}"
         )
     return amount
 

@@ -279,11 +279,16 @@ def _too_big(
     extra = f" with {' and '.join(wants)}" if wants else ""
     shown = quantity.format_mib(req.memory_mib)
     amount = (f"{requests.shorten(key, 100)}={requests.shorten(value)}"
-              + ("" if shown == value else f" ({shown})"))
+              + ("" if shown == value or len(shown) > 16 else f" ({shown})"))  # 1e100: no 84 digits
+    # A whole GPU is a way out only where one holds the request (the GPU's whole memory).
+    whole = max((m.memory_mib for m in pool), default=0)
+    way_out = (ANY_GPU if req.memory_mib <= whole else
+               f"split the work over several GPUs: no GPU model {where} has that much memory "
+               f"(the most is {quantity.format_mib(whole)})")
     return (f"{amount} is more than the largest "
             f"MIG profile{extra} of the GPU models {where}: {p.name} on {model.id} "
             f"({quantity.format_mib(largest)} usable); ask for at most "
-            f"{quantity.format_mib(largest)}, or {ANY_GPU}")
+            f"{quantity.format_mib(largest)}, or {way_out}")
 
 
 def names(models: Iterable[profiles.GpuModel]) -> str:

@@ -68,6 +68,15 @@ def test_more_than_the_largest_profile_is_denied_naming_it() -> None:
     assert not verdict.allowed and verdict.code == 403
     assert "7g.80gb" in verdict.message and "A100-80GB" in verdict.message
     assert "100Gi" in verdict.message and "at most 79Gi" in verdict.message
+    # More than a whole A100-80GB too: no whole GPU is offered, and 1e100 bytes are not
+    # spelled out in 84 digits.
+    assert "split the work over several GPUs" in verdict.message
+    assert "use a whole GPU" not in verdict.message
+    huge = decide(s.pod({requests.GPU_MEMORY: "1e100"}))
+    assert not huge.allowed and "gpu-memory=1e100 is more than" in huge.message
+    assert len(huge.message) < 400, huge.message
+    fits_whole = decide(s.pod({requests.GPU_MEMORY: "79.5Gi"}))  # 7g.80gb holds 79Gi
+    assert not fits_whole.allowed and "use a whole GPU (nvidia.com/gpu)" in fits_whole.message
 
 
 def test_a_profile_nobody_advertises_is_patched_with_a_warning() -> None:

@@ -21,7 +21,9 @@ EXPECTED: dict[str, tuple[bool, str | None, str | None]] = {
     "create-12gi.json": (True, "1g.18gb", None),
     "create-30gi.json": (True, "3g.40gb", None),
     "create-8gi-in-use.json": (True, "1g.10gb", "every 1g.10gb instance is in use"),
-    "create-200gi-denied.json": (False, None, "7g.141gb on H200-141GB"),
+    # ... and not "use a whole GPU": none of this cluster holds 200Gi either
+    "create-200gi-denied.json": (False, None, "7g.141gb on H200-141GB (143099Mi usable); ask "
+                                 "for at most 143099Mi, or split the work over several GPUs"),
     "create-bad-quantity.json": (False, None, 'did you mean "G"'),
     "create-per-container.json": (True, "3g.40gb,3g.40gb", None),
     "create-4gi-single.json": (True, "1g.5gb", None),

@@ -62,7 +62,7 @@ def test_long_keys_and_container_names_are_quoted_short() -> None:
 @pytest.mark.parametrize(("value", "hint"), [
     ("12", "did you mean 12Gi?"),
     ("512", "did you mean 512Gi?"),
-    ("1023Ki", "with a unit such as 12Gi"),
+    ("1023Ki", "too little for any GPU instance; write an amount such as 12Gi"),
     ("1e5", "with a unit such as 12Gi"),
 ])
 async def test_less_than_a_mebibyte_is_a_forgotten_unit(

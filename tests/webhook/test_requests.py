@@ -71,3 +71,23 @@ def test_decision_record_round_trip_and_strict_decoding() -> None:
         with pytest.raises(requests.RequestError):
             requests.decode_decision(bad)
         assert requests.decision_of({requests.DECISION: bad}) is None
+
+
+def test_a_default_container_naming_an_init_container_says_so() -> None:
+    """It names a container, an init one: "names no container" was wrong."""
+    got = requests.parse({"migfit.io/gpu-memory": "8Gi",
+                          "kubectl.kubernetes.io/default-container": "init"},
+                         containers=["main"], init_containers=["init"])
+    assert [r.container for r in got.requests] == ["main"]
+    assert "names an init container; migfit.io/gpu-memory applies to the first container" \
+        in got.notes[0]
+
+
+@pytest.mark.parametrize(("value", "why"), [
+    ("8", "GPU memory needs a unit; did you mean 8Gi?"),
+    ("8Ki", "too little for any GPU instance; write an amount such as 12Gi"),
+])
+def test_an_amount_below_1mi_is_called_what_it_is(value: str, why: str) -> None:
+    """8Ki has a unit: the message said it needed one."""
+    with pytest.raises(requests.RequestError, match=why.replace("?", r"\?")):
+        requests.parse_memory("migfit.io/gpu-memory", value)

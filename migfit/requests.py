@@ -133,6 +133,11 @@ def default_container(
     )
 
 
+_GPU_KEYS: Final = keys.ANNOTATION_PREFIX + "gpu-"
+_KNOWN: Final = frozenset({GPU_MEMORY, GPU_COMPUTE, GPU_MEDIA})
+_KNOWN_PREFIXES: Final = (GPU_MEMORY_PREFIX, GPU_COMPUTE_PREFIX, GPU_MEDIA_PREFIX)
+
+
 def parse(
     annotations: Mapping[str, str],
     *,
@@ -147,6 +152,13 @@ def parse(
     key naming no container, or a bad compute/media value.
     """
     notes: list[str] = []
+    unknown = [k for k in annotations if k.startswith(_GPU_KEYS) and k not in _KNOWN
+               and not k.startswith(_KNOWN_PREFIXES)]
+    if unknown:  # a key guessed (gpu-count, gpu-model): ignored, and said to be
+        shown = ", ".join(shorten(k, 40) for k in sorted(unknown)[:3])
+        notes.append(f"{shown}{' ...' if len(unknown) > 3 else ''}: not read by migfit, no "
+                     f"effect; it reads {GPU_MEMORY}, {GPU_COMPUTE} and {GPU_MEDIA} "
+                     f"(README, \"The request contract\")")
     if not has_request(annotations):
         if any(k in (GPU_COMPUTE, GPU_MEDIA)
                or k.startswith((GPU_COMPUTE_PREFIX, GPU_MEDIA_PREFIX)) for k in annotations):

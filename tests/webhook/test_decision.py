@@ -406,3 +406,18 @@ def test_media_profiles_use_the_device_plugin_resource_spelling() -> None:
     assert verdict.allowed and verdict.profiles == ("1g.10gb+me",)
     limits = applied(pod, verdict)["spec"]["containers"][0]["resources"]["limits"]
     assert limits == {"nvidia.com/mig-1g.10gb.me": "1"}
+
+
+def test_a_guessed_gpu_key_is_ignored_with_a_warning() -> None:
+    """migfit.io/gpu-count and gpu-model are not migfit's keys: they were dropped without a
+    word, and the user got one instance of any model."""
+    verdict = decide(s.pod({requests.GPU_MEMORY: "8Gi", "migfit.io/gpu-count": "2",
+                            "migfit.io/gpu-model": "A100-80GB"}))
+    assert verdict.allowed
+    assert any(w.startswith("migfit.io/gpu-count, migfit.io/gpu-model: not read by migfit")
+               for w in verdict.warnings), verdict.warnings
+    alone = decide(s.pod({"migfit.io/gpu-count": "2"}))
+    assert any("migfit.io/gpu-count: not read by migfit" in w for w in alone.warnings), \
+        alone.warnings
+    known = decide(s.pod({requests.GPU_MEMORY: "8Gi", requests.GPU_COMPUTE: "1"}))
+    assert not any("not read by migfit" in w for w in known.warnings)

@@ -184,7 +184,7 @@ def qualified_name_errors(value: str) -> list[str]:
         prefix = parts[0]
         if not prefix:
             problems.append(f"{value!r}: prefix part must be non-empty")
-        elif len(prefix) > _DNS1123_SUBDOMAIN_MAX or not _DNS1123_SUBDOMAIN.match(prefix):
+        elif not is_dns1123_subdomain(prefix):
             problems.append(f"{value!r}: prefix part must be a lowercase DNS-1123 subdomain")
     if not name:
         problems.append(f"{value!r}: name part must be non-empty")

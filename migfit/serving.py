@@ -219,9 +219,13 @@ class BodyBudget:
         self.held = 0
         self.refused = 0
 
+    def has_room(self, size: int) -> bool:
+        """Whether ``size`` bytes more stay within ``limit``."""
+        return self.held + size <= self.limit
+
     def take(self, size: int) -> bool:
         """Hold ``size`` bytes more, or count a refusal (False) when that would pass ``limit``."""
-        if self.held + size > self.limit:
+        if not self.has_room(size):
             self.refused += 1
             if self.refused == 1 or self.refused % 1000 == 0:
                 log.warning("request bodies in flight would pass %s bytes "
@@ -242,7 +246,7 @@ BODY_BUDGET: Final = web.AppKey("migfit_body_budget", BodyBudget)
 def limit_bodies(app: web.Application, limits: Limits, max_body: int) -> BodyBudget:
     """Give ``app`` (whose largest body is ``max_body``) its ``BodyBudget`` of ``limits``,
     which ``read_body`` reads through; ValueError as ``Limits.body_budget`` raises it."""
-    budget = app[BODY_BUDGET] = BodyBudget(limits.body_budget(max_body))
+    app[BODY_BUDGET] = budget = BodyBudget(limits.body_budget(max_body))
     return budget
 
 
@@ -359,7 +363,7 @@ def expect_within(limit: int, refuse: Callable[[int], web.StreamResponse]) -> Ex
             answer.headers["Connection"] = "close"  # the body was never sent: nothing to read
             return answer
         budget = request.app.get(BODY_BUDGET)
-        if length and budget is not None and budget.held + length > budget.limit:
+        if length and budget is not None and not budget.has_room(length):
             # No invitation: the handler's ``read_body`` answers 503 (Retry-After) before
             # the body is sent, in the route's own error shape; should room free up first,
             # it reads the body the client sends once its wait for 100 Continue is over.

@@ -25,7 +25,7 @@ from typing import Any, Protocol
 
 import yaml
 
-from migfit import cluster, decoding, errors, profiles, quantity, records
+from migfit import cluster, decoding, errors, profiles, quantity, records, strictfiles
 
 log = logging.getLogger(__name__)
 
@@ -73,15 +73,11 @@ def _documents_whole(text: str, where: str) -> Iterator[Any]:
             pass  # YAML flow style also starts with { or [: let the YAML parser decide
     try:
         yield from yaml.load_all(text, Loader=_LOADER)  # a SafeLoader
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark
-        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+    except yaml.YAMLError as exc:
         raise errors.ConfigError(
-            f"{where}: not valid YAML or JSON{at}: {exc.problem or exc}; fix the file or "
+            f"{where}: not valid YAML or JSON {strictfiles.yaml_problem(exc)}; fix the file or "
             f"export it again with `kubectl get nodes,pods -A -o yaml`"
         ) from None
-    except yaml.YAMLError as exc:
-        raise errors.ConfigError(f"{where}: not valid YAML or JSON: {exc}") from None
 
 
 class _NotStreamable(Exception):

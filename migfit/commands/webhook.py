@@ -114,8 +114,7 @@ def run(args: argparse.Namespace) -> int:
     if not 0 < args.port < 65536:
         raise errors.UsageError(f"--port {args.port}: use 1..65535")
     try:
-        limits = serving.limits_from(args)
-        limits.body_budget(args.max_body)
+        limits = serving.limits_from(args)  # the body budget: server._check
     except ValueError as exc:
         raise errors.UsageError(str(exc)) from None
     settings = server.Settings(

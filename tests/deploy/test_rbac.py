@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import functools
 import os
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -164,7 +165,6 @@ def test_the_custom_configs_calls_are_made_only_with_their_flag() -> None:
 def _apply_relayout_alone() -> Path:
     """An overlay of the second scheduler with deploy/components/apply-relayout only (what
     README section 6 tells an operator to write), outside the checkout."""
-    import tempfile
     root = Path(tempfile.mkdtemp(prefix="migfit-apply-relayout-"))
     deploy = Path(os.path.relpath(REPO / "deploy", root))  # kustomize takes no absolute path
     (root / "kustomization.yaml").write_text(

@@ -32,14 +32,7 @@ async def _echo(request: web.Request) -> web.Response:
     return web.Response(body=body)
 
 
-class Server:
-    def __init__(self, started: serving.Started, tls: ssl.SSLContext | None) -> None:
-        self.started = started
-        self.client_tls = tls
-
-    async def open(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-        return await asyncio.open_connection("127.0.0.1", self.started.port,
-                                             ssl=self.client_tls)
+Server = tls_app.Client
 
 
 async def _start(tls: bool, tmp: Path, limits: serving.Limits = LIMITS

@@ -85,6 +85,13 @@ def running(args: list[str], port: int, *, tls: ssl.SSLContext | None = None,
             proc.wait()
 
 
+def extender(port: int, *more: str) -> contextlib.AbstractContextManager[
+        subprocess.Popen[bytes]]:
+    """``migfit extender`` on the example cluster at 127.0.0.1:``port`` (``running``)."""
+    return running(["extender", "--cluster", str(snapshots.EXAMPLE_CLUSTER), "--host",
+                    "127.0.0.1", "--port", str(port), *more], port)
+
+
 async def _get(port: int, path: str, tls: ssl.SSLContext | None) -> int:
     reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=tls)
     writer.write(f"GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n".encode())
@@ -125,8 +132,7 @@ def test_extender_memory_is_bounded_whatever_names_it_is_sent() -> None:
         writer.close()
         return before, rss(pid)
 
-    with running(["extender", "--cluster", str(snapshots.EXAMPLE_CLUSTER), "--host",
-                  "127.0.0.1", "--port", str(port), "--log-level", "warning"], port) as proc:
+    with extender(port, "--log-level", "warning") as proc:
         before, after = asyncio.run(calls(proc.pid))
     growth = after - before
     print(f"extender RSS {before / MIB:.0f} -> {after / MIB:.0f} MiB after 100 calls of "
@@ -232,9 +238,7 @@ def test_extender_memory_is_bounded_under_25_slow_30_mib_bodies() -> None:
             answer.cancel()
         return before, peak, refused
 
-    with running(["extender", "--cluster", str(snapshots.EXAMPLE_CLUSTER), "--host",
-                  "127.0.0.1", "--port", str(port), "--log-level", "error",
-                  "--body-timeout", "60"], port) as proc:
+    with extender(port, "--log-level", "error", "--body-timeout", "60") as proc:
         before, peak, refused = asyncio.run(flood(proc.pid))
     growth = peak - before
     print(f"extender RSS {before / MIB:.0f} -> {peak / MIB:.0f} MiB with 25 slow bodies of "
@@ -264,8 +268,7 @@ def test_extender_keeps_no_body_on_an_idle_connection() -> None:
             writer.close()
         return before, after
 
-    with running(["extender", "--cluster", str(snapshots.EXAMPLE_CLUSTER), "--host",
-                  "127.0.0.1", "--port", str(port), "--log-level", "error"], port) as proc:
+    with extender(port, "--log-level", "error") as proc:
         before, after = asyncio.run(calls(proc.pid))
     growth = after - before
     print(f"extender RSS {before / MIB:.0f} -> {after / MIB:.0f} MiB with 5 connections idle "

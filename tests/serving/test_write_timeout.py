@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import socket
 import ssl
 import time
 from collections.abc import AsyncIterator
@@ -42,20 +41,11 @@ async def _small(request: web.Request) -> web.Response:
     return web.Response(body=SMALL)
 
 
-class Server:
-    def __init__(self, started: serving.Started, tls: ssl.SSLContext | None) -> None:
-        self.started = started
-        self.client_tls = tls
+class Server(tls_app.Client):
+    """Its connections' clients keep little in their sockets (a small receive buffer)."""
 
-    async def open(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-        """A connection whose client keeps little in its socket (a small receive buffer)."""
-        sock = socket.socket()
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-        sock.setblocking(False)
-        await asyncio.get_running_loop().sock_connect(sock, ("127.0.0.1", self.started.port))
-        return await asyncio.open_connection(
-            sock=sock, ssl=self.client_tls,
-            server_hostname="localhost" if self.client_tls else None)
+    def __init__(self, started: serving.Started, tls: ssl.SSLContext | None) -> None:
+        super().__init__(started, tls, receive_buffer=4096)
 
     async def open_connections_reach(self, count: int, within: float) -> float:
         """Seconds until the server holds ``count`` connections; fails after ``within``."""

@@ -3,6 +3,8 @@ over TLS with a throwaway certificate for localhost and a client context that tr
 
 from __future__ import annotations
 
+import asyncio
+import socket
 import ssl
 from pathlib import Path
 
@@ -27,3 +29,25 @@ async def start(app: web.Application, tmp: Path, *, tls: bool, limits: serving.L
     runner, started = await serving.start(app, serving.Listen(
         host="127.0.0.1", port=0, ssl_context=server_ctx, limits=limits))
     return runner, started, client_ctx
+
+
+class Client:
+    """Opens connections to a started app, over TLS when the app was started with it."""
+
+    def __init__(self, started: serving.Started, tls: ssl.SSLContext | None, *,
+                 receive_buffer: int | None = None) -> None:
+        self.started = started
+        self.client_tls = tls
+        self._receive_buffer = receive_buffer  # None: the kernel's default
+
+    async def open(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        if self._receive_buffer is None:
+            return await asyncio.open_connection("127.0.0.1", self.started.port,
+                                                 ssl=self.client_tls)
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self._receive_buffer)
+        sock.setblocking(False)
+        await asyncio.get_running_loop().sock_connect(sock, ("127.0.0.1", self.started.port))
+        return await asyncio.open_connection(
+            sock=sock, ssl=self.client_tls,
+            server_hostname="localhost" if self.client_tls else None)

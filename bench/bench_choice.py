@@ -15,6 +15,9 @@ nodes, 150,000 pods), deciding every admission (the server's memos are off under
 - ``crowded``: as ``changed``, for a pod whose cpu and memory requests fit on few of the
   nodes with a free instance of its smallest fitting profiles (``usable`` scans those nodes
   for larger profiles too);
+- ``pinned``: as ``changed``, for a pod whose nodeSelector selects one zone's nodes (about a
+  third): the decision reads those nodes' sums, kept current as nodes change
+  (``SupplyTracker.within``), and is never memoised;
 - ``waiting``: as ``changed``, with six more pending pods that each ask for several instances
   of one profile on one node (2, 4 or 7 × ``1g.10gb``, 2 × ``3g.40gb``, 3 × ``2g.20gb``,
   8 × ``7g.80gb``): every supply rebuilt after a change checks, per profile, whether some
@@ -56,6 +59,12 @@ def _pod(memory: str, cpu: str, mem: str) -> dict[str, Any]:
                                      "resources": {"requests": {"cpu": cpu, "memory": mem}}}]}}
 
 
+def _pinned(pod: dict[str, Any]) -> dict[str, Any]:
+    """``pod`` with a nodeSelector on one zone (about a third of the nodes)."""
+    pod["spec"]["nodeSelector"] = {"topology.kubernetes.io/zone": "us-east-1b"}
+    return pod
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", type=int, default=5000)
@@ -91,6 +100,7 @@ def main() -> int:
         "steady": (_pod("12Gi", "4", "16Gi"), None),
         "changed": (_pod("12Gi", "4", "16Gi"), change),
         "crowded": (_pod("12Gi", "48", "384Gi"), change),
+        "pinned": (_pinned(_pod("12Gi", "4", "16Gi")), change),
         "waiting": (_pod("12Gi", "4", "16Gi"), change),
     }
     results: dict[str, dict[str, Any]] = {}

@@ -1208,9 +1208,9 @@ def _tolerated(taint: records.Taint, tolerations: Sequence[records.Toleration]) 
     return False
 
 
-def excludes(node: records.NodeRecord, constraints: records.PodConstraints) -> str | None:
-    """Why a pod with ``constraints`` cannot run on ``node`` (selectors, affinity, taints),
-    or None. Host room is checked apart (it changes as pods are planned there)."""
+def unselected(node: records.NodeRecord, constraints: records.PodConstraints) -> str | None:
+    """Why ``node`` is not one a pod with ``constraints`` selects (its nodeSelector and
+    required node affinity; tolerations are not read), or None."""
     labels = node.all_labels or node.labels
     for key, value in constraints.node_selector:
         if labels.get(key) != value:
@@ -1218,6 +1218,15 @@ def excludes(node: records.NodeRecord, constraints: records.PodConstraints) -> s
     if constraints.affinity is not None and not any(
             _term_holds(t, node.name, labels) for t in constraints.affinity):
         return "required node affinity"
+    return None
+
+
+def excludes(node: records.NodeRecord, constraints: records.PodConstraints) -> str | None:
+    """Why a pod with ``constraints`` cannot run on ``node`` (selectors, affinity, taints),
+    or None. Host room is checked apart (it changes as pods are planned there)."""
+    why = unselected(node, constraints)
+    if why is not None:
+        return why
     for taint in node.taints:
         if taint.effect in ("NoSchedule", "NoExecute") and \
                 not _tolerated(taint, constraints.tolerations):

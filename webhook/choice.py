@@ -2,7 +2,8 @@
 or under contention the smallest fitting one with a free instance (``Policy.contention``;
 free: not asked for by pods already waiting, ``view.Offer.free``).
 
-Candidates are what schedulable nodes advertise now; when none fits, any profile of the GPU
+Candidates are what schedulable nodes advertise now (of the nodes the pod may run on,
+``decision.scoped``); when none fits, any profile of the GPU
 models present (a re-layout could create it); without a cluster view, the catalog of the
 configured models. A profile fits when its usable memory covers the request (a profile name
 is nominal: ``1g.10gb`` is 9728 MiB on an A100-80GB) and the compute and media constraints
@@ -258,7 +259,8 @@ def _too_big(
     supply: view.Supply,
     policy: Policy,
 ) -> str:
-    where = ("in this cluster" if supply.available and supply.models
+    where = (f"on {supply.scope}" if supply.scope
+             else "in this cluster" if supply.available and supply.models
              else "configured (--gpu-models)")
     constrained = [(m, p) for m in pool for p in m.profiles if meets(p, req)]
     wants = []
@@ -372,11 +374,13 @@ def _warn(
     warnings: list[str],
 ) -> None:
     name = choice.profile.name
+    on = f" on {supply.scope}" if supply.scope else ""
     if supply.available and not choice.advertised:
-        warnings.append(f"{who}no node advertises {name} now; the pod stays Pending until a "
+        nobody = f"{name} is not advertised{on}" if on else f"no node advertises {name}"
+        warnings.append(f"{who}{nobody} now; the pod stays Pending until a "
                         f"GPU is re-partitioned (see migfit advise)")
     elif supply.available and choice.free <= 0:
-        warnings.append(f"{who}every {name} instance is in use now or asked for by pods "
+        warnings.append(f"{who}every {name} instance{on} is in use now or asked for by pods "
                         f"already waiting; the pod waits for one to be freed"
                         + _free_alternative(choice, req, key=key, pool=pool, supply=supply,
                                             policy=policy))

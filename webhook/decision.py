@@ -120,6 +120,24 @@ def host_of(pod: Mapping[str, Any]) -> choice.Host:
     return int(cpu), int(memory)
 
 
+def scoped(placement: reading.Placement, supply: view.Supply, warnings: list[str]
+           ) -> view.Supply:
+    """The supply of the nodes ``placement`` allows (an 8Gi pod pinned to the A100 nodes
+    gets an A100 profile, not the H200's ``1g.18gb``). When none of them has a GPU migfit
+    knows (a node pool scaled to zero, a label not yet set), every node's, with a warning."""
+    if not placement.limited or supply.within is None:
+        return supply
+    where = placement.words()
+    mine = supply.within(placement.constraints, placement.node_name, where)
+    if mine is None:
+        warnings.append(f"{where} has no MIG GPU migfit knows now; decided as for any node"
+                        if placement.node_name is not None else
+                        f"none of {where} has a MIG GPU migfit knows now (a node pool scaled "
+                        f"to zero?); decided as for any node")
+        return supply
+    return mine
+
+
 def _decide(pod: Mapping[str, Any], *, supply: view.Supply, policy: Policy) -> Verdict:
     annotations = reading.annotations_of(pod)
     if not requests.has_request(annotations):
@@ -141,6 +159,7 @@ def _decide(pod: Mapping[str, Any], *, supply: view.Supply, policy: Policy) -> V
     if reused is not None:
         plans, strategy = reused
     else:
+        supply = scoped(reading.placement_of(pod), supply, warnings)
         plans, strategy = choice.plan(parsed.requests, by_name, annotations=annotations,
                                       supply=supply, policy=policy, warnings=warnings,
                                       host=host_of(pod) if policy.contention == "usable"

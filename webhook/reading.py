@@ -14,7 +14,7 @@ import dataclasses
 from collections.abc import Hashable, Mapping, Sequence
 from typing import Any, Final
 
-from migfit import decoding, errors, keys, requests
+from migfit import decoding, errors, keys, records, requests
 
 #: Deepest affinity structure a memo key is made for (deeper ones are decided afresh).
 _FREEZE_DEPTH: Final = 16
@@ -121,6 +121,55 @@ def check_instances(annotations: Mapping[str, str], names: Sequence[str]) -> Non
             f"{MAX_INSTANCES} containers, or split the pod into several")
 
 
+# ---------------------------------------------------------------- where the pod may go
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Placement:
+    """What of a pod limits the nodes it may run on, as kube-scheduler reads it (the
+    tolerations aside: the GPU taint's is often added only once the pod asks for a GPU)."""
+
+    constraints: records.PodConstraints
+    node_name: str | None
+
+    @property
+    def limited(self) -> bool:
+        return (self.node_name is not None or bool(self.constraints.node_selector)
+                or self.constraints.affinity is not None)
+
+    def words(self) -> str:
+        """The nodes it allows, for a message: ``node gpu-a (the pod's spec.nodeName)``,
+        ``the nodes the pod's nodeSelector and required node affinity select``."""
+        if self.node_name is not None:
+            return f"node {requests.shorten(self.node_name, 80)} (the pod's spec.nodeName)"
+        parts = (["nodeSelector"] if self.constraints.node_selector else []) + (
+            ["required node affinity"] if self.constraints.affinity is not None else [])
+        return f"the nodes the pod's {' and '.join(parts)} select{'' if len(parts) > 1 else 's'}"
+
+
+def placement_of(pod: Mapping[str, Any]) -> Placement:
+    """The pod's nodeSelector, required node affinity and ``spec.nodeName``, read leniently
+    (the API server has validated their types; anything else is read as absent)."""
+    spec = pod.get("spec")
+    if not isinstance(spec, Mapping):
+        return Placement(records.NO_CONSTRAINTS, None)
+    full = decoding.pod_constraints(spec)
+    constraints = records.PodConstraints(node_selector=full.node_selector,
+                                         affinity=full.affinity)
+    name = spec.get("nodeName")
+    return Placement(constraints, name if isinstance(name, str) and name else None)
+
+
+def _placed(spec: Mapping[str, Any]) -> bool:
+    """Whether ``spec`` may limit the pod's nodes (a memo does not know which nodes)."""
+    if spec.get("nodeSelector") or spec.get("nodeName"):
+        return True
+    affinity = spec.get("affinity")
+    node_affinity = affinity.get("nodeAffinity") if isinstance(affinity, Mapping) else None
+    return (isinstance(node_affinity, Mapping)
+            and node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution") is not None)
+
+
 # ---------------------------------------------------------------- the memo key
 
 
@@ -175,6 +224,10 @@ def memo_key(pod: Any) -> Hashable | None:
     ``spec.affinity`` and ``spec.schedulerName``. Two pods with equal keys get equal
     verdicts from the same supply and policy. Written for decoded JSON (dicts and lists, read
     once each): it runs on every admission, the decision only on a miss.
+
+    None, too, for a pod whose nodeSelector, required node affinity or nodeName limits its
+    nodes: its decision reads those nodes (``placement_of``), whose free instances can move
+    while the cluster's sums, which the memo keys on, stay.
     """
     try:
         if not isinstance(pod, dict):
@@ -188,7 +241,7 @@ def memo_key(pod: Any) -> Hashable | None:
         ours = tuple((k, v) for k, v in raw.items()
                      if k.startswith(keys.ANNOTATION_PREFIX) or k == requests.DEFAULT_CONTAINER)
         spec = pod.get("spec")
-        if not isinstance(spec, dict):
+        if not isinstance(spec, dict) or _placed(spec):
             return None
         found = spec.get("containers")
         if not isinstance(found, list):

@@ -272,6 +272,10 @@ _PLAIN_KIND: Final = b'"AdmissionReview"'
 _PLAIN_VERSION: Final = b'"' + API_VERSION.encode() + b'"'
 
 ExactKey = tuple[tuple[str, bytes], ...]
+#: Fields that may limit a pod's nodes (``reading.memo_key``): a review holding one is not
+#: memoised (a string value holding the name has its quotes escaped, so never matches).
+_PLACED: Final = (b'"nodeSelector"', b'"nodeName"',
+                  b'"requiredDuringSchedulingIgnoredDuringExecution"')
 
 
 def _exact_key(body: bytes) -> tuple[str, ExactKey, dict[str, Any]] | None:
@@ -281,6 +285,8 @@ def _exact_key(body: bytes) -> tuple[str, ExactKey, dict[str, Any]] | None:
     read the usual way. Two requests with the same key are the same request but for the uid
     (the same bytes decode the same), so they get the same answer against the same supply."""
     if msgspec is None or len(body) > EXACT_BYTES:  # the key is shorter than the body
+        return None
+    if any(marker in body for marker in _PLACED):  # decided against the pod's own nodes
         return None
     try:
         top = _REVIEW.decode(body)

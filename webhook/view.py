@@ -11,15 +11,17 @@ when a node changes, so they are re-aggregated only when some node's entry reall
 never on a pod bind. For ``--choice usable`` the snapshot also answers whether a free
 instance of an offer is on a node with given cpu and memory left (``SupplyTracker.fits``:
 each node's room kept current as its pods change, the free instances read from the live
-cluster's index when asked). Pure: no I/O, no HTTP.
+cluster's index when asked). For a pod whose nodeSelector, required node affinity or nodeName
+limits its nodes, the same snapshot of those nodes alone (``SupplyTracker.within``: the sums
+of the selections asked about lately kept current per node change). Pure: no I/O, no HTTP.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import re
-from collections import Counter
-from collections.abc import Callable, Mapping
+from collections import Counter, OrderedDict
+from collections.abc import Callable, Iterable, Mapping
 from typing import Literal
 
 from migfit import advisor, cluster, keys, profiles, records, requests
@@ -29,7 +31,14 @@ Key = tuple[profiles.ModelId, profiles.ProfileName]
 #: Whether a schedulable node with a free instance of an offer has this cpu (milli) and
 #: memory (bytes) left (``SupplyTracker.fits``).
 Fits = Callable[[Key, int, int], bool]
+#: The supply of the nodes a pod may be placed on: its nodeSelector and required node
+#: affinity, and its ``spec.nodeName`` when set, named in words for the messages
+#: (``SupplyTracker.within``); None when no node with a GPU model migfit knows is one of them.
+Within = Callable[[records.PodConstraints, str | None, str], "Supply | None"]
 _UNBOUNDED = 1 << 62  # a node that reports neither cpu nor memory
+#: Constraints whose nodes' sums ``within`` keeps current: the workloads pinned lately. Each
+#: holds a few counters per offer, never a list of nodes.
+_SCOPES_KEPT = 32
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -67,6 +76,13 @@ class Supply:
     #: of the content: it moves with every pod's cpu and memory, so decisions that read it
     #: are not memoised.
     fits: Fits | None = dataclasses.field(default=None, compare=False)
+    #: The same cluster seen from the nodes a pod may be placed on (None: not known, as
+    #: without a cluster view). Not part of the content either: what one pod's nodes hold
+    #: can change while the cluster's sums stay, so such decisions are not memoised.
+    within: Within | None = dataclasses.field(default=None, compare=False)
+    #: Where the offers are: "" for every node; else the nodes a pod may be placed on, in
+    #: words for the messages ("the nodes the pod's nodeSelector selects").
+    scope: str = ""
 
     def usable(self, key: Key, cpu_milli: int, memory_bytes: int) -> bool:
         """Whether a free instance of ``key`` is on a node with ``cpu_milli`` and
@@ -82,7 +98,7 @@ class Supply:
         """Equal in everything the decision reads (the generation aside)."""
         return (self.available == other.available and self.models == other.models
                 and self.offers == other.offers and self.products == other.products
-                and self.strategy == other.strategy)
+                and self.strategy == other.strategy and self.scope == other.scope)
 
     @classmethod
     def from_catalog(cls, models: tuple[profiles.GpuModel, ...]) -> Supply:
@@ -141,12 +157,20 @@ class SupplyTracker:
         self._rooms: dict[str, tuple[profiles.ModelId | None, int, int]] = {}
         self._rooms_stale: set[str] = set()
         self._rooms_kept = False
+        # ``within``: what each node with a known GPU model adds to the sums of a set of
+        # nodes, and the sums of the constraints asked about lately. Kept only once asked.
+        self._shares: dict[str, _Share] = {}
+        self._share_stale: set[str] = set()
+        self._shares_kept = False
+        self._scopes: OrderedDict[records.PodConstraints, _Scope] = OrderedDict()
 
-    def fits(self, key: Key, cpu_milli: int, memory_bytes: int) -> bool:
+    def fits(self, key: Key, cpu_milli: int, memory_bytes: int, *,
+             among: Callable[[str], bool] | None = None) -> bool:
         """``Supply.fits``: whether a schedulable node of ``key``'s model with a free instance
-        of its profile has ``cpu_milli`` and ``memory_bytes`` left, as the cluster is now.
-        The rooms of the nodes changed since the last call are recomputed first (each
-        O(pods on it)); then the nodes with a free instance are scanned until one fits."""
+        of its profile (one ``among`` select, when given) has ``cpu_milli`` and ``memory_bytes``
+        left, as the cluster is now. The rooms of the nodes changed since the last call are
+        recomputed first (each O(pods on it)); then the nodes with a free instance are
+        scanned until one fits."""
         view = self._cluster
         if not self._rooms_kept:
             self._rooms_kept = True
@@ -165,9 +189,70 @@ class SupplyTracker:
         rooms = self._rooms
         for name in view.free_nodes(key[1]):
             r = rooms.get(name)
+            if among is not None and r is not None and not among(name):
+                continue
             if r is not None and r[0] == model and r[1] >= cpu_milli and r[2] >= memory_bytes:
                 return True
         return False
+
+    def within(self, constraints: records.PodConstraints, node_name: str | None,
+               scope: str) -> Supply | None:
+        """``Supply.within``: the supply of the nodes with a known GPU model that
+        ``constraints`` select (nodeSelector and required node affinity; tolerations are not
+        read: the toleration of a GPU taint is often added only once the pod asks for the
+        GPU resource) and, when ``node_name`` is set, that node alone. None when no such
+        node is in the view; the snapshot itself when every node is; else one whose ``scope``
+        is ``scope`` (the nodes in words).
+
+        The sums of the last ``_SCOPES_KEPT`` constraints asked about are kept current from
+        the nodes the cluster reports changed (each change O(constraints kept)), so a pinned
+        pod costs about what any pod does; constraints not asked about lately are counted
+        afresh (O(nodes))."""
+        view = self._cluster
+        if node_name is not None:
+            one = _share(view.node(node_name))
+            alone = _Scope(constraints, node_name)
+            if one is None or not alone.selects(one.record):
+                return None
+            alone.add(one, 1)
+            return alone.supply(view, scope, self)
+        self._sync()
+        kept = self._scopes.get(constraints)
+        if kept is None:
+            kept = _Scope(constraints)
+            for share in self._shares.values():
+                if kept.selects(share.record):
+                    kept.add(share, 1)
+            if len(self._scopes) >= _SCOPES_KEPT:
+                self._scopes.popitem(last=False)
+            self._scopes[constraints] = kept
+        else:
+            self._scopes.move_to_end(constraints)
+        if kept.nodes == 0:
+            return None
+        if kept.nodes == len(self._shares):
+            return self.supply()
+        return kept.supply(view, scope, self)
+
+    def _sync(self) -> None:
+        """Every node's share as the cluster is now, and the kept scopes' sums with it."""
+        view = self._cluster
+        if not self._shares_kept:
+            self._shares_kept = True
+            self._share_stale = set(view.node_names())
+        if not self._share_stale:
+            return
+        stale, self._share_stale = self._share_stale, set()
+        for name in stale:
+            old = self._shares.pop(name, None)
+            new = _share(view.node(name))
+            if new is not None:
+                self._shares[name] = new
+            for kept in self._scopes.values():
+                if old is not None and kept.selects(old.record):
+                    kept.add(old, -1)
+                if new is not None and kept.selects(new.record):
+                    kept.add(new, 1)
 
     def rooms_kept(self) -> int:
         """How many nodes' rooms the tracker holds or has to recompute."""
@@ -175,6 +260,8 @@ class SupplyTracker:
 
     def _changed(self, name: str) -> None:
         self._pending.add(name)
+        if self._shares_kept:
+            self._share_stale.add(name)
         if self._rooms_kept:
             self._rooms_stale.add(name)
 
@@ -212,7 +299,7 @@ class SupplyTracker:
         if self._snapshot is None or not fresh.same_content(self._snapshot):
             self._version += 1
             self._snapshot = dataclasses.replace(fresh, generation=self._version,
-                                                 fits=self.fits)
+                                                 fits=self.fits, within=self.within)
         return self._snapshot
 
     def _absorb(self) -> None:
@@ -228,29 +315,154 @@ class SupplyTracker:
             else:
                 self._entries[name] = entry
         if self._stale:
-            self._aggregate()
+            (self._products, self._strategy, self._strategies,
+             self._mig_products) = _aggregate(self._entries.values())
             self._stale = False
 
-    def _aggregate(self) -> None:
+
+def _aggregate(entries: Iterable[_NodeEntry]) -> tuple[
+        dict[profiles.ModelId, tuple[str, ...]], dict[profiles.ModelId, requests.Strategy],
+        dict[Key, frozenset[str]], dict[Key, tuple[str, ...]]]:
+    """Of the nodes' entries: the base product labels and the most common strategy per
+    model, and the strategies and single-strategy product labels per offer."""
+    products: dict[profiles.ModelId, set[str]] = {}
+    counts: dict[profiles.ModelId, Counter[str]] = {}
+    strategies: dict[Key, set[str]] = {}
+    mig_products: dict[Key, set[str]] = {}
+    for entry in entries:
+        counts.setdefault(entry.model, Counter())[entry.strategy] += 1
+        if entry.product:
+            # Base names (without a single-strategy -MIG-<profile> suffix) of every node.
+            products.setdefault(entry.model, set()).add(_MIG_SUFFIX.sub("", entry.product))
+        for p in entry.advertised:
+            key = (entry.model, p)
+            strategies.setdefault(key, set()).add(
+                "single" if entry.strategy == "single" else "mixed")
+            if entry.strategy == "single" and entry.product:
+                mig_products.setdefault(key, set()).add(entry.product)
+    return ({m: tuple(sorted(v)) for m, v in products.items()},
+            {m: _majority(c) for m, c in counts.items()},
+            {k: frozenset(v) for k, v in strategies.items()},
+            {k: tuple(sorted(v)) for k, v in mig_products.items()})
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Share:
+    """What one node with a known GPU model adds to the sums of a set of nodes."""
+
+    record: records.NodeRecord
+    entry: _NodeEntry
+    # (offer, allocatable, free, label MiB) of what it advertises while schedulable
+    offers: tuple[tuple[Key, int, int, int | None], ...]
+
+
+def _share(state: records.NodeState | None) -> _Share | None:
+    entry = _entry(state)
+    if state is None or entry is None:
+        return None
+    record = state.node
+    offers = () if record.unschedulable else tuple(
+        ((entry.model, p), alloc, state.free.get(p, 0), record.memory_mib.get(p))
+        for p, alloc in record.allocatable.items() if alloc > 0)
+    return _Share(record=record, entry=entry, offers=offers)
+
+
+class _Scope:
+    """The sums of the nodes some constraints select, as ``SupplyTracker`` keeps the whole
+    cluster's: per offer, and what the strategy and product affinity read."""
+
+    def __init__(self, constraints: records.PodConstraints, node_name: str | None = None
+                 ) -> None:
+        self.constraints = constraints
+        self.node_name = node_name
+        self.nodes = 0
+        self._offers: dict[Key, list[int]] = {}  # nodes, allocatable, free
+        self._memory: dict[Key, Counter[int]] = {}
+        self._models: Counter[profiles.ModelId] = Counter()
+        self._node_strategies: Counter[tuple[profiles.ModelId, str]] = Counter()
+        self._products: Counter[tuple[profiles.ModelId, str]] = Counter()
+        self._kinds: Counter[tuple[Key, str]] = Counter()
+        self._mig_products: Counter[tuple[Key, str]] = Counter()
+
+    def selects(self, record: records.NodeRecord) -> bool:
+        return ((self.node_name is None or record.name == self.node_name)
+                and advisor.unselected(record, self.constraints) is None)
+
+    def holds(self, view: cluster.Cluster, name: str) -> bool:
+        """Whether the node ``name`` of ``view`` is one of these nodes."""
+        state = view.node(name)
+        return state is not None and self.selects(state.node)
+
+    def add(self, share: _Share, sign: int) -> None:
+        """Count ``share`` in (``sign`` 1) or out (-1)."""
+        entry = share.entry
+        self.nodes += sign
+        self._models[entry.model] += sign
+        self._node_strategies[(entry.model, entry.strategy)] += sign
+        if entry.product:
+            self._products[(entry.model, _MIG_SUFFIX.sub("", entry.product))] += sign
+        kind = "single" if entry.strategy == "single" else "mixed"
+        for key, alloc, free, mib in share.offers:
+            sums = self._offers.setdefault(key, [0, 0, 0])
+            sums[0] += sign
+            sums[1] += sign * alloc
+            sums[2] += sign * free
+            if sums[0] <= 0:
+                del self._offers[key]
+            if mib is not None:
+                seen = self._memory.setdefault(key, Counter())
+                seen[mib] += sign
+                if seen[mib] <= 0:
+                    del seen[mib]
+                    if not seen:
+                        del self._memory[key]
+            self._kinds[(key, kind)] += sign
+            if entry.strategy == "single" and entry.product:
+                self._mig_products[(key, entry.product)] += sign
+
+    def supply(self, view: cluster.Cluster, scope: str, tracker: SupplyTracker) -> Supply:
+        """A snapshot of these nodes alone, built as ``SupplyTracker.supply`` builds the
+        whole one; O(offers)."""
         products: dict[profiles.ModelId, set[str]] = {}
+        for (model, product), n in self._products.items():
+            if n > 0:
+                products.setdefault(model, set()).add(product)
         counts: dict[profiles.ModelId, Counter[str]] = {}
-        strategies: dict[Key, set[str]] = {}
-        mig_products: dict[Key, set[str]] = {}
-        for entry in self._entries.values():
-            counts.setdefault(entry.model, Counter())[entry.strategy] += 1
-            if entry.product:
-                # Base names (without a single-strategy -MIG-<profile> suffix) of every node.
-                products.setdefault(entry.model, set()).add(_MIG_SUFFIX.sub("", entry.product))
-            for p in entry.advertised:
-                key = (entry.model, p)
-                strategies.setdefault(key, set()).add(
-                    "single" if entry.strategy == "single" else "mixed")
-                if entry.strategy == "single" and entry.product:
-                    mig_products.setdefault(key, set()).add(entry.product)
-        self._products = {m: tuple(sorted(v)) for m, v in products.items()}
-        self._strategy = {m: _majority(c) for m, c in counts.items()}
-        self._strategies = {k: frozenset(v) for k, v in strategies.items()}
-        self._mig_products = {k: tuple(sorted(v)) for k, v in mig_products.items()}
+        for (model, strategy), n in self._node_strategies.items():
+            if n > 0:
+                counts.setdefault(model, Counter())[strategy] = n
+        kinds: dict[Key, set[str]] = {}
+        for (key, kind), n in self._kinds.items():
+            if n > 0:
+                kinds.setdefault(key, set()).add(kind)
+        mig: dict[Key, set[str]] = {}
+        for (key, product), n in self._mig_products.items():
+            if n > 0:
+                mig.setdefault(key, set()).add(product)
+        claims = view.pending_claims()
+        # Every waiting pod's claim is charged to these nodes: the burst of one workload
+        # that shares the pod's constraints is what claims are for.
+        claimed = (set_aside({k: v[2] for k, v in self._offers.items()}, claims)
+                   if claims else {})
+        offers = {key: Offer(nodes=n, allocatable=alloc, free=free - claimed.get(key, 0),
+                             label_mib=min(self._memory[key]) if key in self._memory else None,
+                             strategies=frozenset(kinds.get(key, {"mixed"})),
+                             mig_products=tuple(sorted(mig.get(key, ()))),
+                             claimed=claimed.get(key, 0))
+                  for key, (n, alloc, free) in self._offers.items()}
+        def holds(name: str) -> bool:
+            return self.holds(view, name)
+
+        def fits(key: Key, cpu_milli: int, memory_bytes: int) -> bool:
+            return tracker.fits(key, cpu_milli, memory_bytes, among=holds)
+
+        return Supply(available=bool(view.synced),
+                      models=tuple(view.catalog.get(m) for m, n in self._models.most_common()
+                                   if n > 0),
+                      offers=offers,
+                      products={m: tuple(sorted(v)) for m, v in products.items()},
+                      strategy={m: _majority(c) for m, c in counts.items()},
+                      generation=-1, fits=fits, scope=scope)
 
 
 def set_aside(free: Mapping[Key, int], claims: Mapping[profiles.ProfileName, int]

@@ -85,9 +85,10 @@ def test_requests_that_differ_in_what_the_decision_reads_are_told_apart() -> Non
     plain = pod()
     has_gpu = copy.deepcopy(plain)
     has_gpu["spec"]["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu": "1"}}
+    # (A required node affinity limits the pod's nodes: never memoised, test_pod_placement.)
     has_affinity = s.pod({requests.GPU_MEMORY: "12Gi"}, affinity={"nodeAffinity": {
-        "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
-            {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}]}}})
+        "preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 1, "preference": {
+            "matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}}]}})
     renamed = s.pod({requests.GPU_MEMORY: "12Gi"}, containers=[{"name": "other"}])
     other_value = pod(**{requests.GPU_COMPUTE: "2"})
     numbered = copy.deepcopy(has_gpu)

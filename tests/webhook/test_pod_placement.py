@@ -1,0 +1,244 @@
+"""The webhook decides against the nodes a pod may run on: its nodeSelector, required node
+affinity and spec.nodeName (an 8Gi pod pinned to the A100 nodes is not given a profile only
+an H100 has free), never memoised across a move the cluster's sums do not show."""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Callable
+from typing import Any
+
+import webhook_scenery as s
+
+from migfit import cluster, requests
+from migfit.webhook import decision, memo, reading, server, view
+
+H100_MEMORY = {"1g.10gb": 9984, "2g.20gb": 20096, "3g.40gb": 40448}
+FREE = decision.Policy(contention="free")
+
+
+def node(name: str, *, pool: str, **kwargs: Any) -> dict[str, Any]:
+    out = s.mig_node(name, **kwargs)
+    out["metadata"]["labels"]["example.com/pool"] = pool
+    return out
+
+
+def busy(node_name: str, profile: str, uid: str) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": f"busy-{uid}", "namespace": "ml", "uid": uid},
+            "spec": {"nodeName": node_name, "containers": [{"name": "c", "resources": {
+                "limits": {f"nvidia.com/mig-{profile}": "1"}}}]},
+            "status": {"phase": "Running"}}
+
+
+def two_models() -> cluster.Cluster:
+    """An A100 whose only 1g.10gb is taken (its 3g.40gb is free) and an H100 with two free
+    1g.10gb."""
+    c = s.make_cluster(
+        node("a100-0", pool="a", allocatable={"1g.10gb": 1, "3g.40gb": 1}),
+        node("h100-0", pool="h", product=s.H100_PRODUCT, allocatable={"1g.10gb": 2},
+             memory=H100_MEMORY))
+    c.apply("Pod", "ADDED", busy("a100-0", "1g.10gb", "u1"))
+    return c
+
+
+def pinned(**spec: Any) -> dict[str, Any]:
+    out = s.pod({requests.GPU_MEMORY: "8Gi"})
+    out["spec"].update(spec)
+    return out
+
+
+def decide(pod: dict[str, Any], c: cluster.Cluster,
+           policy: decision.Policy = FREE) -> decision.Verdict:
+    return decision.decide_pod(pod, supply=view.SupplyTracker(c).supply(), policy=policy)
+
+
+def affinity(key: str, *values: str) -> dict[str, Any]:
+    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchExpressions": [
+            {"key": key, "operator": "In", "values": list(values)}]}]}}}
+
+
+def test_without_constraints_the_whole_cluster_is_read() -> None:
+    verdict = decide(pinned(), two_models())
+    assert verdict.profiles == ("1g.10gb",) and verdict.warnings == ()
+
+
+def test_a_node_selector_limits_the_choice_to_its_nodes() -> None:
+    c = two_models()
+    verdict = decide(pinned(nodeSelector={"nvidia.com/gpu.product": s.A100_PRODUCT}), c)
+    # The A100's 1g.10gb is taken: the free choice takes its free 3g.40gb, not the H100's.
+    assert verdict.profiles == ("3g.40gb",)
+    assert verdict.record is not None
+    assert verdict.record["containers"][0]["reason"] == (
+        "smallest with a free instance (1g.10gb: 0 free that no waiting pod asks for)")
+    # Smallest first: 1g.10gb, with the warning saying where none is free.
+    smallest = decide(pinned(nodeSelector={"example.com/pool": "a"}), c, s.POLICY)
+    assert smallest.profiles == ("1g.10gb",)
+    assert ("every 1g.10gb instance on the nodes the pod's nodeSelector selects is in use "
+            "now") in smallest.warnings[0]
+    assert decide(pinned(nodeSelector={"example.com/pool": "h"}), c).profiles == ("1g.10gb",)
+
+
+def test_required_node_affinity_and_node_name_limit_it_too() -> None:
+    c = two_models()
+    assert decide(pinned(affinity=affinity("example.com/pool", "a")), c).profiles == (
+        "3g.40gb",)
+    assert decide(pinned(nodeName="a100-0"), c).profiles == ("3g.40gb",)
+    assert decide(pinned(nodeName="h100-0"), c).profiles == ("1g.10gb",)
+    # Preferred affinity does not bind the scheduler: the whole cluster.
+    preferred = {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+        {"weight": 1, "preference": {"matchExpressions": [
+            {"key": "example.com/pool", "operator": "In", "values": ["a"]}]}}]}}
+    assert decide(pinned(affinity=preferred), c).profiles == ("1g.10gb",)
+
+
+def test_a_profile_its_nodes_lack_is_named_with_them() -> None:
+    c = two_models()
+    verdict = decide(s.pod({requests.GPU_MEMORY: "12Gi"}) | {"spec": {
+        "containers": [{"name": "main"}], "nodeName": "h100-0"}}, c)
+    assert verdict.profiles == ("1g.20gb",)  # the H100's smallest that holds 12Gi
+    assert verdict.warnings[0].startswith(
+        "1g.20gb is not advertised on node h100-0 (the pod's spec.nodeName) now;")
+    too_big = decide(s.pod({requests.GPU_MEMORY: "90Gi"}) | {"spec": {
+        "containers": [{"name": "main"}], "nodeSelector": {"example.com/pool": "h"}}}, c)
+    assert not too_big.allowed
+    assert "of the GPU models on the nodes the pod's nodeSelector selects: 7g.80gb on H100" \
+        in too_big.message
+
+
+def test_nodes_unknown_to_migfit_are_decided_as_for_any_node_with_a_warning() -> None:
+    c = two_models()
+    pool = decide(pinned(nodeSelector={"example.com/pool": "scaled-to-zero"}), c)
+    assert pool.profiles == ("1g.10gb",)
+    assert pool.warnings == ("none of the nodes the pod's nodeSelector selects has a MIG GPU "
+                             "migfit knows now (a node pool scaled to zero?); decided as for "
+                             "any node",)
+    gone = decide(pinned(nodeName="cpu-7"), c)
+    assert gone.profiles == ("1g.10gb",)
+    assert gone.warnings == ("node cpu-7 (the pod's spec.nodeName) has no MIG GPU migfit "
+                             "knows now; decided as for any node",)
+
+
+def test_single_strategy_product_affinity_comes_from_the_selected_nodes() -> None:
+    c = s.make_cluster(
+        node("a100-0", pool="a", allocatable={"1g.10gb": 4}, strategy="single"),
+        node("h100-0", pool="h", product=s.H100_PRODUCT, allocatable={"1g.10gb": 4},
+             strategy="single", memory=H100_MEMORY))
+    pod = pinned(nodeSelector={"example.com/pool": "h"})
+    verdict = decide(pod, c)
+    assert verdict.record is not None and verdict.record["strategy"] == "single"
+    values = [op["value"] for op in verdict.patch if op["path"].startswith("/spec/affinity")]
+    assert json.dumps(values).count("-MIG-1g.10gb") == 1
+    assert s.H100_PRODUCT + "-MIG-1g.10gb" in json.dumps(values)
+
+
+def test_a_pinned_pod_is_not_answered_from_the_memo_after_its_node_freed_up() -> None:
+    """Two A100s, one 1g.10gb each; the taken one moves from a100-0 to a100-1. The cluster's
+    sums are what they were, so the memo's key would not move; the pinned pod's nodes did."""
+    c = s.make_cluster(node("a100-0", pool="a", allocatable={"1g.10gb": 1, "3g.40gb": 1}),
+                       node("a100-1", pool="b", allocatable={"1g.10gb": 1, "3g.40gb": 1}))
+    c.apply("Pod", "ADDED", busy("a100-0", "1g.10gb", "u1"))
+    app = server.make_app(server.Settings(policy=FREE), c, tracker=view.SupplyTracker(c),
+                          decisions=memo.DecisionMemo(memo.DEFAULT_CAPACITY))
+    st = app[server.STATE]
+
+    def ask() -> tuple[str, ...]:
+        body = json.dumps(s.review(pinned(nodeName="a100-0"))).encode()
+        status, answer = server.answer_bytes(body, state=st)
+        assert status == 200
+        record = json.loads(answer)["response"]
+        return tuple(w for w in record.get("warnings", []))
+
+    generation = st.supply().generation
+    first = ask()
+    assert any("rounded up to 3g.40gb" in w for w in first)
+    c.apply("Pod", "DELETED", busy("a100-0", "1g.10gb", "u1"))
+    c.apply("Pod", "ADDED", busy("a100-1", "1g.10gb", "u2"))
+    assert st.supply().generation == generation  # the sums did not move
+    assert ask() == ()  # 1g.10gb, free on a100-0 now
+    assert (st.memo.stats.hits, st.exact.stats.hits) == (0, 0)
+
+
+def test_the_kept_sums_of_a_selection_follow_every_change() -> None:
+    """A tracker that keeps a selection's sums current answers as one counting afresh, through
+    binds, deletions, a relabel into and out of the selection, a cordon, a node deleted and
+    one added, and a pod waiting for an instance."""
+    nodes = [node(f"a100-{i}", pool="a" if i < 3 else "b",
+                  allocatable={"1g.10gb": 2, "3g.40gb": 1}) for i in range(5)]
+    c = s.make_cluster(*nodes)
+    tracker = view.SupplyTracker(c)
+    pool_a = {"nodeSelector": {"example.com/pool": "a"}}
+    placement = reading.placement_of(pinned(**pool_a))
+
+    def check() -> None:
+        kept = tracker.within(placement.constraints, None, "pool a")
+        fresh = view.SupplyTracker(c).within(placement.constraints, None, "pool a")
+        assert (kept is None) == (fresh is None)
+        if kept is not None and fresh is not None:
+            assert kept.same_content(fresh), (kept.offers, fresh.offers)
+            assert kept.scope in ("pool a", "")
+
+    check()
+    steps: list[Callable[[], None]] = [
+        lambda: c.apply("Pod", "ADDED", busy("a100-0", "1g.10gb", "u1")),
+        lambda: c.apply("Pod", "ADDED", busy("a100-3", "3g.40gb", "u2")),
+        lambda: c.apply("Pod", "DELETED", busy("a100-0", "1g.10gb", "u1")),
+        lambda: c.apply("Node", "MODIFIED", relabelled(nodes[3], "a")),  # into pool a
+        lambda: c.apply("Node", "MODIFIED", relabelled(nodes[0], "b")),  # out of it
+        lambda: c.apply("Node", "MODIFIED", cordoned(nodes[1])),
+        lambda: c.apply("Node", "DELETED", nodes[2]),
+        lambda: c.apply("Node", "ADDED", node("a100-9", pool="a", allocatable={"2g.20gb": 3})),
+        lambda: c.apply("Pod", "ADDED", waiting("2g.20gb", "u3")),
+    ]
+    for step in steps:
+        step()
+        check()
+    # Every node of the cluster selected: the whole snapshot itself.
+    everything = reading.placement_of(pinned(nodeSelector={"nvidia.com/mig.strategy": "mixed"}))
+    assert tracker.within(everything.constraints, None, "all") is tracker.supply()
+
+
+def relabelled(obj: dict[str, Any], pool: str) -> dict[str, Any]:
+    out = copy.deepcopy(obj)
+    out["metadata"]["labels"]["example.com/pool"] = pool
+    out["metadata"]["resourceVersion"] = str(int(out["metadata"].get("resourceVersion", "1")) + 1)
+    return out
+
+
+def cordoned(obj: dict[str, Any]) -> dict[str, Any]:
+    out = copy.deepcopy(obj)
+    out["spec"]["unschedulable"] = True
+    return out
+
+
+def waiting(profile: str, uid: str) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": f"wait-{uid}", "namespace": "ml", "uid": uid},
+            "spec": {"containers": [{"name": "c", "resources": {
+                "limits": {f"nvidia.com/mig-{profile}": "1"}}}]},
+            "status": {"phase": "Pending"}}
+
+
+def test_usable_counts_room_only_on_the_selected_nodes() -> None:
+    c = s.make_cluster(node("a100-0", pool="a", allocatable={"1g.10gb": 1}),
+                       node("a100-1", pool="b", allocatable={"1g.10gb": 1}))
+    hog = {"apiVersion": "v1", "kind": "Pod",
+           "metadata": {"name": "hog", "namespace": "ml", "uid": "hog"},
+           "spec": {"nodeName": "a100-0", "containers": [
+               {"name": "c", "resources": {"requests": {"cpu": "30"}}}]},
+           "status": {"phase": "Running"}}
+    c.apply("Pod", "ADDED", hog)
+    usable = decision.Policy(contention="usable")
+    pod = pinned()
+    pod["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "8"}}
+    anywhere = decide(pod, c, usable)
+    assert anywhere.record is not None
+    assert anywhere.record["containers"][0]["reason"].startswith(
+        "smallest fitting, with a free instance")
+    pod["spec"]["nodeSelector"] = {"example.com/pool": "a"}
+    there = decide(pod, c, usable)
+    assert there.record is not None
+    assert there.record["containers"][0]["reason"].startswith(
+        "smallest fitting: no fitting profile has a free instance")

@@ -249,26 +249,30 @@ def parse_memory(key: str, value: str) -> int:
 
 def parse_compute(key: str, value: str) -> int:
     """A positive whole number of compute slices, or RequestError naming ``key``. The length
-    is checked before any conversion."""
-    text = value.strip()
+    is checked before any conversion. No space is read around it, as none is around a
+    gpu-memory quantity (``resource.Quantity``)."""
+    text = value
     if (len(text) > MAX_VALUE_LENGTH or not text.isascii() or not text.isdigit()
             or not 0 < int(text) <= MAX_COMPUTE):
+        spaced = " without spaces" if value.strip() != value and value.strip() else ""
         raise RequestError(
             f"{shorten(key, _KEY_LIMIT)}={quote(value)}: write the number of compute slices "
-            f"as a whole number such as 2"
+            f"as a whole number such as 2{spaced}"
         )
     return int(text)
 
 
 def parse_media(key: str, value: str) -> bool:
-    """``true``/``false`` (also yes/no/1/0, any case), or RequestError naming ``key``."""
-    text = value.strip().lower() if len(value) <= MAX_VALUE_LENGTH else None
+    """``true``/``false`` (also yes/no/1/0, any case, no space around), or RequestError
+    naming ``key``."""
+    text = value.lower() if len(value) <= MAX_VALUE_LENGTH else None
     if text in _TRUE:
         return True
     if text in _FALSE:
         return False
+    spaced = " without spaces" if value.strip() != value and value.strip() else ""
     raise RequestError(
-        f"{shorten(key, _KEY_LIMIT)}={quote(value)}: write \"true\" or \"false\"")
+        f"{shorten(key, _KEY_LIMIT)}={quote(value)}: write \"true\" or \"false\"{spaced}")
 
 
 # ---------------------------------------------------------------- the decision record

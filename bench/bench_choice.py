@@ -18,6 +18,10 @@ nodes, 150,000 pods), deciding every admission (the server's memos are off under
 - ``pinned``: as ``changed``, for a pod whose nodeSelector selects one zone's nodes (about a
   third): the decision reads those nodes' sums, kept current as nodes change
   (``SupplyTracker.within``), and is never memoised;
+- ``several``: as ``changed``, for a pod of nine containers of 70Gi each: no node
+  advertises nine ``7g.80gb`` (``SupplyTracker.hosts``: the nodes with all of them free are
+  looked for in the cluster's index of free instances, then the most one node advertises
+  is read from sums kept per node change), and the answer warns so;
 - ``waiting``: as ``changed``, with six more pending pods that each ask for several instances
   of one profile on one node (2, 4 or 7 × ``1g.10gb``, 2 × ``3g.40gb``, 3 × ``2g.20gb``,
   8 × ``7g.80gb``): every supply rebuilt after a change checks, per profile, whether some
@@ -65,6 +69,16 @@ def _pinned(pod: dict[str, Any]) -> dict[str, Any]:
     return pod
 
 
+def _several(pod: dict[str, Any], n: int) -> dict[str, Any]:
+    """``pod`` with ``n`` containers, each asking for the pod's GPU memory."""
+    memory = pod["metadata"]["annotations"].pop("migfit.io/gpu-memory")
+    main = pod["spec"]["containers"][0]
+    pod["spec"]["containers"] = [dict(main, name=f"c{i}") for i in range(n)]
+    pod["metadata"]["annotations"].update(
+        {f"migfit.io/gpu-memory.c{i}": memory for i in range(n)})
+    return pod
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", type=int, default=5000)
@@ -101,6 +115,7 @@ def main() -> int:
         "changed": (_pod("12Gi", "4", "16Gi"), change),
         "crowded": (_pod("12Gi", "48", "384Gi"), change),
         "pinned": (_pinned(_pod("12Gi", "4", "16Gi")), change),
+        "several": (_several(_pod("70Gi", "4", "16Gi"), 9), change),
         "waiting": (_pod("12Gi", "4", "16Gi"), change),
     }
     results: dict[str, dict[str, Any]] = {}

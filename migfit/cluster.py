@@ -53,6 +53,10 @@ class Cluster:
         # ProfileStats.memory_mib stays the least value of the nodes present now.
         self._stat_memory: dict[tuple[profiles.ModelId, profiles.ProfileName],
                                 Counter[int]] = {}
+        # (model, profile) -> (allocatable, free) on one node -> nodes with it, so that
+        # ProfileStats.most and most_free stay the most of the nodes present now.
+        self._stat_sizes: dict[tuple[profiles.ModelId, profiles.ProfileName],
+                               tuple[Counter[int], Counter[int]]] = {}
         self._overcommitted: set[str] = set()  # nodes with used > allocatable somewhere
         self._models: Counter[profiles.ModelId] = Counter()
         self._pending: set[str] = set()  # uids of pending pods with GPU requests
@@ -443,6 +447,13 @@ class Cluster:
             stats.nodes += sign
             stats.allocatable += sign * alloc
             stats.free += sign * f
+            sizes, free_sizes = self._stat_sizes.setdefault(key, (Counter(), Counter()))
+            for counter, n in ((sizes, alloc), (free_sizes, f)):
+                counter[n] += sign
+                if counter[n] <= 0:
+                    del counter[n]
+            stats.most = max(sizes, default=0)
+            stats.most_free = max(free_sizes, default=0)
             mem = record.memory_mib.get(p)
             if mem is not None:
                 seen = self._stat_memory.setdefault(key, Counter())
@@ -455,6 +466,7 @@ class Cluster:
             if stats.nodes <= 0:
                 del self._stats[key]
                 self._stat_memory.pop(key, None)
+                self._stat_sizes.pop(key, None)
 
     def _notify(self, name: str) -> None:
         for listener in self._listeners:

@@ -206,6 +206,8 @@ class ProfileStats:
     allocatable: int = 0
     free: int = 0
     memory_mib: int | None = None  # the least usable memory reported by a node label
+    most: int = 0  # the most instances one of the nodes advertises
+    most_free: int = 0  # the most free on one of them
 
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final, Literal
 
@@ -337,18 +338,39 @@ def plan(
     the pod's cpu and memory, which ``usable`` reads)."""
     pool = pool_of(supply, policy, warnings)
     many = len(reqs) > 1
+    asked = [_asked(r, annotations) for r in reqs]
+    choices = [choose(r, key=key, value=value, pool=pool, supply=supply, policy=policy,
+                      host=host) for r, (key, value) in zip(reqs, asked, strict=True)]
+    strategy = _strategy(choices, supply=supply, policy=policy)
+    seen, seen_pool = supply, pool  # what the warnings are about
+    apart = many and supply.available and _apart(choices, strategy, supply)
+    if apart:
+        group = _regroup(reqs, asked, pool=pool, supply=supply, policy=policy, host=host)
+        if group is None:
+            if all(c.advertised for c in choices):  # else each one not advertised is named
+                warnings.append(f"no node advertises all of the pod's profiles together "
+                                f"({_listed(reqs, choices)}); the pod stays Pending until a "
+                                f"GPU is re-partitioned (see migfit advise)")
+        else:
+            before = _listed(reqs, choices)
+            choices, seen, strategy = group
+            seen_pool = seen.models
+            warnings.append(f"the smallest fitting profiles ({before}) are on no one kind "
+                            f"of node together; chose {_listed(reqs, choices)}, which "
+                            f"{choices[0].model.id} nodes under the {strategy} strategy "
+                            f"advertise together")
+            together = (f"; among {choices[0].model.id} nodes under the {strategy} "
+                        f"strategy, which advertise all the pod's profiles")
+            choices = [_widened(c, r, pool=pool, supply=supply, policy=policy,
+                                reason=c.reason + together)
+                       for c, r in zip(choices, reqs, strict=True)]
+            apart = False
+    if many and supply.available and not apart:
+        _check_one_node(reqs, choices, seen, warnings)
     plans: list[Plan] = []
-    choices: list[Choice] = []
-    for r in reqs:
-        key = (requests.GPU_MEMORY_PREFIX + r.container
-               if requests.GPU_MEMORY_PREFIX + r.container in annotations
-               else requests.GPU_MEMORY)
-        value = annotations[key]
-        choice = choose(r, key=key, value=value, pool=pool, supply=supply, policy=policy,
-                        host=host)
-        choices.append(choice)
+    for r, (key, value), choice in zip(reqs, asked, choices, strict=True):
         who = f"{requests.shorten(r.container)}: " if many else ""
-        _warn(choice, r, key=key, asked=value, who=who, pool=pool, supply=supply,
+        _warn(choice, r, key=key, asked=value, who=who, pool=seen_pool, supply=seen,
               policy=policy, warnings=warnings)
         plans.append(Plan(
             container=by_name[r.container],
@@ -358,7 +380,110 @@ def plan(
             fit_models=choice.fit_models,
             reason=choice.reason,
         ))
-    return plans, _strategy(choices, supply=supply, policy=policy)
+    return plans, strategy
+
+
+def _check_one_node(reqs: Sequence[requests.GpuRequest], choices: Sequence[Choice],
+                    supply: view.Supply, warnings: list[str]) -> None:
+    """Warn when no one node advertises, or has free now, all the instances the pod's
+    containers were given (one kind of node advertises every profile: ``_apart`` passed).
+    Read from the most instances of each profile one node of a model advertises and has
+    free (``Offer.most``, ``most_free``): exact for a pod of one profile; for several, each
+    profile's most may be on different nodes, so it may not warn where it could. Nothing
+    more when a container's profile has no free instance at all (its own warning says so)."""
+    if any(c.free <= 0 for c in choices):
+        return
+    need = Counter(c.profile.name for c in choices)
+    models = frozenset(choices[0].fit_models).intersection(*(c.fit_models for c in choices))
+    advertised = free = False
+    for mid in models:
+        offers = [(supply.offers.get((mid, p)), n) for p, n in need.items()]
+        if all(o is not None and o.most >= n for o, n in offers):
+            advertised = True
+            free = free or all(o is not None and o.most_free >= n for o, n in offers)
+    if free:
+        return
+    what = ", ".join(f"{n} × {p}" if n > 1 else p for p, n in need.items())
+    on = f" among {supply.scope}" if supply.scope else ""
+    if advertised:
+        warnings.append(f"no node{on} has all of the pod's instances ({what}) free now; the "
+                        f"pod waits until one node does")
+    else:
+        warnings.append(f"no node{on} advertises all of the pod's instances ({what}) on one "
+                        f"node; the pod stays Pending until a GPU is re-partitioned (see "
+                        f"migfit advise), or split the pod")
+
+
+def _asked(r: requests.GpuRequest, annotations: Mapping[str, str]) -> tuple[str, str]:
+    """The annotation ``r`` came from: its key and value."""
+    key = (requests.GPU_MEMORY_PREFIX + r.container
+           if requests.GPU_MEMORY_PREFIX + r.container in annotations
+           else requests.GPU_MEMORY)
+    return key, annotations[key]
+
+
+def _listed(reqs: Sequence[requests.GpuRequest], choices: Sequence[Choice]) -> str:
+    """``a: 1g.5gb, b: 3g.40gb`` (at most ``_SHOWN`` containers)."""
+    shown = ", ".join(f"{requests.shorten(r.container)}: {c.profile.name}"
+                      for r, c in list(zip(reqs, choices, strict=True))[:_SHOWN])
+    return shown + (f" and {len(reqs) - _SHOWN} more" if len(reqs) > _SHOWN else "")
+
+
+def _apart(choices: Sequence[Choice], strategy: requests.Strategy, supply: view.Supply
+           ) -> bool:
+    """Whether no one kind of node (a GPU model under ``strategy``) advertises every
+    container's profile, on a model where its request fits: one node serves a whole pod."""
+    kind = "single" if strategy == "single" else "mixed"
+    common = set(choices[0].fit_models).intersection(*(c.fit_models for c in choices[1:]))
+    for mid in sorted(common):
+        offers = [supply.offers.get((mid, c.profile.name)) for c in choices]
+        if all(o is not None and kind in o.strategies for o in offers):
+            return False
+    return True
+
+
+def _regroup(
+    reqs: Sequence[requests.GpuRequest], asked: Sequence[tuple[str, str]], *,
+    pool: Sequence[profiles.GpuModel], supply: view.Supply, policy: Policy, host: Host,
+) -> tuple[list[Choice], view.Supply, requests.Strategy] | None:
+    """The containers' choices made again among what one kind of node advertises (a GPU
+    model under one strategy), for the kind where every choice is advertised: the fewest
+    containers without a free instance, then the least usable memory in all, then the
+    model and strategy (deterministic). None when no kind advertises them all."""
+    kinds = sorted({(mid, kind) for (mid, _p), o in supply.offers.items()
+                    for kind in o.strategies})
+    by_id = {m.id: m for m in pool}
+    best: tuple[tuple[Any, ...], list[Choice], view.Supply, requests.Strategy] | None = None
+    for mid, kind in kinds:
+        model = by_id.get(mid)
+        if model is None or policy.strategy not in ("auto", kind):
+            continue
+        strategy: requests.Strategy = "single" if kind == "single" else "mixed"
+        sub = dataclasses.replace(
+            supply, models=(model,),
+            offers={k: o for k, o in supply.offers.items() if k[0] == mid and kind in o.strategies},
+            products={mid: supply.products.get(mid, ())}, strategy={mid: strategy})
+        try:
+            got = [choose(r, key=key, value=value, pool=(model,), supply=sub, policy=policy,
+                          host=host) for r, (key, value) in zip(reqs, asked, strict=True)]
+        except Denied:
+            continue
+        if not all(c.advertised for c in got):
+            continue
+        rank = (sum(c.free <= 0 for c in got), sum(c.usable for c in got), mid, kind)
+        if best is None or rank < best[0]:
+            best = (rank, got, sub, strategy)
+    return None if best is None else (best[1], best[2], best[3])
+
+
+def _widened(c: Choice, r: requests.GpuRequest, *, pool: Sequence[profiles.GpuModel],
+             supply: view.Supply, policy: Policy, reason: str) -> Choice:
+    """``c``, made among one kind of node, with the models of the whole pool where its
+    profile holds ``r`` (what the product affinity restricts the pod to) and ``reason``."""
+    fit = _fit_models(r, c.profile.name, pool=pool, supply=supply, policy=policy)
+    having = [m for m in pool if m.has_profile(c.profile.name)]
+    return dataclasses.replace(c, fit_models=fit, restricted=len(fit) < len(having),
+                               reason=reason)
 
 
 def _warn(

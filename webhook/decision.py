@@ -138,6 +138,25 @@ def scoped(placement: reading.Placement, supply: view.Supply, warnings: list[str
     return mine
 
 
+def _warn_own_gpus(containers: list[reading.Container], chosen: set[str],
+                   warnings: list[str]) -> None:
+    """Warn about GPU resources other containers ask for themselves: the pod's node must
+    have them beside its MIG instances, and migfit's choice does not count them."""
+    own = reading.own_gpus(containers, chosen)
+    if not own:
+        return
+    named = ", ".join(f"{requests.quote(name)} ({requests.shorten(resource, 60)})"
+                      for name, resource in own[:3]) + (
+        f" and {len(own) - 3} more" if len(own) > 3 else "")
+    warnings.append(f"container{'s' if len(own) > 1 else ''} {named} "
+                    f"ask{'' if len(own) > 1 else 's'} for a GPU resource "
+                    f"{'themselves' if len(own) > 1 else 'itself'}: the pod's one node must "
+                    f"have it too (nvidia.com/gpu under the mixed strategy is a GPU with MIG "
+                    f"off), and migfit's choice does not count it; to have migfit choose "
+                    f"for it, give it {requests.GPU_MEMORY_PREFIX}<container> instead of the "
+                    f"resource")
+
+
 def _decide(pod: Mapping[str, Any], *, supply: view.Supply, policy: Policy) -> Verdict:
     annotations = reading.annotations_of(pod)
     if not requests.has_request(annotations):
@@ -164,6 +183,7 @@ def _decide(pod: Mapping[str, Any], *, supply: view.Supply, policy: Policy) -> V
                                       supply=supply, policy=policy, warnings=warnings,
                                       host=host_of(pod) if policy.contention == "usable"
                                       else choice.NO_HOST)
+    _warn_own_gpus(containers, {pl.container.name for pl in plans}, warnings)
     record = requests.DecisionRecord(
         v=requests.DECISION_VERSION,
         strategy=strategy,

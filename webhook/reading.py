@@ -121,6 +121,23 @@ def check_instances(annotations: Mapping[str, str], names: Sequence[str]) -> Non
             f"{MAX_INSTANCES} containers, or split the pod into several")
 
 
+def own_gpus(containers: Sequence[Container], chosen: set[str]) -> list[tuple[str, str]]:
+    """(container, resource) for the GPU resources the containers not in ``chosen`` ask for
+    themselves (in limits or requests), each container once, in order."""
+    out: list[tuple[str, str]] = []
+    for c in containers:
+        if c.name in chosen or not isinstance(c.resources, Mapping):
+            continue
+        for field in ("limits", "requests"):
+            section = c.resources.get(field)
+            names = [n for n in section if isinstance(n, str)
+                     and decoding.is_gpu_resource(n)] if isinstance(section, Mapping) else []
+            if names:
+                out.append((c.name, sorted(names)[0]))
+                break
+    return out
+
+
 # ---------------------------------------------------------------- where the pod may go
 
 

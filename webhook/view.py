@@ -56,6 +56,8 @@ class Offer:
     strategies: frozenset[str]  # device-plugin strategies of the advertising nodes
     mig_products: tuple[str, ...]  # single-strategy product labels (…-MIG-<profile>)
     claimed: int = 0  # of the cluster's free instances, those set aside for waiting pods
+    most: int = 0  # the most instances one node advertises: a pod needing n needs a node
+    most_free: int = 0  # with n, and one with n free (before any is set aside)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -216,6 +218,15 @@ class SupplyTracker:
                 return None
             alone.add(one, 1)
             return alone.supply(view, scope, self)
+        kept = self._kept(constraints)
+        if kept.nodes == 0:
+            return None
+        if kept.nodes == len(self._shares):
+            return self.supply()
+        return kept.supply(view, scope, self)
+
+    def _kept(self, constraints: records.PodConstraints) -> _Scope:
+        """The sums of the nodes ``constraints`` select, current (kept from now on)."""
         self._sync()
         kept = self._scopes.get(constraints)
         if kept is None:
@@ -228,11 +239,7 @@ class SupplyTracker:
             self._scopes[constraints] = kept
         else:
             self._scopes.move_to_end(constraints)
-        if kept.nodes == 0:
-            return None
-        if kept.nodes == len(self._shares):
-            return self.supply()
-        return kept.supply(view, scope, self)
+        return kept
 
     def _sync(self) -> None:
         """Every node's share as the cluster is now, and the kept scopes' sums with it."""
@@ -287,6 +294,8 @@ class SupplyTracker:
                 strategies=self._strategies.get(key, frozenset({"mixed"})),
                 mig_products=self._mig_products.get(key, ()),
                 claimed=taken,
+                most=stats.most,
+                most_free=stats.most_free,
             )
         fresh = Supply(
             available=bool(view.synced),
@@ -383,6 +392,8 @@ class _Scope:
         self._products: Counter[tuple[profiles.ModelId, str]] = Counter()
         self._kinds: Counter[tuple[Key, str]] = Counter()
         self._mig_products: Counter[tuple[Key, str]] = Counter()
+        # per offer: how many nodes advertise, and have free, each count (``Offer.most``)
+        self._sizes: dict[Key, tuple[Counter[int], Counter[int]]] = {}
 
     def selects(self, record: records.NodeRecord) -> bool:
         return ((self.node_name is None or record.name == self.node_name)
@@ -417,6 +428,11 @@ class _Scope:
                     if not seen:
                         del self._memory[key]
             self._kinds[(key, kind)] += sign
+            sizes = self._sizes.setdefault(key, (Counter(), Counter()))
+            for counter, count in zip(sizes, (alloc, free), strict=True):
+                counter[count] += sign
+                if counter[count] <= 0:
+                    del counter[count]
             if entry.strategy == "single" and entry.product:
                 self._mig_products[(key, entry.product)] += sign
 
@@ -448,7 +464,9 @@ class _Scope:
                              label_mib=min(self._memory[key]) if key in self._memory else None,
                              strategies=frozenset(kinds.get(key, {"mixed"})),
                              mig_products=tuple(sorted(mig.get(key, ()))),
-                             claimed=claimed.get(key, 0))
+                             claimed=claimed.get(key, 0),
+                             most=max(self._sizes[key][0], default=0),
+                             most_free=max(self._sizes[key][1], default=0))
                   for key, (n, alloc, free) in self._offers.items()}
         def holds(name: str) -> bool:
             return self.holds(view, name)

@@ -145,17 +145,21 @@ async def test_containers_that_need_different_gpus_are_listed_briefly(
         make_client: MakeClient) -> None:
     """The denial for containers no single node can serve together names a few of them and
     counts the rest (it named every one)."""
-    # Usable memory per node from the GFD labels: 1g.10gb holds 9500Mi only on the A100
-    # node, 2g.20gb holds 19500Mi only on the H100 node.
+    # Usable memory per node from the GFD labels: 1g.10gb+me holds 9500Mi only on the A100
+    # node, 2g.20gb holds 19500Mi only on the H100 node; neither node advertises a larger
+    # profile that would hold both kinds of container.
+    alloc = {"1g.10gb+me": 1, "2g.20gb": 1}
     view = s.make_cluster(
-        s.mig_node("gpu-a", memory={"1g.10gb": 10000, "2g.20gb": 19000, "3g.40gb": 40192}),
-        s.mig_node("gpu-h", product=s.H100_PRODUCT,
-                   memory={"1g.10gb": 9000, "2g.20gb": 20000, "3g.40gb": 40192}))
+        s.mig_node("gpu-a", allocatable=alloc, memory={"1g.10gb+me": 10000, "2g.20gb": 19000}),
+        s.mig_node("gpu-h", product=s.H100_PRODUCT, allocatable=alloc,
+                   memory={"1g.10gb+me": 9000, "2g.20gb": 20000}))
     client = await make_client(view)
     pod = many(20)
     for i, name in enumerate(c["name"] for c in pod["spec"]["containers"]):
         pod["metadata"]["annotations"][requests.GPU_MEMORY_PREFIX + name] = (
             "9500Mi" if i % 2 else "19500Mi")
+        if i % 2:
+            pod["metadata"]["annotations"][requests.GPU_MEDIA_PREFIX + name] = "true"
     body, _size = await post(client, pod)
     response = body["response"]
     assert response["allowed"] is False

@@ -25,11 +25,7 @@ def node(name: str, *, pool: str, **kwargs: Any) -> dict[str, Any]:
 
 
 def busy(node_name: str, profile: str, uid: str) -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": f"busy-{uid}", "namespace": "ml", "uid": uid},
-            "spec": {"nodeName": node_name, "containers": [{"name": "c", "resources": {
-                "limits": {f"nvidia.com/mig-{profile}": "1"}}}]},
-            "status": {"phase": "Running"}}
+    return s.bound_pod(node_name, uid=uid, profile=profile)
 
 
 def two_models() -> cluster.Cluster:
@@ -191,6 +187,8 @@ def test_the_kept_sums_of_a_selection_follow_every_change() -> None:
         lambda: c.apply("Node", "DELETED", nodes[2]),
         lambda: c.apply("Node", "ADDED", node("a100-9", pool="a", allocatable={"2g.20gb": 3})),
         lambda: c.apply("Pod", "ADDED", waiting("2g.20gb", "u3")),
+        lambda: c.apply("Node", "DELETED", node("a100-9", pool="a",
+                                                allocatable={"2g.20gb": 3})),
     ]
     for step in steps:
         step()
@@ -224,12 +222,7 @@ def waiting(profile: str, uid: str) -> dict[str, Any]:
 def test_usable_counts_room_only_on_the_selected_nodes() -> None:
     c = s.make_cluster(node("a100-0", pool="a", allocatable={"1g.10gb": 1}),
                        node("a100-1", pool="b", allocatable={"1g.10gb": 1}))
-    hog = {"apiVersion": "v1", "kind": "Pod",
-           "metadata": {"name": "hog", "namespace": "ml", "uid": "hog"},
-           "spec": {"nodeName": "a100-0", "containers": [
-               {"name": "c", "resources": {"requests": {"cpu": "30"}}}]},
-           "status": {"phase": "Running"}}
-    c.apply("Pod", "ADDED", hog)
+    c.apply("Pod", "ADDED", s.bound_pod("a100-0", uid="hog", cpu="30"))
     usable = decision.Policy(contention="usable")
     pod = pinned()
     pod["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "8"}}

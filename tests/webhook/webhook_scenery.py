@@ -54,6 +54,17 @@ def supply_of(c: cluster.Cluster) -> view.Supply:
     return view.SupplyTracker(c).supply()
 
 
+def bound_pod(node: str, *, uid: str, profile: str | None = None,
+              cpu: str | None = None) -> dict[str, Any]:
+    """A Running pod on ``node`` holding one ``profile`` instance, or ``cpu`` cores."""
+    requests_ = {"limits": {f"nvidia.com/mig-{profile}": "1"}} if profile else {
+        "requests": {"cpu": cpu or "1"}}
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": f"bound-{uid}", "namespace": "ml", "uid": uid},
+            "spec": {"nodeName": node, "containers": [{"name": "c", "resources": requests_}]},
+            "status": {"phase": "Running"}}
+
+
 def pod(
     annotations: dict[str, str] | None = None,
     *,

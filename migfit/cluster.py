@@ -56,7 +56,7 @@ class Cluster:
         # (model, profile) -> (allocatable, free) on one node -> nodes with it, so that
         # ProfileStats.most and most_free stay the most of the nodes present now.
         self._stat_sizes: dict[tuple[profiles.ModelId, profiles.ProfileName],
-                               tuple[Counter[int], Counter[int]]] = {}
+                               tuple[dict[int, int], dict[int, int]]] = {}
         self._overcommitted: set[str] = set()  # nodes with used > allocatable somewhere
         self._models: Counter[profiles.ModelId] = Counter()
         self._pending: set[str] = set()  # uids of pending pods with GPU requests
@@ -447,13 +447,32 @@ class Cluster:
             stats.nodes += sign
             stats.allocatable += sign * alloc
             stats.free += sign * f
-            sizes, free_sizes = self._stat_sizes.setdefault(key, (Counter(), Counter()))
-            for counter, n in ((sizes, alloc), (free_sizes, f)):
-                counter[n] += sign
-                if counter[n] <= 0:
-                    del counter[n]
-            stats.most = max(sizes, default=0)
-            stats.most_free = max(free_sizes, default=0)
+            pair = self._stat_sizes.get(key)
+            if pair is None:
+                pair = self._stat_sizes[key] = ({}, {})
+            sizes, free_sizes = pair
+            if sign > 0:  # the most only grows; it is looked for again only when it goes
+                sizes[alloc] = sizes.get(alloc, 0) + 1
+                free_sizes[f] = free_sizes.get(f, 0) + 1
+                if alloc > stats.most:
+                    stats.most = alloc
+                if f > stats.most_free:
+                    stats.most_free = f
+            else:
+                left = sizes[alloc] - 1
+                if left:
+                    sizes[alloc] = left
+                else:
+                    del sizes[alloc]
+                    if alloc == stats.most:
+                        stats.most = max(sizes, default=0)
+                left = free_sizes[f] - 1
+                if left:
+                    free_sizes[f] = left
+                else:
+                    del free_sizes[f]
+                    if f == stats.most_free:
+                        stats.most_free = max(free_sizes, default=0)
             mem = record.memory_mib.get(p)
             if mem is not None:
                 seen = self._stat_memory.setdefault(key, Counter())

@@ -254,10 +254,12 @@ def parse_compute(key: str, value: str) -> int:
     text = value
     if (len(text) > MAX_VALUE_LENGTH or not text.isascii() or not text.isdigit()
             or not 0 < int(text) <= MAX_COMPUTE):
-        spaced = " without spaces" if value.strip() != value and value.strip() else ""
+        if value.strip() != value and value.strip():
+            raise RequestError(f"{shorten(key, _KEY_LIMIT)}={quote(value)}: remove the "
+                               f"surrounding whitespace")
         raise RequestError(
             f"{shorten(key, _KEY_LIMIT)}={quote(value)}: write the number of compute slices "
-            f"as a whole number such as 2{spaced}"
+            f"as a whole number such as 2"
         )
     return int(text)
 
@@ -270,9 +272,11 @@ def parse_media(key: str, value: str) -> bool:
         return True
     if text in _FALSE:
         return False
-    spaced = " without spaces" if value.strip() != value and value.strip() else ""
+    if value.strip() != value and value.strip():
+        raise RequestError(f"{shorten(key, _KEY_LIMIT)}={quote(value)}: remove the "
+                           f"surrounding whitespace")
     raise RequestError(
-        f"{shorten(key, _KEY_LIMIT)}={quote(value)}: write \"true\" or \"false\"{spaced}")
+        f"{shorten(key, _KEY_LIMIT)}={quote(value)}: write \"true\" or \"false\"")
 
 
 # ---------------------------------------------------------------- the decision record

@@ -335,38 +335,43 @@ def plan(
     host: Host = NO_HOST,
 ) -> tuple[list[Plan], requests.Strategy]:
     """A profile per requesting container, and the strategy to ask for it under (``host``:
-    the pod's cpu and memory, which ``usable`` reads)."""
+    the pod's cpu and memory, which ``usable`` reads).
+
+    One node serves a whole pod: when the containers' choices are not all free on one node
+    (``_together``), they are made again among each kind of node (``_rechoose``), and the
+    better set kept, with a warning that names both."""
     pool = pool_of(supply, policy, warnings)
     many = len(reqs) > 1
     asked = [_asked(r, annotations) for r in reqs]
-    choices = [choose(r, key=key, value=value, pool=pool, supply=supply, policy=policy,
-                      host=host) for r, (key, value) in zip(reqs, asked, strict=True)]
+    choices = _choose_all(reqs, asked, pool=pool, supply=supply, policy=policy, host=host)
     strategy = _strategy(choices, supply=supply, policy=policy)
     seen, seen_pool = supply, pool  # what the warnings are about
-    apart = many and supply.available and _apart(choices, strategy, supply)
-    if apart:
-        group = _regroup(reqs, asked, pool=pool, supply=supply, policy=policy, host=host)
-        if group is None:
-            if all(c.advertised for c in choices):  # else each one not advertised is named
-                warnings.append(f"no node advertises all of the pod's profiles together "
-                                f"({_listed(reqs, choices)}); the pod stays Pending until a "
-                                f"GPU is re-partitioned (see migfit advise)")
-        else:
-            before = _listed(reqs, choices)
-            choices, seen, strategy = group
-            seen_pool = seen.models
-            warnings.append(f"the smallest fitting profiles ({before}) are on no one kind "
-                            f"of node together; chose {_listed(reqs, choices)}, which "
-                            f"{choices[0].model.id} nodes under the {strategy} strategy "
-                            f"advertise together")
-            together = (f"; among {choices[0].model.id} nodes under the {strategy} "
-                        f"strategy, which advertise all the pod's profiles")
-            choices = [_widened(c, r, pool=pool, supply=supply, policy=policy,
-                                reason=c.reason + together)
-                       for c, r in zip(choices, reqs, strict=True)]
-            apart = False
-    if many and supply.available and not apart:
-        _check_one_node(reqs, choices, seen, warnings)
+    if many and supply.available:
+        together = _together(choices, strategy, supply)
+        if not together.free:
+            better = _rechoose(reqs, asked, choices, _rank(choices, together),
+                               pool=pool, supply=supply, policy=policy, host=host)
+            if better is not None:
+                before = _listed(reqs, choices)
+                choices, seen, strategy = better
+                seen_pool = seen.models
+                was = ("no one node could hold them all" if not together.possible
+                       else "no one node advertises them all" if not together.advertised
+                       else "no one node has them all free now")
+                together = _together(choices, strategy, seen)
+                now = ("one node has them all free" if together.free
+                       else "one node advertises them all" if together.advertised
+                       else "a re-layout could put them on one node")
+                model = choices[0].model.id
+                warnings.append(f"the smallest fitting profiles ({before}): {was}; chose "
+                                f"{_listed(reqs, choices)} on {model} nodes under the "
+                                f"{strategy} strategy: {now}")
+                why = (f"; so that the pod's instances are on one {model} node "
+                       f"({strategy} strategy)")
+                choices = [_widened(c, r, pool=pool, supply=supply, policy=policy,
+                                    reason=c.reason + why)
+                           for c, r in zip(choices, reqs, strict=True)]
+        _warn_one_node(reqs, choices, together, seen, warnings)
     plans: list[Plan] = []
     for r, (key, value), choice in zip(reqs, asked, choices, strict=True):
         who = f"{requests.shorten(r.container)}: " if many else ""
@@ -383,35 +388,161 @@ def plan(
     return plans, strategy
 
 
-def _check_one_node(reqs: Sequence[requests.GpuRequest], choices: Sequence[Choice],
-                    supply: view.Supply, warnings: list[str]) -> None:
-    """Warn when no one node advertises, or has free now, all the instances the pod's
-    containers were given (one kind of node advertises every profile: ``_apart`` passed).
-    Read from the most instances of each profile one node of a model advertises and has
-    free (``Offer.most``, ``most_free``): exact for a pod of one profile; for several, each
-    profile's most may be on different nodes, so it may not warn where it could. Nothing
-    more when a container's profile has no free instance at all (its own warning says so)."""
-    if any(c.free <= 0 for c in choices):
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Together:
+    """Whether one node could hold all of a pod's choices: its GPU model has every profile
+    (where each request fits), and, under the single strategy, they are one profile
+    (``possible``); one node advertises them all (``advertised``); one has them all free,
+    not set aside for waiting pods (``free``)."""
+
+    possible: bool
+    advertised: bool
+    free: bool
+
+
+def _choose_all(
+    reqs: Sequence[requests.GpuRequest], asked: Sequence[tuple[str, str]], *,
+    pool: Sequence[profiles.GpuModel], supply: view.Supply, policy: Policy, host: Host,
+) -> list[Choice]:
+    """``choose`` for each request, once per distinct request (containers of one pod often
+    ask alike, and a pod may have 64 of them)."""
+    made: dict[tuple[int, int | None, bool], Choice] = {}
+    out: list[Choice] = []
+    for r, (key, value) in zip(reqs, asked, strict=True):
+        alike = (r.memory_bytes, r.compute, r.media)
+        c = made.get(alike)
+        if c is None:
+            c = made[alike] = choose(r, key=key, value=value, pool=pool, supply=supply,
+                                     policy=policy, host=host)
+        out.append(c)
+    return out
+
+
+def _together(choices: Sequence[Choice], strategy: requests.Strategy, supply: view.Supply
+              ) -> _Together:
+    """``_Together`` of ``choices`` asked for under ``strategy``. Read from the most of each
+    profile one node of a model advertises and has free (``Offer.most``, ``most_free``):
+    exact for a pod of one profile; for several, the most of each may be on different
+    nodes."""
+    need = Counter(c.profile.name for c in choices)
+    models = set(choices[0].fit_models).intersection(*(c.fit_models for c in choices[1:]))
+    if not models or (strategy == "single" and len(need) > 1):
+        return _Together(possible=False, advertised=False, free=False)
+    kind = "single" if strategy == "single" else "mixed"
+    advertised = False
+    for mid in sorted(models):
+        offers = [(supply.offers.get((mid, p)), n) for p, n in need.items()]
+        if all(o is not None and kind in o.strategies and o.most >= n for o, n in offers):
+            advertised = True
+            if all(o is not None and min(o.most_free, o.free) >= n for o, n in offers):
+                return _Together(possible=True, advertised=True, free=True)
+    return _Together(possible=True, advertised=advertised, free=False)
+
+
+def _rank(choices: Sequence[Choice], together: _Together) -> tuple[int, ...]:
+    """Lower is better: one node could hold them all, one advertises them all, each is
+    advertised, one node has them all free, each has a free instance, the least usable
+    memory in all."""
+    return (not together.possible, not together.advertised,
+            sum(not c.advertised for c in choices), not together.free,
+            sum(c.free <= 0 for c in choices), sum(c.usable for c in choices))
+
+
+def _rechoose(
+    reqs: Sequence[requests.GpuRequest], asked: Sequence[tuple[str, str]],
+    choices: Sequence[Choice], rank: tuple[int, ...], *,
+    pool: Sequence[profiles.GpuModel], supply: view.Supply, policy: Policy, host: Host,
+) -> tuple[list[Choice], view.Supply, requests.Strategy] | None:
+    """The containers' choices made again among one kind of node at a time (a GPU model
+    under one strategy); under contention, profiles no one node has enough of free are
+    passed over as busy ones are. The best set by ``_rank`` (then model and strategy, for a
+    deterministic answer), when better than ``rank``, the first set's; else None."""
+    kinds = sorted({(mid, kind) for (mid, _p), o in supply.offers.items()
+                    for kind in o.strategies})
+    by_id = {m.id: m for m in pool}
+    best: tuple[tuple[Any, ...], list[Choice], view.Supply, requests.Strategy] | None = None
+    for mid, kind in kinds:
+        model = by_id.get(mid)
+        if model is None or policy.strategy not in ("auto", kind):
+            continue
+        strategy: requests.Strategy = "single" if kind == "single" else "mixed"
+        sub = dataclasses.replace(
+            supply, models=(model,),
+            offers={k: o for k, o in supply.offers.items() if k[0] == mid and kind in o.strategies},
+            products={mid: supply.products.get(mid, ())}, strategy={mid: strategy})
+        passed = sub
+        masked: set[str] = set()
+        for _ in range(len(sub.offers) + 1):
+            try:
+                got = _choose_all(reqs, asked, pool=(model,), supply=passed, policy=policy,
+                                  host=host)
+            except Denied:
+                break
+            over = (f"smallest with as many free on one node as the pod takes "
+                    f"({', '.join(sorted(masked))}: fewer on every node)")
+            # the counts as they are, not as passed (once per distinct choice)
+            counted: dict[int, Choice] = {}
+            got = [counted.get(id(c)) or counted.setdefault(
+                       id(c), _counted(c, sub, reason=over if masked else c.reason))
+                   for c in got]
+            together = _together(got, strategy, sub)
+            mine = (*_rank(got, together), mid, kind)
+            if best is None or mine < best[0]:
+                best = (mine, got, sub, strategy)
+            if together.free or policy.contention == "smallest":
+                break
+            short = _short(got, sub) - masked
+            if not short:
+                break
+            masked |= short
+            passed = dataclasses.replace(passed, offers={
+                k: (dataclasses.replace(o, free=0) if k[1] in short else o)
+                for k, o in passed.offers.items()})
+    if best is None or best[0][:len(rank)] >= rank:
+        return None
+    return best[1], best[2], best[3]
+
+
+def _counted(c: Choice, supply: view.Supply, *, reason: str) -> Choice:
+    """``c`` with its free count read from ``supply``, and ``reason``."""
+    return dataclasses.replace(c, free=_free(c.fit_models, c.profile.name, supply),
+                               reason=reason)
+
+
+def _short(choices: Sequence[Choice], supply: view.Supply) -> set[str]:
+    """The profiles of ``choices`` that no one node has free as many of as they take."""
+    need = Counter(c.profile.name for c in choices)
+    return {p for p, n in need.items()
+            if not any(min(o.most_free, o.free) >= n for (_m, q), o in supply.offers.items()
+                       if q == p)}
+
+
+def _warn_one_node(reqs: Sequence[requests.GpuRequest], choices: Sequence[Choice],
+                   together: _Together, supply: view.Supply, warnings: list[str]) -> None:
+    """Warn when no one node could hold, advertises, or has free now, all the instances the
+    pod's containers were given. Not "advertises" when a container's profile is advertised
+    nowhere (its own warning says so), nor "free" when one has no free instance at all."""
+    if not together.possible:
+        warnings.append(f"no one node could hold all of the pod's profiles "
+                        f"({_listed(reqs, choices)}): they are on different GPU models or "
+                        f"device-plugin strategies; give the containers requests one GPU "
+                        f"model holds, or split the pod")
+        return
+    if together.free or not all(c.advertised for c in choices):
         return
     need = Counter(c.profile.name for c in choices)
-    models = frozenset(choices[0].fit_models).intersection(*(c.fit_models for c in choices))
-    advertised = free = False
-    for mid in models:
-        offers = [(supply.offers.get((mid, p)), n) for p, n in need.items()]
-        if all(o is not None and o.most >= n for o, n in offers):
-            advertised = True
-            free = free or all(o is not None and o.most_free >= n for o, n in offers)
-    if free:
-        return
     what = ", ".join(f"{n} × {p}" if n > 1 else p for p, n in need.items())
-    on = f" among {supply.scope}" if supply.scope else ""
-    if advertised:
-        warnings.append(f"no node{on} has all of the pod's instances ({what}) free now; the "
-                        f"pod waits until one node does")
-    else:
-        warnings.append(f"no node{on} advertises all of the pod's instances ({what}) on one "
-                        f"node; the pod stays Pending until a GPU is re-partitioned (see "
-                        f"migfit advise), or split the pod")
+    one = supply.scope.startswith("node ")  # the pod's spec.nodeName
+    nodes = supply.scope if one else f"none of {supply.scope}" if supply.scope else "no node"
+    if not together.advertised:
+        verb = "does not advertise" if one else "advertises"
+        warnings.append(f"{nodes} {verb} all of the pod's instances ({what}) together; "
+                        f"the pod stays Pending until a GPU is re-partitioned (see migfit "
+                        f"advise), or split the pod")
+    elif all(c.free > 0 for c in choices):
+        verb = "does not have" if one else "has"
+        warnings.append(f"{nodes} {verb} all of the pod's instances ({what}) free now; the "
+                        f"pod waits until {'it does' if one else 'one node does'}")
 
 
 def _asked(r: requests.GpuRequest, annotations: Mapping[str, str]) -> tuple[str, str]:
@@ -427,53 +558,6 @@ def _listed(reqs: Sequence[requests.GpuRequest], choices: Sequence[Choice]) -> s
     shown = ", ".join(f"{requests.shorten(r.container)}: {c.profile.name}"
                       for r, c in list(zip(reqs, choices, strict=True))[:_SHOWN])
     return shown + (f" and {len(reqs) - _SHOWN} more" if len(reqs) > _SHOWN else "")
-
-
-def _apart(choices: Sequence[Choice], strategy: requests.Strategy, supply: view.Supply
-           ) -> bool:
-    """Whether no one kind of node (a GPU model under ``strategy``) advertises every
-    container's profile, on a model where its request fits: one node serves a whole pod."""
-    kind = "single" if strategy == "single" else "mixed"
-    common = set(choices[0].fit_models).intersection(*(c.fit_models for c in choices[1:]))
-    for mid in sorted(common):
-        offers = [supply.offers.get((mid, c.profile.name)) for c in choices]
-        if all(o is not None and kind in o.strategies for o in offers):
-            return False
-    return True
-
-
-def _regroup(
-    reqs: Sequence[requests.GpuRequest], asked: Sequence[tuple[str, str]], *,
-    pool: Sequence[profiles.GpuModel], supply: view.Supply, policy: Policy, host: Host,
-) -> tuple[list[Choice], view.Supply, requests.Strategy] | None:
-    """The containers' choices made again among what one kind of node advertises (a GPU
-    model under one strategy), for the kind where every choice is advertised: the fewest
-    containers without a free instance, then the least usable memory in all, then the
-    model and strategy (deterministic). None when no kind advertises them all."""
-    kinds = sorted({(mid, kind) for (mid, _p), o in supply.offers.items()
-                    for kind in o.strategies})
-    by_id = {m.id: m for m in pool}
-    best: tuple[tuple[Any, ...], list[Choice], view.Supply, requests.Strategy] | None = None
-    for mid, kind in kinds:
-        model = by_id.get(mid)
-        if model is None or policy.strategy not in ("auto", kind):
-            continue
-        strategy: requests.Strategy = "single" if kind == "single" else "mixed"
-        sub = dataclasses.replace(
-            supply, models=(model,),
-            offers={k: o for k, o in supply.offers.items() if k[0] == mid and kind in o.strategies},
-            products={mid: supply.products.get(mid, ())}, strategy={mid: strategy})
-        try:
-            got = [choose(r, key=key, value=value, pool=(model,), supply=sub, policy=policy,
-                          host=host) for r, (key, value) in zip(reqs, asked, strict=True)]
-        except Denied:
-            continue
-        if not all(c.advertised for c in got):
-            continue
-        rank = (sum(c.free <= 0 for c in got), sum(c.usable for c in got), mid, kind)
-        if best is None or rank < best[0]:
-            best = (rank, got, sub, strategy)
-    return None if best is None else (best[1], best[2], best[3])
 
 
 def _widened(c: Choice, r: requests.GpuRequest, *, pool: Sequence[profiles.GpuModel],

@@ -14,7 +14,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any, Final, Literal
 
-from migfit import decoding, errors, requests
+from migfit import decoding, errors, records, requests
 from migfit.webhook import choice, patching, reading, view
 
 # The public names of the decision, wherever they live.
@@ -129,13 +129,28 @@ def scoped(placement: reading.Placement, supply: view.Supply, warnings: list[str
         return supply
     where = placement.words()
     mine = supply.within(placement.constraints, placement.node_name, where)
-    if mine is None:
-        warnings.append(f"{where} has no MIG GPU migfit knows now; decided as for any node"
-                        if placement.node_name is not None else
-                        f"none of {where} has a MIG GPU migfit knows now (a node pool scaled "
+    if mine is not None:
+        return mine
+    name = placement.node_name
+    if name is None:
+        warnings.append(f"none of {where} has a MIG GPU migfit knows now (a node pool scaled "
                         f"to zero?); decided as for any node")
         return supply
-    return mine
+    alone = supply.within(records.NO_CONSTRAINTS, name, where)
+    if alone is not None:  # a MIG node, but not one the pod's own selector or affinity allows
+        selectors = placement.selectors()
+        warnings.append(f"{where} is not one the pod's {selectors} "
+                        f"select{'' if ' and ' in selectors else 's'}: the kubelet will "
+                        f"refuse the pod there; decided for that node")
+        return alone
+    if supply.known(name):
+        raise Denied(f"spec.nodeName names {requests.shorten(name, 80)}, a node without a "
+                     f"MIG GPU migfit knows: no MIG instance can be given there; name a "
+                     f"node with MIG GPUs, or remove spec.nodeName and let the scheduler "
+                     f"choose")
+    warnings.append(f"{where} is not in migfit's view (not yet seen?); decided as for any "
+                    f"node")
+    return supply
 
 
 def _warn_own_gpus(containers: list[reading.Container], chosen: set[str],
@@ -148,13 +163,17 @@ def _warn_own_gpus(containers: list[reading.Container], chosen: set[str],
     named = ", ".join(f"{requests.quote(name)} ({requests.shorten(resource, 60)})"
                       for name, resource in own[:3]) + (
         f" and {len(own) - 3} more" if len(own) > 3 else "")
-    warnings.append(f"container{'s' if len(own) > 1 else ''} {named} "
-                    f"ask{'' if len(own) > 1 else 's'} for a GPU resource "
-                    f"{'themselves' if len(own) > 1 else 'itself'}: the pod's one node must "
-                    f"have it too (nvidia.com/gpu under the mixed strategy is a GPU with MIG "
-                    f"off), and migfit's choice does not count it; to have migfit choose "
-                    f"for it, give it {requests.GPU_MEMORY_PREFIX}<container> instead of the "
-                    f"resource")
+    if len(own) == 1:
+        how = (f"to have migfit choose for it, remove the resource and annotate the pod "
+               f"{requests.shorten(requests.GPU_MEMORY_PREFIX + own[0][0], 100)}")
+        who = f"container {named} asks for a GPU resource itself"
+    else:
+        how = (f"to have migfit choose for them, remove the resources and annotate the pod "
+               f"{requests.GPU_MEMORY_PREFIX}<container> for each")
+        who = f"containers {named} ask for a GPU resource themselves"
+    warnings.append(f"{who}: the pod's one node must have it too (nvidia.com/gpu under the "
+                    f"mixed strategy is a GPU with MIG off), and migfit's choice does not "
+                    f"count it; {how}")
 
 
 def _decide(pod: Mapping[str, Any], *, supply: view.Supply, policy: Policy) -> Verdict:

@@ -159,9 +159,14 @@ class Placement:
         ``the nodes the pod's nodeSelector and required node affinity select``."""
         if self.node_name is not None:
             return f"node {requests.shorten(self.node_name, 80)} (the pod's spec.nodeName)"
+        selectors = self.selectors()
+        return f"the nodes the pod's {selectors} select{'' if ' and ' in selectors else 's'}"
+
+    def selectors(self) -> str:
+        """``nodeSelector``, ``required node affinity``, or both joined by ``and``."""
         parts = (["nodeSelector"] if self.constraints.node_selector else []) + (
             ["required node affinity"] if self.constraints.affinity is not None else [])
-        return f"the nodes the pod's {' and '.join(parts)} select{'' if len(parts) > 1 else 's'}"
+        return " and ".join(parts) or "nodeSelector"
 
 
 def placement_of(pod: Mapping[str, Any]) -> Placement:

@@ -82,6 +82,8 @@ class Supply:
     #: without a cluster view). Not part of the content either: what one pod's nodes hold
     #: can change while the cluster's sums stay, so such decisions are not memoised.
     within: Within | None = dataclasses.field(default=None, compare=False)
+    #: Whether a node of this name is in the view, GPU or not (None: not known).
+    named: Callable[[str], bool] | None = dataclasses.field(default=None, compare=False)
     #: Where the offers are: "" for every node; else the nodes a pod may be placed on, in
     #: words for the messages ("the nodes the pod's nodeSelector selects").
     scope: str = ""
@@ -95,6 +97,10 @@ class Supply:
         if self.fits is None:
             return True
         return self.fits(key, cpu_milli, memory_bytes)
+
+    def known(self, name: str) -> bool:
+        """Whether the view holds a node ``name`` (False without a view)."""
+        return self.named is not None and self.named(name)
 
     def same_content(self, other: Supply) -> bool:
         """Equal in everything the decision reads (the generation aside)."""
@@ -212,7 +218,7 @@ class SupplyTracker:
         afresh (O(nodes))."""
         view = self._cluster
         if node_name is not None:
-            one = _share(view.node(node_name))
+            one = _share(view.node(node_name), cordoned=True)
             alone = _Scope(constraints, node_name)
             if one is None or not alone.selects(one.record):
                 return None
@@ -224,6 +230,9 @@ class SupplyTracker:
         if kept.nodes == len(self._shares):
             return self.supply()
         return kept.supply(view, scope, self)
+
+    def _named(self, name: str) -> bool:
+        return self._cluster.node(name) is not None
 
     def _kept(self, constraints: records.PodConstraints) -> _Scope:
         """The sums of the nodes ``constraints`` select, current (kept from now on)."""
@@ -308,7 +317,8 @@ class SupplyTracker:
         if self._snapshot is None or not fresh.same_content(self._snapshot):
             self._version += 1
             self._snapshot = dataclasses.replace(fresh, generation=self._version,
-                                                 fits=self.fits, within=self.within)
+                                                 fits=self.fits, within=self.within,
+                                                 named=self._named)
         return self._snapshot
 
     def _absorb(self) -> None:
@@ -365,12 +375,17 @@ class _Share:
     offers: tuple[tuple[Key, int, int, int | None], ...]
 
 
-def _share(state: records.NodeState | None) -> _Share | None:
+def _share(state: records.NodeState | None, *, cordoned: bool = False) -> _Share | None:
+    """What ``state`` adds; a cordoned node adds no offer unless ``cordoned`` (a pod that
+    names it in spec.nodeName skips the scheduler, and cordoning with it)."""
     entry = _entry(state)
     if state is None or entry is None:
         return None
     record = state.node
-    offers = () if record.unschedulable else tuple(
+    if cordoned and record.unschedulable:
+        entry = dataclasses.replace(entry, advertised=frozenset(
+            p for p, n in record.allocatable.items() if n > 0))
+    offers = () if record.unschedulable and not cordoned else tuple(
         ((entry.model, p), alloc, state.free.get(p, 0), record.memory_mib.get(p))
         for p, alloc in record.allocatable.items() if alloc > 0)
     return _Share(record=record, entry=entry, offers=offers)

@@ -145,19 +145,19 @@ async def test_containers_that_need_different_gpus_are_listed_briefly(
         make_client: MakeClient) -> None:
     """The denial for containers no single node can serve together names a few of them and
     counts the rest (it named every one)."""
-    # Usable memory per node from the GFD labels: 1g.10gb+me holds 9500Mi only on the A100
-    # node, 2g.20gb holds 19500Mi only on the H100 node; neither node advertises a larger
-    # profile that would hold both kinds of container.
-    alloc = {"1g.10gb+me": 1, "2g.20gb": 1}
+    # Usable memory per node from the GFD labels: 1g.10gb+me (the only media profile of
+    # either model) holds 9500Mi only on the A100 node, 7g.80gb holds 80000Mi only on the
+    # H100 node: no profile of either model holds both kinds of container.
+    alloc = {"1g.10gb+me": 1, "7g.80gb": 1}
     view = s.make_cluster(
-        s.mig_node("gpu-a", allocatable=alloc, memory={"1g.10gb+me": 10000, "2g.20gb": 19000}),
+        s.mig_node("gpu-a", allocatable=alloc, memory={"1g.10gb+me": 10000, "7g.80gb": 79000}),
         s.mig_node("gpu-h", product=s.H100_PRODUCT, allocatable=alloc,
-                   memory={"1g.10gb+me": 9000, "2g.20gb": 20000}))
+                   memory={"1g.10gb+me": 9000, "7g.80gb": 81000}))
     client = await make_client(view)
     pod = many(20)
     for i, name in enumerate(c["name"] for c in pod["spec"]["containers"]):
         pod["metadata"]["annotations"][requests.GPU_MEMORY_PREFIX + name] = (
-            "9500Mi" if i % 2 else "19500Mi")
+            "9500Mi" if i % 2 else "80000Mi")
         if i % 2:
             pod["metadata"]["annotations"][requests.GPU_MEDIA_PREFIX + name] = "true"
     body, _size = await post(client, pod)

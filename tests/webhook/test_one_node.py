@@ -9,7 +9,7 @@ from typing import Any
 
 import webhook_scenery as s
 
-from migfit import cluster, requests
+from migfit import cluster, requests, snapshots
 from migfit.webhook import decision, memo, server, view
 
 A100_40_PRODUCT = "NVIDIA-A100-SXM4-40GB"
@@ -49,37 +49,37 @@ def test_containers_split_between_strategies_are_given_profiles_one_node_has() -
     assert verdict.allowed and verdict.profiles == ("1g.10gb", "3g.40gb")
     assert resources(verdict) == ["nvidia.com/mig-1g.10gb", "nvidia.com/mig-3g.40gb"]
     assert verdict.warnings == (
-        "the smallest fitting profiles (a: 1g.5gb, b: 3g.40gb) are on no one kind of node "
-        "together; chose a: 1g.10gb, b: 3g.40gb, which A100-80GB nodes under the mixed "
-        "strategy advertise together",
+        "the smallest fitting profiles (a: 1g.5gb, b: 3g.40gb): no one node could hold them "
+        "all; chose a: 1g.10gb, b: 3g.40gb on A100-80GB nodes under the mixed strategy: one "
+        "node has them all free",
         "a: 4Gi was rounded up to 1g.10gb (9.5Gi): 57% of its memory unused")
     assert verdict.record is not None
     assert [c["reason"] for c in verdict.record["containers"]] == [
-        "smallest fitting, with a free instance; among A100-80GB nodes under the mixed "
-        "strategy, which advertise all the pod's profiles"] * 2
+        "smallest fitting, with a free instance; so that the pod's instances are on one "
+        "A100-80GB node (mixed strategy)"] * 2
     # Each alone keeps its smallest profile.
     assert decide(pod(a="4Gi"), c).profiles == ("1g.5gb",)
     assert decide(pod(a="4Gi", b="4Gi"), c).profiles == ("1g.5gb", "1g.5gb")
 
 
 def test_containers_split_between_models_then_one_node_short() -> None:
-    """8Gi fits the A100's advertised 1g.10gb, 30Gi only the H100's 3g.40gb: the H100
-    holds both (two 3g.40gb), but it advertises one."""
+    """8Gi fits the A100's advertised 1g.10gb, 30Gi the H100's 3g.40gb. Both models have
+    both profiles, so a re-layout of either could hold the pair; the H100 alone holds two
+    3g.40gb, but advertises one: neither choice runs now, the smallest is kept, and said."""
     c = s.make_cluster(
         s.mig_node("a80-0", allocatable={"1g.10gb": 2}),
         s.mig_node("h100-0", product=s.H100_PRODUCT, allocatable={"3g.40gb": 1},
                    memory=H100_MEMORY))
     verdict = decide(pod(a="8Gi", b="30Gi"), c)
-    assert verdict.profiles == ("3g.40gb", "3g.40gb")
-    assert verdict.warnings[0].startswith(
-        "the smallest fitting profiles (a: 1g.10gb, b: 3g.40gb) are on no one kind of node")
-    assert ("no node advertises all of the pod's instances (2 × 3g.40gb) on one node; the "
-            "pod stays Pending until a GPU is re-partitioned (see migfit advise), or split the "
-            "pod") in verdict.warnings
+    assert verdict.profiles == ("1g.10gb", "3g.40gb")
+    assert verdict.warnings == (
+        "no node advertises all of the pod's instances (1g.10gb, 3g.40gb) together; the pod "
+        "stays Pending until a GPU is re-partitioned (see migfit advise), or split the pod",)
 
 
-def test_no_kind_of_node_holds_them_all() -> None:
-    """A media profile only the A100-40GB advertises, and 30Gi only the H100 holds."""
+def test_a_pair_no_model_holds_is_chosen_again_where_a_relayout_could() -> None:
+    """A media profile only the A100-40GB advertises, and 30Gi only the H100 holds: the
+    H100 has a media profile too, not advertised."""
     c = s.make_cluster(
         s.mig_node("a40-0", product=A100_40_PRODUCT, allocatable={"1g.5gb+me": 1},
                    memory={"1g.5gb+me": 4864}, strategy="single"),
@@ -88,10 +88,12 @@ def test_no_kind_of_node_holds_them_all() -> None:
     p = pod(a="4Gi", b="30Gi")
     p["metadata"]["annotations"][requests.GPU_MEDIA_PREFIX + "a"] = "true"
     verdict = decide(p, c)
-    assert verdict.allowed and verdict.profiles == ("1g.5gb+me", "3g.40gb")
-    assert ("no node advertises all of the pod's profiles together (a: 1g.5gb+me, b: "
-            "3g.40gb); the pod stays Pending until a GPU is re-partitioned (see migfit "
-            "advise)") in verdict.warnings
+    assert verdict.allowed and verdict.profiles == ("1g.10gb+me", "3g.40gb")
+    assert verdict.warnings[0] == (
+        "the smallest fitting profiles (a: 1g.5gb+me, b: 3g.40gb): no one node could hold "
+        "them all; chose a: 1g.10gb+me, b: 3g.40gb on H100-80GB nodes under the mixed "
+        "strategy: a re-layout could put them on one node")
+    assert verdict.warnings[1].startswith("a: no node advertises 1g.10gb+me now")
 
 
 def two_half_busy() -> cluster.Cluster:
@@ -139,7 +141,12 @@ def test_the_check_reads_only_the_nodes_the_pod_may_run_on() -> None:
     pinned = pod(a="30Gi", b="30Gi")
     pinned["spec"]["nodeName"] = "a80-1"
     assert decide(pinned, c).warnings == (
-        "no node among node a80-1 (the pod's spec.nodeName) has all of the pod's instances "
+        "node a80-1 (the pod's spec.nodeName) does not have all of the pod's instances "
+        "(2 × 3g.40gb) free now; the pod waits until it does",)
+    pinned["spec"] = {"containers": pinned["spec"]["containers"],
+                      "nodeSelector": {"kubernetes.io/hostname": "a80-1"}}
+    assert decide(pinned, c).warnings == (
+        "none of the nodes the pod's nodeSelector selects has all of the pod's instances "
         "(2 × 3g.40gb) free now; the pod waits until one node does",)
 
 
@@ -154,8 +161,8 @@ def test_a_gpu_another_container_asks_for_itself_is_named() -> None:
     assert verdict.warnings == (
         "container 'side' (nvidia.com/gpu) asks for a GPU resource itself: the pod's one node "
         "must have it too (nvidia.com/gpu under the mixed strategy is a GPU with MIG off), and "
-        "migfit's choice does not count it; to have migfit choose for it, give it "
-        "migfit.io/gpu-memory.<container> instead of the resource",)
+        "migfit's choice does not count it; to have migfit choose for it, remove the "
+        "resource and annotate the pod migfit.io/gpu-memory.side",)
     # Many: three named, the rest counted.
     many = s.pod({requests.GPU_MEMORY: "30Gi"}, containers=[{"name": "main"}] + [
         {"name": f"s{i}", "resources": {"requests": {"nvidia.com/mig-1g.10gb": "1"}}}
@@ -164,3 +171,82 @@ def test_a_gpu_another_container_asks_for_itself_is_named() -> None:
     assert warning.startswith("containers 's0' (nvidia.com/mig-1g.10gb), 's1' "
                               "(nvidia.com/mig-1g.10gb), 's2' (nvidia.com/mig-1g.10gb) and 2 "
                               "more ask for a GPU resource themselves:")
+
+
+def test_a_single_strategy_node_never_holds_two_profiles() -> None:
+    """Two single-strategy A100-40GB nodes, one of 1g.5gb, one of 3g.20gb: no node offers
+    both (a single-strategy node has one profile); the H100's 1g.20gb serve the pair."""
+    c = s.make_cluster(
+        s.mig_node("s5", product=A100_40_PRODUCT, allocatable={"1g.5gb": 7},
+                   memory={"1g.5gb": 4864}, strategy="single"),
+        s.mig_node("s20", product=A100_40_PRODUCT, allocatable={"3g.20gb": 2},
+                   memory={"3g.20gb": 19968}, strategy="single"),
+        s.mig_node("h", product=s.H100_PRODUCT, allocatable={"1g.20gb": 4},
+                   memory={"1g.20gb": 19968}))
+    verdict = decide(pod(a="4Gi", b="16Gi"), c)
+    assert verdict.allowed and verdict.profiles == ("1g.20gb", "1g.20gb")
+    assert resources(verdict) == ["nvidia.com/mig-1g.20gb"] * 2
+
+
+def test_a_pair_of_models_apart_is_chosen_again_on_one_model() -> None:
+    """On the example cluster 4Gi alone is the A100-40GB's 1g.5gb, 70Gi a 7g.80gb no model
+    with 1g.5gb has: the pair is chosen again on one model."""
+    verdict = decision.decide_pod(
+        pod(a="4Gi", b="70Gi"), policy=FREE,
+        supply=view.SupplyTracker(snapshots.load(snapshots.EXAMPLE_CLUSTER)).supply())
+    assert verdict.allowed
+    assert verdict.record is not None
+    models = [set(c["models"]) for c in verdict.record["containers"]]
+    assert verdict.profiles[0] != "1g.5gb"
+    assert verdict.warnings[0].startswith(
+        "the smallest fitting profiles (a: 1g.5gb, b: 7g.80gb): no one node could hold them "
+        "all; chose ")
+    assert not any("no one node could hold" in w for w in verdict.warnings[1:])
+    assert all(not m or m & models[0] for m in models)
+
+
+def test_too_few_free_on_one_node_takes_a_profile_one_node_has_enough_of() -> None:
+    """One 1g.10gb on x, two 2g.20gb on y: two 8Gi containers get y's two 2g.20gb."""
+    c = s.make_cluster(s.mig_node("x", allocatable={"1g.10gb": 1}),
+                       s.mig_node("y", allocatable={"2g.20gb": 2}))
+    verdict = decide(pod(a="8Gi", b="8Gi"), c)
+    assert verdict.profiles == ("2g.20gb", "2g.20gb")
+    assert verdict.record is not None
+    assert verdict.record["containers"][0]["reason"] == (
+        "smallest with as many free on one node as the pod takes (1g.10gb: fewer on every "
+        "node); so that the pod's instances are on one A100-80GB node (mixed strategy)")
+    # The smallest-first policy keeps the smallest, and says no node advertises two.
+    smallest = decision.decide_pod(pod(a="8Gi", b="8Gi"), policy=s.POLICY,
+                                   supply=view.SupplyTracker(c).supply())
+    assert smallest.profiles == ("1g.10gb", "1g.10gb")
+    assert smallest.warnings[0].startswith(
+        "no node advertises all of the pod's instances (2 × 1g.10gb) together;")
+
+
+def test_busy_instances_no_node_has_enough_of_are_said_so() -> None:
+    c = s.make_cluster(s.mig_node("n0", allocatable={"3g.40gb": 2}),
+                       s.mig_node("n1", allocatable={"3g.40gb": 2}))
+    for i, name in enumerate(["n0", "n0", "n1", "n1"]):
+        c.apply("Pod", "ADDED", s.bound_pod(name, uid=f"u{i}", profile="3g.40gb"))
+    verdict = decide(pod(a="30Gi", b="30Gi", c="30Gi"), c)
+    assert verdict.warnings[0].startswith(
+        "no node advertises all of the pod's instances (3 × 3g.40gb) together;")
+    assert sum("every 3g.40gb instance is in use" in w for w in verdict.warnings) == 3
+
+
+def test_profiles_no_one_model_holds_are_said_so() -> None:
+    """Media only on the A30, 30Gi only on the RTX PRO 5000 (24 GB against 48): no model
+    holds both, whatever its layout."""
+    c = s.make_cluster(
+        s.mig_node("a30", product="NVIDIA-A30", allocatable={"1g.6gb+me": 1},
+                   memory={"1g.6gb+me": 5952}),
+        s.mig_node("rtx", product="NVIDIA-RTX-PRO-5000-Blackwell", allocatable={"2g.48gb": 1},
+                   memory={"2g.48gb": 47185}))
+    p = pod(a="4Gi", b="30Gi")
+    p["metadata"]["annotations"][requests.GPU_MEDIA_PREFIX + "a"] = "true"
+    verdict = decide(p, c)
+    assert verdict.profiles == ("1g.6gb+me", "2g.48gb")
+    assert verdict.warnings[0] == (
+        "no one node could hold all of the pod's profiles (a: 1g.6gb+me, b: 2g.48gb): they "
+        "are on different GPU models or device-plugin strategies; give the containers "
+        "requests one GPU model holds, or split the pod")

@@ -11,7 +11,7 @@ from typing import Any
 
 import webhook_scenery as s
 
-from migfit import cluster, requests
+from migfit import builders, cluster, requests
 from migfit.webhook import decision, memo, reading, server, view
 
 H100_MEMORY = {"1g.10gb": 9984, "2g.20gb": 20096, "3g.40gb": 40448}
@@ -111,10 +111,40 @@ def test_nodes_unknown_to_migfit_are_decided_as_for_any_node_with_a_warning() ->
     assert pool.warnings == ("none of the nodes the pod's nodeSelector selects has a MIG GPU "
                              "migfit knows now (a node pool scaled to zero?); decided as for "
                              "any node",)
-    gone = decide(pinned(nodeName="cpu-7"), c)
+    gone = decide(pinned(nodeName="gpu-7"), c)
     assert gone.profiles == ("1g.10gb",)
-    assert gone.warnings == ("node cpu-7 (the pod's spec.nodeName) has no MIG GPU migfit "
-                             "knows now; decided as for any node",)
+    assert gone.warnings == ("node gpu-7 (the pod's spec.nodeName) is not in migfit's view "
+                             "(not yet seen?); decided as for any node",)
+
+
+def test_node_name_of_a_node_without_a_mig_gpu_is_denied() -> None:
+    c = two_models()
+    cpu_node = builders.node("cpu-0", labels={}, resources={}, cpu="64", memory="256Gi")
+    cluster.load_objects(c, [cpu_node])
+    verdict = decide(pinned(nodeName="cpu-0"), c)
+    assert not verdict.allowed
+    assert verdict.message == (
+        "spec.nodeName names cpu-0, a node without a MIG GPU migfit knows: no MIG instance "
+        "can be given there; name a node with MIG GPUs, or remove spec.nodeName and let the "
+        "scheduler choose")
+
+
+def test_node_name_skips_the_cordon_but_not_the_pods_own_selector() -> None:
+    c = s.make_cluster(
+        node("a100-0", pool="a", allocatable={"1g.10gb": 2}, unschedulable=True),
+        node("h100-0", pool="h", product=s.H100_PRODUCT, allocatable={"2g.20gb": 2},
+             memory=H100_MEMORY))
+    # Cordoned: the scheduler passes it over, a pod naming it runs there all the same.
+    named = decide(pinned(nodeName="a100-0"), c)
+    assert named.profiles == ("1g.10gb",) and named.warnings == ()
+    assert decide(pinned(), c).profiles == ("2g.20gb",)
+    # A nodeName its own nodeSelector excludes: the kubelet refuses it; said, and decided
+    # for the node named.
+    against = decide(pinned(nodeName="a100-0", nodeSelector={"example.com/pool": "h"}), c)
+    assert against.profiles == ("1g.10gb",)
+    assert against.warnings == (
+        "node a100-0 (the pod's spec.nodeName) is not one the pod's nodeSelector selects: "
+        "the kubelet will refuse the pod there; decided for that node",)
 
 
 def test_single_strategy_product_affinity_comes_from_the_selected_nodes() -> None:

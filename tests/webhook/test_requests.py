@@ -40,9 +40,9 @@ def test_per_container_keys_override_and_add() -> None:
     ({requests.GPU_MEMORY: "1Gi", requests.GPU_COMPUTE: "0"}, "whole number"),
     ({requests.GPU_MEMORY: "1Gi", requests.GPU_MEDIA: "maybe"}, '"true" or "false"'),
     # No space around a value, as none around a gpu-memory quantity.
-    ({requests.GPU_MEMORY: "1Gi", requests.GPU_COMPUTE: " 2"}, "such as 2 without spaces"),
-    ({requests.GPU_MEMORY: "1Gi", requests.GPU_COMPUTE: "2\n"}, "such as 2 without spaces"),
-    ({requests.GPU_MEMORY: "1Gi", requests.GPU_MEDIA: "true "}, '"false" without spaces'),
+    ({requests.GPU_MEMORY: "1Gi", requests.GPU_COMPUTE: " 2"}, "remove the surrounding white"),
+    ({requests.GPU_MEMORY: "1Gi", requests.GPU_COMPUTE: "2\n"}, "remove the surrounding white"),
+    ({requests.GPU_MEMORY: "1Gi", requests.GPU_MEDIA: "true "}, "remove the surrounding white"),
 ])
 def test_errors_say_what_to_change(annotations: dict[str, str], hint: str) -> None:
     with pytest.raises(requests.RequestError) as exc:

@@ -459,20 +459,8 @@ class Cluster:
                 if f > stats.most_free:
                     stats.most_free = f
             else:
-                left = sizes[alloc] - 1
-                if left:
-                    sizes[alloc] = left
-                else:
-                    del sizes[alloc]
-                    if alloc == stats.most:
-                        stats.most = max(sizes, default=0)
-                left = free_sizes[f] - 1
-                if left:
-                    free_sizes[f] = left
-                else:
-                    del free_sizes[f]
-                    if f == stats.most_free:
-                        stats.most_free = max(free_sizes, default=0)
+                stats.most = _count_out(sizes, alloc, stats.most)
+                stats.most_free = _count_out(free_sizes, f, stats.most_free)
             mem = record.memory_mib.get(p)
             if mem is not None:
                 seen = self._stat_memory.setdefault(key, Counter())
@@ -490,6 +478,16 @@ class Cluster:
     def _notify(self, name: str) -> None:
         for listener in self._listeners:
             listener(name)
+
+
+def _count_out(counts: dict[int, int], n: int, most: int) -> int:
+    """One node with ``n`` counted out of ``counts`` (nodes per count); the most left."""
+    left = counts[n] - 1
+    if left:
+        counts[n] = left
+        return most
+    del counts[n]
+    return max(counts, default=0) if n == most else most
 
 
 # A pod's class: its GPU requests (sorted), the webhook's decision record when the requests

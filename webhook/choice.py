@@ -337,7 +337,7 @@ def plan(
     """A profile per requesting container, and the strategy to ask for it under (``host``:
     the pod's cpu and memory, which ``usable`` reads).
 
-    One node serves a whole pod: when the containers' choices are not all free on one node
+    One node serves a whole pod: when no one node advertises all the containers' choices
     (``_together``), they are made again among each kind of node (``_rechoose``), and the
     better set kept, with a warning that names both."""
     pool = pool_of(supply, policy, warnings)
@@ -348,7 +348,10 @@ def plan(
     seen, seen_pool = supply, pool  # what the warnings are about
     if many and supply.available:
         together = _together(choices, strategy, supply)
-        if not together.free:
+        # Made again only where no node could hold them all now: when one advertises
+        # them all but has them busy, taking larger free ones instead is a contention
+        # policy, as ``Policy.contention`` is for one instance, not measured yet.
+        if not together.advertised:
             better = _rechoose(reqs, asked, choices, _rank(choices, together),
                                pool=pool, supply=supply, policy=policy, host=host)
             if better is not None:

@@ -205,7 +205,7 @@ def test_a_pair_of_models_apart_is_chosen_again_on_one_model() -> None:
     assert all(not m or m & models[0] for m in models)
 
 
-def test_too_few_free_on_one_node_takes_a_profile_one_node_has_enough_of() -> None:
+def test_too_few_on_one_node_takes_a_profile_one_node_has_enough_of_free() -> None:
     """One 1g.10gb on x, two 2g.20gb on y: two 8Gi containers get y's two 2g.20gb."""
     c = s.make_cluster(s.mig_node("x", allocatable={"1g.10gb": 1}),
                        s.mig_node("y", allocatable={"2g.20gb": 2}))

@@ -21,7 +21,7 @@ from typing import Any, Literal
 
 from migfit import errors, fields, keys, profiles
 from migfit.decoding import RequestMaps, host_use, node_from_api, pod_from_api, uid_of
-from migfit.records import NodeRecord, NodeState, PodRecord, ProfileStats
+from migfit.records import NodeRecord, NodeState, PodConstraints, PodRecord, ProfileStats
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +66,8 @@ class Cluster:
         # Of those, the pods that ask for several instances of one profile: (profile,
         # instances) -> pods. They claim only while some node has that many free.
         self._multi_claims: Counter[tuple[profiles.ProfileName, int]] = Counter()
+        # the claims of waiting pods with a nodeSelector or required node affinity, by it
+        self._claims_by: dict[PodConstraints, Counter[profiles.ProfileName]] = {}
         # The workload's pod classes: pods pending or holding instances, by the shape the
         # score reads (``PodClass``); ``classes_generation`` moves when one count does.
         self._classes: Counter[PodClass] = Counter()
@@ -136,6 +138,20 @@ class Cluster:
         for (profile, n), pods in self._multi_claims.items():
             if most[profile] < n:
                 out[profile] -= n * pods
+        return +out
+
+    def claims_beside(self, constraints: PodConstraints) -> Mapping[profiles.ProfileName, int]:
+        """``pending_claims`` less those of waiting pods whose own nodeSelector or required
+        node affinity differs from ``constraints``: what a pod limited so is charged. Pods
+        that may go anywhere, or where it may, count; pods limited otherwise are taken to
+        wait elsewhere (two selections may share nodes: then this is short)."""
+        base = self.pending_claims()
+        others = [c for k, c in self._claims_by.items() if k != constraints]
+        if not others:
+            return base
+        out = Counter(base)
+        for claims in others:
+            out.subtract(claims)
         return +out
 
     def free_nodes(self, profile: str) -> Mapping[str, int]:
@@ -331,6 +347,8 @@ class Cluster:
             claims = claims_of(pod)
             self._claims.update(claims)
             self._multi_claims.update((p, n) for p, n in claims.items() if n > 1)
+            if pod.constraints.node_selector or pod.constraints.affinity is not None:
+                self._claims_by.setdefault(pod.constraints, Counter()).update(claims)
             self.pending_generation += 1
         if pod.holds_instances and pod.requests and pod.node is not None:
             used = self._used.setdefault(pod.node, Counter())
@@ -350,6 +368,8 @@ class Cluster:
             self.classes_generation += 1
         if pod.uid in self._pending:
             self._pending.discard(pod.uid)
+            placed = pod.constraints.node_selector or pod.constraints.affinity is not None
+            mine = self._claims_by.get(pod.constraints) if placed else None
             for profile, n in claims_of(pod).items():
                 self._claims[profile] -= n
                 if self._claims[profile] <= 0:
@@ -358,6 +378,12 @@ class Cluster:
                     self._multi_claims[(profile, n)] -= 1
                     if self._multi_claims[(profile, n)] <= 0:
                         del self._multi_claims[(profile, n)]
+                if mine is not None:
+                    mine[profile] -= n
+                    if mine[profile] <= 0:
+                        del mine[profile]
+            if mine is not None and not mine:
+                del self._claims_by[pod.constraints]
             self.pending_generation += 1
             self.generation += 1  # the claims moved (what the webhook's supply reads)
         if pod.holds_instances and pod.requests and pod.node is not None:

@@ -421,17 +421,38 @@ def _choose_all(
     return out
 
 
+def _choose_one(
+    reqs: Sequence[requests.GpuRequest], asked: Sequence[tuple[str, str]], *,
+    pool: Sequence[profiles.GpuModel], supply: view.Supply, policy: Policy, host: Host,
+) -> list[Choice]:
+    """One profile for every request (a single-strategy node has one): the one ``choose``
+    gives a request of the most memory and compute slices any of them asks for, with media
+    engines if any asks for them."""
+    most = dataclasses.replace(
+        reqs[0], memory_bytes=max(r.memory_bytes for r in reqs),
+        compute=max((r.compute for r in reqs if r.compute is not None), default=None),
+        media=any(r.media for r in reqs))
+    largest = max(range(len(reqs)), key=lambda i: reqs[i].memory_bytes)
+    key, value = asked[largest]
+    one = choose(most, key=key, value=value, pool=pool, supply=supply, policy=policy,
+                 host=host)
+    return [one] * len(reqs)
+
+
 def _together(choices: Sequence[Choice], strategy: requests.Strategy, supply: view.Supply
               ) -> _Together:
-    """``_Together`` of ``choices`` asked for under ``strategy``. Read from the most of each
-    profile one node of a model advertises and has free (``Offer.most``, ``most_free``):
-    exact for a pod of one profile; for several, the most of each may be on different
-    nodes."""
+    """``_Together`` of ``choices`` asked for under ``strategy``. For one profile, read
+    from the most one node of a model advertises and has free (``Offer.most``,
+    ``most_free``); for several, node by node (``Supply.holds``; without it, from the most of
+    each, which may be on different nodes)."""
     need = Counter(c.profile.name for c in choices)
     models = set(choices[0].fit_models).intersection(*(c.fit_models for c in choices[1:]))
     if not models or (strategy == "single" and len(need) > 1):
         return _Together(possible=False, advertised=False, free=False)
     kind = "single" if strategy == "single" else "mixed"
+    if len(need) > 1 and supply.holds is not None:  # several profiles: node by node
+        advertised, free = supply.holds(need, frozenset(models), kind)
+        return _Together(possible=True, advertised=advertised, free=free)
     advertised = False
     for mid in sorted(models):
         offers = [(supply.offers.get((mid, p)), n) for p, n in need.items()]
@@ -444,11 +465,13 @@ def _together(choices: Sequence[Choice], strategy: requests.Strategy, supply: vi
 
 def _rank(choices: Sequence[Choice], together: _Together) -> tuple[int, ...]:
     """Lower is better: one node could hold them all, one advertises them all, each is
-    advertised, one node has them all free, each has a free instance, the least usable
-    memory in all."""
+    advertised, one node has them all free, each has a free instance (when one node
+    advertises them all: a set that waits for a re-layout gains nothing from them), the
+    least usable memory in all, then the fewest compute slices (DESIGN §4's smallest)."""
+    busy = sum(c.free <= 0 for c in choices) if together.advertised else 0  # moot else
     return (not together.possible, not together.advertised,
-            sum(not c.advertised for c in choices), not together.free,
-            sum(c.free <= 0 for c in choices), sum(c.usable for c in choices))
+            sum(not c.advertised for c in choices), not together.free, busy,
+            sum(c.usable for c in choices), sum(c.profile.compute_slices for c in choices))
 
 
 def _rechoose(
@@ -477,8 +500,10 @@ def _rechoose(
         masked: set[str] = set()
         for _ in range(len(sub.offers) + 1):
             try:
-                got = _choose_all(reqs, asked, pool=(model,), supply=passed, policy=policy,
-                                  host=host)
+                got = (_choose_all(reqs, asked, pool=(model,), supply=passed, policy=policy,
+                                   host=host) if kind != "single"
+                       else _choose_one(reqs, asked, pool=(model,), supply=passed,
+                                        policy=policy, host=host))
             except Denied:
                 break
             over = (f"smallest with as many free on one node as the pod takes "
@@ -490,7 +515,7 @@ def _rechoose(
                    for c in got]
             together = _together(got, strategy, sub)
             mine = (*_rank(got, together), mid, kind)
-            if best is None or mine < best[0]:
+            if together.possible and (best is None or mine < best[0]):
                 best = (mine, got, sub, strategy)
             if together.free or policy.contention == "smallest":
                 break

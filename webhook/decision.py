@@ -47,6 +47,9 @@ class Verdict:
     code: int = 200  # the status code of a denial (AdmissionResponse.status.code)
     profiles: tuple[str, ...] = ()
     record: requests.DecisionRecord | None = None
+    #: Whether a memo may keep it: not when containers ask differently, whose choices are
+    #: checked node by node (``Supply.holds``), which the supply's content does not follow.
+    memoisable: bool = True
 
 
 def decide_review(
@@ -171,9 +174,10 @@ def _warn_own_gpus(containers: list[reading.Container], chosen: set[str],
         how = (f"to have migfit choose for them, remove the resources and annotate the pod "
                f"{requests.GPU_MEMORY_PREFIX}<container> for each")
         who = f"containers {named} ask for a GPU resource themselves"
-    warnings.append(f"{who}: the pod's one node must have it too (nvidia.com/gpu under the "
-                    f"mixed strategy is a GPU with MIG off), and migfit's choice does not "
-                    f"count it; {how}")
+    whole = (" (nvidia.com/gpu under the mixed strategy is a GPU with MIG off)"
+             if any(resource == "nvidia.com/gpu" for _, resource in own) else "")
+    warnings.append(f"{who}: the pod's one node must have it too{whole}, and migfit's "
+                    f"choice does not count it; {how}")
 
 
 def _decide(pod: Mapping[str, Any], *, supply: view.Supply, policy: Policy) -> Verdict:
@@ -233,4 +237,6 @@ def _decide(pod: Mapping[str, Any], *, supply: view.Supply, policy: Policy) -> V
         warnings=tuple(warnings),
         profiles=tuple(pl.profile for pl in plans),
         record=record,
+        memoisable=reused is not None or len(
+            {(r.memory_bytes, r.compute, r.media) for r in parsed.requests}) <= 1,
     )

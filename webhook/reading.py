@@ -121,6 +121,9 @@ def check_instances(annotations: Mapping[str, str], names: Sequence[str]) -> Non
             f"{MAX_INSTANCES} containers, or split the pod into several")
 
 
+_NONE: Final = frozenset({"0", "0.0", "0m"})  # an amount of nothing, as written
+
+
 def own_gpus(containers: Sequence[Container], chosen: set[str]) -> list[tuple[str, str]]:
     """(container, resource) for the GPU resources the containers not in ``chosen`` ask for
     themselves (in limits or requests), each container once, in order."""
@@ -130,8 +133,9 @@ def own_gpus(containers: Sequence[Container], chosen: set[str]) -> list[tuple[st
             continue
         for field in ("limits", "requests"):
             section = c.resources.get(field)
-            names = [n for n in section if isinstance(n, str)
-                     and decoding.is_gpu_resource(n)] if isinstance(section, Mapping) else []
+            names = [n for n, v in section.items() if isinstance(n, str)
+                     and decoding.is_gpu_resource(n) and str(v).strip() not in _NONE
+                     ] if isinstance(section, Mapping) else []
             if names:
                 out.append((c.name, sorted(names)[0]))
                 break

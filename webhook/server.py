@@ -340,7 +340,7 @@ def answer_bytes(body: bytes, *, state: State) -> tuple[int, bytes]:
         state.metrics.bad_requests.labels(str(exc.status)).inc()
         return exc.status, jsonwire.dumps({"error": exc.message, "status": exc.status})
     ready = _decided(uid, admission, state)
-    if exact is not None and ready.verdict.code != 500:
+    if exact is not None and ready.verdict.code != 500 and ready.verdict.memoisable:
         state.exact.put(exact[1], supply, ready,
                         size=entry_size(exact[1], ready, state.exact.max_entry_bytes))
     _count(state, ready, admission.get("dryRun") is True, started, lambda: admission)
@@ -391,7 +391,7 @@ def _decided(uid: str, admission: Mapping[str, Any], state: State) -> Answer:
             outcome="invalid", allowed=False, code=500,
             message="the migfit webhook failed to decide; see its log"))
     ready = answer_for(verdict)
-    if key is not None:
+    if key is not None and verdict.memoisable:
         state.memo.put(key, supply, ready,
                        size=entry_size(key, ready, state.memo.max_entry_bytes))
     return ready

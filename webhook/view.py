@@ -35,6 +35,8 @@ Fits = Callable[[Key, int, int], bool]
 #: affinity, and its ``spec.nodeName`` when set, named in words for the messages
 #: (``SupplyTracker.within``); None when no node with a GPU model migfit knows is one of them.
 Within = Callable[[records.PodConstraints, str | None, str], "Supply | None"]
+Holds = Callable[[Mapping[profiles.ProfileName, int], frozenset[profiles.ModelId], str],
+                 tuple[bool, bool]]
 _UNBOUNDED = 1 << 62  # a node that reports neither cpu nor memory
 #: Constraints whose nodes' sums ``within`` keeps current: the workloads pinned lately. Each
 #: holds a few counters per offer, never a list of nodes.
@@ -82,6 +84,10 @@ class Supply:
     #: without a cluster view). Not part of the content either: what one pod's nodes hold
     #: can change while the cluster's sums stay, so such decisions are not memoised.
     within: Within | None = dataclasses.field(default=None, compare=False)
+    #: Whether one node, of the given models under the given strategy, advertises all of the
+    #: instances (per profile) and whether one has them free, read node by node (None: not
+    #: known). Not part of the content either, so decisions that read it are not memoised.
+    holds: Holds | None = dataclasses.field(default=None, compare=False)
     #: Whether a node of this name is in the view, GPU or not (None: not known).
     named: Callable[[str], bool] | None = dataclasses.field(default=None, compare=False)
     #: Where the offers are: "" for every node; else the nodes a pod may be placed on, in
@@ -231,6 +237,40 @@ class SupplyTracker:
             return self.supply()
         return kept.supply(view, scope, self)
 
+    def holds(self, need: Mapping[profiles.ProfileName, int],
+              models: frozenset[profiles.ModelId], kind: str, *,
+              scope: _Scope | None = None) -> tuple[bool, bool]:
+        """``Supply.holds``: whether one node of ``models`` under ``kind`` (one of
+        ``scope``'s, when given) advertises ``need`` (instances per profile), and whether one
+        has them free. Free: the nodes the cluster's index has with a free instance of the
+        profile fewest nodes have free; advertised: every node, when none has them free."""
+        view = self._cluster
+        single = kind == "single"
+
+        def serves(state: records.NodeState | None) -> bool:
+            if state is None or state.node.model not in models:
+                return False
+            record = state.node
+            if scope is not None and not scope.selects(record):
+                return False
+            return ((record.strategy == "single") == single
+                    and (not record.unschedulable or (scope is not None
+                                                      and scope.node_name is not None)))
+
+        rarest = min(need, key=lambda p: len(view.free_nodes(p)))
+        for name in view.free_nodes(rarest):
+            state = view.node(name)
+            if serves(state) and state is not None and all(
+                    state.free.get(p, 0) >= n for p, n in need.items()):
+                return True, True
+        states = (view.nodes() if scope is None or scope.node_name is None
+                  else [view.node(scope.node_name)])
+        for one in states:
+            if serves(one) and one is not None and all(
+                    one.node.allocatable.get(p, 0) >= n for p, n in need.items()):
+                return True, False
+        return False, False
+
     def _named(self, name: str) -> bool:
         return self._cluster.node(name) is not None
 
@@ -318,7 +358,7 @@ class SupplyTracker:
             self._version += 1
             self._snapshot = dataclasses.replace(fresh, generation=self._version,
                                                  fits=self.fits, within=self.within,
-                                                 named=self._named)
+                                                 named=self._named, holds=self.holds)
         return self._snapshot
 
     def _absorb(self) -> None:
@@ -470,9 +510,9 @@ class _Scope:
         for (key, product), n in self._mig_products.items():
             if n > 0:
                 mig.setdefault(key, set()).add(product)
-        claims = view.pending_claims()
-        # Every waiting pod's claim is charged to these nodes: the burst of one workload
-        # that shares the pod's constraints is what claims are for.
+        # The claims of waiting pods that may go anywhere, or where this pod may: a burst of
+        # one workload shares its constraints (``Cluster.claims_beside``).
+        claims = view.claims_beside(self.constraints)
         claimed = (set_aside({k: v[2] for k, v in self._offers.items()}, claims)
                    if claims else {})
         offers = {key: Offer(nodes=n, allocatable=alloc, free=free - claimed.get(key, 0),
@@ -489,13 +529,17 @@ class _Scope:
         def fits(key: Key, cpu_milli: int, memory_bytes: int) -> bool:
             return tracker.fits(key, cpu_milli, memory_bytes, among=holds)
 
+        def one_node(need: Mapping[profiles.ProfileName, int],
+                     models: frozenset[profiles.ModelId], kind: str) -> tuple[bool, bool]:
+            return tracker.holds(need, models, kind, scope=self)
+
         return Supply(available=bool(view.synced),
-                      models=tuple(view.catalog.get(m) for m, n in self._models.most_common()
-                                   if n > 0),
+                      models=tuple(view.catalog.get(m) for m, n in sorted(
+                          self._models.items(), key=lambda mn: (-mn[1], mn[0])) if n > 0),
                       offers=offers,
                       products={m: tuple(sorted(v)) for m, v in products.items()},
                       strategy={m: _majority(c) for m, c in counts.items()},
-                      generation=-1, fits=fits, scope=scope)
+                      generation=-1, fits=fits, holds=one_node, scope=scope)
 
 
 def set_aside(free: Mapping[Key, int], claims: Mapping[profiles.ProfileName, int]

@@ -163,6 +163,10 @@ def test_a_gpu_another_container_asks_for_itself_is_named() -> None:
         "must have it too (nvidia.com/gpu under the mixed strategy is a GPU with MIG off), and "
         "migfit's choice does not count it; to have migfit choose for it, remove the "
         "resource and annotate the pod migfit.io/gpu-memory.side",)
+    # None of it: not a request.
+    zero = s.pod({requests.GPU_MEMORY: "30Gi"}, containers=[
+        {"name": "main"}, {"name": "side", "resources": {"limits": {"nvidia.com/gpu": "0"}}}])
+    assert decide(zero, c).warnings == ()
     # Many: three named, the rest counted.
     many = s.pod({requests.GPU_MEMORY: "30Gi"}, containers=[{"name": "main"}] + [
         {"name": f"s{i}", "resources": {"requests": {"nvidia.com/mig-1g.10gb": "1"}}}
@@ -170,7 +174,8 @@ def test_a_gpu_another_container_asks_for_itself_is_named() -> None:
     (warning,) = decide(many, c).warnings
     assert warning.startswith("containers 's0' (nvidia.com/mig-1g.10gb), 's1' "
                               "(nvidia.com/mig-1g.10gb), 's2' (nvidia.com/mig-1g.10gb) and 2 "
-                              "more ask for a GPU resource themselves:")
+                              "more ask for a GPU resource themselves: the pod's one "
+                              "node must have it too, and")
 
 
 def test_a_single_strategy_node_never_holds_two_profiles() -> None:
@@ -250,3 +255,39 @@ def test_profiles_no_one_model_holds_are_said_so() -> None:
         "no one node could hold all of the pod's profiles (a: 1g.6gb+me, b: 2g.48gb): they "
         "are on different GPU models or device-plugin strategies; give the containers "
         "requests one GPU model holds, or split the pod")
+
+
+def test_profiles_on_different_nodes_of_one_model_are_not_taken_for_one_node() -> None:
+    """x has 1g.10gb, y and z 3g.40gb: 8Gi + 30Gi are advertised on one model, but no node
+    has both; said so (and never "one node has them all")."""
+    c = s.make_cluster(s.mig_node("x", allocatable={"1g.10gb": 7}),
+                       s.mig_node("y", allocatable={"3g.40gb": 2}),
+                       s.mig_node("z", allocatable={"2g.20gb": 1, "3g.40gb": 1}))
+    verdict = decide(pod(a="8Gi", b="30Gi"), c)
+    assert verdict.profiles == ("1g.10gb", "3g.40gb")
+    assert verdict.warnings == (
+        "no node advertises all of the pod's instances (1g.10gb, 3g.40gb) together; the pod "
+        "stays Pending until a GPU is re-partitioned (see migfit advise), or split the pod",)
+    assert not verdict.memoisable  # read node by node
+    # Both on z: no warning.
+    c.apply("Node", "MODIFIED", s.mig_node("z", allocatable={"1g.10gb": 1, "3g.40gb": 1}))
+    assert decide(pod(a="8Gi", b="30Gi"), c).warnings == ()
+
+
+def test_a_single_strategy_kind_is_given_one_profile_for_every_container() -> None:
+    """A single-strategy A100-80GB node of 3g.40gb, and a mixed A100-40GB whose only
+    instance is busy: 12Gi + 60Gi on one single-strategy node means one profile that holds
+    60Gi for both, never a pair of profiles."""
+    c = s.make_cluster(
+        s.mig_node("s", allocatable={"3g.40gb": 6}, strategy="single"),
+        s.mig_node("m", product=A100_40_PRODUCT, allocatable={"3g.20gb": 1},
+                   memory={"3g.20gb": 19968}),
+        s.bound_pod("m", uid="u1", profile="3g.20gb"))
+    for policy in (FREE, s.POLICY):
+        verdict = decision.decide_pod(pod(a="12Gi", b="60Gi"), policy=policy,
+                                      supply=view.SupplyTracker(c).supply())
+        assert verdict.allowed, verdict.message
+        assert verdict.profiles == ("7g.80gb", "7g.80gb")
+        assert resources(verdict) == ["nvidia.com/gpu"] * 2
+        assert "on A100-80GB nodes under the single strategy: a re-layout could put them on " \
+            "one node" in verdict.warnings[0]

@@ -6,7 +6,11 @@ from __future__ import annotations
 
 import copy
 import json
+import os
+import subprocess
+import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import webhook_scenery as s
@@ -265,3 +269,47 @@ def test_usable_counts_room_only_on_the_selected_nodes() -> None:
     assert there.record is not None
     assert there.record["containers"][0]["reason"].startswith(
         "smallest fitting: no fitting profile has a free instance")
+
+
+def test_a_pinned_pod_is_charged_the_claims_of_pods_that_may_go_where_it_may() -> None:
+    """A pod waiting for pool b's 1g.10gb does not take pool a's: an 8Gi pod pinned to
+    pool a still gets its free 1g.10gb; a waiting pod with no selector is charged."""
+    c = s.make_cluster(node("a1", pool="a", allocatable={"1g.10gb": 1, "3g.40gb": 1}),
+                       node("b1", pool="b", allocatable={"1g.10gb": 1}))
+    elsewhere = waiting("1g.10gb", "w1")
+    elsewhere["spec"]["nodeSelector"] = {"example.com/pool": "b"}
+    c.apply("Pod", "ADDED", elsewhere)
+    assert decide(pinned(nodeSelector={"example.com/pool": "a"}), c).profiles == ("1g.10gb",)
+    assert decide(pinned(nodeName="a1"), c).profiles == ("1g.10gb",)
+    c.apply("Pod", "ADDED", waiting("1g.10gb", "w2"))  # may go anywhere: a1's is set aside
+    assert decide(pinned(nodeSelector={"example.com/pool": "a"}), c).profiles == ("3g.40gb",)
+    c.apply("Pod", "DELETED", waiting("1g.10gb", "w2"))
+    c.apply("Pod", "DELETED", elsewhere)
+    assert c.claims_beside(reading.placement_of(pinned()).constraints) == {}
+
+
+def test_the_models_of_a_selection_are_in_one_order_whatever_the_hash_seed() -> None:
+    """Models as many nodes each: by count, then by name (the record's models list is part
+    of the pod's patch: two replicas, each with its own hash seed, must write the same)."""
+    script = """
+import sys
+sys.path.insert(0, HERE)
+import webhook_scenery as s
+from migfit.webhook import reading, view
+nodes = []
+for i, (product, mib) in enumerate([("NVIDIA-H100-80GB-HBM3", 9984), (s.A100_PRODUCT, 9728),
+                                    ("NVIDIA-A100-SXM4-40GB", 9856)]):
+    n = s.mig_node(f"n{i}", product=product, allocatable={"1g.10gb": 2},
+                   memory={"1g.10gb": mib})
+    n["metadata"]["labels"]["pool"] = "a"
+    nodes.append(n)
+c = s.make_cluster(*nodes, s.mig_node("zz", allocatable={"3g.40gb": 1}))
+pod = s.pod({})
+pod["spec"]["nodeSelector"] = {"pool": "a"}
+scoped = view.SupplyTracker(c).within(reading.placement_of(pod).constraints, None, "a")
+print([m.id for m in scoped.models])
+""".replace("HERE", repr(str(Path(__file__).parent)))
+    seen = {subprocess.run([sys.executable, "-c", script], check=True, capture_output=True,
+                           text=True, env={**os.environ, "PYTHONHASHSEED": str(seed)}
+                           ).stdout.strip() for seed in range(6)}
+    assert seen == {"['A100-40GB', 'A100-80GB', 'H100-80GB']"}

@@ -201,7 +201,9 @@ def _decide(pod: Mapping[str, Any], *, supply: view.Supply, policy: Policy) -> V
     if reused is not None:
         plans, strategy = reused
     else:
-        supply = scoped(reading.placement_of(pod), supply, warnings)
+        spec = pod.get("spec")
+        if supply.within is not None and isinstance(spec, Mapping) and reading.placed(spec):
+            supply = scoped(reading.placement_of(pod), supply, warnings)
         plans, strategy = choice.plan(parsed.requests, by_name, annotations=annotations,
                                       supply=supply, policy=policy, warnings=warnings,
                                       host=host_of(pod) if policy.contention == "usable"

@@ -186,7 +186,7 @@ def placement_of(pod: Mapping[str, Any]) -> Placement:
     return Placement(constraints, name if isinstance(name, str) and name else None)
 
 
-def _placed(spec: Mapping[str, Any]) -> bool:
+def placed(spec: Mapping[str, Any]) -> bool:
     """Whether ``spec`` may limit the pod's nodes (a memo does not know which nodes)."""
     if spec.get("nodeSelector") or spec.get("nodeName"):
         return True
@@ -267,7 +267,7 @@ def memo_key(pod: Any) -> Hashable | None:
         ours = tuple((k, v) for k, v in raw.items()
                      if k.startswith(keys.ANNOTATION_PREFIX) or k == requests.DEFAULT_CONTAINER)
         spec = pod.get("spec")
-        if not isinstance(spec, dict) or _placed(spec):
+        if not isinstance(spec, dict) or placed(spec):
             return None
         found = spec.get("containers")
         if not isinstance(found, list):

@@ -454,7 +454,7 @@ class _Scope:
         return ((self.node_name is None or record.name == self.node_name)
                 and advisor.unselected(record, self.constraints) is None)
 
-    def holds(self, view: cluster.Cluster, name: str) -> bool:
+    def has_node(self, view: cluster.Cluster, name: str) -> bool:
         """Whether the node ``name`` of ``view`` is one of these nodes."""
         state = view.node(name)
         return state is not None and self.selects(state.node)
@@ -524,7 +524,7 @@ class _Scope:
                              most_free=max(self._sizes[key][1], default=0))
                   for key, (n, alloc, free) in self._offers.items()}
         def holds(name: str) -> bool:
-            return self.holds(view, name)
+            return self.has_node(view, name)
 
         def fits(key: Key, cpu_milli: int, memory_bytes: int) -> bool:
             return tracker.fits(key, cpu_milli, memory_bytes, among=holds)

@@ -333,27 +333,30 @@ def plan(
     policy: Policy,
     warnings: list[str],
     host: Host = NO_HOST,
-) -> tuple[list[Plan], requests.Strategy]:
-    """A profile per requesting container, and the strategy to ask for it under (``host``:
-    the pod's cpu and memory, which ``usable`` reads).
+) -> tuple[list[Plan], requests.Strategy, bool]:
+    """A profile per requesting container, the strategy to ask for it under (``host``:
+    the pod's cpu and memory, which ``usable`` reads), and whether the supply's snapshot
+    (its sums per profile) decided it: False when the plan read nodes one by one.
 
     One node serves a whole pod: when no one node advertises all the containers' choices
     (``_together``), they are made again among each kind of node (``_rechoose``), and the
     better set kept, with a warning that names both."""
     pool = pool_of(supply, policy, warnings)
+    reads = _Reads()
     many = len(reqs) > 1
     asked = [_asked(r, annotations) for r in reqs]
     choices = _choose_all(reqs, asked, pool=pool, supply=supply, policy=policy, host=host)
     strategy = _strategy(choices, supply=supply, policy=policy)
     seen, seen_pool = supply, pool  # what the warnings are about
     if many and supply.available:
-        together = _together(choices, strategy, supply)
+        together = _together(choices, strategy, supply, reads)
         # Made again only where no node could hold them all now: when one advertises
         # them all but has them busy, taking larger free ones instead is a contention
         # policy, as ``Policy.contention`` is for one instance, not measured yet.
         if not together.advertised:
             better = _rechoose(reqs, asked, choices, _rank(choices, together),
-                               pool=pool, supply=supply, policy=policy, host=host)
+                               pool=pool, supply=supply, policy=policy, host=host,
+                               reads=reads)
             if better is not None:
                 before = _listed(reqs, choices)
                 choices, seen, strategy = better
@@ -361,7 +364,7 @@ def plan(
                 was = ("no one node could hold them all" if not together.possible
                        else "no one node advertises them all" if not together.advertised
                        else "no one node has them all free now")
-                together = _together(choices, strategy, seen)
+                together = _together(choices, strategy, seen, reads)
                 now = ("one node has them all free" if together.free
                        else "one node advertises them all" if together.advertised
                        else "a re-layout could put them on one node")
@@ -388,7 +391,15 @@ def plan(
             fit_models=choice.fit_models,
             reason=choice.reason,
         ))
-    return plans, strategy
+    return plans, strategy, not reads.by_node
+
+
+@dataclasses.dataclass(slots=True)
+class _Reads:
+    """What a plan read of the supply: ``by_node`` when it went node by node
+    (``Supply.holds``), which the supply's snapshot does not sum, so no memo may keep it."""
+
+    by_node: bool = False
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -439,8 +450,8 @@ def _choose_one(
     return [one] * len(reqs)
 
 
-def _together(choices: Sequence[Choice], strategy: requests.Strategy, supply: view.Supply
-              ) -> _Together:
+def _together(choices: Sequence[Choice], strategy: requests.Strategy, supply: view.Supply,
+              reads: _Reads) -> _Together:
     """``_Together`` of ``choices`` asked for under ``strategy``. For one profile, read
     from the most one node of a model advertises and has free (``Offer.most``,
     ``most_free``); for several, node by node (``Supply.holds``; without it, from the most of
@@ -451,6 +462,7 @@ def _together(choices: Sequence[Choice], strategy: requests.Strategy, supply: vi
         return _Together(possible=False, advertised=False, free=False)
     kind = "single" if strategy == "single" else "mixed"
     if len(need) > 1 and supply.holds is not None:  # several profiles: node by node
+        reads.by_node = True
         advertised, free = supply.holds(need, frozenset(models), kind)
         return _Together(possible=True, advertised=advertised, free=free)
     advertised = False
@@ -478,6 +490,7 @@ def _rechoose(
     reqs: Sequence[requests.GpuRequest], asked: Sequence[tuple[str, str]],
     choices: Sequence[Choice], rank: tuple[int, ...], *,
     pool: Sequence[profiles.GpuModel], supply: view.Supply, policy: Policy, host: Host,
+    reads: _Reads,
 ) -> tuple[list[Choice], view.Supply, requests.Strategy] | None:
     """The containers' choices made again among one kind of node at a time (a GPU model
     under one strategy); under contention, profiles no one node has enough of free are
@@ -513,22 +526,99 @@ def _rechoose(
             got = [counted.get(id(c)) or counted.setdefault(
                        id(c), _counted(c, sub, reason=over if masked else c.reason))
                    for c in got]
-            together = _together(got, strategy, sub)
+            together = _together(got, strategy, sub, reads)
             mine = (*_rank(got, together), mid, kind)
             if together.possible and (best is None or mine < best[0]):
                 best = (mine, got, sub, strategy)
             if together.free or policy.contention == "smallest":
                 break
             short = _short(got, sub) - masked
+            without = dataclasses.replace(passed, offers={
+                k: (dataclasses.replace(o, free=0) if k[1] in short else o)
+                for k, o in passed.offers.items()})
+            if kind != "single":
+                some = [_keep_some(reqs, asked, got, short, sub=sub, without=without,
+                                   model=model, policy=policy, host=host)]
+                if not short:
+                    # No profile is short of free instances, yet no one node has them all:
+                    # the containers of one profile at a time take the next free one (an
+                    # 8Gi beside a 30Gi: 2g.20gb where a node has it with a 3g.40gb free).
+                    some += [_moved(reqs, asked, got, p, sub=sub, passed=passed,
+                                    model=model, policy=policy, host=host)
+                             for p in sorted({c.profile.name for c in got})]
+                for other in some:
+                    if other is None:
+                        continue
+                    together = _together(other, strategy, sub, reads)
+                    mine = (*_rank(other, together), mid, kind)
+                    if together.possible and (best is None or mine < best[0]):
+                        best = (mine, other, sub, strategy)
             if not short:
                 break
             masked |= short
-            passed = dataclasses.replace(passed, offers={
-                k: (dataclasses.replace(o, free=0) if k[1] in short else o)
-                for k, o in passed.offers.items()})
+            passed = without
     if best is None or best[0][:len(rank)] >= rank:
         return None
     return best[1], best[2], best[3]
+
+
+def _keep_some(
+    reqs: Sequence[requests.GpuRequest], asked: Sequence[tuple[str, str]],
+    got: Sequence[Choice], short: set[str], *, sub: view.Supply, without: view.Supply,
+    model: profiles.GpuModel, policy: Policy, host: Host,
+) -> list[Choice] | None:
+    """``got`` where, of each profile in ``short`` (one node has fewer free than the pod
+    takes), as many containers keep it as one node of ``sub`` has free, those asking least
+    (the others lose less memory to a larger profile), and the rest are chosen again without
+    the short profiles (``without``); None when no container could keep one."""
+    keep: set[int] = set()
+    for p in short:
+        offer = sub.offers.get((model.id, profiles.ProfileName(p)))
+        room = min(offer.most_free, offer.free) if offer is not None else 0
+        having = sorted((i for i, c in enumerate(got) if c.profile.name == p),
+                        key=lambda i: (reqs[i].memory_bytes, i))
+        keep.update(having[:room])
+    again = [i for i, c in enumerate(got) if c.profile.name in short and i not in keep]
+    if not keep or not again:
+        return None
+    try:
+        made = _choose_all([reqs[i] for i in again], [asked[i] for i in again],
+                           pool=(model,), supply=without, policy=policy, host=host)
+    except Denied:
+        return None
+    names = ", ".join(sorted(short))
+    over = f"smallest of those one node has free beside the pod's others ({names}: taken)"
+    out = list(got)
+    for i, c in zip(again, made, strict=True):
+        out[i] = _counted(c, sub, reason=over)
+    return out
+
+
+def _moved(
+    reqs: Sequence[requests.GpuRequest], asked: Sequence[tuple[str, str]],
+    got: Sequence[Choice], name: str, *, sub: view.Supply, passed: view.Supply,
+    model: profiles.GpuModel, policy: Policy, host: Host,
+) -> list[Choice] | None:
+    """``got`` with the containers given ``name`` chosen again as if it had no free
+    instance; None when that changes nothing."""
+    again = [i for i, c in enumerate(got) if c.profile.name == name]
+    if len(again) == len(got):
+        return None
+    without = dataclasses.replace(passed, offers={
+        k: (dataclasses.replace(o, free=0) if k[1] == name else o)
+        for k, o in passed.offers.items()})
+    try:
+        made = _choose_all([reqs[i] for i in again], [asked[i] for i in again],
+                           pool=(model,), supply=without, policy=policy, host=host)
+    except Denied:
+        return None
+    if all(c.profile.name == name for c in made):
+        return None
+    over = f"smallest free on a node that has the pod's other instances free ({name}: not there)"
+    out = list(got)
+    for i, c in zip(again, made, strict=True):
+        out[i] = _counted(c, sub, reason=over)
+    return out
 
 
 def _counted(c: Choice, supply: view.Supply, *, reason: str) -> Choice:

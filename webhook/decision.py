@@ -198,13 +198,14 @@ def _decide(pod: Mapping[str, Any], *, supply: view.Supply, policy: Policy) -> V
 
     prior = requests.decision_of(annotations)
     reused = choice.reuse(prior, parsed.requests, by_name)
+    exact = True  # decided by the supply's snapshot alone (choice.plan)
     if reused is not None:
         plans, strategy = reused
     else:
         spec = pod.get("spec")
         if supply.within is not None and isinstance(spec, Mapping) and reading.placed(spec):
             supply = scoped(reading.placement_of(pod), supply, warnings)
-        plans, strategy = choice.plan(parsed.requests, by_name, annotations=annotations,
+        plans, strategy, exact = choice.plan(parsed.requests, by_name, annotations=annotations,
                                       supply=supply, policy=policy, warnings=warnings,
                                       host=host_of(pod) if policy.contention == "usable"
                                       else choice.NO_HOST)
@@ -239,6 +240,6 @@ def _decide(pod: Mapping[str, Any], *, supply: view.Supply, policy: Policy) -> V
         warnings=tuple(warnings),
         profiles=tuple(pl.profile for pl in plans),
         record=record,
-        memoisable=reused is not None or len(
-            {(r.memory_bytes, r.compute, r.media) for r in parsed.requests}) <= 1,
+        memoisable=reused is not None or (exact and len(
+            {(r.memory_bytes, r.compute, r.media) for r in parsed.requests}) <= 1),
     )

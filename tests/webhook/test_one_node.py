@@ -258,11 +258,10 @@ def test_profiles_no_one_model_holds_are_said_so() -> None:
 
 
 def test_profiles_on_different_nodes_of_one_model_are_not_taken_for_one_node() -> None:
-    """x has 1g.10gb, y and z 3g.40gb: 8Gi + 30Gi are advertised on one model, but no node
+    """x has 1g.10gb, y one 3g.40gb: 8Gi + 30Gi are advertised on one model, but no node
     has both; said so (and never "one node has them all")."""
     c = s.make_cluster(s.mig_node("x", allocatable={"1g.10gb": 7}),
-                       s.mig_node("y", allocatable={"3g.40gb": 2}),
-                       s.mig_node("z", allocatable={"2g.20gb": 1, "3g.40gb": 1}))
+                       s.mig_node("y", allocatable={"3g.40gb": 1}))
     verdict = decide(pod(a="8Gi", b="30Gi"), c)
     assert verdict.profiles == ("1g.10gb", "3g.40gb")
     assert verdict.warnings == (
@@ -270,8 +269,51 @@ def test_profiles_on_different_nodes_of_one_model_are_not_taken_for_one_node() -
         "stays Pending until a GPU is re-partitioned (see migfit advise), or split the pod",)
     assert not verdict.memoisable  # read node by node
     # Both on z: no warning.
-    c.apply("Node", "MODIFIED", s.mig_node("z", allocatable={"1g.10gb": 1, "3g.40gb": 1}))
+    c.apply("Node", "ADDED", s.mig_node("z", allocatable={"1g.10gb": 1, "3g.40gb": 1}))
     assert decide(pod(a="8Gi", b="30Gi"), c).warnings == ()
+
+
+def test_a_container_takes_the_next_free_profile_where_a_node_has_the_others() -> None:
+    """x has 1g.10gb, y 3g.40gb, z a 2g.20gb beside a 3g.40gb: 8Gi + 30Gi get z's pair
+    (8Gi's 1g.10gb is on no node with a 3g.40gb), with a warning naming both sets."""
+    c = s.make_cluster(s.mig_node("x", allocatable={"1g.10gb": 7}),
+                       s.mig_node("y", allocatable={"3g.40gb": 2}),
+                       s.mig_node("z", allocatable={"2g.20gb": 1, "3g.40gb": 1}))
+    verdict = decide(pod(a="8Gi", b="30Gi"), c)
+    assert verdict.profiles == ("2g.20gb", "3g.40gb")
+    assert verdict.warnings[0] == (
+        "the smallest fitting profiles (a: 1g.10gb, b: 3g.40gb): no one node advertises them "
+        "all; chose a: 2g.20gb, b: 3g.40gb on A100-80GB nodes under the mixed strategy: one "
+        "node has them all free")
+    assert verdict.record is not None
+    assert verdict.record["containers"][0]["reason"] == (
+        "smallest free on a node that has the pod's other instances free (1g.10gb: not "
+        "there); so that the pod's instances are on one A100-80GB node (mixed strategy)")
+    assert not verdict.memoisable  # read node by node
+    # z's 2g.20gb in use: y's two 3g.40gb are the next pair one node has free.
+    c.apply("Pod", "ADDED", s.bound_pod("z", uid="u1", profile="2g.20gb"))
+    assert decide(pod(a="8Gi", b="30Gi"), c).profiles == ("3g.40gb", "3g.40gb")
+
+
+def test_alike_containers_keep_as_many_of_a_profile_as_one_node_has_free() -> None:
+    """One node, one 1g.10gb and two 2g.20gb free: of three 8Gi containers one keeps the
+    1g.10gb and two take the 2g.20gb (before, all three took a 2g.20gb, which the node
+    lacks, or two of them the one 1g.10gb). The answer read the node, so it is not kept."""
+    c = s.make_cluster(s.mig_node("n", allocatable={"1g.10gb": 1, "2g.20gb": 2}))
+    two = decide(pod(a="8Gi", b="9Gi"), c)
+    assert two.profiles == ("1g.10gb", "2g.20gb")
+    assert two.record is not None
+    assert two.record["containers"][1]["reason"] == (
+        "smallest of those one node has free beside the pod's others (1g.10gb: taken); so "
+        "that the pod's instances are on one A100-80GB node (mixed strategy)")
+    three = decide(pod(a="8Gi", b="8Gi", c="8Gi"), c)
+    assert three.profiles == ("1g.10gb", "2g.20gb", "2g.20gb")
+    assert three.warnings[0].endswith("one node has them all free")
+    assert not three.memoisable
+    # The 1g.10gb on another node than the 2g.20gb: the pair of 2g.20gb is one node's.
+    c = s.make_cluster(s.mig_node("x", allocatable={"1g.10gb": 1}),
+                       s.mig_node("y", allocatable={"2g.20gb": 2}))
+    assert decide(pod(a="8Gi", b="9Gi"), c).profiles == ("2g.20gb", "2g.20gb")
 
 
 def test_a_single_strategy_kind_is_given_one_profile_for_every_container() -> None:

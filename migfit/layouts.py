@@ -117,6 +117,23 @@ def of(model: profiles.GpuModel) -> ModelLayouts:
     return _for_model(model)
 
 
+def gpus_at_least(model: profiles.GpuModel, counts: Mapping[profiles.ProfileName, int]) -> int:
+    """A lower bound on the GPUs of ``model`` that hold ``counts`` instances per profile
+    (names of the model): their compute slices, their memory slices and each profile's
+    most instances per GPU, each against one GPU's. Never more than the fewest GPUs that
+    really hold them (a bound to rule a set out, not a packing)."""
+    compute = memory = need = 0
+    for name, n in counts.items():
+        if n <= 0 or not model.has_profile(name):
+            continue
+        p = model.profile(name)
+        compute += p.compute_slices * n
+        memory += p.memory_slices * n
+        need = max(need, -(-n // max(p.max_instances, 1)))
+    return max(need, -(-compute // max(model.compute_slices, 1)),
+               -(-memory // max(model.memory_slices, 1)))
+
+
 def check(model: profiles.GpuModel, names: Sequence[str]) -> placements.Fit:
     """Whether ``names`` fit one GPU: a dict lookup when valid, a search for the reason when not."""
     layout = _for_model(model).by_key.get(key_of(model, names))

@@ -19,7 +19,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final, Literal
 
-from migfit import keys, profiles, quantity, requests
+from migfit import keys, layouts, profiles, quantity, requests
 from migfit.webhook import view
 from migfit.webhook.reading import Container, Denied
 
@@ -412,6 +412,9 @@ class _Together:
     possible: bool
     advertised: bool
     free: bool
+    #: Not possible because no node has enough GPUs: (at least this many needed, the most
+    #: on one node of the models), else None.
+    gpus: tuple[int, int] | None = None
 
 
 def _choose_all(
@@ -461,6 +464,9 @@ def _together(choices: Sequence[Choice], strategy: requests.Strategy, supply: vi
     if not models or (strategy == "single" and len(need) > 1):
         return _Together(possible=False, advertised=False, free=False)
     kind = "single" if strategy == "single" else "mixed"
+    short = _too_few_gpus(need, models, kind, supply)
+    if short is not None:
+        return _Together(possible=False, advertised=False, free=False, gpus=short)
     if len(need) > 1 and supply.holds is not None:  # several profiles: node by node
         reads.by_node = True
         advertised, free = supply.holds(need, frozenset(models), kind)
@@ -473,6 +479,26 @@ def _together(choices: Sequence[Choice], strategy: requests.Strategy, supply: vi
             if all(o is not None and min(o.most_free, o.free) >= n for o, n in offers):
                 return _Together(possible=True, advertised=True, free=True)
     return _Together(possible=True, advertised=advertised, free=False)
+
+
+def _too_few_gpus(need: Mapping[profiles.ProfileName, int], models: Iterable[profiles.ModelId],
+                  kind: str, supply: view.Supply) -> tuple[int, int] | None:
+    """(GPUs needed at least, the most on one node) when every model of ``models`` whose
+    nodes' GPUs are known (``Supply.gpus``) has too few on each node for ``need`` and no
+    model's are unknown; else None."""
+    by_id = {m.id: m for m in supply.models}
+    worst: tuple[int, int] | None = None
+    for mid in models:
+        most = supply.gpus.get((mid, kind))
+        model = by_id.get(mid)
+        if most is None or model is None:
+            return None
+        least = layouts.gpus_at_least(model, need)
+        if least <= most:
+            return None
+        if worst is None or (least - most, least) < (worst[0] - worst[1], worst[0]):
+            worst = (least, most)
+    return worst
 
 
 def _rank(choices: Sequence[Choice], together: _Together) -> tuple[int, ...]:
@@ -530,6 +556,16 @@ def _rechoose(
             mine = (*_rank(got, together), mid, kind)
             if together.possible and (best is None or mine < best[0]):
                 best = (mine, got, sub, strategy)
+            if together.gpus is not None and not masked:
+                # More GPUs than one node has: the smallest fitting profiles of the model,
+                # advertised or not (sixteen 30Gi: 3g.40gb two to a GPU, not 7g.80gb).
+                relaid = _relaid(reqs, asked, sub=sub, model=model, kind=kind,
+                                 policy=policy, host=host)
+                if relaid is not None:
+                    other = _together(relaid, strategy, sub, reads)
+                    theirs = (*_rank(relaid, other), mid, kind)
+                    if other.possible and (best is None or theirs < best[0]):
+                        best = (theirs, relaid, sub, strategy)
             if together.free or policy.contention == "smallest":
                 break
             short = _short(got, sub) - masked
@@ -546,13 +582,13 @@ def _rechoose(
                     some += [_moved(reqs, asked, got, p, sub=sub, passed=passed,
                                     model=model, policy=policy, host=host)
                              for p in sorted({c.profile.name for c in got})]
-                for other in some:
-                    if other is None:
+                for variant in some:
+                    if variant is None:
                         continue
-                    together = _together(other, strategy, sub, reads)
-                    mine = (*_rank(other, together), mid, kind)
+                    together = _together(variant, strategy, sub, reads)
+                    mine = (*_rank(variant, together), mid, kind)
                     if together.possible and (best is None or mine < best[0]):
-                        best = (mine, other, sub, strategy)
+                        best = (mine, variant, sub, strategy)
             if not short:
                 break
             masked |= short
@@ -592,6 +628,28 @@ def _keep_some(
     for i, c in zip(again, made, strict=True):
         out[i] = _counted(c, sub, reason=over)
     return out
+
+
+def _relaid(
+    reqs: Sequence[requests.GpuRequest], asked: Sequence[tuple[str, str]], *,
+    sub: view.Supply, model: profiles.GpuModel, kind: str, policy: Policy, host: Host,
+) -> list[Choice] | None:
+    """The smallest fitting profiles of ``model`` for ``reqs``, whether its nodes advertise
+    them or not (a re-layout could create them), counted against ``sub``."""
+    bare = dataclasses.replace(sub, offers={})
+    try:
+        made = (_choose_all(reqs, asked, pool=(model,), supply=bare, policy=policy, host=host)
+                if kind != "single"
+                else _choose_one(reqs, asked, pool=(model,), supply=bare, policy=policy,
+                                 host=host))
+    except Denied:
+        return None
+    why = "smallest fitting after a re-layout (the advertised ones need more GPUs than a node has)"
+    counted: dict[int, Choice] = {}
+    return [counted.get(id(c)) or counted.setdefault(id(c), dataclasses.replace(
+                _counted(c, sub, reason=why),
+                advertised=any((m, c.profile.name) in sub.offers for m in c.fit_models)))
+            for c in made]
 
 
 def _moved(
@@ -640,6 +698,15 @@ def _warn_one_node(reqs: Sequence[requests.GpuRequest], choices: Sequence[Choice
     """Warn when no one node could hold, advertises, or has free now, all the instances the
     pod's containers were given. Not "advertises" when a container's profile is advertised
     nowhere (its own warning says so), nor "free" when one has no free instance at all."""
+    if together.gpus is not None:
+        least, most = together.gpus
+        need = Counter(c.profile.name for c in choices)
+        what = ", ".join(f"{n} × {p}" if n > 1 else p for p, n in need.items())
+        warnings.append(f"no node has GPUs enough for all of the pod's instances ({what}: "
+                        f"at least {least} GPUs; the most on one node is {most}): the pod "
+                        f"can never be scheduled; split it into pods of at most {most} "
+                        f"GPUs' worth of instances")
+        return
     if not together.possible:
         warnings.append(f"no one node could hold all of the pod's profiles "
                         f"({_listed(reqs, choices)}): they are on different GPU models or "

@@ -24,7 +24,7 @@ from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 from typing import Literal
 
-from migfit import advisor, cluster, keys, profiles, records, requests
+from migfit import advisor, cluster, keys, layouts, profiles, records, requests
 
 _MIG_SUFFIX = re.compile(r"-MIG-.*$", re.IGNORECASE)
 Key = tuple[profiles.ModelId, profiles.ProfileName]
@@ -93,6 +93,11 @@ class Supply:
     #: Where the offers are: "" for every node; else the nodes a pod may be placed on, in
     #: words for the messages ("the nodes the pod's nodeSelector selects").
     scope: str = ""
+    #: The most GPUs on one schedulable node, per GPU model and device-plugin kind
+    #: ("single" or "mixed"): a pod's instances on one node cannot need more (absent: not
+    #: known, no bound).
+    gpus: Mapping[tuple[profiles.ModelId, str], int] = dataclasses.field(
+        default_factory=dict)
 
     def usable(self, key: Key, cpu_milli: int, memory_bytes: int) -> bool:
         """Whether a free instance of ``key`` is on a node with ``cpu_milli`` and
@@ -112,7 +117,8 @@ class Supply:
         """Equal in everything the decision reads (the generation aside)."""
         return (self.available == other.available and self.models == other.models
                 and self.offers == other.offers and self.products == other.products
-                and self.strategy == other.strategy and self.scope == other.scope)
+                and self.strategy == other.strategy and self.scope == other.scope
+                and self.gpus == other.gpus)
 
     @classmethod
     def from_catalog(cls, models: tuple[profiles.GpuModel, ...]) -> Supply:
@@ -126,19 +132,23 @@ class _NodeEntry:
     strategy: str
     product: str
     advertised: frozenset[profiles.ProfileName]
+    gpus: int  # physical GPUs while schedulable (gpulabels: inferred under single), else 0
 
 
-def _entry(state: records.NodeState | None) -> _NodeEntry | None:
+def _entry(state: records.NodeState | None, catalog: profiles.Catalog) -> _NodeEntry | None:
     if state is None or state.node.model is None:
         return None
     node = state.node
     model: profiles.ModelId = state.node.model
+    # Its GPUs: the count its labels give, and never fewer than its instances take.
+    gpus = max(node.gpu_count, layouts.gpus_at_least(catalog.get(model), node.capacity))
     return _NodeEntry(
         model=model,
         strategy=node.strategy or "none",
         product=node.labels.get(keys.LABEL_PRODUCT, ""),
         advertised=frozenset(p for p, n in node.allocatable.items()
                              if n > 0 and not node.unschedulable),
+        gpus=0 if node.unschedulable else gpus,
     )
 
 
@@ -164,6 +174,7 @@ class SupplyTracker:
         self._strategy: dict[profiles.ModelId, requests.Strategy] = {}
         self._strategies: dict[Key, frozenset[str]] = {}
         self._mig_products: dict[Key, tuple[str, ...]] = {}
+        self._gpus: dict[tuple[profiles.ModelId, str], int] = {}
         # Per node: its GPU model and the cpu and memory left (``advisor.host_room``), kept
         # current from the nodes the cluster reports changed (a pod bound or gone included).
         # Kept only once ``fits`` has been asked (``usable``): under the other choices the
@@ -224,7 +235,7 @@ class SupplyTracker:
         afresh (O(nodes))."""
         view = self._cluster
         if node_name is not None:
-            one = _share(view.node(node_name), cordoned=True)
+            one = _share(view.node(node_name), view.catalog, cordoned=True)
             alone = _Scope(constraints, node_name)
             if one is None or not alone.selects(one.record):
                 return None
@@ -301,7 +312,7 @@ class SupplyTracker:
         stale, self._share_stale = self._share_stale, set()
         for name in stale:
             old = self._shares.pop(name, None)
-            new = _share(view.node(name))
+            new = _share(view.node(name), view.catalog)
             if new is not None:
                 self._shares[name] = new
             for kept in self._scopes.values():
@@ -309,6 +320,10 @@ class SupplyTracker:
                     kept.add(old, -1)
                 if new is not None and kept.selects(new.record):
                     kept.add(new, 1)
+
+    def most_gpus(self) -> dict[tuple[profiles.ModelId, str], int]:
+        """``Supply.gpus`` of the whole cluster, as of the last snapshot."""
+        return dict(self._gpus)
 
     def rooms_kept(self) -> int:
         """How many nodes' rooms the tracker holds or has to recompute."""
@@ -352,6 +367,7 @@ class SupplyTracker:
             offers=offers,
             products=dict(self._products),
             strategy=dict(self._strategy),
+            gpus=dict(self._gpus),
         )
         self._generation = view.generation
         if self._snapshot is None or not fresh.same_content(self._snapshot):
@@ -364,7 +380,7 @@ class SupplyTracker:
     def _absorb(self) -> None:
         pending, self._pending = self._pending, set()
         for name in pending:
-            entry = _entry(self._cluster.node(name))
+            entry = _entry(self._cluster.node(name), self._cluster.catalog)
             old = self._entries.get(name)
             if entry == old:
                 continue
@@ -375,21 +391,27 @@ class SupplyTracker:
                 self._entries[name] = entry
         if self._stale:
             (self._products, self._strategy, self._strategies,
-             self._mig_products) = _aggregate(self._entries.values())
+             self._mig_products, self._gpus) = _aggregate(self._entries.values())
             self._stale = False
 
 
 def _aggregate(entries: Iterable[_NodeEntry]) -> tuple[
         dict[profiles.ModelId, tuple[str, ...]], dict[profiles.ModelId, requests.Strategy],
-        dict[Key, frozenset[str]], dict[Key, tuple[str, ...]]]:
+        dict[Key, frozenset[str]], dict[Key, tuple[str, ...]],
+        dict[tuple[profiles.ModelId, str], int]]:
     """Of the nodes' entries: the base product labels and the most common strategy per
-    model, and the strategies and single-strategy product labels per offer."""
+    model, the strategies and single-strategy product labels per offer, and the most GPUs
+    on one schedulable node per model and kind (``Supply.gpus``)."""
+    gpus: dict[tuple[profiles.ModelId, str], int] = {}
     products: dict[profiles.ModelId, set[str]] = {}
     counts: dict[profiles.ModelId, Counter[str]] = {}
     strategies: dict[Key, set[str]] = {}
     mig_products: dict[Key, set[str]] = {}
     for entry in entries:
         counts.setdefault(entry.model, Counter())[entry.strategy] += 1
+        if entry.gpus:
+            kind = (entry.model, "single" if entry.strategy == "single" else "mixed")
+            gpus[kind] = max(gpus.get(kind, 0), entry.gpus)
         if entry.product:
             # Base names (without a single-strategy -MIG-<profile> suffix) of every node.
             products.setdefault(entry.model, set()).add(_MIG_SUFFIX.sub("", entry.product))
@@ -402,7 +424,7 @@ def _aggregate(entries: Iterable[_NodeEntry]) -> tuple[
     return ({m: tuple(sorted(v)) for m, v in products.items()},
             {m: _majority(c) for m, c in counts.items()},
             {k: frozenset(v) for k, v in strategies.items()},
-            {k: tuple(sorted(v)) for k, v in mig_products.items()})
+            {k: tuple(sorted(v)) for k, v in mig_products.items()}, gpus)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -415,10 +437,11 @@ class _Share:
     offers: tuple[tuple[Key, int, int, int | None], ...]
 
 
-def _share(state: records.NodeState | None, *, cordoned: bool = False) -> _Share | None:
+def _share(state: records.NodeState | None, catalog: profiles.Catalog, *,
+           cordoned: bool = False) -> _Share | None:
     """What ``state`` adds; a cordoned node adds no offer unless ``cordoned`` (a pod that
     names it in spec.nodeName skips the scheduler, and cordoning with it)."""
-    entry = _entry(state)
+    entry = _entry(state, catalog)
     if state is None or entry is None:
         return None
     record = state.node
@@ -539,7 +562,8 @@ class _Scope:
                       offers=offers,
                       products={m: tuple(sorted(v)) for m, v in products.items()},
                       strategy={m: _majority(c) for m, c in counts.items()},
-                      generation=-1, fits=fits, holds=one_node, scope=scope)
+                      generation=-1, fits=fits, holds=one_node, scope=scope,
+                      gpus=tracker.most_gpus())  # the whole cluster's: a looser bound
 
 
 def set_aside(free: Mapping[Key, int], claims: Mapping[profiles.ProfileName, int]

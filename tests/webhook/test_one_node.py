@@ -229,8 +229,8 @@ def test_too_few_on_one_node_takes_a_profile_one_node_has_enough_of_free() -> No
 
 
 def test_busy_instances_no_node_has_enough_of_are_said_so() -> None:
-    c = s.make_cluster(s.mig_node("n0", allocatable={"3g.40gb": 2}),
-                       s.mig_node("n1", allocatable={"3g.40gb": 2}))
+    c = s.make_cluster(s.mig_node("n0", allocatable={"3g.40gb": 2}, gpus=2),
+                       s.mig_node("n1", allocatable={"3g.40gb": 2}, gpus=2))
     for i, name in enumerate(["n0", "n0", "n1", "n1"]):
         c.apply("Pod", "ADDED", s.bound_pod(name, uid=f"u{i}", profile="3g.40gb"))
     verdict = decide(pod(a="30Gi", b="30Gi", c="30Gi"), c)
@@ -333,3 +333,31 @@ def test_a_single_strategy_kind_is_given_one_profile_for_every_container() -> No
         assert resources(verdict) == ["nvidia.com/gpu"] * 2
         assert "on A100-80GB nodes under the single strategy: a re-layout could put them on " \
             "one node" in verdict.warnings[0]
+
+
+def test_more_instances_than_one_node_has_gpus_for_are_said_so() -> None:
+    """The largest node has 8 GPUs (its label says 1, its eight 7g.80gb say 8): nine 70Gi
+    can never run on one node, and the warning says so instead of promising a re-layout;
+    sixteen 30Gi fit two to a GPU as 3g.40gb after one, so they get 3g.40gb, not the
+    advertised 7g.80gb, which would need sixteen GPUs."""
+    c = s.make_cluster(s.mig_node("a", allocatable={"7g.80gb": 8}),
+                       s.mig_node("big", allocatable={"7g.80gb": 12}, unschedulable=True))
+    nine = decide(pod(**{f"c{i}": "70Gi" for i in range(9)}), c)
+    assert nine.allowed and set(nine.profiles) == {"7g.80gb"}
+    assert nine.warnings == (
+        "no node has GPUs enough for all of the pod's instances (9 × 7g.80gb: at least 9 "
+        "GPUs; the most on one node is 8): the pod can never be scheduled; split it into "
+        "pods of at most 8 GPUs' worth of instances",)
+    sixteen = decide(pod(**{f"c{i}": "30Gi" for i in range(16)}), c)
+    assert sixteen.profiles == ("3g.40gb",) * 16
+    assert sixteen.record is not None
+    assert sixteen.record["containers"][0]["reason"] == (
+        "smallest fitting after a re-layout (the advertised ones need more GPUs than a node "
+        "has); so that the pod's instances are on one A100-80GB node (mixed strategy)")
+    assert sixteen.warnings[0].endswith("a re-layout could put them on one node")
+    # Eight fit the 8-GPU node as they are advertised.
+    eight = decide(pod(**{f"c{i}": "70Gi" for i in range(8)}), c)
+    assert eight.profiles == ("7g.80gb",) * 8 and eight.warnings == ()
+    # The cordoned 12-GPU node is uncordoned: nine fit it.
+    c.apply("Node", "MODIFIED", s.mig_node("big", allocatable={"7g.80gb": 12}))
+    assert decide(pod(**{f"c{i}": "70Gi" for i in range(9)}), c).warnings == ()

@@ -27,17 +27,20 @@ def mig_node(
     memory: dict[str, int] | None = None,
     strategy: str = "mixed",
     unschedulable: bool = False,
+    gpus: int = 1,
 ) -> dict[str, Any]:
-    """A GPU node as GFD and the device plugin label it (migfit.builders)."""
+    """A GPU node as GFD and the device plugin label it (migfit.builders); ``gpus``: its
+    nvidia.com/gpu.count label."""
     alloc = {"1g.10gb": 2, "2g.20gb": 1, "3g.40gb": 1} if allocatable is None else allocatable
     mem = MEMORY if memory is None else memory
     if strategy == "single":
         ((prof, _count),) = alloc.items()
         labels = builders.mig_labels(product=product, instances=alloc, strategy="single",
-                                     gpu_memory_mib=mem.get(prof, 0))
+                                     gpu_memory_mib=mem.get(prof, 0), gpus=gpus)
     else:
         labels = builders.mig_labels(product=product, instances=alloc, count_labels=False,
-                                     memory_mib={p: mem[p] for p in alloc if p in mem})
+                                     memory_mib={p: mem[p] for p in alloc if p in mem},
+                                     gpus=gpus)
     return builders.node(name, labels=labels, cpu="32", memory="256Gi",
                          resources=builders.mig_resources(alloc, strategy=strategy,
                                                           whole_gpus=None),

@@ -346,7 +346,7 @@ def plan(
     many = len(reqs) > 1
     asked = [_asked(r, annotations) for r in reqs]
     choices = _choose_all(reqs, asked, pool=pool, supply=supply, policy=policy, host=host)
-    strategy = _strategy(choices, supply=supply, policy=policy)
+    strategy = _strategy(choices, supply=supply, policy=policy, reads=reads)
     seen, seen_pool = supply, pool  # what the warnings are about
     if many and supply.available:
         together = _together(choices, strategy, supply, reads)
@@ -831,8 +831,14 @@ def _free_alternative(
 
 
 def _strategy(
-    choices: Sequence[Choice], *, supply: view.Supply, policy: Policy
+    choices: Sequence[Choice], *, supply: view.Supply, policy: Policy, reads: _Reads
 ) -> requests.Strategy:
+    """The device-plugin strategy to ask for the choices under: that of the nodes
+    advertising them (of the models' own when none does: a re-layout could create them).
+    One node serves the whole pod and a node has one strategy: single only when nothing
+    that could serve a container is under mixed. When the choices are advertised under
+    both, the one under which a node has them all free, node by node (else advertises
+    them all; else mixed)."""
     if policy.strategy != "auto":
         return policy.strategy
     seen: set[str] = set()
@@ -841,11 +847,18 @@ def _strategy(
             offer = supply.offers.get((mid, c.profile.name))
             if offer is not None:
                 seen |= offer.strategies
-            elif mid in supply.strategy:
-                seen.add(supply.strategy[mid])
-    # One node serves the whole pod and a node has one strategy: single only when nothing
-    # that could serve any container advertises under mixed.
-    return "single" if seen == {"single"} else "mixed"
+    if not seen:
+        seen = {supply.strategy[mid] for c in choices for mid in c.fit_models
+                if mid in supply.strategy}
+    if seen != {"single", "mixed"} or supply.holds is None:
+        return "single" if seen == {"single"} else "mixed"
+    need = Counter(c.profile.name for c in choices)
+    models = frozenset(choices[0].fit_models).intersection(*(c.fit_models for c in choices[1:]))
+    kinds: list[requests.Strategy] = ["mixed"] if len(need) > 1 else ["mixed", "single"]
+    reads.by_node = True
+    held = {kind: supply.holds(need, models, kind) for kind in kinds}
+    return next((k for k in kinds if held[k][1]), next((k for k in kinds if held[k][0]),
+                                                        "mixed"))
 
 
 def resource(profile: str, strategy: requests.Strategy) -> str:

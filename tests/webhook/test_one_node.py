@@ -361,3 +361,36 @@ def test_more_instances_than_one_node_has_gpus_for_are_said_so() -> None:
     # The cordoned 12-GPU node is uncordoned: nine fit it.
     c.apply("Node", "MODIFIED", s.mig_node("big", allocatable={"7g.80gb": 12}))
     assert decide(pod(**{f"c{i}": "70Gi" for i in range(9)}), c).warnings == ()
+
+
+def test_the_strategy_is_that_of_the_nodes_that_advertise_the_profile() -> None:
+    """A100-80GB nodes under single advertise seven free 1g.10gb, H100 nodes under mixed
+    only 3g.40gb: an 8Gi pod asks for the single strategy's nvidia.com/gpu (the H100's
+    1g.10gb exists only after a re-layout), not nvidia.com/mig-1g.10gb, which no node has."""
+    c = s.make_cluster(
+        s.mig_node("a1", allocatable={"1g.10gb": 7}, strategy="single"),
+        s.mig_node("h1", product=s.H100_PRODUCT, allocatable={"3g.40gb": 2},
+                   memory=H100_MEMORY))
+    verdict = decide(s.pod({requests.GPU_MEMORY: "8Gi"}), c)
+    assert verdict.profiles == ("1g.10gb",) and verdict.warnings == ()
+    assert resources(verdict) == ["nvidia.com/gpu"]
+
+
+def test_a_profile_under_both_strategies_is_asked_for_where_one_is_free() -> None:
+    """One model under both strategies: m1 (mixed) has its 1g.10gb in use, s1 (single) seven
+    free. The pod asks for s1's nvidia.com/gpu, with the MIG product affinity, not for
+    m1's busy nvidia.com/mig-1g.10gb; read node by node, so not memoised."""
+    c = s.make_cluster(s.mig_node("m1", allocatable={"1g.10gb": 1, "3g.40gb": 1}),
+                       s.mig_node("s1", allocatable={"1g.10gb": 7}, strategy="single"),
+                       s.bound_pod("m1", uid="u1", profile="1g.10gb"))
+    verdict = decide(s.pod({requests.GPU_MEMORY: "8Gi"}), c)
+    assert verdict.profiles == ("1g.10gb",) and verdict.warnings == ()
+    assert resources(verdict) == ["nvidia.com/gpu"]
+    assert "NVIDIA-A100-SXM4-80GB-MIG-1g.10gb" in json.dumps(verdict.patch)
+    assert not verdict.memoisable
+    # s1's all taken, m1's free again: the mixed resource.
+    for i in range(7):
+        c.apply("Pod", "ADDED", s.bound_pod("s1", uid=f"s{i}", profile="1g.10gb"))
+    c.apply("Pod", "DELETED", s.bound_pod("m1", uid="u1", profile="1g.10gb"))
+    assert resources(decide(s.pod({requests.GPU_MEMORY: "8Gi"}), c)) == [
+        "nvidia.com/mig-1g.10gb"]

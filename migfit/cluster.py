@@ -13,6 +13,7 @@ The records live in ``migfit.records``, their decoding in ``migfit.decoding`` (G
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import logging
 from collections import Counter
@@ -67,7 +68,10 @@ class Cluster:
         # instances) -> pods. They claim only while some node has that many free.
         self._multi_claims: Counter[tuple[profiles.ProfileName, int]] = Counter()
         # the claims of waiting pods with a nodeSelector or required node affinity, by it
+        # per claim_key of a waiting pod's constraints: its claims, and of them those of
+        # several instances of a profile (profile, n) per pod, as ``_multi_claims``
         self._claims_by: dict[PodConstraints, Counter[profiles.ProfileName]] = {}
+        self._multi_by: dict[PodConstraints, Counter[tuple[profiles.ProfileName, int]]] = {}
         # The workload's pod classes: pods pending or holding instances, by the shape the
         # score reads (``PodClass``); ``classes_generation`` moves when one count does.
         self._classes: Counter[PodClass] = Counter()
@@ -122,6 +126,11 @@ class Cluster:
         to free n), and the next pod that can use one should not wait beside them."""
         if not self._multi_claims:
             return self._claims
+        return _less(self._claims, self._multi_claims, self._most_free())
+
+    def _most_free(self) -> dict[profiles.ProfileName, int]:
+        """Per profile of a claim of several instances, the most free on one node (up to
+        the most one pod asks for)."""
         need: dict[profiles.ProfileName, int] = {}  # the most instances one pod asks for
         for profile, n in self._multi_claims:
             need[profile] = max(n, need.get(profile, 0))
@@ -134,24 +143,21 @@ class Cluster:
                     if best >= n:
                         break
             most[profile] = best
-        out = Counter(self._claims)
-        for (profile, n), pods in self._multi_claims.items():
-            if most[profile] < n:
-                out[profile] -= n * pods
-        return +out
+        return most
 
     def claims_beside(self, constraints: PodConstraints) -> Mapping[profiles.ProfileName, int]:
         """``pending_claims`` less those of waiting pods whose own nodeSelector or required
         node affinity differs from ``constraints``: what a pod limited so is charged. Pods
         that may go anywhere, or where it may, count; pods limited otherwise are taken to
         wait elsewhere (two selections may share nodes: then this is short)."""
-        base = self.pending_claims()
-        others = [c for k, c in self._claims_by.items() if k != constraints]
+        mine = claim_key(constraints)
+        others = [k for k in self._claims_by if k != mine]
         if not others:
-            return base
-        out = Counter(base)
-        for claims in others:
-            out.subtract(claims)
+            return self.pending_claims()
+        most = self._most_free() if self._multi_claims else {}
+        out = Counter(self.pending_claims())
+        for k in others:  # as pending_claims counts them: not the claims it leaves out
+            out.subtract(_less(self._claims_by[k], self._multi_by.get(k, Counter()), most))
         return +out
 
     def free_nodes(self, profile: str) -> Mapping[str, int]:
@@ -347,8 +353,12 @@ class Cluster:
             claims = claims_of(pod)
             self._claims.update(claims)
             self._multi_claims.update((p, n) for p, n in claims.items() if n > 1)
-            if pod.constraints.node_selector or pod.constraints.affinity is not None:
-                self._claims_by.setdefault(pod.constraints, Counter()).update(claims)
+            key = claim_key(pod.constraints)
+            if key.node_selector or key.affinity is not None:
+                self._claims_by.setdefault(key, Counter()).update(claims)
+                multi = [(p, n) for p, n in claims.items() if n > 1]
+                if multi:
+                    self._multi_by.setdefault(key, Counter()).update(multi)
             self.pending_generation += 1
         if pod.holds_instances and pod.requests and pod.node is not None:
             used = self._used.setdefault(pod.node, Counter())
@@ -368,8 +378,10 @@ class Cluster:
             self.classes_generation += 1
         if pod.uid in self._pending:
             self._pending.discard(pod.uid)
-            placed = pod.constraints.node_selector or pod.constraints.affinity is not None
-            mine = self._claims_by.get(pod.constraints) if placed else None
+            group = claim_key(pod.constraints)
+            placed = group.node_selector or group.affinity is not None
+            mine = self._claims_by.get(group) if placed else None
+            multi = self._multi_by.get(group) if placed else None
             for profile, n in claims_of(pod).items():
                 self._claims[profile] -= n
                 if self._claims[profile] <= 0:
@@ -382,8 +394,14 @@ class Cluster:
                     mine[profile] -= n
                     if mine[profile] <= 0:
                         del mine[profile]
+                if multi is not None and n > 1:
+                    multi[(profile, n)] -= 1
+                    if multi[(profile, n)] <= 0:
+                        del multi[(profile, n)]
             if mine is not None and not mine:
-                del self._claims_by[pod.constraints]
+                del self._claims_by[group]
+            if multi is not None and not multi:
+                del self._multi_by[group]
             self.pending_generation += 1
             self.generation += 1  # the claims moved (what the webhook's supply reads)
         if pod.holds_instances and pod.requests and pod.node is not None:
@@ -569,3 +587,34 @@ def load_objects(cluster: Cluster, objects: Iterable[Mapping[str, Any]]) -> None
     cluster.replace("Node", [dict(o) for o in items if o.get("kind") == "Node"])
     cluster.replace("Pod", [dict(o) for o in items if o.get("kind") == "Pod"])
     cluster.mark_synced()
+
+
+def _less(claims: Mapping[profiles.ProfileName, int],
+          multi: Mapping[tuple[profiles.ProfileName, int], int],
+          most: Mapping[profiles.ProfileName, int]) -> Counter[profiles.ProfileName]:
+    """``claims`` less the claims of several instances (``multi``: pods per (profile, n))
+    that no node has ``n`` free of (``most``)."""
+    out = Counter(claims)
+    for (profile, n), pods in multi.items():
+        if most.get(profile, 0) < n:
+            out[profile] -= n * pods
+    return +out
+
+
+def claim_key(constraints: PodConstraints) -> PodConstraints:
+    """What the claims of waiting pods are grouped by (``Cluster.claims_beside``): their
+    nodeSelector and required node affinity, without tolerations (a GPU taint's toleration
+    is often added only once a pod asks for the GPU) and without ``nvidia.com/gpu.product``
+    requirements (migfit's webhook adds one to the pods it patches: the next pod of the same
+    workload arrives without it). Terms left empty are dropped; none left, no affinity."""
+    affinity = constraints.affinity
+    if affinity is not None:
+        terms = tuple(
+            dataclasses.replace(t, expressions=tuple(
+                e for e in t.expressions if e.key != keys.LABEL_PRODUCT))
+            for t in affinity)
+        kept = tuple(t for t in terms if t.expressions or t.fields)
+        affinity = kept or None
+    if affinity == constraints.affinity and not constraints.tolerations:
+        return constraints
+    return PodConstraints(node_selector=constraints.node_selector, affinity=affinity)

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import jsonpatch
 import webhook_scenery as s
 
 from migfit import builders, cluster, requests
@@ -286,6 +287,53 @@ def test_a_pinned_pod_is_charged_the_claims_of_pods_that_may_go_where_it_may() -
     c.apply("Pod", "DELETED", waiting("1g.10gb", "w2"))
     c.apply("Pod", "DELETED", elsewhere)
     assert c.claims_beside(reading.placement_of(pinned()).constraints) == {}
+
+
+def test_a_pinned_burst_is_charged_its_own_claims_whatever_tolerations_and_product() -> None:
+    """Pods of one workload pinned to pool a: the one waiting carries a toleration and, under
+    the single strategy, the product affinity the webhook gave it; the next arrives without
+    that affinity. It is still charged the first one's claim (before, each difference made
+    the claim look like another workload's, and the whole burst got a1's one 1g.10gb)."""
+    for strategy in ("mixed", "single"):
+        c = s.make_cluster(
+            node("a1", pool="a", allocatable={"1g.10gb": 1}, strategy=strategy),
+            node("a2", pool="a", allocatable={"3g.40gb": 1}, strategy=strategy),
+            node("b1", pool="b", allocatable={"3g.40gb": 1}, strategy=strategy))
+        toleration = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+        first = pinned(nodeSelector={"example.com/pool": "a"}, tolerations=toleration)
+        verdict = decide(first, c)
+        assert verdict.profiles == ("1g.10gb",)
+        admitted = _patched(first, verdict)
+        admitted["status"] = {"phase": "Pending"}
+        c.apply("Pod", "ADDED", admitted)
+        second = decide(pinned(nodeSelector={"example.com/pool": "a"}, tolerations=toleration), c)
+        assert second.profiles == ("3g.40gb",), strategy
+
+
+def _patched(pod: dict[str, Any], verdict: decision.Verdict) -> dict[str, Any]:
+    out: dict[str, Any] = jsonpatch.apply_patch(copy.deepcopy(pod), list(verdict.patch))
+    out["metadata"]["uid"] = "admitted-1"
+    return out
+
+
+def test_a_claim_no_node_can_serve_now_is_left_out_once() -> None:
+    """A pod pinned to pool b asks for two 1g.10gb, which no node has free: pending_claims
+    already leaves its claim out, and claims_beside must not take it out a second time from
+    the claim of a pod that may go anywhere (a pool-a pod then took a1's 1g.10gb)."""
+    c = s.make_cluster(node("a1", pool="a", allocatable={"1g.10gb": 1, "3g.40gb": 1}),
+                       node("b1", pool="b", allocatable={"1g.10gb": 1}))
+    c.apply("Pod", "ADDED", waiting("1g.10gb", "w-any"))
+    two = waiting("1g.10gb", "w-b")
+    two["spec"]["nodeSelector"] = {"example.com/pool": "b"}
+    two["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/mig-1g.10gb"] = "2"
+    c.apply("Pod", "ADDED", two)
+    pool_a = reading.placement_of(pinned(nodeSelector={"example.com/pool": "a"})).constraints
+    assert c.claims_beside(pool_a) == {"1g.10gb": 1}
+    assert decide(pinned(nodeSelector={"example.com/pool": "a"}), c).profiles == ("3g.40gb",)
+    # b1 frees a second 1g.10gb: the pool-b pod's claim counts, for pool b's pods only.
+    c.apply("Node", "MODIFIED", node("b1", pool="b", allocatable={"1g.10gb": 2}))
+    assert c.claims_beside(pool_a) == {"1g.10gb": 1}
+    assert dict(c.pending_claims()) == {"1g.10gb": 3}
 
 
 def test_the_models_of_a_selection_are_in_one_order_whatever_the_hash_seed() -> None:

@@ -190,12 +190,13 @@ class SupplyTracker:
         self._scopes: OrderedDict[records.PodConstraints, _Scope] = OrderedDict()
 
     def fits(self, key: Key, cpu_milli: int, memory_bytes: int, *,
-             among: Callable[[str], bool] | None = None) -> bool:
+             among: Callable[[str], bool] | None = None, only: str | None = None) -> bool:
         """``Supply.fits``: whether a schedulable node of ``key``'s model with a free instance
-        of its profile (one ``among`` select, when given) has ``cpu_milli`` and ``memory_bytes``
-        left, as the cluster is now. The rooms of the nodes changed since the last call are
-        recomputed first (each O(pods on it)); then the nodes with a free instance are
-        scanned until one fits."""
+        of its profile (one ``among`` select, when given; the node ``only``, cordoned or not,
+        when given: a pod's spec.nodeName) has ``cpu_milli`` and ``memory_bytes`` left, as the
+        cluster is now. The rooms of the nodes changed since the last call are recomputed
+        first (each O(pods on it)); then the nodes with a free instance are scanned until one
+        fits."""
         view = self._cluster
         if not self._rooms_kept:
             self._rooms_kept = True
@@ -212,6 +213,10 @@ class SupplyTracker:
                 self._rooms[name] = (state.node.model, cpu, mem)
         model = key[0]
         rooms = self._rooms
+        if only is not None:
+            state, r = view.node(only), rooms.get(only)
+            return (state is not None and r is not None and state.free.get(key[1], 0) > 0
+                    and r[0] == model and r[1] >= cpu_milli and r[2] >= memory_bytes)
         for name in view.free_nodes(key[1]):
             r = rooms.get(name)
             if among is not None and r is not None and not among(name):
@@ -268,6 +273,12 @@ class SupplyTracker:
                     and (not record.unschedulable or (scope is not None
                                                       and scope.node_name is not None)))
 
+        if scope is not None and scope.node_name is not None:  # that node, cordoned or not
+            one = view.node(scope.node_name)
+            if not serves(one) or one is None:
+                return False, False
+            return (all(one.node.allocatable.get(p, 0) >= n for p, n in need.items()),
+                    all(one.free.get(p, 0) >= n for p, n in need.items()))
         rarest = min(need, key=lambda p: len(view.free_nodes(p)))
         for name in view.free_nodes(rarest):
             state = view.node(name)
@@ -550,7 +561,8 @@ class _Scope:
             return self.has_node(view, name)
 
         def fits(key: Key, cpu_milli: int, memory_bytes: int) -> bool:
-            return tracker.fits(key, cpu_milli, memory_bytes, among=holds)
+            return tracker.fits(key, cpu_milli, memory_bytes, among=holds,
+                                only=self.node_name)
 
         def one_node(need: Mapping[profiles.ProfileName, int],
                      models: frozenset[profiles.ModelId], kind: str) -> tuple[bool, bool]:

@@ -152,6 +152,28 @@ def test_node_name_skips_the_cordon_but_not_the_pods_own_selector() -> None:
         "the kubelet will refuse the pod there; decided for that node",)
 
 
+def test_a_cordoned_node_named_in_node_name_is_read_for_room_and_for_the_whole_pod() -> None:
+    """The named node is cordoned, its 1g.10gb in use and its 3g.40gb free: ``usable`` sees
+    the free 3g.40gb where the pod's cpu fits, as ``free`` does (it took the busy 1g.10gb,
+    no fitting instance seen free), and a pod of 8Gi + 30Gi is not told the node lacks
+    them free (it has both)."""
+    def build() -> cluster.Cluster:
+        return s.make_cluster(
+            node("a1", pool="a", allocatable={"1g.10gb": 1, "3g.40gb": 1}, unschedulable=True),
+            node("b1", pool="b", allocatable={"2g.20gb": 1}))
+    one = pinned(nodeName="a1")
+    one["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "1", "memory": "1Gi"}}
+    c = build()
+    c.apply("Pod", "ADDED", busy("a1", "1g.10gb", "u1"))
+    for policy in (FREE, decision.Policy(contention="usable")):
+        assert decide(one, c, policy).profiles == ("3g.40gb",), policy.contention
+    two = s.pod({requests.GPU_MEMORY_PREFIX + "a": "8Gi", requests.GPU_MEMORY_PREFIX + "b": "30Gi"},
+                containers=[{"name": "a"}, {"name": "b"}])
+    two["spec"]["nodeName"] = "a1"
+    verdict = decide(two, build())
+    assert verdict.profiles == ("1g.10gb", "3g.40gb") and verdict.warnings == ()
+
+
 def test_single_strategy_product_affinity_comes_from_the_selected_nodes() -> None:
     c = s.make_cluster(
         node("a100-0", pool="a", allocatable={"1g.10gb": 4}, strategy="single"),

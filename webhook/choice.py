@@ -891,6 +891,20 @@ def reuse(
     return plans, prior["strategy"]
 
 
+def fitting_in(plans: Sequence[Plan], reqs: Sequence[requests.GpuRequest], *,
+               supply: view.Supply, policy: Policy) -> list[Plan]:
+    """``plans`` (one per request, in order) with the models each request fits among those
+    of ``supply``, and restricted to them when fewer than the models with its profile."""
+    out = []
+    for pl, r in zip(plans, reqs, strict=True):
+        fit = _fit_models(r, profiles.ProfileName(pl.profile), pool=supply.models,
+                          supply=supply, policy=policy)
+        having = [m for m in supply.models if m.has_profile(pl.profile)]
+        out.append(dataclasses.replace(pl, fit_models=fit,
+                                       models=fit if len(fit) < len(having) else ()))
+    return out
+
+
 def affinity_values(
     plans: Sequence[Plan],
     *,

@@ -203,12 +203,18 @@ def _decide(pod: Mapping[str, Any], *, supply: view.Supply, policy: Policy) -> V
         plans, strategy = reused
     else:
         spec = pod.get("spec")
+        whole = supply
         if supply.within is not None and isinstance(spec, Mapping) and reading.placed(spec):
             supply = scoped(reading.placement_of(pod), supply, warnings)
         plans, strategy, exact = choice.plan(parsed.requests, by_name, annotations=annotations,
                                       supply=supply, policy=policy, warnings=warnings,
                                       host=host_of(pod) if policy.contention == "usable"
                                       else choice.NO_HOST)
+        if supply is not whole:
+            # The models a request fits are those of the cluster (DESIGN §4), not only of
+            # the nodes it may go to now: a node relabelled into its selection later
+            # must not take it where it does not fit.
+            plans = choice.fitting_in(plans, parsed.requests, supply=whole, policy=policy)
     _warn_own_gpus(containers, {pl.container.name for pl in plans}, warnings)
     record = requests.DecisionRecord(
         v=requests.DECISION_VERSION,

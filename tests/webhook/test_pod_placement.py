@@ -174,6 +174,25 @@ def test_a_cordoned_node_named_in_node_name_is_read_for_room_and_for_the_whole_p
     assert verdict.profiles == ("1g.10gb", "3g.40gb") and verdict.warnings == ()
 
 
+def test_the_models_a_pinned_request_fits_are_the_clusters() -> None:
+    """9800Mi fits the H100's 1g.10gb (9984 MiB), not the A100's (9728 MiB). Pinned to the
+    pool of H100s, the record still names the H100 alone and the product affinity is added
+    (before: models [], which says it fits every model with the profile, and no affinity:
+    an A100 relabelled into the pool later would have taken it)."""
+    c = s.make_cluster(
+        node("a1", pool="a", allocatable={"1g.10gb": 2}),
+        node("h1", pool="h", product=s.H100_PRODUCT, allocatable={"1g.10gb": 2},
+             memory=H100_MEMORY))
+    for selector in ({}, {"example.com/pool": "h"}):
+        pod = s.pod({requests.GPU_MEMORY: "9800Mi"})
+        pod["spec"]["nodeSelector"] = selector
+        verdict = decide(pod, c)
+        assert verdict.record is not None
+        assert verdict.record["containers"][0]["models"] == ["H100-80GB"], selector
+        assert s.H100_PRODUCT in json.dumps(
+            [op["value"] for op in verdict.patch if op["path"].startswith("/spec/affinity")])
+
+
 def test_single_strategy_product_affinity_comes_from_the_selected_nodes() -> None:
     c = s.make_cluster(
         node("a100-0", pool="a", allocatable={"1g.10gb": 4}, strategy="single"),

@@ -180,6 +180,24 @@ def _warn_own_gpus(containers: list[reading.Container], chosen: set[str],
                     f"choice does not count it; {how}")
 
 
+def _warn_init_gpus(inits: list[reading.Container], warnings: list[str]) -> None:
+    """Warn about GPU resources init containers (sidecars included) ask for: the pod's one
+    node must have them too, and migfit, which chooses only for the pod's containers, does
+    not count them."""
+    own = reading.own_gpus(inits, set())
+    if not own:
+        return
+    named = ", ".join(f"{requests.quote(name)} ({requests.shorten(resource, 60)})"
+                      for name, resource in own[:3]) + (
+        f" and {len(own) - 3} more" if len(own) > 3 else "")
+    who = (f"init container {named} asks for a GPU resource itself" if len(own) == 1
+           else f"init containers {named} ask for GPU resources themselves")
+    warnings.append(f"{who}: the pod's one node must have it too, and migfit's choice, "
+                    f"made for the pod's containers only, does not count it; give it a "
+                    f"resource of the GPU model the containers' profiles are on, or "
+                    f"remove it")
+
+
 def _decide(pod: Mapping[str, Any], *, supply: view.Supply, policy: Policy) -> Verdict:
     annotations = reading.annotations_of(pod)
     if not requests.has_request(annotations):
@@ -216,6 +234,7 @@ def _decide(pod: Mapping[str, Any], *, supply: view.Supply, policy: Policy) -> V
             # must not take it where it does not fit.
             plans = choice.fitting_in(plans, parsed.requests, supply=whole, policy=policy)
     _warn_own_gpus(containers, {pl.container.name for pl in plans}, warnings)
+    _warn_init_gpus(reading.init_containers_of(pod), warnings)
     record = requests.DecisionRecord(
         v=requests.DECISION_VERSION,
         strategy=strategy,

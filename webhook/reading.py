@@ -93,6 +93,18 @@ def containers_of(pod: Mapping[str, Any]) -> tuple[list[Container], list[str]]:
     return out, init_names
 
 
+def init_containers_of(pod: Mapping[str, Any]) -> list[Container]:
+    """The Pod's init containers (sidecars included) that have a name, read leniently: the
+    decision only warns about them."""
+    spec = pod.get("spec")
+    init = spec.get("initContainers") if isinstance(spec, Mapping) else None
+    if not isinstance(init, list):
+        return []
+    return [Container(index=i, name=c["name"], resources=c.get("resources"))
+            for i, c in enumerate(init) if isinstance(c, Mapping)
+            and isinstance(c.get("name"), str)]
+
+
 def instances_asked(annotations: Mapping[str, str], names: Sequence[str]) -> int:
     """How many containers migfit's annotations ask a MIG instance for: those of ``names``
     (the pod's containers) a per-container key names (gpu-memory, gpu-compute or gpu-media),

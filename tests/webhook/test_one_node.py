@@ -394,3 +394,30 @@ def test_a_profile_under_both_strategies_is_asked_for_where_one_is_free() -> Non
     c.apply("Pod", "DELETED", s.bound_pod("m1", uid="u1", profile="1g.10gb"))
     assert resources(decide(s.pod({requests.GPU_MEMORY: "8Gi"}), c)) == [
         "nvidia.com/mig-1g.10gb"]
+
+
+def test_a_gpu_an_init_or_sidecar_container_asks_for_itself_is_named() -> None:
+    """A sidecar (an init container with restartPolicy Always) or a plain init container
+    asking for nvidia.com/mig-1g.5gb itself: the pod's node must have it too, which migfit's
+    choice for the main container does not count; warned, as for a regular container (a
+    zero request is none)."""
+    c = s.make_cluster(
+        s.mig_node("a40", product=A100_40_PRODUCT, allocatable={"1g.5gb": 2},
+                   memory={"1g.5gb": 4864}),
+        s.mig_node("a80", allocatable={"1g.10gb": 2, "3g.40gb": 1}))
+    for sidecar in (True, False):
+        helper: dict[str, Any] = {"name": "helper", "resources": {
+            "limits": {"nvidia.com/mig-1g.5gb": "1"}}}
+        if sidecar:
+            helper["restartPolicy"] = "Always"
+        p = pod(main="30Gi")
+        p["spec"]["initContainers"] = [helper]
+        verdict = decide(p, c)
+        assert verdict.profiles == ("3g.40gb",)
+        assert verdict.warnings == (
+            "init container 'helper' (nvidia.com/mig-1g.5gb) asks for a GPU resource itself: "
+            "the pod's one node must have it too, and migfit's choice, made for the pod's "
+            "containers only, does not count it; give it a resource of the GPU model the "
+            "containers' profiles are on, or remove it",)
+        helper["resources"]["limits"]["nvidia.com/mig-1g.5gb"] = "0"
+        assert decide(p, c).warnings == ()

@@ -52,9 +52,10 @@ import dataclasses
 import functools
 import json
 import math
+import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from typing import Any, TypedDict
+from typing import Any, Final, TypedDict
 
 from migfit import (
     cluster,
@@ -1180,12 +1181,24 @@ def _requirement_holds(req: records.Requirement, value: str | None) -> bool:
     if op == "DoesNotExist":
         return value is None
     if op in ("Gt", "Lt") and value is not None and len(req.values) == 1:
-        try:
-            have, bound = int(value), int(req.values[0])
-        except ValueError:
+        have, bound = _int64(value), _int64(req.values[0])
+        if have is None or bound is None:
             return False
         return have > bound if op == "Gt" else have < bound
     return False  # an unknown operator: kube-scheduler rejects the pod, so does this
+
+
+_INT64: Final = re.compile(r"[+-]?[0-9]+")
+
+
+def _int64(text: str) -> int | None:
+    """``text`` as Go's strconv.ParseInt(text, 10, 64) reads it (what kube-scheduler's Gt
+    and Lt use): an optional sign and decimal digits, within int64; else None, and the
+    requirement matches no node. Python's int() also took "5_0", " 5" and any size."""
+    if _INT64.fullmatch(text) is None:
+        return None
+    n = int(text)
+    return n if -(1 << 63) <= n < (1 << 63) else None
 
 
 def _term_holds(term: records.SelectorTerm, name: str, labels: Mapping[str, str]) -> bool:

@@ -101,6 +101,16 @@ def test_excludes_reads_kubernetes_operators() -> None:
     assert advisor.excludes(rec, cons(_affinity("nope", "DoesNotExist", []))) is None
     assert advisor.excludes(rec, cons(_affinity("rank", "Gt", ["4"]))) is None
     assert advisor.excludes(rec, cons(_affinity("rank", "Lt", ["4"]))) is not None
+    # Gt and Lt read numbers as kube-scheduler does (Go's strconv.ParseInt, base 10, int64):
+    # a label or bound it cannot read matches no node.
+    for label, bound, holds in (("5", "-3", True), ("+5", "4", True), ("5_0", "10", False),
+                                (" 5", "4", False), ("99999999999999999999", "10", False),
+                                ("9223372036854775807", "10", True), ("5", "4.0", False),
+                                ("-9223372036854775808", "-9223372036854775809", False)):
+        ranked = decoding.node_from_api(
+            node("n1", alloc={"3g.40gb": 2}, labels={"rank": label}), profiles.builtin())
+        assert (advisor.excludes(ranked, cons(_affinity("rank", "Gt", [bound]))) is None
+                ) is holds, (label, bound)
     by_name = {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
         "nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In",
                                                 "values": ["n2"]}]},

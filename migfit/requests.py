@@ -8,6 +8,7 @@ DESIGN.md §3 fixes the annotation keys; values are Kubernetes quantities (WIRE.
 from __future__ import annotations
 
 import dataclasses
+import decimal
 from collections.abc import Mapping, Sequence
 from typing import Final
 
@@ -234,15 +235,21 @@ def parse_memory(key: str, value: str) -> int:
         )
     if amount < _MIB:
         bare = value.strip()
+        exact = quantity.parse(bare)
         if bare.isascii() and bare.isdigit():
             why, hint = "GPU memory needs a unit", f"did you mean {bare}Gi?"
+        elif bare.endswith("m") and bare[:-1].replace(".", "", 1).isdigit():
+            # m is milli (a thousandth): 100m is a tenth of a byte, never 100 MiB
+            why, hint = "m is milli, a thousandth", f"did you mean {bare[:-1]}Mi?"
         elif bare[-1:].isalpha():  # a suffix such as Ki: a unit, just too small
             why, hint = "too little for any GPU instance", "write an amount such as 12Gi"
         else:  # 1e5, 0.5: no suffix
             why, hint = "GPU memory needs a unit", "write an amount with a unit such as 12Gi"
+        shown = (str(amount) if exact.denominator == 1
+                 else format(decimal.Decimal(exact.numerator) / exact.denominator, "f"))
         raise RequestError(
-            f"{shorten(key, _KEY_LIMIT)}={quote(value)} is {amount} byte"
-            f"{'' if amount == 1 else 's'}, less than 1Mi: {why}; {hint}"
+            f"{shorten(key, _KEY_LIMIT)}={quote(value)} is {shown} byte"
+            f"{'' if exact == 1 else 's'}, less than 1Mi: {why}; {hint}"
         )
     return amount
 
@@ -257,6 +264,11 @@ def parse_compute(key: str, value: str) -> int:
         if value.strip() != value and value.strip():
             raise RequestError(f"{shorten(key, _KEY_LIMIT)}={quote(value)}: remove the "
                                f"surrounding whitespace")
+        if text.isascii() and text.isdigit() and len(text) <= MAX_VALUE_LENGTH \
+                and int(text) == 0:
+            raise RequestError(f"{shorten(key, _KEY_LIMIT)}={quote(value)}: a GPU instance has "
+                               f"at least 1 compute slice; write a whole number such as 2, or "
+                               f"remove the annotation")
         raise RequestError(
             f"{shorten(key, _KEY_LIMIT)}={quote(value)}: write the number of compute slices "
             f"as a whole number such as 2"

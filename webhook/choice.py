@@ -281,13 +281,16 @@ def _too_big(
     largest = usable_mib(model, p, supply=supply, policy=policy)
     extra = f" with {' and '.join(wants)}" if wants else ""
     shown = quantity.format_mib(req.memory_mib)
+    capped = req.memory_bytes == quantity.MAX_INT64  # apimachinery caps binary amounts there
     amount = (f"{requests.shorten(key, 100)}={requests.shorten(value)}"
-              + ("" if shown == value or len(shown) > 16 else f" ({shown})"))  # 1e100: no 84 digits
+              + (" (more than 8Ei)" if capped
+                 else "" if shown == value or len(shown) > 16 else f" ({shown})"))
+    # 1e100: no 84 digits
     # A whole GPU is a way out only where one holds the request (the GPU's whole memory).
     whole = max((m.memory_mib for m in pool), default=0)
     way_out = (ANY_GPU if req.memory_mib <= whole else
                f"split the work over several GPUs: no GPU model {where} has that much memory "
-               f"(the most is {quantity.format_mib(whole)})")
+               f"(the largest GPU has {quantity.format_mib(whole)} in all)")
     return (f"{amount} is more than the largest "
             f"MIG profile{extra} of the GPU models {where}: {p.name} on {model.id} "
             f"({quantity.format_mib(largest)} usable); ask for at most "

@@ -421,3 +421,20 @@ def test_a_guessed_gpu_key_is_ignored_with_a_warning() -> None:
         alone.warnings
     known = decide(s.pod({requests.GPU_MEMORY: "8Gi", requests.GPU_COMPUTE: "1"}))
     assert not any("not read by migfit" in w for w in known.warnings)
+
+
+def test_a_request_beyond_every_gpu_names_the_largest_gpu_and_a_capped_amount() -> None:
+    """The whole-GPU figure is the GPU's memory in all (it read "the most is …" beside a
+    different "at most …" for the profile), and an amount beyond what a quantity holds is
+    said to be (it was shown as 8Ei)."""
+    for value, shown in (("200Gi", "migfit.io/gpu-memory=200Gi is more"),
+                         ("99999999999999999999999Ti",
+                          "migfit.io/gpu-memory=99999999999999999999999Ti (more than 8Ei) is "
+                          "more")):
+        verdict = decide(s.pod({requests.GPU_MEMORY: value}))
+        assert not verdict.allowed
+        assert verdict.message.startswith(shown), verdict.message
+        assert verdict.message.endswith(
+            "; ask for at most 79Gi, or split the work over several GPUs: no GPU model in "
+            "this cluster has that much memory (the largest GPU has 80Gi in all)"), \
+            verdict.message

@@ -37,7 +37,7 @@ def test_per_container_keys_override_and_add() -> None:
     ({requests.GPU_MEMORY: "-5Gi"}, "more than zero"),
     ({requests.GPU_MEMORY: "5 Gi"}, "not a Kubernetes quantity"),
     ({requests.GPU_MEMORY: "1Gi", requests.GPU_COMPUTE: "two"}, "whole number"),
-    ({requests.GPU_MEMORY: "1Gi", requests.GPU_COMPUTE: "0"}, "whole number"),
+    ({requests.GPU_MEMORY: "1Gi", requests.GPU_COMPUTE: "0"}, "at least 1 compute slice"),
     ({requests.GPU_MEMORY: "1Gi", requests.GPU_MEDIA: "maybe"}, '"true" or "false"'),
     # No space around a value, as none around a gpu-memory quantity.
     ({requests.GPU_MEMORY: "1Gi", requests.GPU_COMPUTE: " 2"}, "remove the surrounding white"),
@@ -88,8 +88,12 @@ def test_a_default_container_naming_an_init_container_says_so() -> None:
 
 
 @pytest.mark.parametrize(("value", "why"), [
-    ("8", "GPU memory needs a unit; did you mean 8Gi?"),
-    ("8Ki", "too little for any GPU instance; write an amount such as 12Gi"),
+    ("8", "is 8 bytes, less than 1Mi: GPU memory needs a unit; did you mean 8Gi?"),
+    ("8Ki", "is 8192 bytes, less than 1Mi: too little for any GPU instance; write an amount "
+            "such as 12Gi"),
+    # m is milli: 100m is a tenth of a byte (it was called "1 byte", rounded up)
+    ("100m", "is 0.1 bytes, less than 1Mi: m is milli, a thousandth; did you mean 100Mi?"),
+    ("1e-3", "is 0.001 bytes, less than 1Mi: GPU memory needs a unit"),
 ])
 def test_an_amount_below_1mi_is_called_what_it_is(value: str, why: str) -> None:
     """8Ki has a unit: the message said it needed one."""

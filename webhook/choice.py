@@ -362,24 +362,25 @@ def plan(
                                reads=reads)
             if better is not None:
                 before = _listed(reqs, choices)
-                choices, seen, strategy = better
-                seen_pool = seen.models
+                choices, _kind, strategy = better
                 was = ("no one node could hold them all" if not together.possible
                        else "no one node advertises them all" if not together.advertised
                        else "no one node has them all free now")
-                together = _together(choices, strategy, seen, reads)
-                now = ("one node has them all free" if together.free
-                       else "one node advertises them all" if together.advertised
-                       else "a re-layout could put them on one node")
                 model = choices[0].model.id
-                warnings.append(f"the smallest fitting profiles ({before}): {was}; chose "
-                                f"{_listed(reqs, choices)} on {model} nodes under the "
-                                f"{strategy} strategy: {now}")
                 why = (f"; so that the pod's instances are on one {model} node "
                        f"({strategy} strategy)")
                 choices = [_widened(c, r, pool=pool, supply=supply, policy=policy,
                                     reason=c.reason + why)
                            for c, r in zip(choices, reqs, strict=True)]
+                # Where the pod may go now: every model its record allows, not only the
+                # one the set was made on (an H100 may have them free).
+                together = _together(choices, strategy, supply, reads)
+                now = ("one node has them all free" if together.free
+                       else "one node advertises them all" if together.advertised
+                       else "a re-layout could put them on one node")
+                warnings.append(f"the smallest fitting profiles ({before}): {was}; chose "
+                                f"{_listed(reqs, choices)} on {model} nodes under the "
+                                f"{strategy} strategy: {now}")
         _warn_one_node(reqs, choices, together, seen, warnings)
     plans: list[Plan] = []
     for r, (key, value), choice in zip(reqs, asked, choices, strict=True):
@@ -470,7 +471,11 @@ def _together(choices: Sequence[Choice], strategy: requests.Strategy, supply: vi
     short = _too_few_gpus(need, models, kind, supply)
     if short is not None:
         return _Together(possible=False, advertised=False, free=False, gpus=short)
-    if len(need) > 1 and supply.holds is not None:  # several profiles: node by node
+    offered = [supply.offers.get((mid, p)) for mid in models for p in need]
+    both = any(o is not None and len(o.strategies) > 1 for o in offered)
+    if (len(need) > 1 or both) and supply.holds is not None:
+        # Several profiles, or an offer whose counts sum nodes of both strategies: node by
+        # node, under ``kind`` alone.
         reads.by_node = True
         advertised, free = supply.holds(need, frozenset(models), kind)
         return _Together(possible=True, advertised=advertised, free=free)
@@ -708,7 +713,8 @@ def _warn_one_node(reqs: Sequence[requests.GpuRequest], choices: Sequence[Choice
         warnings.append(f"no node has GPUs enough for all of the pod's instances ({what}: "
                         f"at least {least} GPUs; the most on one node is {most}): the pod "
                         f"can never be scheduled; split it into pods of at most {most} "
-                        f"GPUs' worth of instances")
+                        f"{'GPU' + chr(39) + 's' if most == 1 else 'GPUs' + chr(39)} worth of "
+                        f"instances")
         return
     if not together.possible:
         warnings.append(f"no one node could hold all of the pod's profiles "
@@ -857,11 +863,12 @@ def _strategy(
         return "single" if seen == {"single"} else "mixed"
     need = Counter(c.profile.name for c in choices)
     models = frozenset(choices[0].fit_models).intersection(*(c.fit_models for c in choices[1:]))
-    kinds: list[requests.Strategy] = ["mixed"] if len(need) > 1 else ["mixed", "single"]
     reads.by_node = True
-    held = {kind: supply.holds(need, models, kind) for kind in kinds}
-    return next((k for k in kinds if held[k][1]), next((k for k in kinds if held[k][0]),
-                                                        "mixed"))
+    mixed = supply.holds(need, models, "mixed")  # (advertised, free), node by node
+    if mixed[1] or len(need) > 1:  # a single-strategy node has one profile
+        return "mixed"
+    single = supply.holds(need, models, "single")
+    return "single" if single[1] or (single[0] and not mixed[0]) else "mixed"
 
 
 def resource(profile: str, strategy: requests.Strategy) -> str:
@@ -897,11 +904,16 @@ def reuse(
 def fitting_in(plans: Sequence[Plan], reqs: Sequence[requests.GpuRequest], *,
                supply: view.Supply, policy: Policy) -> list[Plan]:
     """``plans`` (one per request, in order) with the models each request fits among those
-    of ``supply``, and restricted to them when fewer than the models with its profile."""
+    of ``supply`` (and those it was chosen to fit: the nodes it may go to may label the
+    profile's memory higher than the least of the whole cluster), and restricted to them
+    when fewer than the models with its profile."""
     out = []
     for pl, r in zip(plans, reqs, strict=True):
-        fit = _fit_models(r, profiles.ProfileName(pl.profile), pool=supply.models,
-                          supply=supply, policy=policy)
+        wider = set(pl.fit_models).union(_fit_models(
+            r, profiles.ProfileName(pl.profile), pool=supply.models, supply=supply,
+            policy=policy))
+        fit = tuple(m.id for m in supply.models if m.id in wider) + tuple(
+            sorted(wider - {m.id for m in supply.models}))
         having = [m for m in supply.models if m.has_profile(pl.profile)]
         out.append(dataclasses.replace(pl, fit_models=fit,
                                        models=fit if len(fit) < len(having) else ()))

@@ -258,7 +258,7 @@ def memo_key(pod: Any) -> Hashable | None:
     shaped as the API sends it (such pods are decided afresh and get their error).
 
     That is: migfit's annotations and the default-container one (in their order), each
-    container's name and GPU resources (in order), the init containers' names,
+    container's name and GPU resources (in order), the init containers' too,
     ``spec.affinity`` and ``spec.schedulerName``. Two pods with equal keys get equal
     verdicts from the same supply and policy. Written for decoded JSON (dicts and lists, read
     once each): it runs on every admission, the decision only on a miss.
@@ -291,9 +291,14 @@ def memo_key(pod: Any) -> Hashable | None:
                 return None
             shapes.append((name, _resources_shape(c.get("resources"))))
         init = spec.get("initContainers")
-        init_names = tuple(c["name"] for c in init if isinstance(c, dict)
-                           and isinstance(c.get("name"), str)) if isinstance(init, list) else ()
-        return (ours, tuple(shapes), init_names, _freeze(spec.get("affinity")),
+        named = [c for c in init if isinstance(c, dict) and isinstance(c.get("name"), str)
+                 ] if isinstance(init, list) else []
+        init_names = tuple(c["name"] for c in named)
+        # their GPU resources, for the few that have any (the warning reads them)
+        init_gpus = tuple((c["name"], shape) for c in named
+                          if (shape := _resources_shape(c.get("resources"))) is not None
+                          and isinstance(shape, tuple) and any(shape))
+        return (ours, tuple(shapes), init_names, init_gpus, _freeze(spec.get("affinity")),
                 _freeze(spec.get("schedulerName")))
     except (_Unkeyable, AttributeError, TypeError):
         return None

@@ -132,7 +132,19 @@ class _NodeEntry:
     strategy: str
     product: str
     advertised: frozenset[profiles.ProfileName]
-    gpus: int  # physical GPUs while schedulable (gpulabels: inferred under single), else 0
+    #: physical GPUs (``gpus_of``); 0 while cordoned; None: not known
+    gpus: int | None
+
+
+def gpus_of(node: records.NodeRecord, catalog: profiles.Catalog) -> int | None:
+    """The physical GPUs of a MIG node, when known: its nvidia.com/gpu.count under the mixed
+    strategy (under single GFD counts MIG devices, and migfit infers the GPUs from them,
+    a lower bound), never fewer than its instances take (replicas of time-slicing aside);
+    None when the node has no such label or runs the single strategy."""
+    if node.model is None or node.strategy == "single" or node.gpu_count <= 0:
+        return None
+    instances = {p: n // max(node.replicas.get(p, 1), 1) for p, n in node.capacity.items()}
+    return max(node.gpu_count, layouts.gpus_at_least(catalog.get(node.model), instances))
 
 
 def _entry(state: records.NodeState | None, catalog: profiles.Catalog) -> _NodeEntry | None:
@@ -140,15 +152,14 @@ def _entry(state: records.NodeState | None, catalog: profiles.Catalog) -> _NodeE
         return None
     node = state.node
     model: profiles.ModelId = state.node.model
-    # Its GPUs: the count its labels give, and never fewer than its instances take.
-    gpus = max(node.gpu_count, layouts.gpus_at_least(catalog.get(model), node.capacity))
+    gpus = gpus_of(node, catalog)
     return _NodeEntry(
         model=model,
         strategy=node.strategy or "none",
         product=node.labels.get(keys.LABEL_PRODUCT, ""),
         advertised=frozenset(p for p, n in node.allocatable.items()
                              if n > 0 and not node.unschedulable),
-        gpus=0 if node.unschedulable else gpus,
+        gpus=0 if node.unschedulable and gpus is not None else gpus,
     )
 
 
@@ -414,14 +425,17 @@ def _aggregate(entries: Iterable[_NodeEntry]) -> tuple[
     model, the strategies and single-strategy product labels per offer, and the most GPUs
     on one schedulable node per model and kind (``Supply.gpus``)."""
     gpus: dict[tuple[profiles.ModelId, str], int] = {}
+    unknown: set[tuple[profiles.ModelId, str]] = set()
     products: dict[profiles.ModelId, set[str]] = {}
     counts: dict[profiles.ModelId, Counter[str]] = {}
     strategies: dict[Key, set[str]] = {}
     mig_products: dict[Key, set[str]] = {}
     for entry in entries:
         counts.setdefault(entry.model, Counter())[entry.strategy] += 1
-        if entry.gpus:
-            kind = (entry.model, "single" if entry.strategy == "single" else "mixed")
+        kind = (entry.model, "single" if entry.strategy == "single" else "mixed")
+        if entry.gpus is None:
+            unknown.add(kind)  # one node of the kind not known: no bound for the kind
+        elif entry.gpus:
             gpus[kind] = max(gpus.get(kind, 0), entry.gpus)
         if entry.product:
             # Base names (without a single-strategy -MIG-<profile> suffix) of every node.
@@ -435,7 +449,8 @@ def _aggregate(entries: Iterable[_NodeEntry]) -> tuple[
     return ({m: tuple(sorted(v)) for m, v in products.items()},
             {m: _majority(c) for m, c in counts.items()},
             {k: frozenset(v) for k, v in strategies.items()},
-            {k: tuple(sorted(v)) for k, v in mig_products.items()}, gpus)
+            {k: tuple(sorted(v)) for k, v in mig_products.items()},
+            {k: n for k, n in gpus.items() if k not in unknown})
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -525,6 +540,19 @@ class _Scope:
             if entry.strategy == "single" and entry.product:
                 self._mig_products[(key, entry.product)] += sign
 
+    def _gpus(self, view: cluster.Cluster, tracker: SupplyTracker
+              ) -> dict[tuple[profiles.ModelId, str], int]:
+        """``Supply.gpus`` of these nodes: the named node's own (cordoned or not), else the
+        whole cluster's (a looser bound)."""
+        if self.node_name is None:
+            return tracker.most_gpus()
+        state = view.node(self.node_name)
+        if state is None or state.node.model is None:
+            return {}
+        n = gpus_of(state.node, view.catalog)
+        kind = "single" if state.node.strategy == "single" else "mixed"
+        return {} if n is None else {(state.node.model, kind): n}
+
     def supply(self, view: cluster.Cluster, scope: str, tracker: SupplyTracker) -> Supply:
         """A snapshot of these nodes alone, built as ``SupplyTracker.supply`` builds the
         whole one; O(offers)."""
@@ -575,7 +603,7 @@ class _Scope:
                       products={m: tuple(sorted(v)) for m, v in products.items()},
                       strategy={m: _majority(c) for m, c in counts.items()},
                       generation=-1, fits=fits, holds=one_node, scope=scope,
-                      gpus=tracker.most_gpus())  # the whole cluster's: a looser bound
+                      gpus=self._gpus(view, tracker))
 
 
 def set_aside(free: Mapping[Key, int], claims: Mapping[profiles.ProfileName, int]

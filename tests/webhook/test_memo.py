@@ -111,6 +111,14 @@ def test_requests_that_differ_in_what_the_decision_reads_are_told_apart() -> Non
     first = ask(st, s.review(small))["response"]
     assert ask(st, s.review(large))["response"]["patch"] == first["patch"]
     assert st.memo.stats.hits == 2
+    # An init container's own GPU resource is warned about: told apart from one without.
+    warm, warm_gpu = copy.deepcopy(plain), copy.deepcopy(plain)
+    warm["spec"]["initContainers"] = [{"name": "warm", "image": "x"}]
+    warm_gpu["spec"]["initContainers"] = [{"name": "warm", "image": "x", "resources": {
+        "limits": {"nvidia.com/gpu": "1"}}}]
+    assert "warnings" not in ask(st, s.review(warm))["response"]
+    assert "init container 'warm'" in ask(st, s.review(warm_gpu))["response"]["warnings"][0]
+    assert "warnings" not in ask(st, s.review(warm))["response"]
 
 
 def test_the_memo_is_bounded_and_forgets_the_least_recent() -> None:

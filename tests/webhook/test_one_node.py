@@ -9,7 +9,7 @@ from typing import Any
 
 import webhook_scenery as s
 
-from migfit import cluster, requests, snapshots
+from migfit import cluster, profiles, requests, snapshots
 from migfit.webhook import decision, memo, server, view
 
 A100_40_PRODUCT = "NVIDIA-A100-SXM4-40GB"
@@ -421,3 +421,80 @@ def test_a_gpu_an_init_or_sidecar_container_asks_for_itself_is_named() -> None:
             "containers' profiles are on, or remove it",)
         helper["resources"]["limits"]["nvidia.com/mig-1g.5gb"] = "0"
         assert decide(p, c).warnings == ()
+
+
+def many(*amounts: str) -> dict[str, Any]:
+    """A pod of one container per amount, named a, b, c, ..."""
+    return pod(**{chr(ord("a") + i): amount for i, amount in enumerate(amounts)})
+
+
+def test_the_gpus_a_node_has_are_read_only_where_known() -> None:
+    """The bound on GPUs per node (outside checks): a cordoned node named in spec.nodeName
+    counts with its own GPUs; a node without nvidia.com/gpu.count, or under the single
+    strategy, gives no bound (its instances give only a lower one); time-slicing replicas
+    are not GPUs."""
+    never = "no node has GPUs enough"
+    c = s.make_cluster(s.mig_node("small", allocatable={"7g.80gb": 1}, gpus=1),
+                       s.mig_node("big", allocatable={"7g.80gb": 2}, gpus=2,
+                                  unschedulable=True))
+    named = many("70Gi", "70Gi")
+    named["spec"]["nodeName"] = "big"
+    assert decide(named, c).warnings == ()
+    assert decide(many("70Gi", "70Gi"), c).warnings[0].startswith(never)
+    unlabelled = s.mig_node("a", allocatable={"3g.40gb": 4}, gpus=4)
+    del unlabelled["metadata"]["labels"]["nvidia.com/gpu.count"]
+    verdict = decide(many("70Gi", "70Gi", "70Gi"), s.make_cluster(unlabelled))
+    assert not any(w.startswith(never) for w in verdict.warnings), verdict.warnings
+    single = s.make_cluster(s.mig_node("s", allocatable={"3g.40gb": 4}, gpus=4,
+                                       strategy="single"))
+    verdict = decide(many("70Gi", "70Gi", "70Gi"), single)
+    assert not any(w.startswith(never) for w in verdict.warnings), verdict.warnings
+    shared = s.mig_node("t", allocatable={"1g.10gb": 28}, gpus=1)
+    shared["metadata"]["labels"]["nvidia.com/mig-1g.10gb.replicas"] = "4"
+    assert decide(many("70Gi", "70Gi"), s.make_cluster(shared)).warnings[0].startswith(
+        "no node has GPUs enough for all of the pod's instances (2 × 7g.80gb: at least 2 "
+        "GPUs; the most on one node is 1): the pod can never be scheduled; split it into "
+        "pods of at most 1 GPU's worth of instances")
+
+
+def test_counts_of_a_profile_under_both_strategies_are_read_per_strategy() -> None:
+    """Three free 7g.80gb on a single-strategy node, one busy on a mixed one: three small
+    containers are asked for under single (nvidia.com/gpu), where one node has them all
+    free, not under mixed, whose summed counts had borrowed the single node's."""
+    a100 = {p.name: p.memory_mib for p in profiles.builtin().get("A100-80GB").profiles}
+    c = s.make_cluster(
+        s.mig_node("single-0", allocatable={"7g.80gb": 3}, gpus=3, strategy="single",
+                   memory=a100),
+        s.mig_node("mixed-0", allocatable={"7g.80gb": 1}, gpus=1, memory=a100),
+        s.mig_node("mixed-1", allocatable={"1g.20gb": 2, "3g.40gb": 1, "2g.20gb": 2}, gpus=3,
+                   memory=a100),
+        s.bound_pod("mixed-0", uid="b0", profile="7g.80gb"),
+        *(s.bound_pod("mixed-1", uid=f"b1{i}", profile=p)
+          for i, p in enumerate(["1g.20gb", "1g.20gb", "2g.20gb", "2g.20gb"])))
+    verdict = decide(many("4Gi", "8Gi", "12Gi"), c)
+    assert resources(verdict) == ["nvidia.com/gpu"] * 3
+    assert verdict.warnings[0].endswith("under the single strategy: one node has them all free")
+
+
+def test_after_a_set_is_made_on_one_model_the_warnings_read_every_model_it_fits() -> None:
+    """30Gi + 4Gi: made again on the A100 as two 4g.40gb (one free there); the record does
+    not restrict the pod to the A100, and the H100 h0 has two 4g.40gb free: no warning that
+    no node has them free."""
+    h100 = {"1g.20gb": 20096, "3g.40gb": 40448, "4g.40gb": 40448}
+    a100 = {p.name: p.memory_mib for p in profiles.builtin().get("A100-80GB").profiles}
+    c = s.make_cluster(
+        s.mig_node("h0", product=s.H100_PRODUCT, allocatable={"4g.40gb": 2, "3g.40gb": 2},
+                   memory=h100, gpus=2),
+        s.mig_node("h1", product=s.H100_PRODUCT, allocatable={"1g.20gb": 3}, memory=h100,
+                   gpus=3),
+        s.mig_node("a2", allocatable={"1g.20gb": 1}, memory=a100, gpus=3),
+        s.mig_node("a3", allocatable={"4g.40gb": 3}, memory=a100, gpus=4),
+        s.bound_pod("h0", uid="x1", profile="3g.40gb"),
+        s.bound_pod("h1", uid="x2", profile="1g.20gb"),
+        s.bound_pod("a2", uid="x3", profile="1g.20gb"),
+        s.bound_pod("a3", uid="x4", profile="4g.40gb"),
+        s.bound_pod("a3", uid="x5", profile="4g.40gb"))
+    verdict = decide(many("30Gi", "4Gi"), c)
+    assert verdict.profiles == ("4g.40gb", "4g.40gb")
+    assert verdict.warnings[0].endswith("one node has them all free")
+    assert not any("free now" in w for w in verdict.warnings), verdict.warnings

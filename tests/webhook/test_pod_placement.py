@@ -193,6 +193,27 @@ def test_the_models_a_pinned_request_fits_are_the_clusters() -> None:
             [op["value"] for op in verdict.patch if op["path"].startswith("/spec/affinity")])
 
 
+def test_a_pinned_request_fits_the_model_it_was_chosen_on_whatever_other_nodes_label() -> None:
+    """Zone a's A100 labels its 1g.10gb 9984 MiB, zone b's 9728 (drivers differ): 9800Mi
+    pinned to zone a fits the A100 there, and the record must not restrict it to the H100
+    (the least label of the whole cluster had said it does not fit the A100: the extender
+    then refused the pod's only node)."""
+    def zoned(obj: dict[str, Any], zone: str) -> dict[str, Any]:
+        obj["metadata"]["labels"]["topology.kubernetes.io/zone"] = zone
+        return obj
+    c = s.make_cluster(
+        zoned(s.mig_node("a100-a", allocatable={"1g.10gb": 7}, memory={"1g.10gb": 9984}), "a"),
+        zoned(s.mig_node("a100-b", allocatable={"1g.10gb": 7}, memory={"1g.10gb": 9728}), "b"),
+        zoned(s.mig_node("h100-b", product=s.H100_PRODUCT, allocatable={"1g.10gb": 7},
+                         memory={"1g.10gb": 9984}), "b"))
+    pod = s.pod({requests.GPU_MEMORY: "9800Mi"})
+    pod["spec"]["nodeSelector"] = {"topology.kubernetes.io/zone": "a"}
+    verdict = decide(pod, c)
+    assert verdict.record is not None
+    assert verdict.record["containers"][0]["models"] == []
+    assert verdict.warnings == ()
+
+
 def test_single_strategy_product_affinity_comes_from_the_selected_nodes() -> None:
     c = s.make_cluster(
         node("a100-0", pool="a", allocatable={"1g.10gb": 4}, strategy="single"),

@@ -938,7 +938,15 @@ def current_layout(
             if dict(resolved.totals()) == dict(alloc):
                 return resolved
             note = f"config {rec.config} does not match the allocatable; "
-    layout = _inferred(model, alloc, rec.gpu_count)
+    whole = min(max(rec.whole_gpus, 0), max(rec.gpu_count, 0))
+    layout = _inferred(model, alloc, rec.gpu_count - whole)
+    if whole and len(layout.gpus) + whole == rec.gpu_count:
+        # GPUs with MIG disabled advertise nvidia.com/gpu and hold no instance: shown last
+        # (which indexes they are is not known).
+        layout = dataclasses.replace(
+            layout, gpus=layout.gpus + ((),) * whole,
+            note=f"{layout.note}; {whole} GPU(s) with MIG disabled (nvidia.com/gpu), shown "
+                 f"last: which ones is not known")
     if note:
         layout = dataclasses.replace(layout, note=note + layout.note)
     return layout
@@ -1089,8 +1097,14 @@ def view(
         # The allocatable does not fit the GPUs the node reports (a stale count or stale
         # resources): a plan would re-lay out GPUs that do not exist.
         return None
+    # Pods on its MIG instances, and under the mixed strategy on its whole GPUs (MIG off
+    # there: enabling it, as any config with MIG instances on that GPU does, makes
+    # mig-parted reset every GPU of the node, and kills them too).
     pods = tuple(sorted(p.key for p in state.pods_on(rec.name)
-                        if p.holds_instances and p.mig_requests))
+                        if p.holds_instances and (p.mig_requests or p.requests.get(
+                            profiles.GPU_RESOURCE, 0) > 0)))
+    whole = any(p.holds_instances and p.requests.get(profiles.GPU_RESOURCE, 0) > 0
+                for p in state.pods_on(rec.name))
     used = {p: n for p, n in node.used.items() if n > 0}
     if use is not None and usage_holds(use, layout.gpus, used):
         busy = tuple(any(n > 0 for n in held.values()) for held in use)
@@ -1098,7 +1112,7 @@ def view(
     else:
         busy = busy_gpus(layout.gpus, used)
         gpus = _pin_used(model, layout.gpus, used)
-    unknown = unknown_layout(node, model, layout) if any(busy) else None
+    unknown = unknown_layout(node, model, layout) if any(busy) or whole else None
     return NodeView(name=rec.name, model=model, layout=layout, used=used, pods=pods,
                     gpus=gpus, label=rec.config, busy=busy, unknown=unknown)
 

@@ -28,7 +28,7 @@ from migmanager_sim import (
     taints,
 )
 
-from migfit import advisor, decoding, keys, profiles
+from migfit import advisor, builders, decoding, keys, profiles
 from migfit.extender import advice, leader, relayout, relayout_machine
 
 FAST = relayout.Settings(max_concurrent=1, timeout_s=2.0, wedge_s=0.3, poll_s=0.02,
@@ -134,6 +134,32 @@ async def test_busy_and_custom_nodes_are_not_applied(
     assert r.cache.get(r.state).recommendations  # advised, disruptive
     assert await r.step() == []
     assert taints(await read_node(api, "busy")) == []
+
+
+async def test_a_whole_gpu_pod_makes_its_node_busy(
+    server: kmock.KubernetesEmulator, api: k8s.ApiClient,
+) -> None:
+    """A mixed-strategy node with one GPU MIG-disabled, running a pod on nvidia.com/gpu, and
+    two 3g.40gb on the other: enabling MIG on the whole GPU resets every GPU, so the advice
+    says it disrupts that pod, and the apply mode never starts it (it had been taken for an
+    idle node: tainted, aborted, tainted again on every pass). The layout shows the GPU
+    with MIG disabled, not the two instances spread over both GPUs."""
+    whole = node("mixed", gpus=2, alloc={"3g.40gb": 2}, config="all-3g.40gb")
+    for field in ("allocatable", "capacity"):
+        whole["status"][field]["nvidia.com/gpu"] = "1"
+    store(server, whole)
+    store(server, builders.pod("train", [{"nvidia.com/gpu": "1"}], namespace="ml",
+                               node_name="mixed", phase="Running", image="x",
+                               container_names=["main"]))
+    for i in range(3):
+        store(server, pod(f"small-{i}", "1g.10gb", namespace="ml"))
+    r = await _relayouter(api)
+    (rec,) = r.cache.get(r.state).recommendations
+    assert rec.disrupts == ("ml/train",)
+    assert [g.before for g in rec.gpus] == [("3g.40gb", "3g.40gb"), ()]
+    for _ in range(2):
+        assert await r.step() == []
+    assert taints(await read_node(api, "mixed")) == []
 
 
 async def test_bound_on_nodes_at_once(server: kmock.KubernetesEmulator,

@@ -1203,7 +1203,9 @@ def _wait(run: Run, seen: Seen, clock: Context) -> Step:
                 "--apply-custom-configs, raise --config-sync)")
         return _fail(run, clock, "failed",
                      f"the MIG Manager reported mig.config.state=failed{hint}")
-    if state == "success" and dict(node.advertised) == expected:
+    # Instances, not the advertised count: time-slicing (GFD's <resource>.replicas) shares
+    # each instance among that many pods, and the device plugin advertises each so often.
+    if state == "success" and node.instances == expected:
         return Step(dataclasses.replace(run, settled=True), ListPods())
     pending_since = run.pending_since
     if state == "pending":
@@ -1215,8 +1217,8 @@ def _wait(run: Run, seen: Seen, clock: Context) -> Step:
         pending_since = None
     if clock.now - label_at >= settings.timeout_s:
         return _fail(run, clock, "timeout", f"no success with the new allocatable within "
-                     f"{settings.timeout_s:.0f}s (state {state!r}, advertised "
-                     f"{dict(node.advertised)})")
+                     f"{settings.timeout_s:.0f}s (state {state!r}, instances "
+                     f"{node.instances})")
     return Step(dataclasses.replace(run, pending_since=pending_since, settled=False),
                 ListPods())
 

@@ -306,7 +306,7 @@ def _applying_node(run: m.Run, **kw: Any) -> m.NodeSeen:
     ({"config": "other"}, 1, "failed", "changed to 'other' by someone else"),
     ({"config": "all-1g.10gb", "state": "pending"}, 60, "wedged", "stuck at pending"),
     ({"config": "all-1g.10gb", "state": "rebooting"}, 101, "timeout", "within 100s"),
-    ({"config": "all-1g.10gb", "alloc": {"1g.10gb": 6}}, 101, "timeout", "advertised"),
+    ({"config": "all-1g.10gb", "alloc": {"1g.10gb": 6}}, 101, "timeout", "instances"),
 ])
 def test_waiting_ends_in_failure(kw: dict[str, Any], now: float, result: str,
                                  text: str) -> None:
@@ -339,6 +339,18 @@ def test_a_pod_whose_profile_the_new_layout_lacks_fails_the_relayout() -> None:
     assert step.run.phase is m.Phase.FAIL and step.run.ending is not None
     assert "t/gone (3g.40gb)" in step.run.ending.reason
     assert "t/fits" not in step.run.ending.reason
+
+
+def test_a_time_sliced_node_settles_on_its_instances_not_its_advertised_count() -> None:
+    """GFD's replicas=2: the device plugin advertises each of the seven new 1g.10gb twice
+    (14); the layout is reached (it had waited for 7 advertised until the timeout, and the
+    node stayed tainted as failed)."""
+    run = labelled()
+    shared = node(taints=[TAINT], record=run.record, config="all-1g.10gb",
+                  alloc={"1g.10gb": 14})
+    shared["metadata"]["labels"]["nvidia.com/mig-1g.10gb.replicas"] = "2"
+    step = m.advance(run, seen(shared), at(1))
+    assert step.run.settled and step.run.phase is m.Phase.WAIT
 
 
 def test_transient_errors_while_waiting_back_off_until_the_timeout() -> None:

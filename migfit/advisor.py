@@ -431,6 +431,32 @@ def _refusal(state: cluster.Cluster, pod: records.PodRecord, name: str,
     return None
 
 
+#: What each kind of obstacle ``explain`` names asks of the operator or the pod's owner.
+_FIXES: Final = {
+    "taint": "give the pod a toleration for the taint, or take the taint off a node with a "
+             "free instance",
+    "room": "free cpu or memory on a node with a free instance, or lower the pod's cpu or "
+            "memory request",
+    "placement": "widen the pod's nodeSelector or required node affinity to a node with a "
+                 "free instance",
+    "wide": "split the pod into pods that ask for fewer instances",
+    "busy": "wait for an instance to be freed (it runs then)",
+}
+_FIX_ORDER: Final = ("taint", "room", "placement", "wide", "busy")
+
+
+def _cause(refusal: str | None) -> str:
+    """The kind of a ``_refusal`` text (``_FIXES``' key)."""
+    text = refusal or ""
+    if text.startswith("taint "):
+        return "taint"
+    if text.startswith(("cpu:", "memory:")):
+        return "room"
+    if " free " in text and "it asks for" in text:
+        return "wide"  # fewer free on the node than the pod's instances
+    return "placement"
+
+
 def _larger_free(state: cluster.Cluster, pod: records.PodRecord, name: ProfileName,
                  reqs: Mapping[ProfileName, int], memo: dict[str, tuple[int, int]]) -> str | None:
     """For a pod of one ``name`` instance whose free instances all sit where it cannot go: the
@@ -1626,6 +1652,8 @@ def explain(
     want = ", ".join(f"{n} × {p}" for p, n in sorted(reqs.items()))
     lines.append(f"{key} is pending and needs {want}.")
     blocked: list[str] = []
+    causes: set[str] = set()  # what keeps it off: _FIXES' keys
+    cordoned_at: list[str] = []
     memo: dict[str, tuple[int, int]] = {}  # host room per node
     refusals: dict[str, str | None] = {}  # per node: the verdict holds for all its profiles
     for p in sorted(reqs):
@@ -1642,6 +1670,7 @@ def explain(
             continue
         blocked.append(p)
         if free:
+            causes.update(_cause(refusals[n]) for n in free)
             shown = "; ".join(f"{n}: {refusals[n]}" for n in free[:5])
             more = f"; and {len(free) - 5} more" if len(free) > 5 else ""
             lines.append(f"- {p}: {len(free)} schedulable node(s) have a free instance, but "
@@ -1656,7 +1685,10 @@ def explain(
         busy = sorted(s.name for s in advertising
                       if not s.repartitioning and not s.node.unschedulable)
         moving = sorted(s.name for s in advertising if s.repartitioning)
+        cordoned = sorted(s.name for s in advertising
+                          if s.node.unschedulable and not s.repartitioning)
         if busy:
+            causes.add("busy")
             lines.append(f"- {p}: every instance is in use on the node(s) that advertise it "
                          f"({_names(busy)}); it runs when "
                          f"{'one is freed' if reqs[p] == 1 else 'enough are'}.")
@@ -1665,6 +1697,11 @@ def explain(
         elif moving:
             lines.append(f"- {p}: only node(s) being re-partitioned advertise it "
                          f"({_names(moving)}); it can run once they finish.")
+        elif cordoned:
+            causes.add("cordoned")
+            cordoned_at.extend(cordoned)
+            lines.append(f"- {p}: only cordoned node(s) advertise it ({_names(cordoned)}); "
+                         f"the scheduler passes them over.")
         else:
             lines.append(f"- {p}: no node advertises it. The scheduler will not split a larger "
                          f"idle instance and preemption cannot create it: a node must be "
@@ -1687,8 +1724,15 @@ def explain(
                          if all(m.has_profile(p) for p in blocked)})
         where = (f"GPU models present that have {', '.join(blocked)}: {', '.join(models)}"
                  if models else f"no GPU model in the cluster has {', '.join(blocked)}")
-        lines.append(f"Fix: no idle GPU can be re-laid out to provide it now ({where}). Free "
-                     f"instances on such a node, add capacity, or ask for another profile.")
+        fixes = [_FIXES[c] for c in _FIX_ORDER if c in causes]
+        if "cordoned" in causes:
+            names = sorted(set(cordoned_at))
+            fixes.insert(0, f"uncordon {_names(names)} once it may take pods again (kubectl "
+                            f"uncordon {names[0]})")
+        fixes += ["add capacity", "ask for another profile"]
+        text = f"{'; '.join(fixes[:-1])}; or {fixes[-1]}"
+        lines.append(f"Fix: no idle GPU can be re-laid out to provide it now ({where}). "
+                     f"{text[0].upper()}{text[1:]}.")
         return "\n".join(lines)
     changed = [g for g in rec.gpus if g.changed]
     gpu_text = "; ".join(f"GPU {g.index}: {' '.join(g.before) or '(none)'} -> "

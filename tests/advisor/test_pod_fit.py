@@ -207,6 +207,31 @@ def test_free_instances_the_pod_cannot_use_do_not_hide_it() -> None:
         {"key": "dedicated", "operator": "Exists", "effect": "NoSchedule"}]}))) == []
 
 
+def test_explain_fixes_the_obstacle_it_names() -> None:
+    """Free instances behind a taint, behind exhausted cpu, or only on a cordoned node, and
+    no idle GPU to re-lay out: the fix names what to change there (it had said "free
+    instances on such a node", and a cordoned node's were "advertised by no node")."""
+    taint = {"key": "team", "value": "x", "effect": "NoSchedule"}
+    cases = (
+        (node("a", alloc={"1g.10gb": 7}, taints=[taint]), {},
+         "Give the pod a toleration for the taint, or take the taint off a node with a free "
+         "instance; add capacity; or ask for another profile."),
+        (node("a", alloc={"1g.10gb": 7}, cpu="2"), {"cpu": "8"},
+         "Free cpu or memory on a node with a free instance, or lower the pod's cpu or "
+         "memory request; add capacity; or ask for another profile."),
+        (node("a", alloc={"1g.10gb": 7}, unschedulable=True), {},
+         "Uncordon a once it may take pods again (kubectl uncordon a); add capacity; or ask "
+         "for another profile."),
+    )
+    for blocked, kw, fix in cases:
+        text = advisor.explain(build(blocked, pod("p", "1g.10gb", **kw)), "default", "p",
+                               now=NOW)
+        assert text.endswith(fix), text
+    cordoned = advisor.explain(build(cases[2][0], pod("p", "1g.10gb")), "default", "p",
+                               now=NOW)
+    assert "- 1g.10gb: only cordoned node(s) advertise it (a)" in cordoned
+
+
 def test_explain_names_why_each_free_instance_cannot_take_the_pod() -> None:
     short = node("full", alloc={"1g.10gb": 7}, cpu="2")
     c = build(short, node("idle", alloc={"3g.40gb": 2}), pod("p", "1g.10gb", cpu="4"))

@@ -21,6 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from aiohttp import web
+from cryptography import x509
 
 from migfit import advisor, cluster, errors, logs, serving, snapshots, sources
 from migfit import metrics as common_metrics
@@ -61,23 +62,68 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     usage.add_arguments(parser)
 
 
+# The files ``certificate_files`` writes.
+_CERT_FILES = ("tls.crt", "tls.key", "ca.crt")
+
+
+def check_cert_dir(cert_dir: Path) -> None:
+    """UsageError unless ``cert_dir`` can take the throwaway files: a folder that does not
+    exist yet, an empty one, or one an earlier ``migfit serve`` wrote (its three files,
+    signed by a throwaway CA). Anything else, such as the folder of ``migfit certs init``,
+    is refused rather than overwritten: its ca.key would no longer belong to its ca.crt."""
+    where = f"--cert-dir {cert_dir}"
+    if cert_dir.exists() and not cert_dir.is_dir():
+        raise errors.UsageError(f"{where} is a file, not a folder: pass a new or empty folder")
+    if not cert_dir.is_dir():
+        return
+    try:
+        present = sorted(entry.name for entry in cert_dir.iterdir())
+    except OSError as exc:
+        raise errors.UsageError(f"{where} cannot be read ({exc.strerror}): pass a new or "
+                                f"empty folder you can write") from None
+    if not present or (sorted(_CERT_FILES) == present and _is_throwaway(cert_dir / "ca.crt")):
+        return
+    shown = ", ".join(present[:5]) + (", ..." if len(present) > 5 else "")
+    raise errors.UsageError(
+        f"{where} already holds {shown}, which migfit serve would overwrite with a throwaway "
+        f"localhost certificate: pass a new or empty folder")
+
+
+def _is_throwaway(ca_file: Path) -> bool:
+    """Whether ``ca_file`` is the throwaway CA of an earlier ``migfit serve``."""
+    try:
+        subject = certificates.load_certificate(ca_file.read_bytes()).subject
+    except (OSError, errors.MigfitError):
+        return False
+    names = subject.get_attributes_for_oid(x509.NameOID.COMMON_NAME)
+    return [name.value for name in names] == [certificates.THROWAWAY_CA_NAME]
+
+
 @contextlib.contextmanager
 def certificate_files(cert_dir: Path | None) -> Iterator[tuple[Path, Path, Path]]:
     """A throwaway localhost certificate, key and CA as files: (tls.crt, tls.key, ca.crt).
 
-    In ``cert_dir`` when given (kept afterwards, for curl); otherwise in a new temporary
-    folder removed on exit, so that the private key does not outlive the server.
+    In ``cert_dir`` when given (kept afterwards, for curl; refused unless ``check_cert_dir``
+    accepts it); otherwise in a new temporary folder removed on exit, so that the private
+    key does not outlive the server.
     """
+    if cert_dir is not None:
+        check_cert_dir(cert_dir)
     with contextlib.ExitStack() as stack:
         directory = cert_dir or Path(stack.enter_context(
             tempfile.TemporaryDirectory(prefix="migfit-serve-")))
-        directory.mkdir(parents=True, exist_ok=True)
         cert_pem, key_pem, ca_pem = certificates.self_signed_for_localhost()
         paths = (directory / "tls.crt", directory / "tls.key", directory / "ca.crt")
-        for path, data, mode in zip(paths, (cert_pem, key_pem, ca_pem), (0o644, 0o600, 0o644),
-                                    strict=True):
-            path.write_bytes(data)
-            path.chmod(mode)
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+            for path, data, mode in zip(paths, (cert_pem, key_pem, ca_pem),
+                                        (0o644, 0o600, 0o644), strict=True):
+                path.write_bytes(data)
+                path.chmod(mode)
+        except OSError as exc:
+            raise errors.UsageError(
+                f"cannot write the certificate to --cert-dir {directory} ({exc.strerror}): "
+                f"pass a new or empty folder in a place you can write") from None
         yield paths
 
 

@@ -181,3 +181,20 @@ def test_a_yaml_error_names_where_its_construct_began(tmp_path: Path) -> None:
                               code=2)
     assert ("not valid YAML at line 3, column 1: could not find expected ':' (while scanning a "
             "simple key at line 2, column 1)") in line
+
+
+def test_serve_refuses_a_certs_init_folder_as_cert_dir(certs: Path) -> None:
+    before = {p.name: p.read_bytes() for p in certs.iterdir()}
+    line = _fails_in_one_line(["serve", "--cert-dir", str(certs)], code=2)
+    assert "already holds" in line and "pass a new or empty folder" in line
+    assert {p.name: p.read_bytes() for p in certs.iterdir()} == before
+
+
+@pytest.mark.parametrize("where", ["file", "under-a-file"])
+def test_serve_with_a_cert_dir_it_cannot_make(tmp_path: Path, where: str) -> None:
+    """A file as --cert-dir, or a folder that cannot be made, was a raw OSError, exit 1
+    (`[Errno 17] File exists`, `[Errno 2] No such file or directory`)."""
+    (tmp_path / "file").write_text("x\n")
+    target = tmp_path / "file" if where == "file" else tmp_path / "file" / "sub"
+    line = _fails_in_one_line(["serve", "--cert-dir", str(target)], code=2)
+    assert "Errno" not in line and str(target) in line and "new or empty folder" in line

@@ -198,3 +198,29 @@ def test_serve_with_a_cert_dir_it_cannot_make(tmp_path: Path, where: str) -> Non
     target = tmp_path / "file" if where == "file" else tmp_path / "file" / "sub"
     line = _fails_in_one_line(["serve", "--cert-dir", str(target)], code=2)
     assert "Errno" not in line and str(target) in line and "new or empty folder" in line
+
+
+@pytest.mark.parametrize("text", ["a: [\n", '{"kind":"List","items":[]}\n', ""])
+@pytest.mark.parametrize("command", ["serve", "extender"])
+def test_a_cluster_file_that_is_no_cluster_is_refused_at_start(
+        tmp_path: Path, text: str, command: str) -> None:
+    """``serve`` kept running with such a file, never ready, with one ERROR line "(keeping
+    the last good state)" though there was none, and /advice answered 200 with nothing.
+    Now it stops at once with the line ``migfit status`` prints for the same file."""
+    bad = tmp_path / "cluster.yaml"
+    bad.write_text(text)
+    status = _fails_in_one_line(["status", "--cluster", str(bad)], code=2)
+    args = (["--cert-dir", str(tmp_path / "c")] if command == "serve"
+            else ["--port", "18998", "--no-publish"])
+    assert _fails_in_one_line([command, *args, "--cluster", str(bad)], code=2) == status
+    assert not (tmp_path / "c").exists()
+
+
+def test_an_empty_cluster_file_is_told_what_a_valid_one_needs(tmp_path: Path) -> None:
+    """It said "(an empty cluster is a List with 'items: []')", and such a List was then
+    refused for having no Node."""
+    empty = tmp_path / "empty.yaml"
+    empty.write_text("")
+    line = _fails_in_one_line(["status", "--cluster", str(empty)], code=2)
+    assert "items: []" not in line and "at least one Node" in line
+    assert "kubectl get nodes,pods -A -o yaml" in line

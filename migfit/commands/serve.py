@@ -163,6 +163,10 @@ def _walkthrough(*, host: str, webhook_port: int, extender_port: int, ca: Path,
 
 
 async def _serve(args: argparse.Namespace) -> None:
+    if args.webhook_port == args.extender_port:
+        raise errors.UsageError(
+            f"--webhook-port and --extender-port are both {args.webhook_port}: the two servers "
+            f"need different ports")
     catalog, policy = webhook_cli.policy_from(args)
     cluster_file = args.cluster_file
     if (usage.settings_from(args) is not None and args.dcgm_exporter_url is None
@@ -245,8 +249,10 @@ async def _serve_with(
                 hint = ("pass --webhook-port/--extender-port with free ports"
                         if exc.errno == errno.EADDRINUSE else
                         "give --host an address of this host (e.g. 127.0.0.1)")
-                raise errors.UsageError(
-                    f"cannot listen on {args.host}:{port} ({exc.strerror}); {hint}") from None
+                reason = exc.strerror or str(exc)  # serving's own names the address
+                if not reason.startswith("cannot listen on "):
+                    reason = f"cannot listen on {args.host} port {port}: {reason.lower()}"
+                raise errors.UsageError(f"{reason}; {hint}") from None
         try:
             await asyncio.wait_for(source.synced.wait(), timeout=60)
         except TimeoutError:

@@ -59,6 +59,15 @@ def test_serve_on_a_port_in_use(busy_port: int, tmp_path: Path) -> None:
     line = _fails_in_one_line(["serve", "--webhook-port", str(busy_port), "--cert-dir",
                                str(tmp_path / "c")], code=2)
     assert str(busy_port) in line and "address already in use" in line
+    assert line.count("cannot listen on") == 1, line  # it said it twice, once in brackets
+
+
+def test_serve_with_one_port_for_both_servers(tmp_path: Path) -> None:
+    """It reported "address already in use" once the webhook had taken the port."""
+    line = _fails_in_one_line(["serve", "--webhook-port", "19600", "--extender-port", "19600",
+                               "--cert-dir", str(tmp_path / "c")], code=2)
+    assert line == ("migfit: error: --webhook-port and --extender-port are both 19600: the "
+                    "two servers need different ports")
 
 
 @pytest.mark.parametrize("flag", ["--webhook-port", "--extender-port"])

@@ -19,6 +19,7 @@ import signal
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import NoReturn
 
 from aiohttp import web
 from cryptography import x509
@@ -269,6 +270,8 @@ async def _serve_with(
             shutil.rmtree, cert.parent, ignore_errors=True)
         with serving.on_signals(stop, hurry, before_exit=forget):
             await stop.wait()
+            log.info("shutting down: the listeners close; requests in flight get %ss",
+                     f"{listens[0].shutdown_timeout:g}")
             await _stop(runners, hurry)
     finally:
         reload_task.cancel()
@@ -296,14 +299,17 @@ def _terminated(signum: int, _frame: object) -> None:
     raise SystemExit(128 + signum)
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> NoReturn:
     logs.configure(level=args.log_level, style=logs.style_of(args.log_format))
     # Until the servers take SIGTERM over (once serving), it unwinds like Ctrl-C rather than
     # killing the process outright: the throwaway certificate folder, which holds a CA key,
     # is removed on the way out.
     previous = signal.signal(signal.SIGTERM, _terminated)
     try:
-        serving.run(_serve(args))
+        serving.run_until_signal(_serve(args))
     finally:
-        signal.signal(signal.SIGTERM, previous)
-    return 0
+        # Unless a signal stopped the servers: then the handler on_signals left answers the
+        # next one until the process has ended (it had been replaced, and a SIGTERM then
+        # ended the process with no line).
+        if signal.getsignal(signal.SIGTERM) is _terminated:
+            signal.signal(signal.SIGTERM, previous)

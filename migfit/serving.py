@@ -154,8 +154,16 @@ class Limits:
         return self.max_body_in_flight
 
 
-def add_limit_arguments(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
-    """The flags of ``Limits``, with the defaults a production cluster needs."""
+# What ``--max-body-in-flight`` defaults to, in the words of ``migfit webhook`` and
+# ``migfit extender``, which take ``--max-body``.
+BODY_BUDGET_DEFAULT = (f"{BUDGET_BODIES} times the largest body accepted: 128 MiB for the "
+                       "extender, 4 MiB for the webhook with their default --max-body")
+
+
+def add_limit_arguments(parser: argparse.ArgumentParser | argparse._ArgumentGroup, *,
+                        body_budget_default: str = BODY_BUDGET_DEFAULT) -> None:
+    """The flags of ``Limits``, with the defaults a production cluster needs;
+    ``body_budget_default``: what ``--max-body-in-flight`` defaults to, in words."""
     parser.add_argument(
         "--keepalive-timeout", type=float, default=DEFAULT_KEEPALIVE_S, metavar="SECONDS",
         help="close a connection idle this long, or whose request headers have not all "
@@ -177,9 +185,7 @@ def add_limit_arguments(parser: argparse.ArgumentParser | argparse._ArgumentGrou
         "--max-body-in-flight", type=int, default=None, metavar="BYTES",
         help="bytes of request bodies being received at once, all connections together; a "
              "request whose body would go beyond is answered 503 with Retry-After: "
-             f"{RETRY_AFTER_S} before its body is read (default: {BUDGET_BODIES} times the "
-             "largest body accepted: 128 MiB for the extender, 4 MiB for the webhook with "
-             "their default --max-body)")
+             f"{RETRY_AFTER_S} before its body is read (default: {body_budget_default})")
     parser.add_argument(
         "--max-connections", type=int, default=DEFAULT_MAX_CONNECTIONS, metavar="N",
         help="connections open at once; more are closed when accepted (default %(default)s)")

@@ -58,9 +58,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "JSON line per prioritize call (default: %(default)s)")
     sources.add_source_arguments(parser, neither="the bundled example cluster")
     webhook_cli.add_policy_arguments(parser)
-    serving.add_limit_arguments(parser.add_argument_group(
-        "connections", "bounds on what clients may hold, for both servers"))
+    serving.add_limit_arguments(
+        parser.add_argument_group("connections",
+                                  "bounds on what clients may hold, for both servers"),
+        body_budget_default=(
+            f"{serving.BUDGET_BODIES} times each server's largest body: "
+            f"{_mib(serving.BUDGET_BODIES * extender_server.DEFAULT_MAX_BODY)} for the "
+            f"extender, {_mib(serving.BUDGET_BODIES * webhook_server.DEFAULT_MAX_BODY)} for "
+            f"the webhook; a value given applies to both and must be at least the "
+            f"extender's largest body, {_mib(extender_server.DEFAULT_MAX_BODY)}"))
     usage.add_arguments(parser)
+
+
+def _mib(size: int) -> str:
+    return f"{size / 2**20:g} MiB"
 
 
 # The files ``certificate_files`` writes.

@@ -39,7 +39,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     serving.add_limit_arguments(parser.add_argument_group(
         "connections", "bounds on what clients may hold (kube-apiserver reconnects cheaply)"))
     parser.add_argument("--log-level", default="info",
-                        choices=["debug", "info", "warning", "error"])
+                        choices=["debug", "info", "warning", "error"],
+                        help="how much to log; debug also logs failed TLS handshakes and "
+                             "clients gone mid-body (default info)")
     parser.add_argument("--log-format", choices=logs.LOG_STYLES, default="text",
                         help="json: every log line one JSON object; text: human lines "
                              "(default text)")

@@ -127,8 +127,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     run.add_argument("--config-sync-seconds", type=float, default=0.0, metavar="S",
                      help="a custom config's first re-layout starts this long after it was "
                           "first advised, as the extender's --apply-custom-configs writes it "
-                          "then and starts once --config-sync (120) has passed; 0 (default): "
-                          "custom configs are in the ConfigMap already")
+                          "then and starts it once the extender's --config-sync (120) has "
+                          "passed; 0 (default): custom configs are in the ConfigMap already")
     run.add_argument("--advise-interval", type=float, default=30.0, metavar="S",
                      help="the advisor runs at most this often while pods are pending")
     run.add_argument("--max-relayouts", type=options.relayout_limit, default="16",
@@ -177,7 +177,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                           "(the server's default; docs/relayout.md)")
     run.add_argument("--gpu-usage", action=argparse.BooleanOptionalAction, default=False,
                      help="+advisor: the advisor knows which GPU holds each instance in use "
-                          "(the nodes' DCGM exporters, --gpu-usage-from dcgm on the server), not "
+                          "(the nodes' DCGM exporters: the extender's --gpu-usage-from dcgm), not "
                           "only the node's counts")
     run.add_argument("--arrival-scale", type=float, default=1.0, metavar="F",
                      help="events: arrival times (from the first) multiplied by F; below 1 the "
@@ -188,7 +188,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                           "extender's --score-all-pods, registered without managedResources)")
     run.add_argument("--webhook-choice", choices=choice.CONTENTIONS, default=None,
                      help="the webhook's choice when the smallest fitting profile has no free "
-                          "instance (its --choice; default: the webhook's default, "
+                          "instance (the webhook's --choice; default: the webhook's default, "
                           f"{choice.Policy().contention})")
     run.add_argument("--gpu-weight", type=int, default=3, metavar="W",
                      help="binpack-gpu: the MIG resource's weight in MostAllocated (cpu and "

@@ -295,13 +295,17 @@ def _issue_leaf(
     return Issued(cert_pem=_cert_pem(cert), key_pem=_key_pem(key))
 
 
+THROWAWAY_CA_NAME = "migfit throwaway localhost CA"
+"""The common name of ``self_signed_for_localhost``'s CA (``migfit serve`` knows its own)."""
+
+
 def self_signed_for_localhost(*, days: int = 30) -> tuple[bytes, bytes, bytes]:
     """A throwaway CA and a serving certificate for localhost, 127.0.0.1 and ::1.
 
     Returns ``(cert_pem, key_pem, ca_pem)``: the server loads the first two; a client trusts
     ``ca_pem`` (``curl --cacert``, ``ssl.create_default_context(cadata=...)``).
     """
-    ca = create_ca(common_name="migfit throwaway localhost CA", days=days)
+    ca = create_ca(common_name=THROWAWAY_CA_NAME, days=days)
     serving = issue_serving(ca=ca, sans=("localhost", "127.0.0.1", "::1"), days=days)
     return serving.cert_pem, serving.key_pem, ca.cert_pem
 

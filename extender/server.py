@@ -678,11 +678,21 @@ async def _filter(request: web.Request) -> web.Response:
                       len(result.unresolvable))
             for group in (result.unresolvable, result.failed):
                 for name, reasons in group.items():
-                    log.debug("filter %s: %s: %s", key, _shown(name),
-                              _shown(messages.of(reasons), _MESSAGE_LIMIT))
+                    log.debug("filter %s: %s: %s (%s)", key, _shown(name),
+                              _shown(messages.of(reasons), _MESSAGE_LIMIT),
+                              _free_counts(index.figures.get(name)))
         return _json(filter_result(args, result, messages=messages))
 
     return await _verb(request, verb="filter", error=_error_filter_result, answer=answer)
+
+
+def _free_counts(fig: figures.NodeFigures | None) -> str:
+    """A node's free instances per profile, ``free 1g.10gb 0/7, 3g.40gb 2/2`` (free of
+    advertised), for the debug log: the filter's messages leave the moment's counts out, so
+    that kube-scheduler's event groups nodes with the same layout."""
+    if fig is None or not fig.advertised:
+        return "no MIG instances advertised"
+    return "free " + ", ".join(f"{p} {free}/{alloc}" for p, alloc, free in fig.advertised)
 
 
 async def _prioritize(request: web.Request) -> web.Response:

@@ -134,7 +134,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             _innermost(parser, args).error(f"unrecognized arguments: {' '.join(extra)}")
         command: Command | None = getattr(args, "_command", None)
         if command is None:
-            parser.print_help()
+            # No command: a mistake, so the usage goes to stderr as argparse's own errors do.
+            parser.print_usage(sys.stderr)
+            print("migfit: error: give a COMMAND; `migfit --help` lists them", file=sys.stderr)
             return 2
         return command.run(args)
     except errors.UsageError as exc:

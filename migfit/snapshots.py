@@ -301,8 +301,8 @@ def decode(data: bytes | str, *, where: str,
         raise errors.ConfigError(f"{where}: not UTF-8 text (byte {exc.start})") from None
     if not text.strip():
         raise errors.ConfigError(
-            f"{where}: the file is empty; expected `kubectl get nodes,pods -A -o yaml` output "
-            f"(an empty cluster is a List with 'items: []')")
+            f"{where}: the file is empty; migfit needs a cluster with at least one Node: "
+            f"export it with `kubectl get nodes,pods -A -o yaml`")
     try:
         return _decode_objects(_objects(_streamed(text), where), where=where, catalog=catalog,
                                digest=digest, disruption=disruption)
@@ -485,7 +485,8 @@ class FileSource:
 
     def _fail(self, message: str) -> None:
         if message != self.last_error:
-            log.error("%s (keeping the last good state)", message)
+            log.error("%s (%s)", message, "keeping the last good state" if self.loads else
+                      "nothing loaded yet: not ready until the file is fixed")
         self.last_error = message
 
     def _check(self, data: bytes) -> Snapshot | None:
@@ -515,6 +516,13 @@ class FileSource:
         if not self.synced.is_set():
             self._sink.mark_synced()
             self.synced.set()
+
+    def check_first(self) -> None:
+        """Read and decode the file now, or raise ConfigError: at start-up a file that is not
+        a cluster is the user's to fix before anything serves, as ``migfit status`` refuses
+        it (a later broken version keeps the last good state instead). What it read is not
+        kept: ``run`` loads the file as always, off the event loop, once serving starts."""
+        read(self.path, catalog=self._catalog)
 
     def load_once(self) -> bool:
         """Read the file now; True when the sink got new contents."""

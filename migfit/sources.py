@@ -74,8 +74,12 @@ def open_source(
             raise errors.UsageError(
                 f"--cluster {os.fspath(cluster_file)}: no such file; pass a file made by "
                 f"`kubectl get nodes,pods -A -o yaml`")
-        return snapshots.FileSource(model, cluster_file, poll_interval_s=poll_interval_s,
-                                    catalog=model.catalog)
+        # Nor may the file be broken at start-up: read it now, as status and advise do,
+        # rather than serve a cluster view that never syncs.
+        source = snapshots.FileSource(model, cluster_file, poll_interval_s=poll_interval_s,
+                                      catalog=model.catalog)
+        source.check_first()
+        return source
     if kubeconfig is None and not in_cluster:
         raise errors.UsageError(
             "no cluster given: pass --cluster FILE (a `kubectl get nodes,pods -A -o yaml` "

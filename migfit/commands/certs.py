@@ -171,14 +171,32 @@ def _rotate(args: argparse.Namespace) -> int:
 
 
 def ca_roll_steps(out: Path) -> list[str]:
-    """The safe order after ``rotate --new-ca``: the bundle, then the Secret, then retire."""
+    """The safe order after ``rotate --new-ca``: the bundle, then the Secret, then retire.
+
+    Who must trust the bundle depends on the certificate's Service (its ``NAME.NS.svc``
+    SAN): the API server for the webhook (the caBundle), kube-scheduler for the extender (a
+    CA file); a Service named neither way gets both ways of publishing it.
+    """
+    found = manifests.service_of(store.CertificateDir(out).tls_cert.read_bytes())
+    name, namespace = found if found else ("", manifests.DEFAULT_NAMESPACE)
+    bundle = out / store.CA_BUNDLE
+    webhook = (f"set the webhook's caBundle to `migfit certs manifests --out {out} --only "
+               f"ca-bundle` and re-apply your overlay")
+    extender = (f"give kube-scheduler {bundle} as the extender's tlsConfig.caFile: the second "
+                f"scheduler: kubectl -n {namespace} create configmap migfit-extender-ca "
+                f"--from-file=ca.crt={bundle} --dry-run=client -o yaml | kubectl apply -f - "
+                f"and kubectl -n {namespace} rollout restart deploy/migfit-scheduler (it reads "
+                f"its CA only at start-up); the default scheduler: copy it to the file its "
+                f"config names on the control-plane nodes and restart it")
+    if "extender" in name and "webhook" not in name:
+        publish = extender
+    elif "webhook" in name and "extender" not in name:
+        publish = webhook
+    else:
+        publish = f"for the webhook, {webhook}; for the extender, {extender}"
     return [
         "next, in this order (the old CA keeps working until step 3):",
-        f"  1. publish the bundle first: set the webhook's caBundle to "
-        f"`migfit certs manifests --out {out} --only ca-bundle` (re-apply your overlay); for the "
-        f"extender, give kube-scheduler {out / store.CA_BUNDLE} as its tlsConfig.caFile (the "
-        f"second scheduler: update the migfit-extender-ca ConfigMap from it; the default "
-        f"scheduler: copy it to the file its config names) and restart the scheduler",
+        f"  1. publish the bundle first: {publish}",
         f"  2. then apply the new Secret: migfit certs manifests --out {out} --only secret "
         f"| kubectl apply -f -",
         f"  3. when every server presents the new certificate: migfit certs rotate --out {out} "

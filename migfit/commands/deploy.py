@@ -110,7 +110,13 @@ def _dump(doc: dict[str, Any]) -> str:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="deploy_command", metavar="SUBCOMMAND", required=True)
-    r = sub.add_parser("render", help="write the generated files under DIR (default: deploy)")
+    r = sub.add_parser(
+        "render", help="write the generated files under DIR (default: deploy)",
+        description=(f"Write the manifests of deploy/ that are derived from the MIG catalog: "
+                     f"the second scheduler's KubeSchedulerConfiguration "
+                     f"({SECOND_SCHEDULER_CONFIG}) and the extenders snippet for an existing "
+                     f"kube-scheduler ({DEFAULT_SCHEDULER_SNIPPET}), whose managedResources "
+                     f"name every nvidia.com/mig-* resource of the catalog."))
     r.add_argument("--dir", default="deploy", help="the deploy/ folder (default: %(default)s)")
     r.add_argument("--check", action="store_true",
                    help="write nothing; exit 1 and show a diff if a file is out of date")
@@ -122,7 +128,9 @@ def run(args: argparse.Namespace) -> int:
     if not root.is_dir():
         raise errors.UsageError(f"{root} is not a directory; pass --dir with the deploy/ folder")
     stale = 0
-    for rel, text in render(profiles.load(args.catalog)).items():
+    written: list[str] = []
+    files = render(profiles.load(args.catalog))
+    for rel, text in files.items():
         path = root / rel
         current = path.read_text(encoding="utf-8") if path.exists() else ""
         if current == text:
@@ -135,9 +143,16 @@ def run(args: argparse.Namespace) -> int:
         else:
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(text, encoding="utf-8")
-            print(f"wrote {path}")
-    if args.check and stale:
-        print(f"{stale} generated file(s) out of date: run `migfit deploy render`",
-              file=sys.stderr)
-        return 1
+            written.append(str(path))
+    if args.check:
+        if stale:
+            print(f"{stale} generated file(s) out of date: run `migfit deploy render`",
+                  file=sys.stderr)
+            return 1
+        return 0  # a check that passes says nothing, as `git diff --quiet`
+    if written:
+        print(f"wrote {' and '.join(written)} from the MIG catalog")
+    else:
+        print(f"{' and '.join(str(root / rel) for rel in files)} already match the MIG "
+              f"catalog: nothing written")
     return 0

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from migfit import advisor, cluster, errors, kube, logs, migparted, profiles, serving, sources
 from migfit import metrics as common_metrics
@@ -217,7 +217,7 @@ def relayout_settings(args: argparse.Namespace,
         config_sync_s=args.config_sync)
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> NoReturn:
     settings = settings_from(args)
     usage.settings_from(args)  # its flags checked before anything starts
     # Checked before anything starts (it was checked after the API client was opened, which
@@ -247,5 +247,4 @@ def run(args: argparse.Namespace) -> int:
     logs.configure(level=args.log_level, style=logs.style_of(args.log_format))
     view = cluster.Cluster(profiles.load(args.catalog))
     source = sources.source_from_args(view, args)
-    serving.run(_serve(args, settings, view, source))
-    return 0
+    serving.run_until_signal(_serve(args, settings, view, source))

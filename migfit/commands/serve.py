@@ -19,8 +19,10 @@ import signal
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import NoReturn
 
 from aiohttp import web
+from cryptography import x509
 
 from migfit import advisor, cluster, errors, logs, serving, snapshots, sources
 from migfit import metrics as common_metrics
@@ -56,28 +58,84 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "JSON line per prioritize call (default: %(default)s)")
     sources.add_source_arguments(parser, neither="the bundled example cluster")
     webhook_cli.add_policy_arguments(parser)
-    serving.add_limit_arguments(parser.add_argument_group(
-        "connections", "bounds on what clients may hold, for both servers"))
+    serving.add_limit_arguments(
+        parser.add_argument_group("connections",
+                                  "bounds on what clients may hold, for both servers"),
+        body_budget_default=(
+            f"{serving.BUDGET_BODIES} times each server's largest body: "
+            f"{_mib(serving.BUDGET_BODIES * extender_server.DEFAULT_MAX_BODY)} for the "
+            f"extender, {_mib(serving.BUDGET_BODIES * webhook_server.DEFAULT_MAX_BODY)} for "
+            f"the webhook; a value given applies to both and must be at least the "
+            f"extender's largest body, {_mib(extender_server.DEFAULT_MAX_BODY)}"))
     usage.add_arguments(parser)
+
+
+def _mib(size: int) -> str:
+    return f"{size / 2**20:g} MiB"
+
+
+# The files ``certificate_files`` writes.
+_CERT_FILES = ("tls.crt", "tls.key", "ca.crt")
+
+
+def check_cert_dir(cert_dir: Path) -> None:
+    """UsageError unless ``cert_dir`` can take the throwaway files: a folder that does not
+    exist yet, an empty one, or one an earlier ``migfit serve`` wrote (its three files,
+    signed by a throwaway CA). Anything else, such as the folder of ``migfit certs init``,
+    is refused rather than overwritten: its ca.key would no longer belong to its ca.crt."""
+    where = f"--cert-dir {cert_dir}"
+    if cert_dir.exists() and not cert_dir.is_dir():
+        raise errors.UsageError(f"{where} is a file, not a folder: pass a new or empty folder")
+    if not cert_dir.is_dir():
+        return
+    try:
+        present = sorted(entry.name for entry in cert_dir.iterdir())
+    except OSError as exc:
+        raise errors.UsageError(f"{where} cannot be read ({exc.strerror}): pass a new or "
+                                f"empty folder you can write") from None
+    if not present or (sorted(_CERT_FILES) == present and _is_throwaway(cert_dir / "ca.crt")):
+        return
+    shown = ", ".join(present[:5]) + (", ..." if len(present) > 5 else "")
+    raise errors.UsageError(
+        f"{where} already holds {shown}, which migfit serve would overwrite with a throwaway "
+        f"localhost certificate: pass a new or empty folder")
+
+
+def _is_throwaway(ca_file: Path) -> bool:
+    """Whether ``ca_file`` is the throwaway CA of an earlier ``migfit serve``."""
+    try:
+        subject = certificates.load_certificate(ca_file.read_bytes()).subject
+    except (OSError, errors.MigfitError):
+        return False
+    names = subject.get_attributes_for_oid(x509.NameOID.COMMON_NAME)
+    return [name.value for name in names] == [certificates.THROWAWAY_CA_NAME]
 
 
 @contextlib.contextmanager
 def certificate_files(cert_dir: Path | None) -> Iterator[tuple[Path, Path, Path]]:
     """A throwaway localhost certificate, key and CA as files: (tls.crt, tls.key, ca.crt).
 
-    In ``cert_dir`` when given (kept afterwards, for curl); otherwise in a new temporary
-    folder removed on exit, so that the private key does not outlive the server.
+    In ``cert_dir`` when given (kept afterwards, for curl; refused unless ``check_cert_dir``
+    accepts it); otherwise in a new temporary folder removed on exit, so that the private
+    key does not outlive the server.
     """
+    if cert_dir is not None:
+        check_cert_dir(cert_dir)
     with contextlib.ExitStack() as stack:
         directory = cert_dir or Path(stack.enter_context(
             tempfile.TemporaryDirectory(prefix="migfit-serve-")))
-        directory.mkdir(parents=True, exist_ok=True)
         cert_pem, key_pem, ca_pem = certificates.self_signed_for_localhost()
         paths = (directory / "tls.crt", directory / "tls.key", directory / "ca.crt")
-        for path, data, mode in zip(paths, (cert_pem, key_pem, ca_pem), (0o644, 0o600, 0o644),
-                                    strict=True):
-            path.write_bytes(data)
-            path.chmod(mode)
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+            for path, data, mode in zip(paths, (cert_pem, key_pem, ca_pem),
+                                        (0o644, 0o600, 0o644), strict=True):
+                path.write_bytes(data)
+                path.chmod(mode)
+        except OSError as exc:
+            raise errors.UsageError(
+                f"cannot write the certificate to --cert-dir {directory} ({exc.strerror}): "
+                f"pass a new or empty folder in a place you can write") from None
         yield paths
 
 
@@ -117,6 +175,10 @@ def _walkthrough(*, host: str, webhook_port: int, extender_port: int, ca: Path,
 
 
 async def _serve(args: argparse.Namespace) -> None:
+    if args.webhook_port == args.extender_port:
+        raise errors.UsageError(
+            f"--webhook-port and --extender-port are both {args.webhook_port}: the two servers "
+            f"need different ports")
     catalog, policy = webhook_cli.policy_from(args)
     cluster_file = args.cluster_file
     if (usage.settings_from(args) is not None and args.dcgm_exporter_url is None
@@ -199,8 +261,10 @@ async def _serve_with(
                 hint = ("pass --webhook-port/--extender-port with free ports"
                         if exc.errno == errno.EADDRINUSE else
                         "give --host an address of this host (e.g. 127.0.0.1)")
-                raise errors.UsageError(
-                    f"cannot listen on {args.host}:{port} ({exc.strerror}); {hint}") from None
+                reason = exc.strerror or str(exc)  # serving's own names the address
+                if not reason.startswith("cannot listen on "):
+                    reason = f"cannot listen on {args.host} port {port}: {reason.lower()}"
+                raise errors.UsageError(f"{reason}; {hint}") from None
         try:
             await asyncio.wait_for(source.synced.wait(), timeout=60)
         except TimeoutError:
@@ -217,6 +281,8 @@ async def _serve_with(
             shutil.rmtree, cert.parent, ignore_errors=True)
         with serving.on_signals(stop, hurry, before_exit=forget):
             await stop.wait()
+            log.info("shutting down: the listeners close; requests in flight get %ss",
+                     f"{listens[0].shutdown_timeout:g}")
             await _stop(runners, hurry)
     finally:
         reload_task.cancel()
@@ -244,14 +310,17 @@ def _terminated(signum: int, _frame: object) -> None:
     raise SystemExit(128 + signum)
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> NoReturn:
     logs.configure(level=args.log_level, style=logs.style_of(args.log_format))
     # Until the servers take SIGTERM over (once serving), it unwinds like Ctrl-C rather than
     # killing the process outright: the throwaway certificate folder, which holds a CA key,
     # is removed on the way out.
     previous = signal.signal(signal.SIGTERM, _terminated)
     try:
-        serving.run(_serve(args))
+        serving.run_until_signal(_serve(args))
     finally:
-        signal.signal(signal.SIGTERM, previous)
-    return 0
+        # Unless a signal stopped the servers: then the handler on_signals left answers the
+        # next one until the process has ended (it had been replaced, and a SIGTERM then
+        # ended the process with no line).
+        if signal.getsignal(signal.SIGTERM) is _terminated:
+            signal.signal(signal.SIGTERM, previous)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import NoReturn
 
 from migfit import cluster, errors, logs, profiles, schedulerconfig, serving, sources
 from migfit.webhook import decision, memo, server, view
@@ -38,7 +39,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     serving.add_limit_arguments(parser.add_argument_group(
         "connections", "bounds on what clients may hold (kube-apiserver reconnects cheaply)"))
     parser.add_argument("--log-level", default="info",
-                        choices=["debug", "info", "warning", "error"])
+                        choices=["debug", "info", "warning", "error"],
+                        help="how much to log; debug also logs failed TLS handshakes and "
+                             "clients gone mid-body (default info)")
     parser.add_argument("--log-format", choices=logs.LOG_STYLES, default="text",
                         help="json: every log line one JSON object; text: human lines "
                              "(default text)")
@@ -105,7 +108,7 @@ def policy_from(args: argparse.Namespace) -> tuple[profiles.Catalog, decision.Po
     )
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> NoReturn:
     logs.configure(level=args.log_level, style=args.log_format, access_log=args.access_log)
     catalog, policy = policy_from(args)
     for path, what in ((args.tls_cert, "--tls-cert"), (args.tls_key, "--tls-key")):
@@ -134,7 +137,6 @@ def run(args: argparse.Namespace) -> int:
         raise errors.UsageError(f"--decision-memo {args.decision_memo}: use 0 or more")
     model = cluster.Cluster(catalog)
     source = sources.source_from_args(model, args)
-    serving.run(server.serve(settings, model, source_run=source.run,
-                             tracker=view.SupplyTracker(model),
-                             decisions=memo.DecisionMemo(args.decision_memo)))
-    return 0
+    serving.run_until_signal(server.serve(settings, model, source_run=source.run,
+                                          tracker=view.SupplyTracker(model),
+                                          decisions=memo.DecisionMemo(args.decision_memo)))

@@ -4,8 +4,9 @@ By default it replays the Alibaba GPU trace's default pod list (cluster-trace-gp
 FGD's ATC '23 workload; public repository alibaba/clusterdata, folder
 cluster-trace-gpu-v2023/csv) on its 1,213 GPU nodes, every GPU treated as an A100-80GB
 (``--model-map``), with initial layouts sized from the first half of the pod list and the
-second half replayed (``--layout history``). ``--example`` runs a small synthetic cluster and
-workload shipped with migfit, without the trace.
+second half replayed (``--layout history``). ``--example`` runs the simulator's small cluster
+(migfit/simulate/example-cluster.yaml, not the one ``migfit serve`` reads) with synthetic pods,
+without the trace. A run says first, on stderr, what it replays and about how long it takes.
 """
 
 from __future__ import annotations
@@ -37,6 +38,8 @@ DEFAULT_PICTURES = ("default", "migfit+advisor")
 HISTORY = "history"
 DEFAULT_LAYOUT = HISTORY
 EXAMPLE_CLUSTER = Path(__file__).resolve().parent / "example-cluster.yaml"
+EXAMPLE_NAME = "migfit/simulate/example-cluster.yaml"  # as help and notices name it
+EXAMPLE_SHAPE = "26 nodes: 24 with 4 or 8 A100-80GB GPUs, 2 without GPUs"  # tests hold it true
 EXAMPLE_PODS = 600
 
 
@@ -63,9 +66,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     src.add_argument("--nodes", type=Path, default=None, metavar="CSV",
                      help=f"the trace's node list (default: TRACE_DIR/{NODE_CSV})")
     src.add_argument("--example", action="store_true",
-                     help=f"run without the trace: the small cluster shipped with migfit "
-                          f"({EXAMPLE_CLUSTER.name}) and {EXAMPLE_PODS} synthetic pods "
-                          f"(--synthetic to change)")
+                     help=f"run without the trace, in a few seconds: the simulator's own "
+                          f"small cluster, {EXAMPLE_NAME} ({EXAMPLE_SHAPE}; not "
+                          f"migfit/data/example-cluster.yaml, the cluster of migfit serve), "
+                          f"and {EXAMPLE_PODS} synthetic pods (--synthetic to change)")
     src.add_argument("--model", default=spec.DEFAULT_MODEL,
                      help="MIG model the trace's GPU models are treated as unless "
                           "--model-map names them (not used with --cluster)")
@@ -127,8 +131,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     run.add_argument("--config-sync-seconds", type=float, default=0.0, metavar="S",
                      help="a custom config's first re-layout starts this long after it was "
                           "first advised, as the extender's --apply-custom-configs writes it "
-                          "then and starts once --config-sync (120) has passed; 0 (default): "
-                          "custom configs are in the ConfigMap already")
+                          "then and starts it once the extender's --config-sync (120) has "
+                          "passed; 0 (default): custom configs are in the ConfigMap already")
     run.add_argument("--advise-interval", type=float, default=30.0, metavar="S",
                      help="the advisor runs at most this often while pods are pending")
     run.add_argument("--max-relayouts", type=options.relayout_limit, default="16",
@@ -177,7 +181,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                           "(the server's default; docs/relayout.md)")
     run.add_argument("--gpu-usage", action=argparse.BooleanOptionalAction, default=False,
                      help="+advisor: the advisor knows which GPU holds each instance in use "
-                          "(the nodes' DCGM exporters, --gpu-usage-from dcgm on the server), not "
+                          "(the nodes' DCGM exporters: the extender's --gpu-usage-from dcgm), not "
                           "only the node's counts")
     run.add_argument("--arrival-scale", type=float, default=1.0, metavar="F",
                      help="events: arrival times (from the first) multiplied by F; below 1 the "
@@ -188,7 +192,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                           "extender's --score-all-pods, registered without managedResources)")
     run.add_argument("--webhook-choice", choices=choice.CONTENTIONS, default=None,
                      help="the webhook's choice when the smallest fitting profile has no free "
-                          "instance (its --choice; default: the webhook's default, "
+                          "instance (the webhook's --choice; default: the webhook's default, "
                           f"{choice.Policy().contention})")
     run.add_argument("--gpu-weight", type=int, default=3, metavar="W",
                      help="binpack-gpu: the MIG resource's weight in MostAllocated (cpu and "
@@ -321,6 +325,26 @@ def _inputs(args: argparse.Namespace, catalog: profiles.Catalog
                 models=", ".join(f"{m} ({g} GPUs)" for m, g in sorted(gpu_models.items())),
                 pods_in_workload=len(pods), mapping=args.mapping)
     return nodes, pods, info
+
+
+def start_notice(args: argparse.Namespace, info: dict[str, Any], *, runs: int) -> str:
+    """One line, before the first run, on what is replayed and about how long it takes: with
+    no arguments the full trace's replay took minutes with nothing said."""
+    workload = str(info["workload"])
+    pods = (workload if workload.endswith("synthetic pods")
+            else f"{info['pods_in_workload']:,} pods of {Path(workload).name}")
+    example = args.example and args.cluster is None
+    trace = args.cluster is None and not args.example
+    where = (f"{EXAMPLE_NAME} ({info['nodes']:,} nodes, {info['gpus']:,} GPUs)" if example
+             else f"{'the trace' if trace else 'the spec'}'s {info['nodes']:,} nodes "
+                  f"({info['gpus']:,} GPUs)")
+    what = f"replaying {pods} on {where}: {runs} run{'s' if runs != 1 else ''}"
+    if trace and args.synthetic is None and args.node_share == 1.0:
+        return (f"{what}, several minutes on 2 cores (--jobs N runs N at once; --example "
+                f"for a quick run)")
+    if example and args.synthetic is None:
+        return f"{what}, a few seconds"
+    return what
 
 
 def _relayout_limit(limit: tuple[int, float | None], nodes: Sequence[spec.NodeSpec]) -> int:
@@ -463,6 +487,7 @@ def run(args: argparse.Namespace) -> int:
     seeds = list(range(args.seed, args.seed + args.seeds))
     jobs = [(nodes, pods, p, s, options, catalog, s == seeds[0] and p.name in pictures)
             for s in seeds for p in policies]
+    print(start_notice(args, info, runs=len(jobs)), file=sys.stderr, flush=True)
     started = time.perf_counter()
     results: list[engine.RunResult] = []
     if args.jobs > 1 and len(jobs) > 1:

@@ -209,14 +209,33 @@ def test_help_lists_the_actions() -> None:
         assert action in done.stdout
 
 
-def test_a_ca_roll_prints_the_bundle_first_then_the_secret(out: Path) -> None:
+@pytest.mark.parametrize("service, publish, other", [
+    ("migfit-webhook", "--only ca-bundle", ("migfit-extender-ca", "kube-scheduler")),
+    ("migfit-extender", "create configmap migfit-extender-ca", ("caBundle", "ca-bundle`")),
+    ("gpu-admission", "--only ca-bundle", ()),  # named neither way: both ways are printed
+])
+def test_a_ca_roll_prints_the_steps_of_its_service(
+    tmp_path: Path, service: str, publish: str, other: tuple[str, ...],
+) -> None:
+    """The bundle first, then the Secret, then retire; the bundle published to whoever
+    trusts this service: the webhook's caBundle (the API server) or the extender's CA file
+    (kube-scheduler). Both folders used to get the same steps, which named the other's."""
+    out = tmp_path / service
+    done = migfit("init", "--service", service, "--namespace", "ml", "--out", out)
+    assert done.returncode == 0, done.stderr
     done = migfit("rotate", "--out", out, "--new-ca")
     assert done.returncode == 0, done.stderr
     text = done.stdout
-    bundle, secret = text.find("--only ca-bundle"), text.find("--only secret")
+    bundle, secret = text.find(publish), text.find("--only secret")
     retire = text.rfind("--retire-old-ca")
     assert 0 < bundle < secret < retire, text
-    assert "kubectl apply" not in text[:secret]  # nothing is applied before the bundle
+    for word in other:
+        assert word not in text, text
+    if service == "migfit-extender":
+        assert f"--from-file=ca.crt={out / store.CA_BUNDLE}" in text
+        assert "kubectl -n ml rollout restart deploy/migfit-scheduler" in text
+    if service == "gpu-admission":
+        assert "migfit-extender-ca" in text
 
 
 def test_a_serving_certificate_cut_at_its_cas_expiry_says_so(tmp_path: Path) -> None:

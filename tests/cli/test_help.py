@@ -104,3 +104,53 @@ def test_serve_refuses_a_request_timeout_it_would_ignore() -> None:
                           capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 2, done.stderr[-500:]
     assert "--request-timeout applies to a Kubernetes API" in done.stderr
+
+
+def _parsers(name: str) -> list[tuple[str, argparse.ArgumentParser]]:
+    """The parser of one command and of each of its subcommands, with their names."""
+    parser = cli.build_parser(name)
+    todo = [(name, next(a for a in parser._actions
+                        if isinstance(a, argparse._SubParsersAction)).choices[name])]
+    found = []
+    while todo:
+        prog, p = todo.pop()
+        found.append((prog, p))
+        for action in p._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                todo += [(f"{prog} {sub}", child) for sub, child in action.choices.items()]
+    return found
+
+
+@pytest.mark.parametrize("name", list(cli.COMMANDS))
+def test_every_option_has_help_naming_only_flags_its_command_has(name: str) -> None:
+    """`migfit webhook --log-level` had no help; serve's --max-body-in-flight spoke of
+    --max-body, which serve does not take."""
+    for prog, parser in _parsers(name):
+        flags = {s for a in parser._actions for s in a.option_strings}
+        formatter = parser._get_formatter()
+        for action in parser._actions:
+            if not action.option_strings or action.help == argparse.SUPPRESS:
+                continue
+            assert action.help, (prog, action.option_strings)
+            text = formatter._expand_help(action)
+            # Not another program's flag named as such ("the extender's --config-sync",
+            # dcgm-exporter's "-c/--collect-interval").
+            named = set(re.findall(r"(?<![\w/-])(?<!'s )--[a-z][a-z0-9-]*", text))
+            assert named <= flags, (prog, action.option_strings, named - flags)
+
+
+@pytest.mark.parametrize("name", list(cli.COMMANDS))
+def test_every_command_and_subcommand_has_a_description(name: str) -> None:
+    for prog, parser in _parsers(name):
+        if not any(isinstance(a, argparse._SubParsersAction) for a in parser._actions):
+            assert parser.description, prog
+
+
+def test_migfit_without_a_command_prints_its_usage_to_stderr() -> None:
+    """It printed the whole help to stdout, with exit status 2."""
+    done = subprocess.run([sys.executable, "-m", "migfit.cli"], capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 2
+    assert done.stdout == ""
+    assert done.stderr.startswith("usage: migfit ")
+    assert done.stderr.splitlines()[-1].startswith("migfit: error: ")

@@ -274,3 +274,33 @@ def test_a_third_signal_exits_at_once_and_removes_the_throwaway_key(tmp_path: Pa
         else:
             assert code == 130, server.output
     assert thirds, "no third signal arrived before the hurried shutdown had finished"
+
+
+def test_two_ctrl_cs_close_together_never_end_serve_by_the_signal(tmp_path: Path) -> None:
+    """Two SIGINTs 5 to 100 ms apart: the first starts the shutdown (one line says so), the
+    second either finds the process gone or is answered with a line and exit 130. Before,
+    the shutdown was over within a few ms and the interpreter's teardown, which puts the
+    default handlers back first, took a fifth of a second more: the second SIGINT ended
+    the process by the signal itself (-2), with no line, and the first logged nothing."""
+    for attempt, gap in enumerate((0.005, 0.02, 0.05, 0.1)):
+        folder = tmp_path / str(attempt)
+        folder.mkdir()
+        hook, ext = _free_port(), _free_port()
+        server = Server(["serve", "--webhook-port", str(hook), "--extender-port", str(ext)],
+                        env={"TMPDIR": str(folder)})
+        try:
+            server.wait_for("Stop with Ctrl-C")
+            server.proc.send_signal(signal.SIGINT)
+            time.sleep(gap)
+            if server.proc.poll() is None:
+                server.proc.send_signal(signal.SIGINT)
+            code = server.exit_within(PROMPT_S)
+        finally:
+            server.stop()
+        out = server.output
+        assert code in (0, 130), (gap, code, out)
+        assert "Traceback" not in out and " ERROR " not in out, (gap, out)
+        assert out.count("shutting down") == 1, (gap, out)
+        if code == 130:
+            assert "SIGINT again" in out or "SIGINT after the shutdown" in out, (gap, out)
+        assert list(folder.glob("migfit-serve-*")) == [], (gap, out)

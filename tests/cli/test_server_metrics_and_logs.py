@@ -293,3 +293,25 @@ def test_serve_metrics_and_json_log(tmp_path: Path) -> None:
     records = _json_lines(lines)
     assert any(r.get("event") == "prioritize" for r in records)
     assert datetime.datetime.fromisoformat(records[0]["time"]).tzinfo is not None
+
+
+def test_the_extenders_debug_log_has_each_refused_nodes_free_counts(
+        tls: Tls, tmp_path: Path) -> None:
+    """README: the filter's messages leave the free counts out, and they are in the debug
+    log. The debug lines only repeated the messages ("every 1g.10gb instance is in use")."""
+    port = _free_port()
+    server = Server(["extender", "--host", "127.0.0.1", "--port", str(port), "--cluster",
+                     str(CLUSTER), "--no-publish", "--tls-cert", str(tls.cert), "--tls-key",
+                     str(tls.key), "--log-level", "debug"], tls=tls, log=tmp_path / "err")
+    try:
+        base = f"https://127.0.0.1:{port}"
+        server.wait_ready(base)
+        server.post(f"{base}/filter", (REQUESTS / "filter-1g10gb.json").read_bytes())
+    finally:
+        lines = server.stop()
+    verdicts = {m.group(1): m.group(2) for m in (
+        re.search(r" filter \S+: (\S+): (.*)$", line) for line in lines) if m}
+    assert verdicts["gpu-a100-1"] == "every 1g.10gb instance is in use (free 1g.10gb 0/7)"
+    assert verdicts["gpu-h100-0"] == ("every 1g.10gb instance is in use "
+                                      "(free 1g.10gb 0/4, 2g.20gb 0/2, 3g.40gb 1/2)")
+    assert verdicts["gpu-a100-0"].endswith("(see migfit advise) (free 3g.40gb 2/2)")

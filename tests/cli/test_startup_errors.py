@@ -59,6 +59,15 @@ def test_serve_on_a_port_in_use(busy_port: int, tmp_path: Path) -> None:
     line = _fails_in_one_line(["serve", "--webhook-port", str(busy_port), "--cert-dir",
                                str(tmp_path / "c")], code=2)
     assert str(busy_port) in line and "address already in use" in line
+    assert line.count("cannot listen on") == 1, line  # it said it twice, once in brackets
+
+
+def test_serve_with_one_port_for_both_servers(tmp_path: Path) -> None:
+    """It reported "address already in use" once the webhook had taken the port."""
+    line = _fails_in_one_line(["serve", "--webhook-port", "19600", "--extender-port", "19600",
+                               "--cert-dir", str(tmp_path / "c")], code=2)
+    assert line == ("migfit: error: --webhook-port and --extender-port are both 19600: the "
+                    "two servers need different ports")
 
 
 @pytest.mark.parametrize("flag", ["--webhook-port", "--extender-port"])
@@ -181,3 +190,46 @@ def test_a_yaml_error_names_where_its_construct_began(tmp_path: Path) -> None:
                               code=2)
     assert ("not valid YAML at line 3, column 1: could not find expected ':' (while scanning a "
             "simple key at line 2, column 1)") in line
+
+
+def test_serve_refuses_a_certs_init_folder_as_cert_dir(certs: Path) -> None:
+    before = {p.name: p.read_bytes() for p in certs.iterdir()}
+    line = _fails_in_one_line(["serve", "--cert-dir", str(certs)], code=2)
+    assert "already holds" in line and "pass a new or empty folder" in line
+    assert {p.name: p.read_bytes() for p in certs.iterdir()} == before
+
+
+@pytest.mark.parametrize("where", ["file", "under-a-file"])
+def test_serve_with_a_cert_dir_it_cannot_make(tmp_path: Path, where: str) -> None:
+    """A file as --cert-dir, or a folder that cannot be made, was a raw OSError, exit 1
+    (`[Errno 17] File exists`, `[Errno 2] No such file or directory`)."""
+    (tmp_path / "file").write_text("x\n")
+    target = tmp_path / "file" if where == "file" else tmp_path / "file" / "sub"
+    line = _fails_in_one_line(["serve", "--cert-dir", str(target)], code=2)
+    assert "Errno" not in line and str(target) in line and "new or empty folder" in line
+
+
+@pytest.mark.parametrize("text", ["a: [\n", '{"kind":"List","items":[]}\n', ""])
+@pytest.mark.parametrize("command", ["serve", "extender"])
+def test_a_cluster_file_that_is_no_cluster_is_refused_at_start(
+        tmp_path: Path, text: str, command: str) -> None:
+    """``serve`` kept running with such a file, never ready, with one ERROR line "(keeping
+    the last good state)" though there was none, and /advice answered 200 with nothing.
+    Now it stops at once with the line ``migfit status`` prints for the same file."""
+    bad = tmp_path / "cluster.yaml"
+    bad.write_text(text)
+    status = _fails_in_one_line(["status", "--cluster", str(bad)], code=2)
+    args = (["--cert-dir", str(tmp_path / "c")] if command == "serve"
+            else ["--port", "18998", "--no-publish"])
+    assert _fails_in_one_line([command, *args, "--cluster", str(bad)], code=2) == status
+    assert not (tmp_path / "c").exists()
+
+
+def test_an_empty_cluster_file_is_told_what_a_valid_one_needs(tmp_path: Path) -> None:
+    """It said "(an empty cluster is a List with 'items: []')", and such a List was then
+    refused for having no Node."""
+    empty = tmp_path / "empty.yaml"
+    empty.write_text("")
+    line = _fails_in_one_line(["status", "--cluster", str(empty)], code=2)
+    assert "items: []" not in line and "at least one Node" in line
+    assert "kubectl get nodes,pods -A -o yaml" in line

@@ -60,7 +60,8 @@ def test_check_fails_when_a_generated_file_is_missing_and_render_restores_it(
     assert migfit("deploy", "render", "--check", "--dir", str(copy)).returncode == 1
     done = migfit("deploy", "render", "--dir", str(copy))
     assert done.returncode == 0, done.stderr
-    assert f"wrote {copy / deploy.DEFAULT_SCHEDULER_SNIPPET}" in done.stdout
+    assert done.stdout == (f"wrote {copy / deploy.DEFAULT_SCHEDULER_SNIPPET} from the MIG "
+                           f"catalog\n")
     assert migfit("deploy", "render", "--check", "--dir", str(copy)).returncode == 0
     assert (copy / deploy.DEFAULT_SCHEDULER_SNIPPET).read_bytes() == (
         DEPLOY / deploy.DEFAULT_SCHEDULER_SNIPPET).read_bytes()
@@ -70,3 +71,19 @@ def test_a_missing_directory_is_a_usage_error(tmp_path: Path) -> None:
     done = migfit("deploy", "render", "--check", "--dir", str(tmp_path / "nope"))
     assert done.returncode == 2
     assert "not a directory" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_render_says_in_one_line_when_nothing_needed_writing(tmp_path: Path) -> None:
+    """It printed nothing at all: a user could not tell whether it had run."""
+    copy = _copy(tmp_path)
+    done = migfit("deploy", "render", "--dir", str(copy))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == (f"{copy / deploy.SECOND_SCHEDULER_CONFIG} and "
+                           f"{copy / deploy.DEFAULT_SCHEDULER_SNIPPET} already match the MIG "
+                           f"catalog: nothing written\n")
+
+
+def test_render_help_says_what_it_writes() -> None:
+    done = migfit("deploy", "render", "--help")
+    assert done.returncode == 0
+    assert "KubeSchedulerConfiguration" in done.stdout and "managedResources" in done.stdout

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from migfit.certs import certificates
+from migfit import errors
+from migfit.certs import certificates, store
 from migfit.commands import serve
 
 
@@ -32,3 +33,34 @@ def test_a_given_certificate_folder_is_kept(tmp_path: Path) -> None:
     with serve.certificate_files(target) as (cert, key, ca):
         assert cert.parent == target
     assert cert.is_file() and key.is_file() and ca.is_file()
+
+
+def test_a_folder_an_earlier_serve_wrote_is_used_again(tmp_path: Path) -> None:
+    target = tmp_path / "certs"
+    with serve.certificate_files(target) as (_cert, _key, ca):
+        first = ca.read_bytes()
+    with serve.certificate_files(target) as (_cert, _key, ca):
+        assert ca.read_bytes() != first  # a new throwaway CA, in the same folder
+
+
+def test_a_certs_init_folder_is_refused_and_left_as_it_was(tmp_path: Path) -> None:
+    """It was overwritten: ca.crt, tls.crt and tls.key became the throwaway localhost ones
+    beside the old ca.key, and `migfit certs rotate` then failed on that folder."""
+    target = tmp_path / "pki"
+    store.init(target, service="migfit-webhook", namespace="migfit-system")
+    before = {p.name: p.read_bytes() for p in target.iterdir()}
+    with pytest.raises(errors.UsageError, match="pass a new or empty folder"), \
+            serve.certificate_files(target):
+        pass
+    assert {p.name: p.read_bytes() for p in target.iterdir()} == before
+    store.rotate(target)  # still a consistent certificate folder
+
+
+@pytest.mark.parametrize("files", [["notes.txt"], ["tls.crt", "tls.key", "ca.crt"]])
+def test_a_folder_holding_other_files_is_refused(tmp_path: Path, files: list[str]) -> None:
+    for name in files:
+        (tmp_path / name).write_text("mine\n")
+    with pytest.raises(errors.UsageError, match="already holds"), \
+            serve.certificate_files(tmp_path):
+        pass
+    assert all((tmp_path / name).read_text() == "mine\n" for name in files)

@@ -227,3 +227,46 @@ def test_the_table_and_markdown_show_fgds_unit_beside_unallocated(
     header = next(line for line in out.splitlines() if line.startswith("policy "))
     assert header.split("  ")[0:1] == ["policy"] and "unallocated  FGD's unit" in header
     assert "| unallocated at end | FGD's unit |" in out
+
+
+def test_a_run_says_first_what_it_replays_and_about_how_long(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """With no arguments the full trace's replay ran for minutes with no word of it."""
+    (tmp_path / "openb_node_list_gpu_node.csv").write_text(
+        "sn,cpu_milli,memory_mib,gpu,model\na1,64000,262144,1,V100M32\n")
+    rows = ["name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,"
+            "creation_time,deletion_time,scheduled_time"]
+    rows += [f"p{i},1000,1024,1,1000,,LS,Running,{i},{i + 500},{i}" for i in range(8)]
+    (tmp_path / "openb_pod_list_default.csv").write_text("\n".join(rows) + "\n")
+    assert cli.main(["simulate", "--trace-dir", str(tmp_path), "--policies", "default,migfit",
+                     "--seeds", "2"]) == 0
+    first = capsys.readouterr().err.splitlines()[0]
+    assert first == ("replaying 4 pods of openb_pod_list_default.csv on the trace's 1 nodes "
+                     "(1 GPUs): 4 runs, several minutes on 2 cores (--jobs N runs N at once; "
+                     "--example for a quick run)")
+    assert cli.main(["simulate", "--example", "--policies", "migfit"]) == 0
+    first = capsys.readouterr().err.splitlines()[0]
+    assert first == (f"replaying {simulate_cli.EXAMPLE_PODS} synthetic pods on "
+                     f"migfit/simulate/example-cluster.yaml (26 nodes, 176 GPUs): 1 run, "
+                     f"a few seconds")
+
+
+def test_the_example_cluster_is_named_as_it_is(capsys: pytest.CaptureFixture[str]) -> None:
+    """--example's help said "the small cluster shipped with migfit (example-cluster.yaml)",
+    which users took for migfit/data/example-cluster.yaml, the cluster of migfit serve."""
+    import migfit
+    from migfit import profiles
+    from migfit.simulate import spec
+
+    root = Path(migfit.__file__).resolve().parent.parent
+    assert root / simulate_cli.EXAMPLE_NAME == simulate_cli.EXAMPLE_CLUSTER
+    nodes = spec.load_spec(simulate_cli.EXAMPLE_CLUSTER, profiles.builtin())
+    with_gpus = [n for n in nodes if n.gpus]
+    assert (len(nodes), len(with_gpus)) == (26, 24)
+    assert {n.model.id for n in with_gpus} == {"A100-80GB"}
+    assert {n.gpus for n in with_gpus} == {4, 8}
+    assert simulate_cli.EXAMPLE_SHAPE.startswith("26 nodes: 24 with 4 or 8 A100-80GB GPUs")
+    with pytest.raises(SystemExit):
+        cli.main(["simulate", "--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert "migfit/simulate/example-cluster.yaml (26 nodes" in help_text

@@ -223,9 +223,14 @@ def test_open_source_needs_exactly_one_origin(path: pathlib.Path) -> None:
     with pytest.raises(errors.UsageError, match="no such file"):
         sources.open_source(model, cluster_file=path.with_name("typo.yaml"), kubeconfig=None,
                             in_cluster=False)
-    path.write_text("apiVersion: v1\nkind: List\nitems: []\n")
+    path.write_text(yaml.safe_dump(as_list(node("n1"))))
     assert isinstance(sources.open_source(model, cluster_file=path, kubeconfig=None,
                                           in_cluster=False), snapshots.FileSource)
+    # A file that is no cluster is refused at once too, as status refuses it (the server
+    # had run, never ready).
+    path.write_text("apiVersion: v1\nkind: List\nitems: []\n")
+    with pytest.raises(errors.ConfigError, match="no Node objects"):
+        sources.open_source(model, cluster_file=path, kubeconfig=None, in_cluster=False)
 
 
 def test_a_snapshot_without_nodes_is_refused_with_the_export_command() -> None:

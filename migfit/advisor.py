@@ -433,12 +433,9 @@ def _refusal(state: cluster.Cluster, pod: records.PodRecord, name: str,
 
 #: What each kind of obstacle ``explain`` names asks of the operator or the pod's owner.
 _FIXES: Final = {
-    "taint": "give the pod a toleration for the taint, or take the taint off a node with a "
-             "free instance",
-    "room": "free cpu or memory on a node with a free instance, or lower the pod's cpu or "
-            "memory request",
-    "placement": "widen the pod's nodeSelector or required node affinity to a node with a "
-                 "free instance",
+    "taint": "give the pod a toleration for the taint, or take the taint off such a node",
+    "room": "free cpu or memory on such a node, or lower the pod's cpu or memory request",
+    "placement": "widen the pod's nodeSelector or required node affinity to such a node",
     "wide": "split the pod into pods that ask for fewer instances",
     "busy": "wait for an instance to be freed (it runs then)",
 }
@@ -1612,6 +1609,56 @@ def dumps(advice: Advice) -> str:
 # ---------------------------------------------------------------- explain
 
 
+def _target_has(state: cluster.Cluster, name: str, profile: ProfileName,
+                config: migparted.Config | None) -> bool | None:
+    """Whether the layout node ``name`` is being re-partitioned to (its nvidia.com/mig.config)
+    has ``profile``, read from ``config``; None when that is not known."""
+    ns = state.node(name)
+    if ns is None or config is None:
+        return None
+    rec = ns.node
+    if rec.model is None or not rec.config:
+        return None
+    model = state.catalog.get(rec.model)
+    try:
+        target = migparted.resolve(config.for_node(rec.name), rec.config, model=model,
+                                   gpu_count=rec.gpu_count,
+                                   device_ids=model.device_ids_for(
+                                       rec.labels.get(keys.LABEL_PRODUCT)))
+    except errors.ConfigError:
+        return None
+    return target.totals()[profile] > 0
+
+
+def _idle_refusals(state: cluster.Cluster, pod: records.PodRecord,
+                   blocked: Sequence[str], memo: dict[str, tuple[int, int]]
+                   ) -> list[tuple[str, str]]:
+    """The idle nodes (no pod on their GPUs) whose GPU model has every profile of
+    ``blocked``, which a re-layout could serve the pod from, but which cannot take it (its
+    selection, a taint, cpu or memory): name and why, by name."""
+    out = []
+    for ns in sorted(state.nodes(), key=lambda n: n.name):
+        rec = ns.node
+        if rec.model is None or excluded(ns) is not None:
+            continue
+        model = state.catalog.get(rec.model)
+        if not all(model.has_profile(p) for p in blocked) or any(
+                p.holds_instances and (p.mig_requests or p.requests.get(
+                    profiles.GPU_RESOURCE, 0) > 0) for p in state.pods_on(rec.name)):
+            continue
+        why = excludes(rec, pod.constraints)
+        if why is None:
+            cpu, mem = _room(state, rec.name, memo)
+            if pod.cpu_milli > cpu:
+                why = f"cpu: {cpu}m free, it asks for {pod.cpu_milli}m"
+            elif pod.memory_bytes > mem:
+                why = (f"memory: {quantity.format_bytes(mem)} free, it asks for "
+                       f"{quantity.format_bytes(pod.memory_bytes)}")
+        if why is not None:
+            out.append((rec.name, why))
+    return out
+
+
 def _names(nodes: Sequence[str], limit: int = 5) -> str:
     shown = ", ".join(nodes[:limit])
     return shown + (f" and {len(nodes) - limit} more" if len(nodes) > limit else "")
@@ -1694,14 +1741,22 @@ def explain(
                          f"{'one is freed' if reqs[p] == 1 else 'enough are'}.")
             if reqs[p] > 1:
                 lines.append(_wide(state, pod, p, reqs[p]))
-        elif moving:
-            lines.append(f"- {p}: only node(s) being re-partitioned advertise it "
-                         f"({_names(moving)}); it can run once they finish.")
-        elif cordoned:
-            causes.add("cordoned")
-            cordoned_at.extend(cordoned)
-            lines.append(f"- {p}: only cordoned node(s) advertise it ({_names(cordoned)}); "
-                         f"the scheduler passes them over.")
+        elif moving or cordoned:
+            parts = []
+            keeps = [n for n in moving if _target_has(state, n, p, config) is not False]
+            drops = [n for n in moving if n not in keeps]
+            if keeps:
+                parts.append(f"node(s) being re-partitioned ({_names(keeps)}): it can run "
+                             f"there once they finish, if their new layout has it")
+            if drops:
+                parts.append(f"node(s) being re-partitioned to a layout without it "
+                             f"({_names(drops)})")
+            if cordoned:
+                causes.add("cordoned")
+                cordoned_at.extend(cordoned)
+                parts.append(f"cordoned node(s) ({_names(cordoned)}), which the scheduler "
+                             f"passes over")
+            lines.append(f"- {p}: advertised only by " + "; and by ".join(parts) + ".")
         else:
             lines.append(f"- {p}: no node advertises it. The scheduler will not split a larger "
                          f"idle instance and preemption cannot create it: a node must be "
@@ -1719,6 +1774,15 @@ def explain(
         return "\n".join(lines)
     advice = advice or advise(state, now=now, settings=settings, config=config)
     rec = advice.for_pod(key)
+    if rec is None or rec.disrupts:
+        # Idle nodes would serve it without disrupting a pod, but it cannot go there.
+        refused = _idle_refusals(state, pod, blocked, memo)
+        if refused:
+            causes.update(_cause(why) for _n, why in refused)
+            shown = "; ".join(f"{n}: {why}" for n, why in refused[:5])
+            more = f"; and {len(refused) - 5} more" if len(refused) > 5 else ""
+            lines.append(f"- Idle node(s) a re-layout could give it from cannot take it "
+                         f"({shown}{more}).")
     if rec is None:
         models = sorted({m.id for m in state.models_present()
                          if all(m.has_profile(p) for p in blocked)})

@@ -7,7 +7,7 @@ from typing import Any
 
 from advisor_scene import T0, build, node, pod
 
-from migfit import advisor, builders, decoding, keys, profiles, records
+from migfit import advisor, builders, decoding, keys, migparted, profiles, records
 from migfit.commands import status
 
 NOW = T0 + 600
@@ -214,11 +214,11 @@ def test_explain_fixes_the_obstacle_it_names() -> None:
     taint = {"key": "team", "value": "x", "effect": "NoSchedule"}
     cases = (
         (node("a", alloc={"1g.10gb": 7}, taints=[taint]), {},
-         "Give the pod a toleration for the taint, or take the taint off a node with a free "
-         "instance; add capacity; or ask for another profile."),
+         "Give the pod a toleration for the taint, or take the taint off such a node; add "
+         "capacity; or ask for another profile."),
         (node("a", alloc={"1g.10gb": 7}, cpu="2"), {"cpu": "8"},
-         "Free cpu or memory on a node with a free instance, or lower the pod's cpu or "
-         "memory request; add capacity; or ask for another profile."),
+         "Free cpu or memory on such a node, or lower the pod's cpu or memory request; add "
+         "capacity; or ask for another profile."),
         (node("a", alloc={"1g.10gb": 7}, unschedulable=True), {},
          "Uncordon a once it may take pods again (kubectl uncordon a); add capacity; or ask "
          "for another profile."),
@@ -229,7 +229,43 @@ def test_explain_fixes_the_obstacle_it_names() -> None:
         assert text.endswith(fix), text
     cordoned = advisor.explain(build(cases[2][0], pod("p", "1g.10gb")), "default", "p",
                                now=NOW)
-    assert "- 1g.10gb: only cordoned node(s) advertise it (a)" in cordoned
+    assert "- 1g.10gb: advertised only by cordoned node(s) (a), which the scheduler passes " \
+        "over." in cordoned
+    # Beside a node being re-partitioned to a layout without the profile: both are named
+    # (it had said only "it can run once they finish").
+    config = migparted.parse("""
+version: v1
+mig-configs:
+  all-1g.10gb:
+    - devices: all
+      mig-enabled: true
+      mig-devices: {"1g.10gb": 7}
+  all-3g.40gb:
+    - devices: all
+      mig-enabled: true
+      mig-devices: {"3g.40gb": 2}
+""")
+    moving = node("m", alloc={"3g.40gb": 2}, config="all-1g.10gb", state="pending")
+    text = advisor.explain(build(moving, node("c", alloc={"3g.40gb": 2}, unschedulable=True),
+                                 pod("p", "3g.40gb")), "default", "p", now=NOW, config=config)
+    assert ("- 3g.40gb: advertised only by node(s) being re-partitioned to a layout without "
+            "it (m); and by cordoned node(s) (c), which the scheduler passes over.") in text
+    assert "kubectl uncordon c" in text
+    # An idle node a re-layout could use, behind a taint, while the instances are in use.
+    full = node("full", alloc={"1g.10gb": 1})
+    taken = pod("r", "1g.10gb", node="full", phase="Running")
+    idle = node("idle", alloc={"3g.40gb": 2}, taints=[taint])
+    text = advisor.explain(build(full, taken, idle, pod("p", "1g.10gb")), "default", "p",
+                           now=NOW)
+    assert "- Idle node(s) a re-layout could give it from cannot take it (idle: taint " \
+        "team=x:NoSchedule)." in text
+    assert "This disrupts running pods: default/r." in text  # the fix it has, named
+    # No node to re-lay out at all: the fix is the taint's (or the freed instance).
+    text = advisor.explain(build(full, taken, idle, pod("p", "1g.10gb")), "default", "p",
+                           now=NOW, settings=advisor.Settings(allow_disruptive=False))
+    assert text.endswith("Give the pod a toleration for the taint, or take the taint off such "
+                         "a node; wait for an instance to be freed (it runs then); add "
+                         "capacity; or ask for another profile."), text
 
 
 def test_explain_names_why_each_free_instance_cannot_take_the_pod() -> None:

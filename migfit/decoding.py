@@ -92,7 +92,8 @@ def effective_requests(spec: Mapping[str, Any]) -> tuple[
     Regular containers are summed; each non-restartable init container runs alone next to the
     sidecars started before it, so the pod needs the max of those; restartable init containers
     (sidecars, restartPolicy Always) run for the pod's life and add to the sum (KEP-753).
-    ``spec.overhead`` (KEP-688) adds to cpu and memory.
+    Pod-level ``spec.resources`` (KEP-2837) stand for the containers' cpu or memory where
+    set; ``spec.overhead`` (KEP-688) adds to cpu and memory.
     """
     per_container: list[tuple[str, str, int]] = []
 
@@ -105,12 +106,12 @@ def effective_requests(spec: Mapping[str, Any]) -> tuple[
                 out[res] = n
                 if n:
                     per_container.append((cname, sys.intern(res), n))
-            elif res == "cpu":
+            elif res == "cpu":  # never below 0 (the API server refuses a negative request)
                 with contextlib.suppress(errors.QuantityError):
-                    out[res] = fields.milli(val)
+                    out[res] = max(fields.milli(val), 0)
             elif res == "memory":
                 with contextlib.suppress(errors.QuantityError):
-                    out[res] = fields.bytes_(val)
+                    out[res] = max(fields.bytes_(val), 0)
         return out
 
     # Plain dicts, not Counters: this runs for every pod event.
@@ -143,12 +144,21 @@ def effective_requests(spec: Mapping[str, Any]) -> tuple[
             total[res] = max(regular.get(res, 0) + sidecars.get(res, 0), init_max.get(res, 0))
     cpu = total.pop("cpu", 0)
     mem = total.pop("memory", 0)
+    # Pod-level resources (KEP-2837, beta and on by default from Kubernetes 1.34): where the
+    # pod sets cpu or memory for itself, kube-scheduler counts that instead of its
+    # containers' sum (its requests, else its limits, as the API defaults them).
+    level = fields.as_dict(spec.get("resources"))
+    pod_level = fields.as_dict(level.get("requests")) or fields.as_dict(level.get("limits"))
+    with contextlib.suppress(errors.QuantityError):
+        cpu = max(fields.milli(pod_level["cpu"]), 0) if "cpu" in pod_level else cpu
+    with contextlib.suppress(errors.QuantityError):
+        mem = max(fields.bytes_(pod_level["memory"]), 0) if "memory" in pod_level else mem
     # Pod overhead (RuntimeClass, KEP-688) is added to the pod's requests by the scheduler.
     overhead = fields.as_dict(spec.get("overhead"))
     with contextlib.suppress(errors.QuantityError):
-        cpu += fields.milli(overhead["cpu"]) if "cpu" in overhead else 0
+        cpu += max(fields.milli(overhead["cpu"]), 0) if "cpu" in overhead else 0
     with contextlib.suppress(errors.QuantityError):
-        mem += fields.bytes_(overhead["memory"]) if "memory" in overhead else 0
+        mem += max(fields.bytes_(overhead["memory"]), 0) if "memory" in overhead else 0
     gpu = {sys.intern(r): n for r, n in total.items() if n > 0}
     return gpu, tuple(per_container), cpu, mem
 

@@ -229,3 +229,17 @@ async def test_a_key_given_twice_in_two_cases_is_read_as_go_reads_it(client: Cli
     status, answer = await _post(client, "filter", body.encode())
     assert status == 200
     assert _strict(answer)["NodeNames"] == ["b"]  # the 3g.40gb pod's node
+
+
+@pytest.mark.parametrize("verb", ["filter", "prioritize"])
+async def test_a_body_nested_200000_deep_is_refused_and_the_server_lives(
+        client: Client, verb: str) -> None:
+    """400 KB of brackets in the pod: orjson before 3.9.15 overflowed the C stack on it and
+    the extender died (CVE-2024-27454), which, registered as not ignorable, stops every MIG
+    pod's scheduling; now it is a 400."""
+    depth = 200_000
+    body = (b'{"Pod":{"x":' + b"[" * depth + b"]" * depth + b'},"NodeNames":["a"]}')
+    status, answer = await _post(client, verb, body)
+    assert status == 400, answer[:200]
+    status, _ = await _post(client, verb, json.dumps(args(pod("p"), ["a"])).encode())
+    assert status == 200

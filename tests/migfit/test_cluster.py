@@ -439,6 +439,25 @@ def test_pod_overhead_adds_to_cpu_and_memory() -> None:
     assert decoding.effective_requests(bad)[2] == 500
 
 
+def test_pod_level_resources_stand_for_the_containers_and_nothing_is_negative() -> None:
+    # KEP-2837 (beta, on by default from Kubernetes 1.34): the pod's own cpu and memory
+    # replace its containers' sum where set (requests, else limits); overhead still adds.
+    spec = {"containers": [container(requests={"cpu": "500m", "memory": "1Gi",
+                                               **mig("1g.10gb")})],
+            "resources": {"requests": {"cpu": "12"}},
+            "overhead": {"cpu": "250m"}}
+    requests, _, cpu, mem = decoding.effective_requests(spec)
+    assert requests == {"nvidia.com/mig-1g.10gb": 1}
+    assert (cpu, mem) == (12_250, 2**30)
+    limits_only = {**spec, "resources": {"limits": {"memory": "8Gi"}}}
+    assert decoding.effective_requests(limits_only)[2:] == (750, 8 * 2**30)
+    # A negative request (the API server refuses one) counts as none: it made the
+    # extender's score take the logarithm of a negative ratio (500).
+    negative = {"containers": [container(requests={"cpu": "-3", "memory": "-5Gi",
+                                                   **mig("1g.10gb")})]}
+    assert decoding.effective_requests(negative)[2:] == (0, 0)
+
+
 def test_an_in_place_cpu_resize_renews_the_node_state() -> None:
     # The extender's host-room figures are cached per NodeState: a pod whose cpu or memory
     # request changes in place (KEP-1287) must give its node a new state.

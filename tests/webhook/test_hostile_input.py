@@ -160,3 +160,19 @@ async def test_a_body_too_large_is_refused_before_it_is_invited(
     resp = await client.post("/mutate", data=small, expect100=True,
                              headers={"Content-Type": "application/json"})
     assert resp.status == 200 and (await resp.json())["response"]["allowed"] is True
+
+
+async def test_a_body_nested_200000_deep_is_refused_and_the_server_lives(
+        make_client: MakeClient) -> None:
+    """400 KB of brackets: orjson before 3.9.15 overflowed the C stack on it and the process
+    died (CVE-2024-27454); now it is a 400 like any body that is not an AdmissionReview."""
+    client = await make_client()
+    depth = 200_000
+    for body in (b"[" * depth + b"]" * depth,
+                 b'{"kind":"AdmissionReview","request":' + b"[" * depth + b"]" * depth + b"}"):
+        resp = await client.post("/mutate", data=body,
+                                 headers={"Content-Type": "application/json"})
+        assert resp.status == 400, await resp.text()
+    review = s.review(s.pod({requests.GPU_MEMORY: "12Gi"}))
+    resp = await client.post("/mutate", json=review)
+    assert resp.status == 200

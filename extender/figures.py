@@ -86,8 +86,12 @@ def _figures(state: records.NodeState, models: Mapping[str, profiles.GpuModel]) 
             continue
         free = state.free.get(p, 0)
         advertised.append((p, alloc, free))
-        total += alloc * size
-        used += min(alloc, state.used.get(p, 0)) * size
+        # Slices are the instances' (time-slicing advertises each instance once per replica,
+        # and a replica in use holds its instance's slices as much as the rest do).
+        shared = max(record.replicas.get(p, 1), 1)
+        instances = -(-alloc // shared)
+        total += instances * size
+        used += min(instances, -(-state.used.get(p, 0) // shared)) * size
         if free > 0:
             largest = max(largest, size)
     advertised.sort(key=lambda t: (order.get(t[0], len(order)), t[0]))

@@ -246,6 +246,8 @@ def model_term(index: figures.Index, request: filtering.PodRequest, model_key: s
 
 
 def _scarcity(index: figures.Index, model_key: str, request: filtering.PodRequest) -> float:
+    if not model_key:
+        return 0.0  # a GPU model the catalog lacks: its supply is not counted, nor short
     worst = 0.0
     for w in request.wants:
         supply = index.supply(model_key, w.profile)

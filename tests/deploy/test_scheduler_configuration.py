@@ -44,8 +44,10 @@ def _check_extender(extender: schedulerconfig.Extender) -> None:
     assert tls is not None and tls.caFile and tls.insecure is False
     assert tls.serverName == "migfit-extender.migfit-system.svc"
     names = [r.name for r in extender.managedResources or ()]
-    assert names == profiles.builtin().resource_names()
-    assert all(n.startswith("nvidia.com/mig-") for n in names)
+    # every MIG resource, and the single strategy's nvidia.com/gpu: without it kube-scheduler
+    # never sent the extender a single-strategy MIG pod
+    assert names == [*profiles.builtin().resource_names(), "nvidia.com/gpu"]
+    assert all(n.startswith("nvidia.com/mig-") for n in names[:-1])
     assert not any(r.ignoredByScheduler for r in extender.managedResources or ())
 
 

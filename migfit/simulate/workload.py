@@ -85,18 +85,20 @@ def request_annotations(model: profiles.GpuModel, *, gpu_milli: int, mapping: Ma
                         ) -> dict[str, str]:
     """The annotations that ask the webhook for what the mapping means, for one container.
 
-    ``compute``: a nominal 1Mi of memory and ``gpu-compute: g``. ``memory`` (and whole
-    GPUs): one MiB more than the usable memory of the largest profile with fewer memory
-    slices than the mapping asks for, so the smallest fitting profile is the mapped one.
+    ``compute``: a nominal 1Mi of memory and ``gpu-compute: g``; a whole GPU is ``g`` all
+    the model's compute slices. ``memory``: one MiB more than the usable memory of the
+    largest profile with fewer memory slices than the mapping asks for, so the smallest
+    fitting profile is the mapped one.
     """
     cands = _partial_profiles(model)
     if gpu_milli < 1000 and mapping == "compute":
         g = math.ceil(gpu_milli * model.compute_slices / 1000)
         return {ANN_MEMORY: "1Mi", ANN_COMPUTE: str(g)}
     if gpu_milli >= 1000:
-        m = model.memory_slices
-    else:
-        m = math.ceil(gpu_milli * model.memory_slices / 1000)
+        # A whole GPU on every model with as many compute slices: all of them (by memory
+        # alone, more than the reference's 4g.40gb, an H100's 3g.40gb would hold it).
+        return {ANN_MEMORY: "1Mi", ANN_COMPUTE: str(model.compute_slices)}
+    m = math.ceil(gpu_milli * model.memory_slices / 1000)
     below = [p.memory_mib for p in cands if p.memory_slices < m]
     return {ANN_MEMORY: f"{max(below) + 1 if below else 1}Mi"}
 
@@ -146,8 +148,11 @@ def make_pod(model: profiles.GpuModel, *, name: str, cpu_milli: int, memory_mib:
     containers = num_gpu if whole else 1
     if containers == 1:
         ann = one
-    else:  # one instance per container: the per-container key of the request contract
+    else:  # one instance per container: the per-container keys of the request contract
         ann = {f"{requests.GPU_MEMORY_PREFIX}gpu{i}": one[ANN_MEMORY] for i in range(containers)}
+        if ANN_COMPUTE in one:
+            ann.update({f"{requests.GPU_COMPUTE_PREFIX}gpu{i}": one[ANN_COMPUTE]
+                        for i in range(containers)})
     exp = expected_profile(model, gpu_milli=gpu_milli, mapping=mapping)
     return PodSpec(name=name, cpu_milli=cpu_milli, memory_mib=memory_mib, num_gpu=num_gpu,
                    gpu_milli=gpu_milli, arrival=arrival, duration=duration, annotations=ann,

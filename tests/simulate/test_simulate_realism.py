@@ -201,3 +201,22 @@ def test_mixed_models_and_cpu_only_nodes_in_one_spec(
     bound = summary["bound"]["unallocated_share"]["mean"]
     for policy in ("default", "migfit+advisor", "bound-static"):
         assert bound <= summary[policy]["unallocated_share"]["mean"] + 1e-9
+
+
+@pytest.mark.parametrize("mapping", ["compute", "memory"])
+def test_a_whole_trace_gpu_is_a_whole_gpu_on_every_model(
+        mapping: workload.Mapping_) -> None:
+    """Whole GPUs were asked for by memory alone, one MiB more than the A100's 4g.40gb,
+    which an H100's 3g.40gb (40,448 MiB) holds: on a mixed A100/H100 cluster whole-GPU pods
+    took half an H100 and every policy beat the bound. Now they ask for all of the
+    reference model's compute slices, as many as each of these models has."""
+    pod = workload.make_pod(A100, name="whole", cpu_milli=1000, memory_mib=1024, num_gpu=2,
+                            gpu_milli=1000, arrival=0.0, duration=1.0, mapping=mapping)
+    reqs = workload.gpu_requests(pod)
+    assert len(reqs) == 2
+    for model_id in ("A100-80GB", "H100-80GB", "H200-141GB", "A100-40GB"):
+        model = CATALOG.get(model_id)
+        fit = [workload.smallest_fit(model, r) for r in reqs]
+        assert all(p is not None and p.compute_slices == model.compute_slices for p in fit)
+        assert all(p is not None and p.memory_slices == model.memory_slices for p in fit), \
+            (model_id, fit)

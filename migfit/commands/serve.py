@@ -16,6 +16,7 @@ import functools
 import logging
 import shutil
 import signal
+import stat
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -84,10 +85,15 @@ def check_cert_dir(cert_dir: Path) -> None:
     signed by a throwaway CA). Anything else, such as the folder of ``migfit certs init``,
     is refused rather than overwritten: its ca.key would no longer belong to its ca.crt."""
     where = f"--cert-dir {cert_dir}"
-    if cert_dir.exists() and not cert_dir.is_dir():
+    try:
+        info = cert_dir.stat()
+    except FileNotFoundError:
+        return  # made when the certificate is written
+    except OSError as exc:  # a parent without search permission, a name too long, ...
+        raise errors.UsageError(f"cannot use {where} ({exc.strerror or exc}): pass a new or "
+                                f"empty folder you can write") from None
+    if not stat.S_ISDIR(info.st_mode):
         raise errors.UsageError(f"{where} is a file, not a folder: pass a new or empty folder")
-    if not cert_dir.is_dir():
-        return
     try:
         present = sorted(entry.name for entry in cert_dir.iterdir())
     except OSError as exc:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 from collections.abc import Iterator
@@ -233,3 +234,28 @@ def test_an_empty_cluster_file_is_told_what_a_valid_one_needs(tmp_path: Path) ->
     line = _fails_in_one_line(["status", "--cluster", str(empty)], code=2)
     assert "items: []" not in line and "at least one Node" in line
     assert "kubectl get nodes,pods -A -o yaml" in line
+
+
+def _unusable_cert_dir(tmp_path: Path) -> Path:
+    """A --cert-dir whose stat fails with something other than "no such file": a folder
+    under a parent without search permission (as a user), or a name too long (as root, whom
+    permissions do not stop)."""
+    if os.geteuid() != 0:
+        parent = tmp_path / "locked"
+        parent.mkdir()
+        parent.chmod(0o600)  # no x: nothing under it can be looked up
+        return parent / "certs"
+    return tmp_path / ("c" * 300)
+
+
+def test_serve_with_a_cert_dir_it_cannot_look_at(tmp_path: Path) -> None:
+    """`--cert-dir /root/certs` as a user was `migfit: error: [Errno 13] Permission denied:
+    '/root/certs'`, exit 1."""
+    target = _unusable_cert_dir(tmp_path)
+    try:
+        line = _fails_in_one_line(["serve", "--cert-dir", str(target)], code=2)
+    finally:
+        target.parent.chmod(0o700)
+    assert line.startswith(f"migfit: error: cannot use --cert-dir {target} ("), line
+    assert line.endswith("): pass a new or empty folder you can write"), line
+    assert "Errno" not in line

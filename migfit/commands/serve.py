@@ -46,7 +46,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="HTTPS port of the webhook (default: %(default)s)")
     parser.add_argument("--extender-port", type=options.port, default=8444,
                         help="HTTPS port of the extender and /advice (default: %(default)s)")
-    parser.add_argument("--cert-dir", type=Path, metavar="DIR",
+    parser.add_argument("--cert-dir", type=_cert_dir, metavar="DIR",
                         help="where to write the throwaway CA and certificate (default: a new "
                              "temporary folder)")
     parser.add_argument("--log-level", default="info",
@@ -69,6 +69,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
             f"the webhook; a value given applies to both and must be at least the "
             f"extender's largest body, {_mib(extender_server.DEFAULT_MAX_BODY)}"))
     usage.add_arguments(parser)
+
+
+def _cert_dir(text: str) -> Path:
+    """``--cert-dir``'s value; an empty one (which ``Path`` reads as the current folder) is
+    refused."""
+    if not text:
+        raise argparse.ArgumentTypeError("empty: pass a folder, such as --cert-dir certs")
+    return Path(text)
 
 
 def _mib(size: int) -> str:
@@ -101,10 +109,22 @@ def check_cert_dir(cert_dir: Path) -> None:
                                 f"empty folder you can write") from None
     if not present or (sorted(_CERT_FILES) == present and _is_throwaway(cert_dir / "ca.crt")):
         return
-    shown = ", ".join(present[:5]) + (", ..." if len(present) > 5 else "")
+    overwritten = [name for name in present if name in _CERT_FILES]
+    others = [name for name in present if name not in _CERT_FILES]
+    if not overwritten:
+        raise errors.UsageError(
+            f"{where} is not empty (it holds {_some(others)}) and is not a folder an earlier "
+            f"migfit serve wrote: pass a new or empty folder")
+    besides = f", and {_some(others)}" if others else ""
     raise errors.UsageError(
-        f"{where} already holds {shown}, which migfit serve would overwrite with a throwaway "
-        f"localhost certificate: pass a new or empty folder")
+        f"{where} already holds {', '.join(overwritten)}, which migfit serve would overwrite "
+        f"with a throwaway localhost certificate{besides}; it is not a folder an earlier "
+        f"migfit serve wrote: pass a new or empty folder")
+
+
+def _some(names: list[str]) -> str:
+    """The first few of ``names``, and how many more."""
+    return ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
 
 
 def _is_throwaway(ca_file: Path) -> bool:

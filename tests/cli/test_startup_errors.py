@@ -259,3 +259,28 @@ def test_serve_with_a_cert_dir_it_cannot_look_at(tmp_path: Path) -> None:
     assert line.startswith(f"migfit: error: cannot use --cert-dir {target} ("), line
     assert line.endswith("): pass a new or empty folder you can write"), line
     assert "Errno" not in line
+
+
+def test_serve_names_what_it_would_overwrite_and_what_it_would_not(tmp_path: Path) -> None:
+    """A folder holding only `x` was told `already holds x, which migfit serve would
+    overwrite`: serve writes tls.crt, tls.key and ca.crt, never x."""
+    folder = tmp_path / "d"
+    folder.mkdir()
+    (folder / "x").write_text("mine\n")
+    line = _fails_in_one_line(["serve", "--cert-dir", str(folder)], code=2)
+    assert line == (f"migfit: error: --cert-dir {folder} is not empty (it holds x) and is not "
+                    f"a folder an earlier migfit serve wrote: pass a new or empty folder")
+    (folder / "tls.crt").write_text("not a certificate\n")
+    line = _fails_in_one_line(["serve", "--cert-dir", str(folder)], code=2)
+    assert line == (f"migfit: error: --cert-dir {folder} already holds tls.crt, which migfit "
+                    f"serve would overwrite with a throwaway localhost certificate, and x; it "
+                    f"is not a folder an earlier migfit serve wrote: pass a new or empty folder")
+    assert (folder / "x").read_text() == "mine\n"
+
+
+def test_serve_refuses_an_empty_cert_dir() -> None:
+    """`--cert-dir ""` was the current folder, whose files it listed as ones it would
+    overwrite."""
+    line = _fails_in_one_line(["serve", "--cert-dir="], code=2)
+    assert line.endswith("argument --cert-dir: empty: pass a folder, such as --cert-dir "
+                         "certs"), line

@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import errno
 import functools
 import logging
 import shutil
@@ -272,25 +271,17 @@ async def _serve_with(
         registry=ext_registry, certificate=reloader)
 
     listens = [serving.Listen(host=args.host, port=port, ssl_context=reloader.context,
-                              limits=limits) for port in (args.webhook_port, args.extender_port)]
+                              limits=limits, port_flag=flag)
+               for port, flag in ((args.webhook_port, "--webhook-port"),
+                                  (args.extender_port, "--extender-port"))]
     runners: list[tuple[web.AppRunner, serving.Listen]] = []
     stop, hurry = asyncio.Event(), asyncio.Event()
     reload_task = asyncio.create_task(reloader.run(reloading.DEFAULT_INTERVAL))
     usage_task = asyncio.create_task(scraper.run()) if scraper is not None else None
     try:
         for app, listen in zip((hook_app, ext_app), listens, strict=True):
-            try:
-                runner, _ = await serving.start(app, listen)
-                runners.append((runner, listen))
-            except OSError as exc:
-                port = listen.port
-                hint = ("pass --webhook-port/--extender-port with free ports"
-                        if exc.errno == errno.EADDRINUSE else
-                        "give --host an address of this host (e.g. 127.0.0.1)")
-                reason = exc.strerror or str(exc)  # serving's own names the address
-                if not reason.startswith("cannot listen on "):
-                    reason = f"cannot listen on {args.host} port {port}: {reason.lower()}"
-                raise errors.UsageError(f"{reason}; {hint}") from None
+            runner, _ = await serving.start(app, listen)  # a port in use: UsageError
+            runners.append((runner, listen))
         try:
             await asyncio.wait_for(source.synced.wait(), timeout=60)
         except TimeoutError:

@@ -22,11 +22,10 @@ from pathlib import Path
 from typing import NoReturn
 
 from aiohttp import web
-from cryptography import x509
 
 from migfit import advisor, cluster, errors, logs, serving, snapshots, sources
 from migfit import metrics as common_metrics
-from migfit.certs import certificates, reloading
+from migfit.certs import certificates, reloading, store
 from migfit.commands import options
 from migfit.commands import webhook as webhook_cli
 from migfit.extender import advice, figures, usage
@@ -106,7 +105,8 @@ def check_cert_dir(cert_dir: Path) -> None:
     except OSError as exc:
         raise errors.UsageError(f"{where} cannot be read ({exc.strerror}): pass a new or "
                                 f"empty folder you can write") from None
-    if not present or (sorted(_CERT_FILES) == present and _is_throwaway(cert_dir / "ca.crt")):
+    if not present or (sorted(_CERT_FILES) == present
+                       and store.is_throwaway_ca(cert_dir / "ca.crt")):
         return
     overwritten = [name for name in present if name in _CERT_FILES]
     others = [name for name in present if name not in _CERT_FILES]
@@ -124,16 +124,6 @@ def check_cert_dir(cert_dir: Path) -> None:
 def _some(names: list[str]) -> str:
     """The first few of ``names``, and how many more."""
     return ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
-
-
-def _is_throwaway(ca_file: Path) -> bool:
-    """Whether ``ca_file`` is the throwaway CA of an earlier ``migfit serve``."""
-    try:
-        subject = certificates.load_certificate(ca_file.read_bytes()).subject
-    except (OSError, errors.MigfitError):
-        return False
-    names = subject.get_attributes_for_oid(x509.NameOID.COMMON_NAME)
-    return [name.value for name in names] == [certificates.THROWAWAY_CA_NAME]
 
 
 @contextlib.contextmanager

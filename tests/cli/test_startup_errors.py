@@ -295,3 +295,17 @@ def test_serve_refuses_an_empty_cert_dir() -> None:
     line = _fails_in_one_line(["serve", "--cert-dir="], code=2)
     assert line.endswith("argument --cert-dir: empty: pass a folder, such as --cert-dir "
                          "certs"), line
+
+
+@pytest.mark.parametrize("command", ["serve", "webhook", "extender"])
+def test_a_cluster_directory_is_said_to_be_one(certs: Path, tmp_path: Path,
+                                               command: str) -> None:
+    """serve, webhook and extender said `--cluster examples: no such file`; status, `Is a
+    directory`. Now all say what status says."""
+    status = _fails_in_one_line(["status", "--cluster", str(tmp_path)], code=2)
+    assert "Is a directory" in status
+    args = {"serve": ["--cert-dir", str(tmp_path / "c")],
+            "webhook": ["--tls-cert", str(certs / "tls.crt"), "--tls-key",
+                        str(certs / "tls.key")],
+            "extender": ["--port", "18997", "--no-publish"]}[command]
+    assert _fails_in_one_line([command, *args, "--cluster", str(tmp_path)], code=2) == status

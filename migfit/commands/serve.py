@@ -45,8 +45,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--extender-port", type=options.port, default=8444,
                         help="HTTPS port of the extender and /advice (default: %(default)s)")
     parser.add_argument("--cert-dir", type=_cert_dir, metavar="DIR",
-                        help="where to write the throwaway CA and certificate (default: a new "
-                             "temporary folder)")
+                        help="keep the throwaway certificate, its key and its CA (ca.crt, "
+                             "which curl is to trust) in DIR after the server stops: a new or "
+                             "empty folder, or one an earlier migfit serve wrote; each start "
+                             "writes a new CA there (default: a temporary folder, removed "
+                             "when the server stops)")
     parser.add_argument("--log-level", default="info",
                         choices=["debug", "info", "warning", "error"],
                         help="debug also logs every filter verdict with its reasons "

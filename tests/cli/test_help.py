@@ -225,3 +225,12 @@ def test_a_catalog_is_a_file_in_every_help(prog: str) -> None:
     parsers = dict(_parsers(prog.split()[0]))
     text = parsers[prog].format_help()
     assert "--catalog FILE" in text and "--catalog CATALOG" not in text, prog
+
+
+def test_serve_cert_dir_help_says_which_folders_it_takes() -> None:
+    """It said only "where to write the throwaway CA and certificate", and serve refused a
+    folder with files in it, or kept none of the CA across starts, without warning."""
+    parser = dict(_parsers("serve"))["serve"]
+    text = " ".join(parser.format_help().split())
+    assert ("a new or empty folder, or one an earlier migfit serve wrote; each start writes "
+            "a new CA there") in text, text

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import datetime
 import os
+import shlex
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -273,11 +274,40 @@ def _read(path: Path, *, what: str) -> bytes:
     try:
         return path.read_bytes()
     except FileNotFoundError:
-        raise errors.UsageError(
-            f"no {what} at {path}: run `migfit certs init --out {path.parent}` first"
-        ) from None
+        raise _missing(path, what=what) from None
     except OSError as exc:
         raise errors.UsageError(f"cannot read {what} {path}: {exc.strerror}") from None
+
+
+def _missing(path: Path, *, what: str) -> errors.UsageError:
+    """What to do when ``path`` is missing: a ``migfit certs init`` that works (its
+    required flags as placeholders), with --force when it would replace files."""
+    directory = path.parent
+    init = "migfit certs init --out {} --service NAME --namespace NS"
+    if is_throwaway_ca(directory / CA_CERT):
+        return errors.UsageError(
+            f"{directory} holds the throwaway certificate of `migfit serve`, which never "
+            f"writes its CA key and makes a new CA at each start: for a certificate that "
+            f"migfit certs can rotate, run `{init.format('NEW-DIR')}`")
+    present = [name for name in FILES if (directory / name).exists()]
+    if not present:
+        return errors.UsageError(
+            f"no {what} at {path}: run `{init.format(shlex.quote(str(directory)))}` first")
+    return errors.UsageError(
+        f"no {what} at {path}, though {directory} holds {', '.join(present)}: put it back, or "
+        f"start anew with `{init.format(shlex.quote(str(directory)))} --force` (clients "
+        f"trusting the old CA will stop working)")
+
+
+def is_throwaway_ca(ca_file: Path) -> bool:
+    """Whether ``ca_file`` is the throwaway CA of a ``migfit serve`` (whose key it never
+    writes); False when it is missing or not a certificate."""
+    try:
+        subject = certificates.load_certificate(ca_file.read_bytes()).subject
+    except (OSError, errors.MigfitError):
+        return False
+    names = subject.get_attributes_for_oid(NameOID.COMMON_NAME)
+    return [name.value for name in names] == [certificates.THROWAWAY_CA_NAME]
 
 
 def _read_ca(paths: CertificateDir) -> certificates.Issued:

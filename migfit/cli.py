@@ -8,9 +8,7 @@ import-linter layers contract), so ``migfit profiles`` never loads aiohttp.
 from __future__ import annotations
 
 import argparse
-import errno
 import os
-import socket
 import sys
 from collections.abc import Sequence
 from typing import Protocol
@@ -153,27 +151,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.close(devnull)
         return 0
     except OSError as exc:
-        # Start-up mistakes: a port in use, an address this host does not have, a file that
-        # cannot be written. One line that says what to change, never a traceback.
-        print(f"migfit: error: {describe_os_error(exc)}", file=sys.stderr)
+        # A file that cannot be read or written, met where no command turned it into a
+        # sentence: one line, never a traceback. (A port in use or a --host this machine
+        # lacks is a UsageError from ``serving.start``, naming the command's own flag.)
+        print(f"migfit: error: {str(exc) or type(exc).__name__}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 130
-
-
-def describe_os_error(exc: OSError) -> str:
-    """One line for an operating-system error met while starting, with what to change."""
-    text = exc.strerror or str(exc) or type(exc).__name__
-    if isinstance(exc, socket.gaierror):
-        return f"cannot resolve the listen address: {text}; give --host an address of this host"
-    if exc.errno == errno.EADDRINUSE:
-        return (f"{text}; another process listens there: stop it or choose another port "
-                f"(--port, or --webhook-port/--extender-port for serve)")
-    if exc.errno == errno.EADDRNOTAVAIL:
-        return f"{text}; --host must be an address of this host (e.g. 127.0.0.1 or 0.0.0.0)"
-    if exc.errno in (errno.EACCES, errno.EPERM) and exc.filename is None:
-        return f"{exc}; ports below 1024 need privileges: choose a port from 1024"
-    return str(exc)
 
 
 if __name__ == "__main__":

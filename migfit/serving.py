@@ -652,11 +652,7 @@ def _listen_sockets(host: str, port: int, *, reuse_port: bool,
             if family == socket.AF_INET6 and hasattr(socket, "IPPROTO_IPV6"):
                 # as asyncio: one socket per family, not a dual-stack one
                 sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
-            try:
-                sock.bind(address)
-            except OSError as exc:  # the address in the message, as create_server says it
-                raise OSError(exc.errno, f"cannot listen on {host or '*'} port {port}: "
-                                         f"{(exc.strerror or str(exc)).lower()}") from None
+            sock.bind(address)  # an OSError becomes one line in ``start``
             sock.listen(backlog)
             sock.setblocking(False)
     except BaseException:
@@ -1025,6 +1021,8 @@ class Listen:
     """Seconds to keep serving after the stop signal, with ``on_drain`` called first (the
     app's /readyz then fails, so that the Service's endpoints drop the pod first)."""
     access_log: bool = False
+    port_flag: str = "--port"
+    """The command's flag that set ``port``: what a port in use tells the user to change."""
 
 
 class Started:
@@ -1058,7 +1056,9 @@ MAX_LINE_SIZE = 8190
 async def start(app: web.Application, listen: Listen) -> tuple[web.AppRunner, Started]:
     """Set up ``app`` and start listening; the caller cleans the runner up.
 
-    A port in use or an address this host lacks ends in ``OSError`` from the bind.
+    A port in use, a host that does not resolve or that this machine lacks, or a port it
+    may not take is a UsageError naming the flag to change (``cannot listen on HOST port
+    PORT: ...``, whichever the loop and TLS); another failure to listen, a MigfitError.
     """
     runner = web.AppRunner(
         app, shutdown_timeout=listen.shutdown_timeout,
@@ -1071,11 +1071,38 @@ async def start(app: web.Application, listen: Listen) -> tuple[web.AppRunner, St
                        limits=listen.limits)
     try:
         await site.start()
+    except OSError as exc:
+        await runner.cleanup()
+        raise cannot_listen(exc, listen) from None
     except BaseException:
         await runner.cleanup()
         raise
     port = runner.addresses[0][1] if runner.addresses else listen.port
     return runner, Started(int(port), site)
+
+
+def cannot_listen(exc: OSError, listen: Listen) -> errors.MigfitError:
+    """One line for a failure to listen where ``listen`` says, with the flag to change.
+
+    Said the same way on every path: asyncio's ``create_server`` words its own (``error
+    while attempting to bind on address ('0.0.0.0', 8444): ...``), ``_listen_sockets``
+    raises the bind's; only the error number is read."""
+    where = f"cannot listen on {listen.host or '*'} port {listen.port}"
+    if isinstance(exc, socket.gaierror):
+        return errors.UsageError(f"{where}: cannot resolve {listen.host} "
+                                 f"({exc.strerror or exc}); give --host an address of this "
+                                 f"host (e.g. 127.0.0.1)")
+    reason = (os.strerror(exc.errno) if exc.errno else str(exc) or type(exc).__name__).lower()
+    if exc.errno == errno.EADDRINUSE:
+        return errors.UsageError(f"{where}: {reason}; another process listens there: stop it "
+                                 f"or pass {listen.port_flag} a free port")
+    if exc.errno == errno.EADDRNOTAVAIL:
+        return errors.UsageError(f"{where}: {reason}; give --host an address of this host "
+                                 f"(e.g. 127.0.0.1 or 0.0.0.0)")
+    if exc.errno in (errno.EACCES, errno.EPERM):
+        return errors.UsageError(f"{where}: {reason}; ports below 1024 need privileges: pass "
+                                 f"{listen.port_flag} a port from 1024")
+    return errors.MigfitError(f"{where}: {reason}")
 
 
 async def drain_and_stop(runner: web.AppRunner, listen: Listen,

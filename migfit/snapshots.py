@@ -209,7 +209,7 @@ def _items(doc: Any, where: str, number: int) -> Iterator[Any]:
         return
     if not isinstance(doc, dict):
         raise errors.ConfigError(
-            f"{where}: document {number} is a {type(doc).__name__}, not a Kubernetes object or "
+            f"{where}: document {number} is {_a(doc)}, not a Kubernetes object or "
             f"List; expected the output of `kubectl get nodes,pods -A -o yaml`"
         )
     if _is_list(doc):
@@ -221,6 +221,12 @@ def _items(doc: Any, where: str, number: int) -> Iterator[Any]:
         yield from items
         return
     yield doc
+
+
+def _a(value: Any) -> str:
+    """The type of ``value`` with its article: "an int", "a str"."""
+    name = type(value).__name__
+    return f"{'an' if name[0] in 'aeiou' else 'a'} {name}"
 
 
 def _group(obj: Mapping[str, Any]) -> str:
@@ -303,12 +309,25 @@ def decode(data: bytes | str, *, where: str,
         raise errors.ConfigError(
             f"{where}: the file is empty; migfit needs a cluster with at least one Node: "
             f"export it with `kubectl get nodes,pods -A -o yaml`")
+    documents = _streamed(text)
     try:
-        return _decode_objects(_objects(_streamed(text), where), where=where, catalog=catalog,
+        return _decode_objects(_objects(documents, where), where=where, catalog=catalog,
                                digest=digest, disruption=disruption)
     except _NotStreamable:
-        return _decode_objects(_objects(_documents_whole(text, where), where), where=where,
-                               catalog=catalog, digest=digest, disruption=disruption)
+        pass
+    except errors.ConfigError:
+        # An item refused before the reader reached the end: in a file cut short (``[1,2``)
+        # the error is the file's, not its first item's. Read on, an item at a time, to
+        # see whether the rest parses.
+        try:
+            for _ in documents:
+                pass
+        except _NotStreamable:
+            pass  # parsed whole below: the parse error, or the same item's
+        else:
+            raise
+    return _decode_objects(_objects(_documents_whole(text, where), where), where=where,
+                           catalog=catalog, digest=digest, disruption=disruption)
 
 
 def _streamed(text: str) -> Iterator[Any]:
@@ -340,7 +359,7 @@ def _decode_objects(objects: Iterator[Any], *, where: str, catalog: profiles.Cat
         number += 1
         try:
             if not isinstance(obj, dict):
-                raise errors.ConfigError(f"a {type(obj).__name__}, not a Kubernetes object")
+                raise errors.ConfigError(f"{_a(obj)}, not a Kubernetes object")
             kind = obj.get("kind")
             if disruption and kind == PDB_KIND:
                 if _group(obj) == "policy":
@@ -390,7 +409,8 @@ def _decode_objects(objects: Iterator[Any], *, where: str, catalog: profiles.Cat
         # An empty cluster view would make every verb answer "unknown node" and the advisor
         # silent: almost always a `kubectl get pods` export instead of `nodes,pods`.
         raise errors.ConfigError(
-            f"{where}: no Node objects ({pods} pods); migfit needs the nodes: export "
+            f"{where}: no Node objects ({pods} pod{'' if pods == 1 else 's'}); migfit needs "
+            f"the nodes: export "
             f"with `kubectl get nodes,pods -A -o yaml`")
     kept = (records.Disruption(pdbs=tuple(pdbs), pods=MappingProxyType(facts))
             if disruption else None)

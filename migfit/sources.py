@@ -68,14 +68,10 @@ def open_source(
     if cluster_file is not None and kubeconfig is not None:
         raise errors.UsageError("give either --cluster FILE or --kubeconfig PATH, not both")
     if cluster_file is not None:
-        if not os.path.isfile(cluster_file):
-            # A typo at start-up is an error; a file that later goes missing or breaks keeps
-            # the last good state (the file source's behaviour).
-            raise errors.UsageError(
-                f"--cluster {os.fspath(cluster_file)}: no such file; pass a file made by "
-                f"`kubectl get nodes,pods -A -o yaml`")
-        # Nor may the file be broken at start-up: read it now, as status and advise do,
-        # rather than serve a cluster view that never syncs.
+        # A file missing (a typo), a directory or a file that is no cluster is an error at
+        # start-up, said as status and advise say it, rather than a cluster view that never
+        # syncs; a file that later goes missing or breaks keeps the last good state (the
+        # file source's behaviour).
         source = snapshots.FileSource(model, cluster_file, poll_interval_s=poll_interval_s,
                                       catalog=model.catalog)
         source.check_first()

@@ -8,7 +8,6 @@ command); ``--details`` or ``-o wide`` adds each GPU's change and the mig-parted
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from collections.abc import Awaitable, Callable
@@ -362,6 +361,7 @@ def render_defrag(result: defrag.Defrag, *, details: bool = True) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    output = workstation.output_of(args, switches={"--json": "json", "--details": "wide"})
     settings = settings_from_args(args)
     share = _share(args)
     disruption: records.Disruption | None = None
@@ -376,11 +376,9 @@ def run(args: argparse.Namespace) -> int:
     doc: dict[str, Any] = dict(result.to_json())
     if drains is not None:
         doc["defrag"] = drains.to_json()
-    details = args.details or args.output == "wide"
-    if args.json:
-        print(json.dumps(doc))
-    elif args.output in ("json", "yaml"):
-        workstation.print_data(doc, args.output)
+    details = output == "wide"
+    if output in ("json", "yaml"):
+        workstation.print_data(doc, output)
     else:
         print(render_text(result, details=details))
         if drains is not None and result.waiting:

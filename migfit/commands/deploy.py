@@ -124,7 +124,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     r.add_argument("--dir", default="deploy", help="the deploy/ folder (default: %(default)s)")
     r.add_argument("--check", action="store_true",
                    help="write nothing; exit 1 and show a diff if a file is out of date")
-    r.add_argument("--catalog", help="a catalog override file (same schema as the built-in)")
+    r.add_argument("--catalog", metavar="FILE",
+                   help="a catalog override file (same schema as the built-in)")
 
 
 def run(args: argparse.Namespace) -> int:

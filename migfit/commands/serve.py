@@ -11,22 +11,21 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import errno
 import functools
 import logging
 import shutil
 import signal
+import stat
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import NoReturn
 
 from aiohttp import web
-from cryptography import x509
 
 from migfit import advisor, cluster, errors, logs, serving, snapshots, sources
 from migfit import metrics as common_metrics
-from migfit.certs import certificates, reloading
+from migfit.certs import certificates, reloading, store
 from migfit.commands import options
 from migfit.commands import webhook as webhook_cli
 from migfit.extender import advice, figures, usage
@@ -45,9 +44,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="HTTPS port of the webhook (default: %(default)s)")
     parser.add_argument("--extender-port", type=options.port, default=8444,
                         help="HTTPS port of the extender and /advice (default: %(default)s)")
-    parser.add_argument("--cert-dir", type=Path, metavar="DIR",
-                        help="where to write the throwaway CA and certificate (default: a new "
-                             "temporary folder)")
+    parser.add_argument("--cert-dir", type=_cert_dir, metavar="DIR",
+                        help="keep the throwaway certificate, its key and its CA (ca.crt, "
+                             "which curl is to trust) in DIR after the server stops: a new or "
+                             "empty folder, or one an earlier migfit serve wrote; each start "
+                             "writes a new CA there (default: a temporary folder, removed "
+                             "when the server stops)")
     parser.add_argument("--log-level", default="info",
                         choices=["debug", "info", "warning", "error"],
                         help="debug also logs every filter verdict with its reasons "
@@ -70,6 +72,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     usage.add_arguments(parser)
 
 
+def _cert_dir(text: str) -> Path:
+    """``--cert-dir``'s value; an empty one (which ``Path`` reads as the current folder) is
+    refused."""
+    if not text:
+        raise argparse.ArgumentTypeError("empty: pass a folder, such as --cert-dir certs")
+    return Path(text)
+
+
 def _mib(size: int) -> str:
     return f"{size / 2**20:g} MiB"
 
@@ -84,31 +94,39 @@ def check_cert_dir(cert_dir: Path) -> None:
     signed by a throwaway CA). Anything else, such as the folder of ``migfit certs init``,
     is refused rather than overwritten: its ca.key would no longer belong to its ca.crt."""
     where = f"--cert-dir {cert_dir}"
-    if cert_dir.exists() and not cert_dir.is_dir():
+    try:
+        info = cert_dir.stat()
+    except FileNotFoundError:
+        return  # made when the certificate is written
+    except OSError as exc:  # a parent without search permission, a name too long, ...
+        raise errors.UsageError(f"cannot use {where} ({exc.strerror or exc}): pass a new or "
+                                f"empty folder you can write") from None
+    if not stat.S_ISDIR(info.st_mode):
         raise errors.UsageError(f"{where} is a file, not a folder: pass a new or empty folder")
-    if not cert_dir.is_dir():
-        return
     try:
         present = sorted(entry.name for entry in cert_dir.iterdir())
     except OSError as exc:
         raise errors.UsageError(f"{where} cannot be read ({exc.strerror}): pass a new or "
                                 f"empty folder you can write") from None
-    if not present or (sorted(_CERT_FILES) == present and _is_throwaway(cert_dir / "ca.crt")):
+    if not present or (sorted(_CERT_FILES) == present
+                       and store.is_throwaway_ca(cert_dir / "ca.crt")):
         return
-    shown = ", ".join(present[:5]) + (", ..." if len(present) > 5 else "")
+    overwritten = [name for name in present if name in _CERT_FILES]
+    others = [name for name in present if name not in _CERT_FILES]
+    if not overwritten:
+        raise errors.UsageError(
+            f"{where} is not empty (it holds {_some(others)}) and is not a folder an earlier "
+            f"migfit serve wrote: pass a new or empty folder")
+    besides = f", and {_some(others)}" if others else ""
     raise errors.UsageError(
-        f"{where} already holds {shown}, which migfit serve would overwrite with a throwaway "
-        f"localhost certificate: pass a new or empty folder")
+        f"{where} already holds {', '.join(overwritten)}, which migfit serve would overwrite "
+        f"with a throwaway localhost certificate{besides}; it is not a folder an earlier "
+        f"migfit serve wrote: pass a new or empty folder")
 
 
-def _is_throwaway(ca_file: Path) -> bool:
-    """Whether ``ca_file`` is the throwaway CA of an earlier ``migfit serve``."""
-    try:
-        subject = certificates.load_certificate(ca_file.read_bytes()).subject
-    except (OSError, errors.MigfitError):
-        return False
-    names = subject.get_attributes_for_oid(x509.NameOID.COMMON_NAME)
-    return [name.value for name in names] == [certificates.THROWAWAY_CA_NAME]
+def _some(names: list[str]) -> str:
+    """The first few of ``names``, and how many more."""
+    return ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
 
 
 @contextlib.contextmanager
@@ -246,25 +264,17 @@ async def _serve_with(
         registry=ext_registry, certificate=reloader)
 
     listens = [serving.Listen(host=args.host, port=port, ssl_context=reloader.context,
-                              limits=limits) for port in (args.webhook_port, args.extender_port)]
+                              limits=limits, port_flag=flag)
+               for port, flag in ((args.webhook_port, "--webhook-port"),
+                                  (args.extender_port, "--extender-port"))]
     runners: list[tuple[web.AppRunner, serving.Listen]] = []
     stop, hurry = asyncio.Event(), asyncio.Event()
     reload_task = asyncio.create_task(reloader.run(reloading.DEFAULT_INTERVAL))
     usage_task = asyncio.create_task(scraper.run()) if scraper is not None else None
     try:
         for app, listen in zip((hook_app, ext_app), listens, strict=True):
-            try:
-                runner, _ = await serving.start(app, listen)
-                runners.append((runner, listen))
-            except OSError as exc:
-                port = listen.port
-                hint = ("pass --webhook-port/--extender-port with free ports"
-                        if exc.errno == errno.EADDRINUSE else
-                        "give --host an address of this host (e.g. 127.0.0.1)")
-                reason = exc.strerror or str(exc)  # serving's own names the address
-                if not reason.startswith("cannot listen on "):
-                    reason = f"cannot listen on {args.host} port {port}: {reason.lower()}"
-                raise errors.UsageError(f"{reason}; {hint}") from None
+            runner, _ = await serving.start(app, listen)  # a port in use: UsageError
+            runners.append((runner, listen))
         try:
             await asyncio.wait_for(source.synced.wait(), timeout=60)
         except TimeoutError:

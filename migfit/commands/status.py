@@ -148,12 +148,13 @@ def render_table(model: cluster.Cluster) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    output = workstation.output_of(args, switches={"--json": "json"})
     model = workstation.load_cluster(args)
     if args.json:
         json.dump(status_json(model), sys.stdout, indent=2)
         sys.stdout.write("\n")
-    elif args.output in ("json", "yaml"):
-        workstation.print_data(status_json(model), args.output)
+    elif output in ("json", "yaml"):
+        workstation.print_data(status_json(model), output)
     else:
         print(render_table(model))
     return 0

@@ -14,7 +14,7 @@ import argparse
 import asyncio
 import json
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeVar
 
 import yaml
@@ -30,9 +30,24 @@ def add_output_argument(parser: argparse.ArgumentParser, *, wide: str | None = N
     """``-o/--output text|json|yaml`` (and ``wide`` when the command has details to add)."""
     choices = [o for o in OUTPUTS if o != "wide" or wide]
     parser.add_argument(
-        "-o", "--output", choices=choices, default="text",
+        # No default: ``output_of`` tells an -o given from one left out.
+        "-o", "--output", choices=choices,
         help="text (default)" + (f", wide ({wide})" if wide else "")
              + ", or the data as json or yaml")
+
+
+def output_of(args: argparse.Namespace, *, switches: Mapping[str, str]) -> str:
+    """The output chosen by ``-o`` and the switches that stand for one (``--json`` for
+    json, ``--details`` for wide: ``switches`` maps the flag to its value); ``text`` when
+    none is given. UsageError when two of them disagree."""
+    given = [(flag, output) for flag, output in switches.items()
+             if getattr(args, flag.removeprefix("--").replace("-", "_"))]
+    if args.output is not None:
+        given.append((f"-o {args.output}", args.output))
+    for flag, output in given[1:]:
+        if output != given[0][1]:
+            raise errors.UsageError(f"{given[0][0]} and {flag} disagree: pass one")
+    return given[0][1] if given else "text"
 
 
 def print_data(doc: Any, output: str) -> None:

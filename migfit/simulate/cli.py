@@ -111,7 +111,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                           "(model, GPUs, cpu, memory), in list order: a smaller cluster with "
                           "the same mix, which the trace's own arrivals load in events mode "
                           "(with --arrival-scale)")
-    src.add_argument("--catalog", type=Path, default=None,
+    src.add_argument("--catalog", type=Path, default=None, metavar="FILE",
                      help="a catalog file adding or overriding GPU models")
     run = parser.add_argument_group("simulation")
     run.add_argument("--mode", choices=("fill", "events"), default="fill",

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import base64
 import os
+import re
+import shlex
 import shutil
 import stat
 import subprocess
@@ -248,3 +250,49 @@ def test_a_serving_certificate_cut_at_its_cas_expiry_says_so(tmp_path: Path) -> 
     done = migfit(*args, tmp_path / "short", "--days", "90")
     assert done.returncode == 0, done.stderr
     assert "with its CA" not in done.stdout
+
+
+def _suggested_init(line: str) -> str:
+    found = re.search(r"`migfit certs (init [^`]*)`", line)
+    assert found is not None, line
+    return found.group(1)
+
+
+@pytest.mark.parametrize("roll", [[], ["--new-ca"]])
+def test_rotate_without_a_ca_suggests_an_init_that_works(tmp_path: Path,
+                                                         roll: list[str]) -> None:
+    """It suggested `migfit certs init --out DIR`, which certs init refuses: --service and
+    --namespace are required."""
+    target = tmp_path / "pki" / "nonexist"
+    line = one_line_error(migfit("rotate", "--out", target, *roll))
+    suggested = _suggested_init(line)
+    assert suggested == f"init --out {target} --service NAME --namespace NS", line
+    filled = suggested.replace("NAME", "migfit-webhook").replace("NS", "migfit-system")
+    assert migfit(*shlex.split(filled)).returncode == 0
+    assert migfit("rotate", "--out", target, *roll).returncode == 0
+
+
+def test_rotate_with_some_files_missing_suggests_an_init_that_replaces_them(
+        out: Path) -> None:
+    (out / store.CA_KEY).unlink()
+    line = one_line_error(migfit("rotate", "--out", out))
+    suggested = _suggested_init(line)
+    assert suggested == f"init --out {out} --service NAME --namespace NS --force", line
+    filled = suggested.replace("NAME", "migfit-webhook").replace("NS", "migfit-system")
+    assert migfit(*shlex.split(filled)).returncode == 0
+    assert migfit("rotate", "--out", out).returncode == 0
+
+
+@pytest.mark.parametrize("action", ["rotate", "manifests"])
+def test_a_folder_of_migfit_serve_is_told_for_what_it_is(tmp_path: Path, action: str) -> None:
+    """`migfit serve --cert-dir` writes a throwaway CA without its key: it was told "no CA
+    key ...: run `migfit certs init --out DIR` first", which certs init refuses."""
+    served = tmp_path / "served"
+    served.mkdir()
+    for name, pem in zip((store.TLS_CERT, store.TLS_KEY, store.CA_CERT),
+                         certificates.self_signed_for_localhost(), strict=True):
+        (served / name).write_bytes(pem)
+    line = one_line_error(migfit(action, "--out", served))
+    assert line.startswith(f"migfit: error: {served} holds the throwaway certificate of "
+                           f"`migfit serve`"), line
+    assert _suggested_init(line) == "init --out NEW-DIR --service NAME --namespace NS"

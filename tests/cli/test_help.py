@@ -154,3 +154,83 @@ def test_migfit_without_a_command_prints_its_usage_to_stderr() -> None:
     assert done.stdout == ""
     assert done.stderr.startswith("usage: migfit ")
     assert done.stderr.splitlines()[-1].startswith("migfit: error: ")
+
+
+def _command_rows() -> dict[str, str]:
+    """Each row of README's Commands table (its synopsis and what it does), by the
+    (sub)command it names."""
+    from readme import README  # tests/cli/readme.py, on the path as for the README tests
+
+    text = README.read_text(encoding="utf-8")
+    section = text[text.index("\n## Commands\n"):]
+    section = section[:section.index("\n## ", 1)]
+    rows = {}
+    for line in section.splitlines():
+        found = re.match(r"^\| `(migfit [^`]*)` \|", line)
+        if found is None:
+            continue
+        synopsis = found.group(1).replace("\\|", "|")
+        words = synopsis.split()[1:]
+        prog = words[0]
+        for word in words[1:]:
+            if not re.fullmatch(r"[a-z]+", word):
+                break
+            prog += f" {word}"
+        rows[prog] = line.replace("\\|", "|")
+    return rows
+
+
+# Rows that name every flag of their command, but for --context and --request-timeout (the
+# kubeconfig's refinements, which README describes once for every command).
+EVERY_FLAG = ("profiles", "layout check", "layout list", "layout plan", "status",
+              "deploy render")
+# The other commands have too many flags for a row (serve some 30, extender 40, simulate
+# 50): their rows name at least where the input comes from and how the output is chosen.
+MAIN_FLAGS = {
+    "serve": {"--cluster", "--kubeconfig"},
+    "webhook": {"--tls-cert", "--tls-key", "--cluster", "--kubeconfig"},
+    "extender": {"--tls-cert", "--tls-key", "--client-ca", "--cluster", "--kubeconfig"},
+    "advise": {"--cluster", "--kubeconfig", "--defrag", "--json", "--details", "-o"},
+    "explain": {"-n", "--cluster", "--kubeconfig", "-o"},
+}
+
+
+def test_the_readme_commands_table_names_the_flags_of_each_command() -> None:
+    """advise's row lacked --json and --defrag (status's had --json), deploy render's
+    --dir and --catalog."""
+    rows = _command_rows()
+    assert set(EVERY_FLAG) | set(MAIN_FLAGS) <= set(rows), sorted(rows)
+    parsers = {prog: parser for name in cli.COMMANDS for prog, parser in _parsers(name)}
+    for prog, row in rows.items():
+        if prog not in parsers:
+            continue  # "certs init / rotate / manifests": the row names no flag
+        actions = [a for a in parsers[prog]._actions
+                   if a.option_strings and a.help != argparse.SUPPRESS
+                   and "--help" not in a.option_strings]
+        named = set(re.findall(r"(?<![\w-])--?[a-z][\w-]*", row))
+        flags = {s for a in actions for s in a.option_strings}
+        assert named <= flags, (prog, named - flags)  # nothing the command does not take
+        wanted = ([a for a in actions if not {"--context", "--request-timeout"}
+                   & set(a.option_strings)] if prog in EVERY_FLAG
+                  else [a for a in actions if MAIN_FLAGS.get(prog, set()) & set(a.option_strings)])
+        missing = [a.option_strings[-1] for a in wanted if not named & set(a.option_strings)]
+        assert not missing, (prog, missing)
+
+
+@pytest.mark.parametrize("prog", ["deploy render", "simulate", "profiles", "layout check",
+                                  "webhook", "extender", "serve"])
+def test_a_catalog_is_a_file_in_every_help(prog: str) -> None:
+    """`deploy render --help` showed `--catalog CATALOG` where the others say `--catalog
+    FILE`."""
+    parsers = dict(_parsers(prog.split()[0]))
+    text = parsers[prog].format_help()
+    assert "--catalog FILE" in text and "--catalog CATALOG" not in text, prog
+
+
+def test_serve_cert_dir_help_says_which_folders_it_takes() -> None:
+    """It said only "where to write the throwaway CA and certificate", and serve refused a
+    folder with files in it, or kept none of the CA across starts, without warning."""
+    parser = dict(_parsers("serve"))["serve"]
+    text = " ".join(parser.format_help().split())
+    assert ("a new or empty folder, or one an earlier migfit serve wrote; each start writes "
+            "a new CA there") in text, text

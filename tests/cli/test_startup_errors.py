@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 from collections.abc import Iterator
@@ -42,24 +43,37 @@ def _fails_in_one_line(cmd: list[str], *, code: int) -> str:
     return lines[0]
 
 
+def _in_use(port: int, flag: str, host: str = "0.0.0.0") -> str:
+    return (f"migfit: error: cannot listen on {host} port {port}: address already in use; "
+            f"another process listens there: stop it or pass {flag} a free port")
+
+
 def test_the_webhook_on_a_port_in_use(certs: Path, busy_port: int) -> None:
     line = _fails_in_one_line(
         ["webhook", "--port", str(busy_port), "--tls-cert", str(certs / "tls.crt"),
-         "--tls-key", str(certs / "tls.key"), "--cluster", CLUSTER], code=1)
-    assert "address already in use" in line and "another port" in line
+         "--tls-key", str(certs / "tls.key"), "--cluster", CLUSTER], code=2)
+    assert line == _in_use(busy_port, "--port")
 
 
-def test_the_extender_on_a_port_in_use(busy_port: int) -> None:
-    line = _fails_in_one_line(["extender", "--port", str(busy_port), "--cluster", CLUSTER],
-                              code=1)
-    assert "address already in use" in line and "another port" in line
+@pytest.mark.parametrize("tls", [False, True])
+def test_the_extender_on_a_port_in_use(certs: Path, busy_port: int, tls: bool) -> None:
+    """Over plain HTTP it said aiohttp's `error while attempting to bind on address
+    ('0.0.0.0', 8444): address already in use`, exit 1, and named serve's flags too."""
+    args = ["--tls-cert", str(certs / "tls.crt"), "--tls-key", str(certs / "tls.key")]
+    line = _fails_in_one_line(["extender", "--port", str(busy_port), "--cluster", CLUSTER,
+                               *(args if tls else [])], code=2)
+    assert line == _in_use(busy_port, "--port")
 
 
-def test_serve_on_a_port_in_use(busy_port: int, tmp_path: Path) -> None:
-    line = _fails_in_one_line(["serve", "--webhook-port", str(busy_port), "--cert-dir",
-                               str(tmp_path / "c")], code=2)
-    assert str(busy_port) in line and "address already in use" in line
-    assert line.count("cannot listen on") == 1, line  # it said it twice, once in brackets
+@pytest.mark.parametrize("loop", ["uvloop", "asyncio"])
+@pytest.mark.parametrize("flag", ["--webhook-port", "--extender-port"])
+def test_serve_on_a_port_in_use(busy_port: int, tmp_path: Path, flag: str, loop: str) -> None:
+    done = subprocess.run(["migfit", "serve", flag, str(busy_port), "--host", "0.0.0.0",
+                           "--cert-dir", str(tmp_path / "c")],
+                          capture_output=True, text=True, timeout=60, cwd=ROOT,
+                          env={**os.environ, "MIGFIT_EVENT_LOOP": loop})
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.splitlines() == [_in_use(busy_port, flag)]
 
 
 def test_serve_with_one_port_for_both_servers(tmp_path: Path) -> None:
@@ -81,16 +95,14 @@ def test_the_extender_with_a_port_out_of_range() -> None:
     assert "use 1..65535" in line
 
 
-def test_the_extender_on_a_host_that_does_not_resolve() -> None:
-    line = _fails_in_one_line(["extender", "--host", "no-such-host.invalid", "--port", "18999",
-                               "--cluster", CLUSTER], code=1)
-    assert "--host" in line
-
-
-def test_serve_on_a_host_that_does_not_resolve(tmp_path: Path) -> None:
-    line = _fails_in_one_line(["serve", "--host", "no-such-host.invalid", "--cert-dir",
-                               str(tmp_path / "c")], code=2)
-    assert "--host" in line and "free ports" not in line
+@pytest.mark.parametrize("command", ["extender", "serve"])
+def test_a_host_that_does_not_resolve(command: str, tmp_path: Path) -> None:
+    args = (["--cert-dir", str(tmp_path / "c")] if command == "serve"
+            else ["--port", "18999", "--cluster", CLUSTER])
+    line = _fails_in_one_line([command, "--host", "no-such-host.invalid", *args], code=2)
+    assert line.startswith("migfit: error: cannot listen on no-such-host.invalid port "), line
+    assert line.endswith("; give --host an address of this host (e.g. 127.0.0.1)"), line
+    assert "free port" not in line
 
 
 @pytest.mark.parametrize("value", ["0", "-2", "0%", "150%", "ten", "nan%", "%"])
@@ -233,3 +245,67 @@ def test_an_empty_cluster_file_is_told_what_a_valid_one_needs(tmp_path: Path) ->
     line = _fails_in_one_line(["status", "--cluster", str(empty)], code=2)
     assert "items: []" not in line and "at least one Node" in line
     assert "kubectl get nodes,pods -A -o yaml" in line
+
+
+def _unusable_cert_dir(tmp_path: Path) -> Path:
+    """A --cert-dir whose stat fails with something other than "no such file": a folder
+    under a parent without search permission (as a user), or a name too long (as root, whom
+    permissions do not stop)."""
+    if os.geteuid() != 0:
+        parent = tmp_path / "locked"
+        parent.mkdir()
+        parent.chmod(0o600)  # no x: nothing under it can be looked up
+        return parent / "certs"
+    return tmp_path / ("c" * 300)
+
+
+def test_serve_with_a_cert_dir_it_cannot_look_at(tmp_path: Path) -> None:
+    """`--cert-dir /root/certs` as a user was `migfit: error: [Errno 13] Permission denied:
+    '/root/certs'`, exit 1."""
+    target = _unusable_cert_dir(tmp_path)
+    try:
+        line = _fails_in_one_line(["serve", "--cert-dir", str(target)], code=2)
+    finally:
+        target.parent.chmod(0o700)
+    assert line.startswith(f"migfit: error: cannot use --cert-dir {target} ("), line
+    assert line.endswith("): pass a new or empty folder you can write"), line
+    assert "Errno" not in line
+
+
+def test_serve_names_what_it_would_overwrite_and_what_it_would_not(tmp_path: Path) -> None:
+    """A folder holding only `x` was told `already holds x, which migfit serve would
+    overwrite`: serve writes tls.crt, tls.key and ca.crt, never x."""
+    folder = tmp_path / "d"
+    folder.mkdir()
+    (folder / "x").write_text("mine\n")
+    line = _fails_in_one_line(["serve", "--cert-dir", str(folder)], code=2)
+    assert line == (f"migfit: error: --cert-dir {folder} is not empty (it holds x) and is not "
+                    f"a folder an earlier migfit serve wrote: pass a new or empty folder")
+    (folder / "tls.crt").write_text("not a certificate\n")
+    line = _fails_in_one_line(["serve", "--cert-dir", str(folder)], code=2)
+    assert line == (f"migfit: error: --cert-dir {folder} already holds tls.crt, which migfit "
+                    f"serve would overwrite with a throwaway localhost certificate, and x; it "
+                    f"is not a folder an earlier migfit serve wrote: pass a new or empty folder")
+    assert (folder / "x").read_text() == "mine\n"
+
+
+def test_serve_refuses_an_empty_cert_dir() -> None:
+    """`--cert-dir ""` was the current folder, whose files it listed as ones it would
+    overwrite."""
+    line = _fails_in_one_line(["serve", "--cert-dir="], code=2)
+    assert line.endswith("argument --cert-dir: empty: pass a folder, such as --cert-dir "
+                         "certs"), line
+
+
+@pytest.mark.parametrize("command", ["serve", "webhook", "extender"])
+def test_a_cluster_directory_is_said_to_be_one(certs: Path, tmp_path: Path,
+                                               command: str) -> None:
+    """serve, webhook and extender said `--cluster examples: no such file`; status, `Is a
+    directory`. Now all say what status says."""
+    status = _fails_in_one_line(["status", "--cluster", str(tmp_path)], code=2)
+    assert "Is a directory" in status
+    args = {"serve": ["--cert-dir", str(tmp_path / "c")],
+            "webhook": ["--tls-cert", str(certs / "tls.crt"), "--tls-key",
+                        str(certs / "tls.key")],
+            "extender": ["--port", "18997", "--no-publish"]}[command]
+    assert _fails_in_one_line([command, *args, "--cluster", str(tmp_path)], code=2) == status

@@ -164,8 +164,13 @@ def test_a_broken_file_keeps_the_last_good_state_and_names_the_object(
     [
         ("items: [\n  - {kind: Node\n", "not valid YAML or JSON at line"),
         ("", "the file is empty"),
-        ("- 1\n- 2\n", "item 1 (int)"),
-        ("42\n", "document 1 is a int"),
+        ("- 1\n- 2\n", "item 1 (int): an int, not a Kubernetes object"),
+        ("42\n", "document 1 is an int, not a Kubernetes object"),
+        # cut short: a parse error, not its first element's ("document 1 is a int")
+        ("[1,2", "not valid YAML or JSON at line 2, column 1: did not find expected ','"),
+        ('{"kind": "List", "items": [{"kind": "Node", "metadata": {"name": "n1"}}, 7',
+         "not valid YAML or JSON at line 2"),
+        ("kind: List\nitems:\n- 7\n- {kind: Node\n", "not valid YAML or JSON at line"),
     ],
 )
 def test_unparseable_files_keep_the_last_good_state(
@@ -179,6 +184,21 @@ def test_unparseable_files_keep_the_last_good_state(
     assert source.last_error is not None
     assert expected in source.last_error
     assert model.node_names() == ["n1"]
+
+
+def test_a_whole_file_with_a_bad_item_names_the_item(tmp_path: pathlib.Path) -> None:
+    """The reader looks past a bad item to the end of a file that parses: the item is the
+    error, not the file."""
+    for text in ("[1, 2]", '{"kind": "List", "items": [7, {"kind": "Node"}]}'):
+        with pytest.raises(errors.ConfigError, match="an int, not a Kubernetes object"):
+            snapshots.decode(text, where="f")
+
+
+@pytest.mark.parametrize(("pods", "said"), [(1, "(1 pod)"), (2, "(2 pods)")])
+def test_a_file_without_nodes_counts_its_pods_in_words(pods: int, said: str) -> None:
+    text = json.dumps(as_list(*(pod(f"p{i}") for i in range(pods))))
+    with pytest.raises(errors.ConfigError, match=rf"no Node objects \({said[1:-1]}\);"):
+        snapshots.decode(text, where="f")
 
 
 def test_a_missing_file_is_reported_and_never_synced(tmp_path: pathlib.Path) -> None:
@@ -220,9 +240,11 @@ def test_open_source_needs_exactly_one_origin(path: pathlib.Path) -> None:
         sources.open_source(model, cluster_file=None, kubeconfig=None, in_cluster=False)
     with pytest.raises(errors.UsageError, match="not both"):
         sources.open_source(model, cluster_file=path, kubeconfig=path, in_cluster=False)
-    with pytest.raises(errors.UsageError, match="no such file"):
+    with pytest.raises(errors.UsageError, match="No such file or directory"):
         sources.open_source(model, cluster_file=path.with_name("typo.yaml"), kubeconfig=None,
                             in_cluster=False)
+    with pytest.raises(errors.UsageError, match="Is a directory"):  # was "no such file"
+        sources.open_source(model, cluster_file=path.parent, kubeconfig=None, in_cluster=False)
     path.write_text(yaml.safe_dump(as_list(node("n1"))))
     assert isinstance(sources.open_source(model, cluster_file=path, kubeconfig=None,
                                           in_cluster=False), snapshots.FileSource)

@@ -41,6 +41,7 @@ EXAMPLE_CLUSTER = Path(__file__).resolve().parent / "example-cluster.yaml"
 EXAMPLE_NAME = "migfit/simulate/example-cluster.yaml"  # as help and notices name it
 EXAMPLE_SHAPE = "26 nodes: 24 with 4 or 8 A100-80GB GPUs, 2 without GPUs"  # tests hold it true
 EXAMPLE_PODS = 600
+MAX_TARGET = 10.0  # --target: ten times the cluster's GPUs requested (the trace's fill: minutes)
 
 
 def default_trace_dir() -> Path:
@@ -118,8 +119,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                      help="fill: arrivals only, until --target of GPU capacity is requested "
                           "(FGD's setup); events: arrivals and departures in trace time")
     run.add_argument("--target", type=float, default=1.3,
-                     help="fill: stop when the trace GPUs requested reach this share of the "
-                          "cluster's GPUs")
+                     help=f"fill: stop when the trace GPUs requested reach this share of the "
+                          f"cluster's GPUs (above 0, at most {MAX_TARGET:g})")
     run.add_argument("--order", choices=("sample", "trace"), default="sample",
                      help="fill: draw pods at random with replacement (by seed), or take them "
                           "in trace order first")
@@ -453,8 +454,10 @@ def run(args: argparse.Namespace) -> int:
     policies = _without_scipy(_policies(args.policies), args.policies != DEFAULT_POLICIES)
     if args.seeds < 1:
         raise errors.UsageError("--seeds must be at least 1")
-    if args.target <= 0:
-        raise errors.UsageError("--target must be positive (1.3 = 130 % of GPU capacity)")
+    if not (math.isfinite(args.target) and 0 < args.target <= MAX_TARGET):
+        raise errors.UsageError(f"--target {args.target:g}: use a share of the cluster's GPUs "
+                                f"above 0 and at most {MAX_TARGET:g} (1.3 = 130 % of GPU "
+                                f"capacity)")
     _check_outputs(args)
     if args.percentage_of_nodes_to_score < 0:
         raise errors.UsageError("--percentage-of-nodes-to-score must be 0 (adaptive) to 100")

@@ -128,7 +128,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                      help="fill: seconds between two arrivals (sets the pace against re-layouts)")
     run.add_argument("--relayout-seconds", type=float, default=180.0, metavar="S",
                      help="how long the MIG Manager takes to re-partition a node (it serves "
-                          "nothing new meanwhile)")
+                          "nothing new meanwhile; 0 or more)")
     run.add_argument("--config-sync-seconds", type=float, default=0.0, metavar="S",
                      help="a custom config's first re-layout starts this long after it was "
                           "first advised, as the extender's --apply-custom-configs writes it "
@@ -464,6 +464,9 @@ def run(args: argparse.Namespace) -> int:
     if args.ahead_from is not None and not 0 <= args.ahead_from <= 1:
         raise errors.UsageError(f"--ahead-from {args.ahead_from:g}: use a share from 0 (from "
                                 "the start) to 1, or --no-ahead")
+    if not (math.isfinite(args.relayout_seconds) and args.relayout_seconds >= 0):
+        raise errors.UsageError(f"--relayout-seconds {args.relayout_seconds:g}: use 0 or more "
+                                f"seconds (the MIG Manager's re-partition time)")
     if not 0 <= args.config_sync_seconds <= 3600:
         raise errors.UsageError(f"--config-sync-seconds {args.config_sync_seconds}: use 0 to "
                                 "3600, as the extender's --config-sync")

@@ -20,7 +20,6 @@ Named configs follow mig-parted's ``all-<profile>`` and ``all-balanced`` convent
 
 from __future__ import annotations
 
-import csv
 import dataclasses
 import math
 from collections.abc import Sequence
@@ -29,7 +28,7 @@ from pathlib import Path
 import pydantic
 
 from migfit import errors, layouts, profiles, quantity, strictfiles
-from migfit.simulate import namedconfigs
+from migfit.simulate import csvrows, namedconfigs
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -166,6 +165,9 @@ def parse_model_map(text: str, catalog: profiles.Catalog) -> dict[str, profiles.
     return out
 
 
+NODE_COLUMNS = ("sn", "cpu_milli", "memory_mib", "gpu")
+
+
 def load_node_csv(path: Path, *, model: profiles.GpuModel, layout: str | Sequence[str],
                   model_map: dict[str, profiles.GpuModel] | None = None) -> list[NodeSpec]:
     """The trace's node list (``sn,cpu_milli,memory_mib,gpu,model``).
@@ -176,26 +178,18 @@ def load_node_csv(path: Path, *, model: profiles.GpuModel, layout: str | Sequenc
     """
     mapping = dict(model_map or {})
     out: list[NodeSpec] = []
-    try:
-        with path.open(encoding="utf-8", newline="") as fh:
-            for row in csv.DictReader(fh):
-                gpus = int(row["gpu"])
-                trace = (row.get("model") or "").strip()
-                mig = mapping.get(trace, mapping.get("*", model))
-                if gpus > 0:
-                    lay, config = resolve_layout(mig, layout, where=str(path))
-                else:
-                    lay, config = (), ""
-                out.append(NodeSpec(name=row["sn"], model=mig,
-                                    gpu_layouts=(lay,) * max(0, gpus),
-                                    cpu_milli=int(row["cpu_milli"]),
-                                    memory_mib=int(row["memory_mib"]), config=config,
-                                    trace_model=trace if gpus > 0 else ""))
-    except OSError as exc:
-        raise errors.ConfigError(f"cannot read node list {path}: {exc.strerror}") from None
-    except (KeyError, ValueError) as exc:
-        raise errors.ConfigError(f"{path}: not the trace's node list "
-                                 f"(sn,cpu_milli,memory_mib,gpu,model): {exc}") from None
+    for row in csvrows.rows(path, what="the trace's node list", columns=NODE_COLUMNS):
+        gpus = row.integer("gpu")
+        trace = row.text("model")
+        mig = mapping.get(trace, mapping.get("*", model))
+        if gpus > 0:
+            lay, config = resolve_layout(mig, layout, where=str(path))
+        else:
+            lay, config = (), ""
+        out.append(NodeSpec(name=row.text("sn"), model=mig, gpu_layouts=(lay,) * max(0, gpus),
+                            cpu_milli=row.integer("cpu_milli"),
+                            memory_mib=row.integer("memory_mib"), config=config,
+                            trace_model=trace if gpus > 0 else ""))
     if not any(n.gpus for n in out):
         raise errors.ConfigError(f"{path}: no GPU nodes")
     return out

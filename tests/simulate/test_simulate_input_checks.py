@@ -4,6 +4,8 @@ model map naming models the node list lacks, duplicate policies."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from migfit import cli
@@ -33,3 +35,68 @@ def test_target_out_of_range_is_refused(value: str, capsys: pytest.CaptureFixtur
 
 def test_target_at_the_bound_runs(capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["simulate", "--example", "--policies", "default", "--target", "10"]) == 0
+
+
+@pytest.mark.parametrize("value", ["-100", "nan", "inf"])
+def test_relayout_seconds_out_of_range_is_refused(value: str,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    # -100 raised an IndexError in the advisor's burst window.
+    _refused(["--example", "--policies", "migfit+advisor", f"--relayout-seconds={value}"],
+             capsys, "--relayout-seconds", "0 or more seconds")
+
+
+@pytest.mark.parametrize("share", ["nan", "inf", "-5"])
+def test_layout_share_not_a_finite_share_is_refused(share: str,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    # nan raised a ValueError (NaN to integer).
+    _refused(["--example", "--layout", f"all-balanced={share}%"], capsys,
+             f"--layout 'all-balanced={share}%'", "CONFIG=SHARE%")
+
+
+NODES = "sn,cpu_milli,memory_mib,gpu,model\na1,64000,262144,2,V100M32\nt1,64000,262144,2,T4\n"
+POD_HEADER = ("name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,"
+              "creation_time,deletion_time,scheduled_time\n")
+PODS = POD_HEADER + "".join(f"p{i},1000,1024,1,{250 if i % 2 else 1000},,LS,Running,{i},"
+                            f"{i + 500},{i}\n" for i in range(8))
+
+
+def _trace(tmp_path: Path, *, nodes: str = NODES, pods: str = PODS, bom: bool = False
+           ) -> list[str]:
+    """A small trace folder; the arguments that replay it."""
+    encoding = "utf-8-sig" if bom else "utf-8"
+    (tmp_path / "openb_node_list_gpu_node.csv").write_text(nodes, encoding=encoding)
+    (tmp_path / "openb_pod_list_default.csv").write_text(pods, encoding=encoding)
+    return ["--trace-dir", str(tmp_path), "--policies", "default"]
+
+
+def test_the_small_trace_runs(tmp_path: Path) -> None:
+    assert cli.main(["simulate", *_trace(tmp_path)]) == 0
+
+
+def test_a_short_pod_row_is_refused_with_its_line(tmp_path: Path,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    # It raised a TypeError in workload.load_trace.
+    args = _trace(tmp_path, pods=PODS + "short-pod,1000\n")
+    _refused(args, capsys, "openb_pod_list_default.csv, line 10:", "no memory_mib")
+
+
+@pytest.mark.parametrize(("row", "field"), [
+    ("p9,1000,1024,one,1000,,LS,Running,9,509,9", "num_gpu 'one'"),
+    ("p9,1000,1024,1,1000,,LS,Running,soon,,", "creation_time 'soon'")])
+def test_a_pod_row_with_a_bad_value_is_refused_with_its_line(
+        row: str, field: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    args = _trace(tmp_path, pods=PODS + row + "\n")
+    _refused(args, capsys, "openb_pod_list_default.csv, line 10:", field)
+
+
+def test_a_short_node_row_is_refused_with_its_line(tmp_path: Path,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    # It raised a TypeError at int(row["gpu"]).
+    args = _trace(tmp_path, nodes=NODES + "bad-node,abc\n")
+    _refused(args, capsys, "openb_node_list_gpu_node.csv, line 4:", "no memory_mib")
+
+
+def test_a_node_row_with_a_bad_value_is_refused_with_its_line(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    args = _trace(tmp_path, nodes=NODES + "bad-node,64000,262144,two,T4\n")
+    _refused(args, capsys, "openb_node_list_gpu_node.csv, line 4:", "gpu 'two'")

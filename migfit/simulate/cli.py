@@ -316,7 +316,13 @@ def _inputs(args: argparse.Namespace, catalog: profiles.Catalog
     if layout is None and cluster_file is None:
         layout = DEFAULT_LAYOUT
     if layout is not None:
+        sized = len(pods)
         nodes, pods = _layouts(layout, nodes, pods, history_share=args.history_share)
+        if not pods:
+            raise errors.UsageError(
+                f"--layout {layout}: all {sized} pod{'s' if sized != 1 else ''} of "
+                f"{info['workload']} size the initial layouts and none is left to replay; "
+                f"give more pods (--limit-pods) or choose another --layout")
         info["cluster"] += f", initial layout {layout}"
         if layout == HISTORY:
             info["cluster"] += (f" (sized on the first {args.history_share:.0%} of the pod "

@@ -100,3 +100,11 @@ def test_a_node_row_with_a_bad_value_is_refused_with_its_line(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     args = _trace(tmp_path, nodes=NODES + "bad-node,64000,262144,two,T4\n")
     _refused(args, capsys, "openb_node_list_gpu_node.csv, line 4:", "gpu 'two'")
+
+
+@pytest.mark.parametrize("mode", ["events", "fill"])
+def test_history_layouts_that_leave_nothing_to_replay_are_refused(
+        mode: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # Events mode printed a table of zeros and exited 0.
+    _refused([*_trace(tmp_path), "--limit-pods", "1", "--mode", mode], capsys,
+             "--layout history: all 1 pod of", "none is left to replay", "--limit-pods")

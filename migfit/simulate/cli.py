@@ -41,6 +41,7 @@ EXAMPLE_CLUSTER = Path(__file__).resolve().parent / "example-cluster.yaml"
 EXAMPLE_NAME = "migfit/simulate/example-cluster.yaml"  # as help and notices name it
 EXAMPLE_SHAPE = "26 nodes: 24 with 4 or 8 A100-80GB GPUs, 2 without GPUs"  # tests hold it true
 EXAMPLE_PODS = 600
+MIN_SAMPLES, MAX_SAMPLES = 2, 10_000  # --samples: the idle-while-pending figure needs two
 MAX_TARGET = 10.0  # --target: ten times the cluster's GPUs requested (the trace's fill: minutes)
 
 
@@ -96,7 +97,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                           "spec's layouts")
     src.add_argument("--history-share", type=float, default=0.5, metavar="F",
                      help="--layout history: the first F of the pod list (creation order) "
-                          "sizes the layouts; the rest is replayed")
+                          "sizes the layouts; the rest is replayed (between 0 and 1)")
     src.add_argument("--pods", type=Path, default=None, metavar="CSV",
                      help=f"the trace's pod list (default: TRACE_DIR/{POD_CSV})")
     src.add_argument("--synthetic", type=int, default=None, metavar="N",
@@ -125,7 +126,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                      help="fill: draw pods at random with replacement (by seed), or take them "
                           "in trace order first")
     run.add_argument("--fill-interval", type=float, default=1.0, metavar="S",
-                     help="fill: seconds between two arrivals (sets the pace against re-layouts)")
+                     help="fill: seconds between two arrivals (sets the pace against re-layouts; "
+                          "0 or more)")
     run.add_argument("--relayout-seconds", type=float, default=180.0, metavar="S",
                      help="how long the MIG Manager takes to re-partition a node (it serves "
                           "nothing new meanwhile; 0 or more)")
@@ -135,7 +137,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                           "then and starts it once the extender's --config-sync (120) has "
                           "passed; 0 (default): custom configs are in the ConfigMap already")
     run.add_argument("--advise-interval", type=float, default=30.0, metavar="S",
-                     help="the advisor runs at most this often while pods are pending")
+                     help="the advisor runs at most this often while pods are pending (0 or more)")
     run.add_argument("--max-relayouts", type=options.relayout_limit, default="16",
                      metavar="N|P%",
                      help="re-layouts in flight at once: a number, or a share of the GPU "
@@ -149,16 +151,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     run.add_argument("--advisor-grace", type=float, default=policies.SERVER_ADVISOR.grace_s,
                      metavar="S",
                      help="seconds a pod must have been unschedulable before the advisor "
-                          "counts it (default: the server's --grace default)")
+                          "counts it (0 or more; default: the server's --grace default)")
     run.add_argument("--advisor-free-grace", type=float,
                      default=policies.SERVER_ADVISOR.free_grace_s, metavar="S",
                      help="seconds after which the advisor counts an unschedulable pod even "
                           "though free instances of its profile exist somewhere (they are of "
-                          "no use to it: cpu, memory, taints); default: the server's")
+                          "no use to it: cpu, memory, taints); 0 or more; default: the "
+                          "server's")
     run.add_argument("--percentage-of-nodes-to-score", type=int, default=0, metavar="P",
                      help="kube-scheduler's percentageOfNodesToScore: 0 = adaptive (50 - "
                           "nodes/125 %%, at least 5 %%, at least 100 nodes; the shipped "
-                          "config), 100 = every feasible node")
+                          "config), 100 = every feasible node (0 to 100)")
     run.add_argument("--allocation", choices=("distributed", "packed"),
                      default="distributed",
                      help="the device plugin's choice of instance inside a node: from the "
@@ -197,9 +200,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                           f"{choice.Policy().contention})")
     run.add_argument("--gpu-weight", type=int, default=3, metavar="W",
                      help="binpack-gpu: the MIG resource's weight in MostAllocated (cpu and "
-                          "memory weigh 1)")
+                          "memory weigh 1; 1 to 100, as kube-scheduler takes it)")
     run.add_argument("--extender-weight", type=int, default=5,
-                     help="the extender's weight in the scheduler config (score × weight × 10)")
+                     help="the extender's weight in the scheduler config (score × weight × 10; "
+                          "1 or more: kube-scheduler refuses a weight of 0 or less)")
     run.add_argument("--policies", default=DEFAULT_POLICIES,
                      help="comma-separated policies: default, binpack, binpack-gpu, random, "
                           "fgd, migfit, each optionally +advisor; bound (the LP relaxation no "
@@ -209,7 +213,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                      help="run every policy with seeds BASE..BASE+N-1")
     run.add_argument("--seed", type=int, default=0, metavar="BASE", help="the first seed")
     run.add_argument("--jobs", type=int, default=1,
-                     help="runs in parallel (processes)")
+                     help="runs in parallel (processes; 1 or more)")
     out = parser.add_argument_group("output")
     out.add_argument("--json", type=Path, default=None, metavar="FILE",
                      help="write every figure, time series and GPU picture as JSON")
@@ -221,7 +225,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     out.add_argument("--snapshot-at", type=float, default=None, metavar="T",
                      help="events: trace time of the GPU picture (default: the last arrival)")
     out.add_argument("--samples", type=int, default=200,
-                     help="points per time series")
+                     help=f"points per time series ({MIN_SAMPLES} to {MAX_SAMPLES:,}: the "
+                          f"idle-while-pending figure integrates them, and one sample "
+                          f"holds nothing between the first and the last arrival)")
     out.add_argument("--markdown", action="store_true",
                      help="also print the results as a markdown table")
     out.add_argument("--waits-by-class", action="store_true",
@@ -455,6 +461,32 @@ def _without_scipy(policies: list[engine.Policy], named: bool) -> list[engine.Po
     return policies
 
 
+def _check_numbers(args: argparse.Namespace) -> None:
+    """The numeric flags in their ranges (finite ones): one line that says the range."""
+    seconds = (("--fill-interval", args.fill_interval),
+               ("--advise-interval", args.advise_interval),
+               ("--advisor-grace", args.advisor_grace),
+               ("--advisor-free-grace", args.advisor_free_grace))
+    for flag, value in seconds:
+        if not (math.isfinite(value) and value >= 0):
+            raise errors.UsageError(f"{flag} {value:g}: use 0 or more seconds")
+    if not (math.isfinite(args.history_share) and 0 < args.history_share < 1):
+        raise errors.UsageError(f"--history-share {args.history_share:g}: use a share "
+                                f"between 0 and 1 (0.5 = the first half sizes the layouts)")
+    if not MIN_SAMPLES <= args.samples <= MAX_SAMPLES:
+        raise errors.UsageError(f"--samples {args.samples}: use {MIN_SAMPLES} to "
+                                f"{MAX_SAMPLES:,} points per time series (the "
+                                f"idle-while-pending figure integrates them)")
+    if args.jobs < 1:
+        raise errors.UsageError(f"--jobs {args.jobs}: use 1 or more processes")
+    if args.extender_weight < 1:
+        raise errors.UsageError(f"--extender-weight {args.extender_weight}: use 1 or more "
+                                f"(kube-scheduler refuses an extender weight of 0 or less)")
+    if not 1 <= args.gpu_weight <= 100:
+        raise errors.UsageError(f"--gpu-weight {args.gpu_weight}: use 1 to 100 (kube-scheduler's "
+                                f"range for a resource weight)")
+
+
 def run(args: argparse.Namespace) -> int:
     catalog = profiles.load(args.catalog)
     policies = _without_scipy(_policies(args.policies), args.policies != DEFAULT_POLICIES)
@@ -465,8 +497,11 @@ def run(args: argparse.Namespace) -> int:
                                 f"above 0 and at most {MAX_TARGET:g} (1.3 = 130 % of GPU "
                                 f"capacity)")
     _check_outputs(args)
-    if args.percentage_of_nodes_to_score < 0:
-        raise errors.UsageError("--percentage-of-nodes-to-score must be 0 (adaptive) to 100")
+    if not 0 <= args.percentage_of_nodes_to_score <= 100:
+        raise errors.UsageError(f"--percentage-of-nodes-to-score "
+                                f"{args.percentage_of_nodes_to_score}: must be 0 (adaptive) "
+                                f"to 100")
+    _check_numbers(args)
     if args.ahead_from is not None and not 0 <= args.ahead_from <= 1:
         raise errors.UsageError(f"--ahead-from {args.ahead_from:g}: use a share from 0 (from "
                                 "the start) to 1, or --no-ahead")

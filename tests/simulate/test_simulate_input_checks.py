@@ -108,3 +108,44 @@ def test_history_layouts_that_leave_nothing_to_replay_are_refused(
     # Events mode printed a table of zeros and exited 0.
     _refused([*_trace(tmp_path), "--limit-pods", "1", "--mode", mode], capsys,
              "--layout history: all 1 pod of", "none is left to replay", "--limit-pods")
+
+
+@pytest.mark.parametrize(("flag", "value", "allowed"), [
+    ("--fill-interval", "-1", "0 or more seconds"),
+    ("--fill-interval", "nan", "0 or more seconds"),
+    ("--advise-interval", "-30", "0 or more seconds"),
+    ("--advise-interval", "inf", "0 or more seconds"),
+    ("--advisor-grace", "-1", "0 or more seconds"),
+    ("--advisor-grace", "nan", "0 or more seconds"),
+    ("--advisor-free-grace", "-1", "0 or more seconds"),
+    ("--advisor-free-grace", "nan", "0 or more seconds"),
+    ("--history-share", "nan", "between 0 and 1"),
+    ("--history-share", "1.5", "between 0 and 1"),
+    ("--samples", "0", "2 to 10,000"),
+    ("--samples", "1", "2 to 10,000"),
+    ("--samples", "10001", "2 to 10,000"),
+    ("--percentage-of-nodes-to-score", "101", "0 (adaptive) to 100"),
+    ("--percentage-of-nodes-to-score", "-1", "0 (adaptive) to 100"),
+    ("--jobs", "0", "1 or more"),
+    ("--jobs", "-2", "1 or more"),
+    ("--extender-weight", "-5", "1 or more"),
+    ("--extender-weight", "0", "1 or more"),
+    ("--gpu-weight", "-3", "1 to 100"),
+    ("--gpu-weight", "101", "1 to 100"),
+])
+def test_numeric_flags_out_of_range_are_refused(
+        flag: str, value: str, allowed: str, capsys: pytest.CaptureFixture[str]) -> None:
+    # Each ran (--samples 0 or 1 with the idle-while-pending figure silently 0, a negative
+    # --extender-weight inverting the extender's score); --history-share is checked even
+    # where the layout is not history.
+    _refused(["--example", "--policies", "default", f"{flag}={value}"], capsys,
+             f"{flag} {value}", allowed)
+
+
+@pytest.mark.parametrize(("flag", "value"), [
+    ("--fill-interval", "0"), ("--advise-interval", "0"), ("--advisor-grace", "0"),
+    ("--samples", "2"), ("--percentage-of-nodes-to-score", "100"), ("--gpu-weight", "100"),
+    ("--extender-weight", "1"), ("--relayout-seconds", "0")])
+def test_numeric_flags_at_their_bounds_run(flag: str, value: str) -> None:
+    assert cli.main(["simulate", "--example", "--synthetic", "60", "--policies",
+                     "binpack-gpu,migfit+advisor", f"{flag}={value}"]) == 0

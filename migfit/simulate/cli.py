@@ -80,7 +80,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                           "V100M32, G2, G3, A10) as MIG models, e.g. "
                           "V100M32=A100-80GB,T4=A30-24GB (*=MODEL for the rest); unnamed "
                           "models are --model. Nodes keep their trace model for the pods' "
-                          "gpu_spec")
+                          "gpu_spec. Each model once, spelt as in the node list (names are "
+                          "case-sensitive); one the node list lacks is refused")
     src.add_argument("--layout", default=None,
                      help="initial layout of the GPUs: history (the default for the trace's "
                           "node list: demand-matched on the first --history-share of the pod "

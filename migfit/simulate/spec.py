@@ -151,7 +151,8 @@ DEFAULT_MODEL = "A100-80GB"
 
 
 def parse_model_map(text: str, catalog: profiles.Catalog) -> dict[str, profiles.GpuModel]:
-    """``--model-map V100M32=A100-80GB,T4=A30-24GB`` (``*=MODEL`` for every other model)."""
+    """``--model-map V100M32=A100-80GB,T4=A30-24GB`` (``*=MODEL`` for every other model);
+    each trace model once (``load_node_csv`` checks that the node list has them)."""
     out: dict[str, profiles.GpuModel] = {}
     for item in text.split(","):
         item = item.strip()
@@ -161,7 +162,11 @@ def parse_model_map(text: str, catalog: profiles.Catalog) -> dict[str, profiles.
         if not eq or not trace.strip() or not mig.strip():
             raise errors.UsageError(f"--model-map {item!r}: use TRACE_MODEL=MIG_MODEL, e.g. "
                                     f"V100M32=A100-80GB")
-        out[trace.strip()] = catalog.get(mig.strip())
+        name = trace.strip()
+        if name in out:
+            raise errors.UsageError(f"--model-map names {name} twice; give each trace model "
+                                    f"once")
+        out[name] = catalog.get(mig.strip())
     return out
 
 
@@ -174,7 +179,8 @@ def load_node_csv(path: Path, *, model: profiles.GpuModel, layout: str | Sequenc
 
     Each node keeps its trace model (``trace_model``, for the pods' ``gpu_spec``); its GPUs
     are ``model_map[trace model]``, else ``model_map["*"]``, else ``model``. A node with no
-    GPU is kept as a cpu-only node (it takes cpu-only pods).
+    GPU is kept as a cpu-only node (it takes cpu-only pods). A ``model_map`` key that no
+    GPU node of the list has (but ``*``) is refused.
     """
     mapping = dict(model_map or {})
     out: list[NodeSpec] = []
@@ -192,4 +198,13 @@ def load_node_csv(path: Path, *, model: profiles.GpuModel, layout: str | Sequenc
                             trace_model=trace if gpus > 0 else ""))
     if not any(n.gpus for n in out):
         raise errors.ConfigError(f"{path}: no GPU nodes")
+    present = sorted({n.trace_model for n in out if n.gpus})
+    for name in sorted(mapping):
+        if name != "*" and name not in present:
+            near = [m for m in present if m.lower() == name.lower()]
+            hint = f" (did you mean {near[0]}? names are case-sensitive)" if near else ""
+            raise errors.UsageError(
+                f"--model-map {name}={mapping[name].id}: the node list {path} has no GPU "
+                f"model {name}{hint}; its models are {', '.join(present)}, and * stands for "
+                f"the others")
     return out

@@ -149,3 +149,20 @@ def test_numeric_flags_out_of_range_are_refused(
 def test_numeric_flags_at_their_bounds_run(flag: str, value: str) -> None:
     assert cli.main(["simulate", "--example", "--synthetic", "60", "--policies",
                      "binpack-gpu,migfit+advisor", f"{flag}={value}"]) == 0
+
+
+@pytest.mark.parametrize(("given", "words"), [
+    ("t4=A30-24GB", ("--model-map t4=A30-24GB", "did you mean T4?", "T4, V100M32")),
+    ("XYZ=A100-80GB", ("--model-map XYZ=A100-80GB", "no GPU model XYZ", "T4, V100M32")),
+    ("T4=A100-80GB,T4=A30-24GB", ("--model-map names T4 twice",)),
+])
+def test_a_model_map_naming_models_the_node_list_lacks_is_refused(
+        given: str, words: tuple[str, ...], tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    # Each ran as an all-A100 cluster (the duplicate: the last one won).
+    _refused([*_trace(tmp_path), "--model-map", given], capsys, *words)
+
+
+def test_a_model_map_of_the_node_lists_models_runs(tmp_path: Path) -> None:
+    assert cli.main(["simulate", *_trace(tmp_path), "--model-map",
+                     "T4=A30-24GB,*=A100-80GB"]) == 0

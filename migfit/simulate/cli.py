@@ -361,6 +361,32 @@ def start_notice(args: argparse.Namespace, info: dict[str, Any], *, runs: int) -
     return what
 
 
+def unplaceable(nodes: Sequence[spec.NodeSpec], pods: Sequence[workload.PodSpec]
+                ) -> list[str]:
+    """Warnings, one line each, on replayed pods that no node of the cluster can ever take:
+    more GPUs than any node has, or a ``gpu_spec`` naming only GPU models no node has. They
+    are replayed as they are (in a real cluster they would stay Pending too), and said once
+    with their count, since they wait for ever and weigh on every policy's waits."""
+    gpu_nodes = [n for n in nodes if n.gpus]
+    most = max((n.gpus for n in gpu_nodes), default=0)
+    present = {n.trace_model for n in gpu_nodes}
+    out: list[str] = []
+    too_many = [p for p in pods if p.gpu and p.num_gpu > most]
+    if too_many:
+        asked = max(p.num_gpu for p in too_many)
+        out.append(f"migfit simulate: warning: {len(too_many):,} of the {len(pods):,} pods "
+                   f"replayed ask for more GPUs (up to {asked}) than any node has ({most}): "
+                   f"no policy can place them")
+    elsewhere = [p for p in pods if p.gpu and p.gpu_spec and not p.gpu_spec & present]
+    if elsewhere:
+        named = sorted(set().union(*(p.gpu_spec for p in elsewhere)) - present)
+        out.append(f"migfit simulate: warning: {len(elsewhere):,} of the {len(pods):,} pods "
+                   f"replayed ask (gpu_spec) only for GPU models no node has "
+                   f"({', '.join(named)}; the nodes have {', '.join(sorted(present))}): no "
+                   f"policy can place them")
+    return out
+
+
 def _relayout_limit(limit: tuple[int, float | None], nodes: Sequence[spec.NodeSpec]) -> int:
     """``--max-relayouts`` as a count: N, or the share of the GPU nodes (at least one), as
     the apply mode counts it (``relayout_machine.Settings.limit``)."""
@@ -536,6 +562,8 @@ def run(args: argparse.Namespace) -> int:
     jobs = [(nodes, pods, p, s, options, catalog, s == seeds[0] and p.name in pictures)
             for s in seeds for p in policies]
     print(start_notice(args, info, runs=len(jobs)), file=sys.stderr, flush=True)
+    for line in unplaceable(nodes, pods):
+        print(line, file=sys.stderr, flush=True)
     started = time.perf_counter()
     results: list[engine.RunResult] = []
     if args.jobs > 1 and len(jobs) > 1:

@@ -63,7 +63,8 @@ def rows(path: Path, *, what: str, columns: tuple[str, ...]) -> Iterator[Row]:
     the list in messages ("the trace's pod list")."""
     shape = f"{what} ({','.join(columns)},...)"
     try:
-        with path.open(encoding="utf-8", newline="") as fh:
+        # utf-8-sig: a byte-order mark (spreadsheet exports) is not part of the first column.
+        with path.open(encoding="utf-8-sig", newline="") as fh:
             reader = csv.DictReader(fh)
             header = reader.fieldnames or []
             missing = [c for c in columns if c not in header]

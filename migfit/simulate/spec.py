@@ -92,13 +92,20 @@ def _cpu(group: _Group, where: str) -> int:
         return group.cpu_milli
     if group.cpu is None:
         raise errors.ConfigError(f"{where}: give cpu (e.g. \"64\") or cpu_milli")
-    return math.ceil(quantity.parse(str(group.cpu)) * 1000)
+    milli = math.ceil(quantity.parse(str(group.cpu)) * 1000)
+    if milli < 1:
+        raise errors.ConfigError(f"{where}: cpu {group.cpu}: a node needs cpu (e.g. \"64\")")
+    return milli
 
 
 def _memory(group: _Group, where: str) -> int:
     if group.memory is None:
         raise errors.ConfigError(f"{where}: give memory (e.g. 512Gi)")
-    return quantity.parse_bytes(str(group.memory)) // (1024 * 1024)
+    mib = quantity.parse_bytes(str(group.memory)) // (1024 * 1024)
+    if mib < 1:
+        raise errors.ConfigError(f"{where}: memory {group.memory}: a node needs at least "
+                                 f"1Mi (e.g. 512Gi)")
+    return mib
 
 
 def load_spec(path: Path, catalog: profiles.Catalog) -> list[NodeSpec]:
@@ -185,7 +192,7 @@ def load_node_csv(path: Path, *, model: profiles.GpuModel, layout: str | Sequenc
     mapping = dict(model_map or {})
     out: list[NodeSpec] = []
     for row in csvrows.rows(path, what="the trace's node list", columns=NODE_COLUMNS):
-        gpus = row.integer("gpu")
+        gpus = row.integer("gpu", low=0)
         trace = row.text("model")
         mig = mapping.get(trace, mapping.get("*", model))
         if gpus > 0:
@@ -193,8 +200,8 @@ def load_node_csv(path: Path, *, model: profiles.GpuModel, layout: str | Sequenc
         else:
             lay, config = (), ""
         out.append(NodeSpec(name=row.text("sn"), model=mig, gpu_layouts=(lay,) * max(0, gpus),
-                            cpu_milli=row.integer("cpu_milli"),
-                            memory_mib=row.integer("memory_mib"), config=config,
+                            cpu_milli=row.integer("cpu_milli", low=1),
+                            memory_mib=row.integer("memory_mib", low=1), config=config,
                             trace_model=trace if gpus > 0 else ""))
     if not any(n.gpus for n in out):
         raise errors.ConfigError(f"{path}: no GPU nodes")

@@ -172,7 +172,7 @@ POD_COLUMNS = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli")
 
 def load_trace(path: Path, *, model: profiles.GpuModel, mapping: Mapping_) -> list[PodSpec]:
     """The trace's pod list, in creation order. A bad row is refused with its line and
-    field."""
+    field: a negative cpu_milli, memory_mib or num_gpu, a gpu_milli outside 0 to 1000."""
     out: list[PodSpec] = []
     for row in csvrows.rows(path, what="the trace's pod list", columns=POD_COLUMNS):
         created = row.number("creation_time")
@@ -180,9 +180,12 @@ def load_trace(path: Path, *, model: profiles.GpuModel, mapping: Mapping_) -> li
         end = row.number("deletion_time")
         try:
             out.append(make_pod(
-                model, name=row.text("name"), cpu_milli=row.integer("cpu_milli"),
-                memory_mib=row.integer("memory_mib"), num_gpu=row.integer("num_gpu"),
-                gpu_milli=row.integer("gpu_milli"), arrival=created,
+                model, name=row.text("name"), cpu_milli=row.integer("cpu_milli", low=0),
+                memory_mib=row.integer("memory_mib", low=0),
+                num_gpu=row.integer("num_gpu", low=0),
+                gpu_milli=row.integer("gpu_milli", low=0, high=1000,
+                                      what=" (thousandths of a GPU, 1000 for whole GPUs)"),
+                arrival=created,
                 duration=max(1.0, end - start) if end else math.inf, mapping=mapping,
                 gpu_spec=parse_gpu_spec(row.text("gpu_spec"))))
         except errors.ConfigError:

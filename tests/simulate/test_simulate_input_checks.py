@@ -166,3 +166,80 @@ def test_a_model_map_naming_models_the_node_list_lacks_is_refused(
 def test_a_model_map_of_the_node_lists_models_runs(tmp_path: Path) -> None:
     assert cli.main(["simulate", *_trace(tmp_path), "--model-map",
                      "T4=A30-24GB,*=A100-80GB"]) == 0
+
+
+def _pod(name: str, cpu: int = 1000, num_gpu: int = 1, gpu_milli: int = 1000,
+         spec: str = "") -> str:
+    return f"{name},{cpu},1024,{num_gpu},{gpu_milli},{spec},LS,Running,9,509,9\n"
+
+
+@pytest.mark.parametrize(("row", "words"), [
+    (_pod("neg", gpu_milli=-500), ("gpu_milli -500: use 0 to 1000",)),  # was a cpu-only pod
+    (_pod("big", gpu_milli=1500), ("gpu_milli 1500: use 0 to 1000",)),  # was a whole GPU
+    (_pod("neg-cpu", cpu=-1000), ("cpu_milli -1000: use at least 0",)),
+    (_pod("neg-gpus", num_gpu=-2), ("num_gpu -2: use at least 0",)),
+])
+def test_bad_pod_values_are_refused_with_their_line(
+        row: str, words: tuple[str, ...], tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    _refused(_trace(tmp_path, pods=PODS + row), capsys,
+             "openb_pod_list_default.csv, line 10:", *words)
+
+
+@pytest.mark.parametrize(("row", "words"), [
+    ("n,0,262144,2,T4", ("line 4: cpu_milli 0: use at least 1",)),
+    ("n,64000,0,2,T4", ("line 4: memory_mib 0: use at least 1",)),
+    ("n,64000,262144,-2,T4", ("line 4: gpu -2: use at least 0",)),
+])
+def test_bad_node_values_are_refused_with_their_line(
+        row: str, words: tuple[str, ...], tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    _refused(_trace(tmp_path, nodes=NODES + row + "\n"), capsys,
+             "openb_node_list_gpu_node.csv, ", *words)
+
+
+def test_lists_with_a_byte_order_mark_are_read(tmp_path: Path) -> None:
+    # The first column was read as '\ufeffname': the error was ": 'name'".
+    assert cli.main(["simulate", *_trace(tmp_path, bom=True)]) == 0
+
+
+def test_pods_no_node_can_take_are_said_once_with_their_count(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pods = (PODS + _pod("x1", num_gpu=4) + _pod("x2", num_gpu=8) + _pod("v1", spec="V100M32")
+            + _pod("a1", spec="A100|H100") + _pod("a2", spec="H100"))
+    assert cli.main(["simulate", *_trace(tmp_path, pods=pods), "--layout",
+                     "all-balanced=100%"]) == 0
+    err = capsys.readouterr().err.splitlines()
+    assert err[1:3] == [
+        "migfit simulate: warning: 2 of the 13 pods replayed ask for more GPUs (up to 8) than "
+        "any node has (2): no policy can place them",
+        "migfit simulate: warning: 2 of the 13 pods replayed ask (gpu_spec) only for GPU "
+        "models no node has (A100, H100; the nodes have T4, V100M32): no policy can place "
+        "them"]
+
+
+SPEC = """\
+version: v1
+nodes:
+- name: a100
+  count: 2
+  model: A100-80GB
+  gpus: 2
+  cpu: {cpu}
+  memory: {memory}
+"""
+
+
+@pytest.mark.parametrize(("cpu", "memory", "words"), [
+    ('"0"', "128Gi", ('cpu 0: a node needs cpu',)),
+    ('"32"', "0", ("memory 0: a node needs at least 1Mi",)),
+    ('"32"', "100Ki", ("memory 100Ki: a node needs at least 1Mi",)),
+])
+def test_a_cluster_spec_without_cpu_or_memory_is_refused(
+        cpu: str, memory: str, words: tuple[str, ...], tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    # It ran and printed 100 % unallocated.
+    spec = tmp_path / "cluster.yaml"
+    spec.write_text(SPEC.format(cpu=cpu, memory=memory))
+    _refused(["--cluster", str(spec), "--synthetic", "20", "--policies", "default"], capsys,
+             "nodes[0] (a100)", *words)

@@ -345,8 +345,13 @@ def start_notice(args: argparse.Namespace, info: dict[str, Any], *, runs: int) -
     """One line, before the first run, on what is replayed and about how long it takes: with
     no arguments the full trace's replay took minutes with nothing said."""
     workload = str(info["workload"])
-    pods = (workload if workload.endswith("synthetic pods")
-            else f"{info['pods_in_workload']:,} pods of {Path(workload).name}")
+    replayed: int = info["pods_in_workload"]  # after --layout history's split
+    if workload.endswith(" synthetic pods"):
+        made = int(workload.removesuffix(" synthetic pods"))
+        pods = (f"{replayed:,} synthetic pods" if replayed == made
+                else f"{replayed:,} of {made:,} synthetic pods")
+    else:
+        pods = f"{replayed:,} pods of {Path(workload).name}"
     example = args.example and args.cluster is None
     trace = args.cluster is None and not args.example
     where = (f"{EXAMPLE_NAME} ({info['nodes']:,} nodes, {info['gpus']:,} GPUs)" if example

@@ -243,3 +243,20 @@ def test_a_cluster_spec_without_cpu_or_memory_is_refused(
     spec.write_text(SPEC.format(cpu=cpu, memory=memory))
     _refused(["--cluster", str(spec), "--synthetic", "20", "--policies", "default"], capsys,
              "nodes[0] (a100)", *words)
+
+
+@pytest.mark.parametrize(("argv", "notice"), [
+    (["--example", "--layout", "history"], "replaying 300 of 600 synthetic pods on "),
+    (["--synthetic", "40"], "replaying 20 of 40 synthetic pods on the trace's 2 nodes"),
+    (["--example", "--synthetic", "40"], "replaying 40 synthetic pods on "),
+])
+def test_the_notice_counts_the_synthetic_pods_replayed(
+        argv: list[str], notice: str, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    # --layout history sizes the layouts on the first half: the notice said 600 (or 2000)
+    # where the header said 300 (1000).
+    assert cli.main(["simulate", *_trace(tmp_path), *argv]) == 0
+    captured = capsys.readouterr()
+    assert captured.err.splitlines()[0].startswith(notice)
+    count = notice.split()[1]
+    assert f"); {count} pods, mapping=" in captured.out

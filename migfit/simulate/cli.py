@@ -42,6 +42,7 @@ EXAMPLE_NAME = "migfit/simulate/example-cluster.yaml"  # as help and notices nam
 EXAMPLE_SHAPE = "26 nodes: 24 with 4 or 8 A100-80GB GPUs, 2 without GPUs"  # tests hold it true
 EXAMPLE_PODS = 600
 MIN_SAMPLES, MAX_SAMPLES = 2, 10_000  # --samples: the idle-while-pending figure needs two
+MAX_ARRIVAL_SCALE = 1e6  # --arrival-scale: a day of the trace in 2,700 years
 MAX_TARGET = 10.0  # --target: ten times the cluster's GPUs requested (the trace's fill: minutes)
 
 
@@ -191,7 +192,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     run.add_argument("--arrival-scale", type=float, default=1.0, metavar="F",
                      help="events: arrival times (from the first) multiplied by F; below 1 the "
                           "same pods with the same run times arrive faster, which loads the "
-                          "cluster (the trace in its own time never does) (default 1)")
+                          f"cluster (the trace in its own time never does); above 0, at most "
+                          f"{MAX_ARRIVAL_SCALE:,.0f} (default 1)")
     run.add_argument("--score-all-pods", action=argparse.BooleanOptionalAction, default=False,
                      help="migfit: the extender scores pods without GPU requests too (the "
                           "extender's --score-all-pods, registered without managedResources)")
@@ -543,9 +545,10 @@ def run(args: argparse.Namespace) -> int:
     if not 0 <= args.config_sync_seconds <= 3600:
         raise errors.UsageError(f"--config-sync-seconds {args.config_sync_seconds}: use 0 to "
                                 "3600, as the extender's --config-sync")
-    if not 0 < args.arrival_scale <= 1e6:
-        raise errors.UsageError(f"--arrival-scale {args.arrival_scale}: use a positive factor "
-                                "(0.05 = arrivals 20 times as fast)")
+    if not 0 < args.arrival_scale <= MAX_ARRIVAL_SCALE:
+        raise errors.UsageError(f"--arrival-scale {args.arrival_scale:g}: use a factor above 0 "
+                                f"and at most {MAX_ARRIVAL_SCALE:,.0f} (0.05 = arrivals 20 times "
+                                f"as fast)")
     nodes, pods, info = _inputs(args, catalog)
     options = engine.Options(
         percentage_of_nodes_to_score=args.percentage_of_nodes_to_score,

@@ -260,3 +260,11 @@ def test_the_notice_counts_the_synthetic_pods_replayed(
     assert captured.err.splitlines()[0].startswith(notice)
     count = notice.split()[1]
     assert f"); {count} pods, mapping=" in captured.out
+
+
+@pytest.mark.parametrize("value", ["1e9", "0", "-1", "nan"])
+def test_arrival_scale_out_of_range_says_the_range(value: str,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    # 1e9 was told "use a positive factor", the limit unsaid.
+    _refused(["--example", "--mode", "events", f"--arrival-scale={value}"], capsys,
+             "--arrival-scale", "above 0 and at most 1,000,000")

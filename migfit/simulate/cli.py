@@ -112,7 +112,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                      help="use only the first N pods of the pod list")
     src.add_argument("--node-share", type=float, default=1.0, metavar="F",
                      help="keep this share of the nodes, the same share of every node shape "
-                          "(model, GPUs, cpu, memory), in list order: a smaller cluster with "
+                          "(model, GPUs, cpu, memory) and at least one node of each (the "
+                          "trace's node list has 15 shapes), in list order: a smaller "
+                          "cluster with "
                           "the same mix, which the trace's own arrivals load in events mode "
                           "(with --arrival-scale)")
     src.add_argument("--catalog", type=Path, default=None,
@@ -223,7 +225,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     out.add_argument("--report", type=Path, default=None, metavar="FILE.html",
                      help="write a self-contained HTML report with SVG charts")
     out.add_argument("--picture", action="append", default=None, metavar="POLICY",
-                     help=f"policies whose GPU slices the report draws (repeatable; default: "
+                     help=f"policies whose GPU slices the report draws (repeatable; each one of "
+                          f"--policies; default: "
                           f"{', '.join(DEFAULT_PICTURES)})")
     out.add_argument("--snapshot-at", type=float, default=None, metavar="T",
                      help="events: trace time of the GPU picture (default: the last arrival)")
@@ -239,15 +242,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _policies(text: str) -> list[engine.Policy]:
-    out = []
+    out: list[engine.Policy] = []
     for item in text.split(","):
         item = item.strip()
         if not item:
             continue
         try:
-            out.append(engine.Policy.parse(item))
+            policy = engine.Policy.parse(item)
         except ValueError as exc:
             raise errors.UsageError(str(exc)) from None
+        if policy in out:
+            raise errors.UsageError(f"--policies names {policy.name} twice (its runs would "
+                                    f"be merged into one row); name each policy once")
+        out.append(policy)
     if not out:
         raise errors.UsageError("--policies names no policy")
     return out
@@ -281,8 +288,11 @@ def _inputs(args: argparse.Namespace, catalog: profiles.Catalog
         if not 0 < args.node_share <= 1:
             raise errors.UsageError(f"--node-share {args.node_share}: use a share in (0, 1], "
                                     f"e.g. 0.125 for one node in eight")
+        total, shapes = len(nodes), len({_shape(n) for n in nodes})
         nodes = share_of_nodes(nodes, args.node_share)
         info["cluster"] += f", {args.node_share:g} of its nodes per shape"
+        info["node_share_kept"] = (f"{len(nodes):,} of {total:,} nodes, at least one of each "
+                                   f"of the {shapes} node shape{'s' if shapes != 1 else ''}")
     gpu_models = Counter[str]()
     for n in nodes:
         gpu_models[n.model.id] += n.gpus
@@ -403,12 +413,18 @@ def _relayout_limit(limit: tuple[int, float | None], nodes: Sequence[spec.NodeSp
     return relayout_machine.share_of(share, sum(1 for n in nodes if n.gpus))
 
 
+def _shape(n: spec.NodeSpec) -> tuple[str, int, int, int]:
+    """A node's shape, as ``--node-share`` keeps its share of each: model, GPUs, cpu,
+    memory."""
+    return n.model.id, n.gpus, n.cpu_milli, n.memory_mib
+
+
 def share_of_nodes(nodes: Sequence[spec.NodeSpec], share: float) -> list[spec.NodeSpec]:
     """``share`` of the nodes of every shape (model, GPUs, cpu, memory), at least one of each,
     the first ones in list order (deterministic: no seed), in their original order."""
     groups: dict[tuple[str, int, int, int], list[int]] = {}
     for i, n in enumerate(nodes):
-        groups.setdefault((n.model.id, n.gpus, n.cpu_milli, n.memory_mib), []).append(i)
+        groups.setdefault(_shape(n), []).append(i)
     keep = sorted(i for group in groups.values()
                   for i in group[: max(1, round(share * len(group)))])
     return [nodes[i] for i in keep]
@@ -526,6 +542,11 @@ def run(args: argparse.Namespace) -> int:
     policies = _without_scipy(_policies(args.policies), args.policies != DEFAULT_POLICIES)
     if args.seeds < 1:
         raise errors.UsageError("--seeds must be at least 1")
+    names = [p.name for p in policies]
+    for name in args.picture or ():
+        if name not in names:
+            raise errors.UsageError(f"--picture {name}: not a policy of this run; use one of "
+                                    f"--policies: {', '.join(names)}")
     if not (math.isfinite(args.target) and 0 < args.target <= MAX_TARGET):
         raise errors.UsageError(f"--target {args.target:g}: use a share of the cluster's GPUs "
                                 f"above 0 and at most {MAX_TARGET:g} (1.3 = 130 % of GPU "
@@ -608,7 +629,9 @@ def run(args: argparse.Namespace) -> int:
         "code": adapters.sources(), "elapsed_s": round(elapsed, 2),
         "definitions": metrics.__doc__ or "",
     }
-    print(f"{info['nodes']} nodes, {info['gpus']} GPUs ({info['models']}); "
+    kept = (f" (--node-share {args.node_share:g}: {info['node_share_kept']})"
+            if "node_share_kept" in info else "")
+    print(f"{info['nodes']} nodes{kept}, {info['gpus']} GPUs ({info['models']}); "
           f"{info['pods_in_workload']} pods, mapping={args.mapping}, mode={options.mode}"
           + (f", target {options.target:.0%} of GPUs requested" if options.mode == "fill"
              else "") + f"; seeds {seeds[0]}..{seeds[-1]}")

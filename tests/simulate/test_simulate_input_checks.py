@@ -268,3 +268,38 @@ def test_arrival_scale_out_of_range_says_the_range(value: str,
     # 1e9 was told "use a positive factor", the limit unsaid.
     _refused(["--example", "--mode", "events", f"--arrival-scale={value}"], capsys,
              "--arrival-scale", "above 0 and at most 1,000,000")
+
+
+def test_node_share_says_it_keeps_one_node_of_each_shape(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # --node-share 0.001 kept 15 of the trace's 1,213 nodes (one per shape), unsaid.
+    nodes = NODES + "a2,32000,262144,2,V100M32\n"  # two shapes: cpu differs
+    assert cli.main(["simulate", *_trace(tmp_path, nodes=nodes), "--node-share", "0.001"]) == 0
+    header = capsys.readouterr().out.splitlines()[0]
+    assert header.startswith("2 nodes (--node-share 0.001: 2 of 3 nodes, at least one of each "
+                             "of the 2 node shapes), 4 GPUs")
+    with pytest.raises(SystemExit):
+        cli.main(["simulate", "--help"])
+    assert "at least one node of each" in " ".join(capsys.readouterr().out.split())
+
+
+def test_a_policy_named_twice_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    # Its runs were merged into one row.
+    _refused(["--example", "--policies", "default,migfit,default"], capsys,
+             "--policies names default twice")
+
+
+def test_a_picture_of_a_policy_not_run_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    # It was accepted and drew nothing.
+    _refused(["--example", "--policies", "default,migfit", "--picture", "nonexist"], capsys,
+             "--picture nonexist: not a policy of this run", "default, migfit")
+
+
+def test_markdown_has_the_gpu_wait_p50_of_the_table(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["simulate", "--example", "--policies", "default", "--markdown"]) == 0
+    out = capsys.readouterr().out
+    assert "GPU wait p50 s" in out.splitlines()[2]  # the terminal table's header
+    assert "| GPU wait p50 s | GPU wait p95 s |" in out
+    row = next(line for line in out.splitlines() if line.startswith("| default |"))
+    assert len(row.split("|")) == len(next(line for line in out.splitlines()
+                                           if line.startswith("| policy |")).split("|"))

@@ -41,6 +41,9 @@ EXAMPLE_CLUSTER = Path(__file__).resolve().parent / "example-cluster.yaml"
 EXAMPLE_NAME = "migfit/simulate/example-cluster.yaml"  # as help and notices name it
 EXAMPLE_SHAPE = "26 nodes: 24 with 4 or 8 A100-80GB GPUs, 2 without GPUs"  # tests hold it true
 EXAMPLE_PODS = 600
+MIN_SAMPLES, MAX_SAMPLES = 2, 10_000  # --samples: the idle-while-pending figure needs two
+MAX_ARRIVAL_SCALE = 1e6  # --arrival-scale: a day of the trace in 2,700 years
+MAX_TARGET = 10.0  # --target: ten times the cluster's GPUs requested (the trace's fill: minutes)
 
 
 def default_trace_dir() -> Path:
@@ -78,7 +81,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                           "V100M32, G2, G3, A10) as MIG models, e.g. "
                           "V100M32=A100-80GB,T4=A30-24GB (*=MODEL for the rest); unnamed "
                           "models are --model. Nodes keep their trace model for the pods' "
-                          "gpu_spec")
+                          "gpu_spec. Each model once, spelt as in the node list (names are "
+                          "case-sensitive); one the node list lacks is refused")
     src.add_argument("--layout", default=None,
                      help="initial layout of the GPUs: history (the default for the trace's "
                           "node list: demand-matched on the first --history-share of the pod "
@@ -95,7 +99,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                           "spec's layouts")
     src.add_argument("--history-share", type=float, default=0.5, metavar="F",
                      help="--layout history: the first F of the pod list (creation order) "
-                          "sizes the layouts; the rest is replayed")
+                          "sizes the layouts; the rest is replayed (between 0 and 1)")
     src.add_argument("--pods", type=Path, default=None, metavar="CSV",
                      help=f"the trace's pod list (default: TRACE_DIR/{POD_CSV})")
     src.add_argument("--synthetic", type=int, default=None, metavar="N",
@@ -108,7 +112,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                      help="use only the first N pods of the pod list")
     src.add_argument("--node-share", type=float, default=1.0, metavar="F",
                      help="keep this share of the nodes, the same share of every node shape "
-                          "(model, GPUs, cpu, memory), in list order: a smaller cluster with "
+                          "(model, GPUs, cpu, memory) and at least one node of each (the "
+                          "trace's node list has 15 shapes), in list order: a smaller "
+                          "cluster with "
                           "the same mix, which the trace's own arrivals load in events mode "
                           "(with --arrival-scale)")
     src.add_argument("--catalog", type=Path, default=None, metavar="FILE",
@@ -118,23 +124,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                      help="fill: arrivals only, until --target of GPU capacity is requested "
                           "(FGD's setup); events: arrivals and departures in trace time")
     run.add_argument("--target", type=float, default=1.3,
-                     help="fill: stop when the trace GPUs requested reach this share of the "
-                          "cluster's GPUs")
+                     help=f"fill: stop when the trace GPUs requested reach this share of the "
+                          f"cluster's GPUs (above 0, at most {MAX_TARGET:g})")
     run.add_argument("--order", choices=("sample", "trace"), default="sample",
                      help="fill: draw pods at random with replacement (by seed), or take them "
                           "in trace order first")
     run.add_argument("--fill-interval", type=float, default=1.0, metavar="S",
-                     help="fill: seconds between two arrivals (sets the pace against re-layouts)")
+                     help="fill: seconds between two arrivals (sets the pace against re-layouts; "
+                          "0 or more)")
     run.add_argument("--relayout-seconds", type=float, default=180.0, metavar="S",
                      help="how long the MIG Manager takes to re-partition a node (it serves "
-                          "nothing new meanwhile)")
+                          "nothing new meanwhile; 0 or more)")
     run.add_argument("--config-sync-seconds", type=float, default=0.0, metavar="S",
                      help="a custom config's first re-layout starts this long after it was "
                           "first advised, as the extender's --apply-custom-configs writes it "
                           "then and starts it once the extender's --config-sync (120) has "
                           "passed; 0 (default): custom configs are in the ConfigMap already")
     run.add_argument("--advise-interval", type=float, default=30.0, metavar="S",
-                     help="the advisor runs at most this often while pods are pending")
+                     help="the advisor runs at most this often while pods are pending (0 or more)")
     run.add_argument("--max-relayouts", type=options.relayout_limit, default="16",
                      metavar="N|P%",
                      help="re-layouts in flight at once: a number, or a share of the GPU "
@@ -148,16 +155,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     run.add_argument("--advisor-grace", type=float, default=policies.SERVER_ADVISOR.grace_s,
                      metavar="S",
                      help="seconds a pod must have been unschedulable before the advisor "
-                          "counts it (default: the server's --grace default)")
+                          "counts it (0 or more; default: the server's --grace default)")
     run.add_argument("--advisor-free-grace", type=float,
                      default=policies.SERVER_ADVISOR.free_grace_s, metavar="S",
                      help="seconds after which the advisor counts an unschedulable pod even "
                           "though free instances of its profile exist somewhere (they are of "
-                          "no use to it: cpu, memory, taints); default: the server's")
+                          "no use to it: cpu, memory, taints); 0 or more; default: the "
+                          "server's")
     run.add_argument("--percentage-of-nodes-to-score", type=int, default=0, metavar="P",
                      help="kube-scheduler's percentageOfNodesToScore: 0 = adaptive (50 - "
                           "nodes/125 %%, at least 5 %%, at least 100 nodes; the shipped "
-                          "config), 100 = every feasible node")
+                          "config), 100 = every feasible node (0 to 100)")
     run.add_argument("--allocation", choices=("distributed", "packed"),
                      default="distributed",
                      help="the device plugin's choice of instance inside a node: from the "
@@ -186,7 +194,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     run.add_argument("--arrival-scale", type=float, default=1.0, metavar="F",
                      help="events: arrival times (from the first) multiplied by F; below 1 the "
                           "same pods with the same run times arrive faster, which loads the "
-                          "cluster (the trace in its own time never does) (default 1)")
+                          f"cluster (the trace in its own time never does); above 0, at most "
+                          f"{MAX_ARRIVAL_SCALE:,.0f} (default 1)")
     run.add_argument("--score-all-pods", action=argparse.BooleanOptionalAction, default=False,
                      help="migfit: the extender scores pods without GPU requests too (the "
                           "extender's --score-all-pods, registered without managedResources)")
@@ -196,9 +205,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                           f"{choice.Policy().contention})")
     run.add_argument("--gpu-weight", type=int, default=3, metavar="W",
                      help="binpack-gpu: the MIG resource's weight in MostAllocated (cpu and "
-                          "memory weigh 1)")
+                          "memory weigh 1; 1 to 100, as kube-scheduler takes it)")
     run.add_argument("--extender-weight", type=int, default=5,
-                     help="the extender's weight in the scheduler config (score × weight × 10)")
+                     help="the extender's weight in the scheduler config (score × weight × 10; "
+                          "1 or more: kube-scheduler refuses a weight of 0 or less)")
     run.add_argument("--policies", default=DEFAULT_POLICIES,
                      help="comma-separated policies: default, binpack, binpack-gpu, random, "
                           "fgd, migfit, each optionally +advisor; bound (the LP relaxation no "
@@ -208,19 +218,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                      help="run every policy with seeds BASE..BASE+N-1")
     run.add_argument("--seed", type=int, default=0, metavar="BASE", help="the first seed")
     run.add_argument("--jobs", type=int, default=1,
-                     help="runs in parallel (processes)")
+                     help="runs in parallel (processes; 1 or more)")
     out = parser.add_argument_group("output")
     out.add_argument("--json", type=Path, default=None, metavar="FILE",
                      help="write every figure, time series and GPU picture as JSON")
     out.add_argument("--report", type=Path, default=None, metavar="FILE.html",
                      help="write a self-contained HTML report with SVG charts")
     out.add_argument("--picture", action="append", default=None, metavar="POLICY",
-                     help=f"policies whose GPU slices the report draws (repeatable; default: "
+                     help=f"policies whose GPU slices the report draws (repeatable; each one of "
+                          f"--policies; default: "
                           f"{', '.join(DEFAULT_PICTURES)})")
     out.add_argument("--snapshot-at", type=float, default=None, metavar="T",
                      help="events: trace time of the GPU picture (default: the last arrival)")
     out.add_argument("--samples", type=int, default=200,
-                     help="points per time series")
+                     help=f"points per time series ({MIN_SAMPLES} to {MAX_SAMPLES:,}: the "
+                          f"idle-while-pending figure integrates them, and one sample "
+                          f"holds nothing between the first and the last arrival)")
     out.add_argument("--markdown", action="store_true",
                      help="also print the results as a markdown table")
     out.add_argument("--waits-by-class", action="store_true",
@@ -229,15 +242,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _policies(text: str) -> list[engine.Policy]:
-    out = []
+    out: list[engine.Policy] = []
     for item in text.split(","):
         item = item.strip()
         if not item:
             continue
         try:
-            out.append(engine.Policy.parse(item))
+            policy = engine.Policy.parse(item)
         except ValueError as exc:
             raise errors.UsageError(str(exc)) from None
+        if policy in out:
+            raise errors.UsageError(f"--policies names {policy.name} twice (its runs would "
+                                    f"be merged into one row); name each policy once")
+        out.append(policy)
     if not out:
         raise errors.UsageError("--policies names no policy")
     return out
@@ -271,8 +288,11 @@ def _inputs(args: argparse.Namespace, catalog: profiles.Catalog
         if not 0 < args.node_share <= 1:
             raise errors.UsageError(f"--node-share {args.node_share}: use a share in (0, 1], "
                                     f"e.g. 0.125 for one node in eight")
+        total, shapes = len(nodes), len({_shape(n) for n in nodes})
         nodes = share_of_nodes(nodes, args.node_share)
         info["cluster"] += f", {args.node_share:g} of its nodes per shape"
+        info["node_share_kept"] = (f"{len(nodes):,} of {total:,} nodes, at least one of each "
+                                   f"of the {shapes} node shape{'s' if shapes != 1 else ''}")
     gpu_models = Counter[str]()
     for n in nodes:
         gpu_models[n.model.id] += n.gpus
@@ -315,7 +335,13 @@ def _inputs(args: argparse.Namespace, catalog: profiles.Catalog
     if layout is None and cluster_file is None:
         layout = DEFAULT_LAYOUT
     if layout is not None:
+        sized = len(pods)
         nodes, pods = _layouts(layout, nodes, pods, history_share=args.history_share)
+        if not pods:
+            raise errors.UsageError(
+                f"--layout {layout}: all {sized} pod{'s' if sized != 1 else ''} of "
+                f"{info['workload']} size the initial layouts and none is left to replay; "
+                f"give more pods (--limit-pods) or choose another --layout")
         info["cluster"] += f", initial layout {layout}"
         if layout == HISTORY:
             info["cluster"] += (f" (sized on the first {args.history_share:.0%} of the pod "
@@ -331,8 +357,13 @@ def start_notice(args: argparse.Namespace, info: dict[str, Any], *, runs: int) -
     """One line, before the first run, on what is replayed and about how long it takes: with
     no arguments the full trace's replay took minutes with nothing said."""
     workload = str(info["workload"])
-    pods = (workload if workload.endswith("synthetic pods")
-            else f"{info['pods_in_workload']:,} pods of {Path(workload).name}")
+    replayed: int = info["pods_in_workload"]  # after --layout history's split
+    if workload.endswith(" synthetic pods"):
+        made = int(workload.removesuffix(" synthetic pods"))
+        pods = (f"{replayed:,} synthetic pods" if replayed == made
+                else f"{replayed:,} of {made:,} synthetic pods")
+    else:
+        pods = f"{replayed:,} pods of {Path(workload).name}"
     example = args.example and args.cluster is None
     trace = args.cluster is None and not args.example
     where = (f"{EXAMPLE_NAME} ({info['nodes']:,} nodes, {info['gpus']:,} GPUs)" if example
@@ -347,6 +378,32 @@ def start_notice(args: argparse.Namespace, info: dict[str, Any], *, runs: int) -
     return what
 
 
+def unplaceable(nodes: Sequence[spec.NodeSpec], pods: Sequence[workload.PodSpec]
+                ) -> list[str]:
+    """Warnings, one line each, on replayed pods that no node of the cluster can ever take:
+    more GPUs than any node has, or a ``gpu_spec`` naming only GPU models no node has. They
+    are replayed as they are (in a real cluster they would stay Pending too), and said once
+    with their count, since they wait for ever and weigh on every policy's waits."""
+    gpu_nodes = [n for n in nodes if n.gpus]
+    most = max((n.gpus for n in gpu_nodes), default=0)
+    present = {n.trace_model for n in gpu_nodes}
+    out: list[str] = []
+    too_many = [p for p in pods if p.gpu and p.num_gpu > most]
+    if too_many:
+        asked = max(p.num_gpu for p in too_many)
+        out.append(f"migfit simulate: warning: {len(too_many):,} of the {len(pods):,} pods "
+                   f"replayed ask for more GPUs (up to {asked}) than any node has ({most}): "
+                   f"no policy can place them")
+    elsewhere = [p for p in pods if p.gpu and p.gpu_spec and not p.gpu_spec & present]
+    if elsewhere:
+        named = sorted(set().union(*(p.gpu_spec for p in elsewhere)) - present)
+        out.append(f"migfit simulate: warning: {len(elsewhere):,} of the {len(pods):,} pods "
+                   f"replayed ask (gpu_spec) only for GPU models no node has "
+                   f"({', '.join(named)}; the nodes have {', '.join(sorted(present))}): no "
+                   f"policy can place them")
+    return out
+
+
 def _relayout_limit(limit: tuple[int, float | None], nodes: Sequence[spec.NodeSpec]) -> int:
     """``--max-relayouts`` as a count: N, or the share of the GPU nodes (at least one), as
     the apply mode counts it (``relayout_machine.Settings.limit``)."""
@@ -356,12 +413,18 @@ def _relayout_limit(limit: tuple[int, float | None], nodes: Sequence[spec.NodeSp
     return relayout_machine.share_of(share, sum(1 for n in nodes if n.gpus))
 
 
+def _shape(n: spec.NodeSpec) -> tuple[str, int, int, int]:
+    """A node's shape, as ``--node-share`` keeps its share of each: model, GPUs, cpu,
+    memory."""
+    return n.model.id, n.gpus, n.cpu_milli, n.memory_mib
+
+
 def share_of_nodes(nodes: Sequence[spec.NodeSpec], share: float) -> list[spec.NodeSpec]:
     """``share`` of the nodes of every shape (model, GPUs, cpu, memory), at least one of each,
     the first ones in list order (deterministic: no seed), in their original order."""
     groups: dict[tuple[str, int, int, int], list[int]] = {}
     for i, n in enumerate(nodes):
-        groups.setdefault((n.model.id, n.gpus, n.cpu_milli, n.memory_mib), []).append(i)
+        groups.setdefault(_shape(n), []).append(i)
     keep = sorted(i for group in groups.values()
                   for i in group[: max(1, round(share * len(group)))])
     return [nodes[i] for i in keep]
@@ -448,25 +511,65 @@ def _without_scipy(policies: list[engine.Policy], named: bool) -> list[engine.Po
     return policies
 
 
+def _check_numbers(args: argparse.Namespace) -> None:
+    """The numeric flags in their ranges (finite ones): one line that says the range."""
+    seconds = (("--fill-interval", args.fill_interval),
+               ("--advise-interval", args.advise_interval),
+               ("--advisor-grace", args.advisor_grace),
+               ("--advisor-free-grace", args.advisor_free_grace))
+    for flag, value in seconds:
+        if not (math.isfinite(value) and value >= 0):
+            raise errors.UsageError(f"{flag} {value:g}: use 0 or more seconds")
+    if not (math.isfinite(args.history_share) and 0 < args.history_share < 1):
+        raise errors.UsageError(f"--history-share {args.history_share:g}: use a share "
+                                f"between 0 and 1 (0.5 = the first half sizes the layouts)")
+    if not MIN_SAMPLES <= args.samples <= MAX_SAMPLES:
+        raise errors.UsageError(f"--samples {args.samples}: use {MIN_SAMPLES} to "
+                                f"{MAX_SAMPLES:,} points per time series (the "
+                                f"idle-while-pending figure integrates them)")
+    if args.jobs < 1:
+        raise errors.UsageError(f"--jobs {args.jobs}: use 1 or more processes")
+    if args.extender_weight < 1:
+        raise errors.UsageError(f"--extender-weight {args.extender_weight}: use 1 or more "
+                                f"(kube-scheduler refuses an extender weight of 0 or less)")
+    if not 1 <= args.gpu_weight <= 100:
+        raise errors.UsageError(f"--gpu-weight {args.gpu_weight}: use 1 to 100 (kube-scheduler's "
+                                f"range for a resource weight)")
+
+
 def run(args: argparse.Namespace) -> int:
     catalog = profiles.load(args.catalog)
     policies = _without_scipy(_policies(args.policies), args.policies != DEFAULT_POLICIES)
     if args.seeds < 1:
         raise errors.UsageError("--seeds must be at least 1")
-    if args.target <= 0:
-        raise errors.UsageError("--target must be positive (1.3 = 130 % of GPU capacity)")
+    names = [p.name for p in policies]
+    for name in args.picture or ():
+        if name not in names:
+            raise errors.UsageError(f"--picture {name}: not a policy of this run; use one of "
+                                    f"--policies: {', '.join(names)}")
+    if not (math.isfinite(args.target) and 0 < args.target <= MAX_TARGET):
+        raise errors.UsageError(f"--target {args.target:g}: use a share of the cluster's GPUs "
+                                f"above 0 and at most {MAX_TARGET:g} (1.3 = 130 % of GPU "
+                                f"capacity)")
     _check_outputs(args)
-    if args.percentage_of_nodes_to_score < 0:
-        raise errors.UsageError("--percentage-of-nodes-to-score must be 0 (adaptive) to 100")
+    if not 0 <= args.percentage_of_nodes_to_score <= 100:
+        raise errors.UsageError(f"--percentage-of-nodes-to-score "
+                                f"{args.percentage_of_nodes_to_score}: must be 0 (adaptive) "
+                                f"to 100")
+    _check_numbers(args)
     if args.ahead_from is not None and not 0 <= args.ahead_from <= 1:
         raise errors.UsageError(f"--ahead-from {args.ahead_from:g}: use a share from 0 (from "
                                 "the start) to 1, or --no-ahead")
+    if not (math.isfinite(args.relayout_seconds) and args.relayout_seconds >= 0):
+        raise errors.UsageError(f"--relayout-seconds {args.relayout_seconds:g}: use 0 or more "
+                                f"seconds (the MIG Manager's re-partition time)")
     if not 0 <= args.config_sync_seconds <= 3600:
         raise errors.UsageError(f"--config-sync-seconds {args.config_sync_seconds}: use 0 to "
                                 "3600, as the extender's --config-sync")
-    if not 0 < args.arrival_scale <= 1e6:
-        raise errors.UsageError(f"--arrival-scale {args.arrival_scale}: use a positive factor "
-                                "(0.05 = arrivals 20 times as fast)")
+    if not 0 < args.arrival_scale <= MAX_ARRIVAL_SCALE:
+        raise errors.UsageError(f"--arrival-scale {args.arrival_scale:g}: use a factor above 0 "
+                                f"and at most {MAX_ARRIVAL_SCALE:,.0f} (0.05 = arrivals 20 times "
+                                f"as fast)")
     nodes, pods, info = _inputs(args, catalog)
     options = engine.Options(
         percentage_of_nodes_to_score=args.percentage_of_nodes_to_score,
@@ -488,6 +591,8 @@ def run(args: argparse.Namespace) -> int:
     jobs = [(nodes, pods, p, s, options, catalog, s == seeds[0] and p.name in pictures)
             for s in seeds for p in policies]
     print(start_notice(args, info, runs=len(jobs)), file=sys.stderr, flush=True)
+    for line in unplaceable(nodes, pods):
+        print(line, file=sys.stderr, flush=True)
     started = time.perf_counter()
     results: list[engine.RunResult] = []
     if args.jobs > 1 and len(jobs) > 1:
@@ -524,7 +629,9 @@ def run(args: argparse.Namespace) -> int:
         "code": adapters.sources(), "elapsed_s": round(elapsed, 2),
         "definitions": metrics.__doc__ or "",
     }
-    print(f"{info['nodes']} nodes, {info['gpus']} GPUs ({info['models']}); "
+    kept = (f" (--node-share {args.node_share:g}: {info['node_share_kept']})"
+            if "node_share_kept" in info else "")
+    print(f"{info['nodes']} nodes{kept}, {info['gpus']} GPUs ({info['models']}); "
           f"{info['pods_in_workload']} pods, mapping={args.mapping}, mode={options.mode}"
           + (f", target {options.target:.0%} of GPUs requested" if options.mode == "fill"
              else "") + f"; seeds {seeds[0]}..{seeds[-1]}")

@@ -31,6 +31,7 @@ whatever the scorer. Two ways to give GPUs different layouts:
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections import Counter
 from collections.abc import Mapping, Sequence
 
@@ -209,7 +210,7 @@ def parse_proportions(text: str) -> list[tuple[str, float]] | None:
             value = float(share)
         except ValueError:
             value = -1.0
-        if not eq or not name or value < 0:
+        if not eq or not name or not (math.isfinite(value) and value >= 0):
             raise errors.UsageError(f"--layout {item.strip()!r}: use CONFIG=SHARE%, e.g. "
                                     f"all-balanced=50%")
         out.append((name, value))

@@ -119,11 +119,12 @@ def waits_table(runs: Sequence[tuple[str, Mapping[str, Mapping[str, float]]]]) -
 def markdown(summary: Mapping[str, Mapping[str, Mapping[str, float]]]) -> str:
     headers = ["policy", "GPU pods placed", "unallocated at end", "FGD's unit",
                "time-averaged", "fragmentation", "idle while pending (slice-h)",
-               "GPU wait p95 s", "re-layouts", "disrupted"]
+               "GPU wait p50 s", "GPU wait p95 s", "re-layouts", "disrupted"]
     keys = [("gpu_pods_placed", "int"), ("unallocated_share", "pct"),
             ("unallocated_trace_gpus_share", "pct"),
             ("unallocated_share_time_avg", "pct"), ("fragmentation_share", "pct"),
-            ("idle_while_pending_slice_hours", "int"), ("gpu_pending_p95_s", "int"),
+            ("idle_while_pending_slice_hours", "int"), ("gpu_pending_p50_s", "int"),
+            ("gpu_pending_p95_s", "int"),
             ("relayouts", "int"), ("pods_disrupted", "int")]
     out = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
     for policy, figs in summary.items():

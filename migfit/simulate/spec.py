@@ -20,7 +20,6 @@ Named configs follow mig-parted's ``all-<profile>`` and ``all-balanced`` convent
 
 from __future__ import annotations
 
-import csv
 import dataclasses
 import math
 from collections.abc import Sequence
@@ -29,7 +28,7 @@ from pathlib import Path
 import pydantic
 
 from migfit import errors, layouts, profiles, quantity, strictfiles
-from migfit.simulate import namedconfigs
+from migfit.simulate import csvrows, namedconfigs
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -93,13 +92,20 @@ def _cpu(group: _Group, where: str) -> int:
         return group.cpu_milli
     if group.cpu is None:
         raise errors.ConfigError(f"{where}: give cpu (e.g. \"64\") or cpu_milli")
-    return math.ceil(quantity.parse(str(group.cpu)) * 1000)
+    milli = math.ceil(quantity.parse(str(group.cpu)) * 1000)
+    if milli < 1:
+        raise errors.ConfigError(f"{where}: cpu {group.cpu}: a node needs cpu (e.g. \"64\")")
+    return milli
 
 
 def _memory(group: _Group, where: str) -> int:
     if group.memory is None:
         raise errors.ConfigError(f"{where}: give memory (e.g. 512Gi)")
-    return quantity.parse_bytes(str(group.memory)) // (1024 * 1024)
+    mib = quantity.parse_bytes(str(group.memory)) // (1024 * 1024)
+    if mib < 1:
+        raise errors.ConfigError(f"{where}: memory {group.memory}: a node needs at least "
+                                 f"1Mi (e.g. 512Gi)")
+    return mib
 
 
 def load_spec(path: Path, catalog: profiles.Catalog) -> list[NodeSpec]:
@@ -152,7 +158,8 @@ DEFAULT_MODEL = "A100-80GB"
 
 
 def parse_model_map(text: str, catalog: profiles.Catalog) -> dict[str, profiles.GpuModel]:
-    """``--model-map V100M32=A100-80GB,T4=A30-24GB`` (``*=MODEL`` for every other model)."""
+    """``--model-map V100M32=A100-80GB,T4=A30-24GB`` (``*=MODEL`` for every other model);
+    each trace model once (``load_node_csv`` checks that the node list has them)."""
     out: dict[str, profiles.GpuModel] = {}
     for item in text.split(","):
         item = item.strip()
@@ -162,8 +169,15 @@ def parse_model_map(text: str, catalog: profiles.Catalog) -> dict[str, profiles.
         if not eq or not trace.strip() or not mig.strip():
             raise errors.UsageError(f"--model-map {item!r}: use TRACE_MODEL=MIG_MODEL, e.g. "
                                     f"V100M32=A100-80GB")
-        out[trace.strip()] = catalog.get(mig.strip())
+        name = trace.strip()
+        if name in out:
+            raise errors.UsageError(f"--model-map names {name} twice; give each trace model "
+                                    f"once")
+        out[name] = catalog.get(mig.strip())
     return out
+
+
+NODE_COLUMNS = ("sn", "cpu_milli", "memory_mib", "gpu")
 
 
 def load_node_csv(path: Path, *, model: profiles.GpuModel, layout: str | Sequence[str],
@@ -172,30 +186,32 @@ def load_node_csv(path: Path, *, model: profiles.GpuModel, layout: str | Sequenc
 
     Each node keeps its trace model (``trace_model``, for the pods' ``gpu_spec``); its GPUs
     are ``model_map[trace model]``, else ``model_map["*"]``, else ``model``. A node with no
-    GPU is kept as a cpu-only node (it takes cpu-only pods).
+    GPU is kept as a cpu-only node (it takes cpu-only pods). A ``model_map`` key that no
+    GPU node of the list has (but ``*``) is refused.
     """
     mapping = dict(model_map or {})
     out: list[NodeSpec] = []
-    try:
-        with path.open(encoding="utf-8", newline="") as fh:
-            for row in csv.DictReader(fh):
-                gpus = int(row["gpu"])
-                trace = (row.get("model") or "").strip()
-                mig = mapping.get(trace, mapping.get("*", model))
-                if gpus > 0:
-                    lay, config = resolve_layout(mig, layout, where=str(path))
-                else:
-                    lay, config = (), ""
-                out.append(NodeSpec(name=row["sn"], model=mig,
-                                    gpu_layouts=(lay,) * max(0, gpus),
-                                    cpu_milli=int(row["cpu_milli"]),
-                                    memory_mib=int(row["memory_mib"]), config=config,
-                                    trace_model=trace if gpus > 0 else ""))
-    except OSError as exc:
-        raise errors.ConfigError(f"cannot read node list {path}: {exc.strerror}") from None
-    except (KeyError, ValueError) as exc:
-        raise errors.ConfigError(f"{path}: not the trace's node list "
-                                 f"(sn,cpu_milli,memory_mib,gpu,model): {exc}") from None
+    for row in csvrows.rows(path, what="the trace's node list", columns=NODE_COLUMNS):
+        gpus = row.integer("gpu", low=0)
+        trace = row.text("model")
+        mig = mapping.get(trace, mapping.get("*", model))
+        if gpus > 0:
+            lay, config = resolve_layout(mig, layout, where=str(path))
+        else:
+            lay, config = (), ""
+        out.append(NodeSpec(name=row.text("sn"), model=mig, gpu_layouts=(lay,) * max(0, gpus),
+                            cpu_milli=row.integer("cpu_milli", low=1),
+                            memory_mib=row.integer("memory_mib", low=1), config=config,
+                            trace_model=trace if gpus > 0 else ""))
     if not any(n.gpus for n in out):
         raise errors.ConfigError(f"{path}: no GPU nodes")
+    present = sorted({n.trace_model for n in out if n.gpus})
+    for name in sorted(mapping):
+        if name != "*" and name not in present:
+            near = [m for m in present if m.lower() == name.lower()]
+            hint = f" (did you mean {near[0]}? names are case-sensitive)" if near else ""
+            raise errors.UsageError(
+                f"--model-map {name}={mapping[name].id}: the node list {path} has no GPU "
+                f"model {name}{hint}; its models are {', '.join(present)}, and * stands for "
+                f"the others")
     return out

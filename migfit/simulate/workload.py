@@ -15,7 +15,6 @@ that request, and ``expected`` records what the mapping says, to check the decis
 
 from __future__ import annotations
 
-import csv
 import dataclasses
 import math
 import random
@@ -24,7 +23,7 @@ from pathlib import Path
 from typing import Literal
 
 from migfit import errors, profiles, requests
-from migfit.simulate import objects
+from migfit.simulate import csvrows, objects
 from migfit.webhook import choice
 
 Mapping_ = Literal["compute", "memory"]
@@ -173,27 +172,31 @@ def explicit_pod(model: profiles.GpuModel, *, name: str, profile: str, count: in
                    explicit=(p.name,) * count)
 
 
+POD_COLUMNS = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli")
+
+
 def load_trace(path: Path, *, model: profiles.GpuModel, mapping: Mapping_) -> list[PodSpec]:
-    """The trace's pod list, in creation order."""
+    """The trace's pod list, in creation order. A bad row is refused with its line and
+    field: a negative cpu_milli, memory_mib or num_gpu, a gpu_milli outside 0 to 1000."""
     out: list[PodSpec] = []
-    try:
-        with path.open(encoding="utf-8", newline="") as fh:
-            for row in csv.DictReader(fh):
-                created = float(row.get("creation_time") or 0)
-                start = float(row.get("scheduled_time") or created)
-                end = float(row.get("deletion_time") or 0)
-                out.append(make_pod(
-                    model, name=row["name"], cpu_milli=int(row["cpu_milli"]),
-                    memory_mib=int(row["memory_mib"]), num_gpu=int(row["num_gpu"]),
-                    gpu_milli=int(row["gpu_milli"]), arrival=created,
-                    duration=max(1.0, end - start) if end else math.inf, mapping=mapping,
-                    gpu_spec=parse_gpu_spec(row.get("gpu_spec") or "")))
-    except OSError as exc:
-        raise errors.ConfigError(f"cannot read pod list {path}: {exc.strerror}") from None
-    except (KeyError, ValueError) as exc:
-        raise errors.ConfigError(f"{path}: not the trace's pod list "
-                                 f"(name,cpu_milli,memory_mib,num_gpu,gpu_milli,...): {exc}"
-                                 ) from None
+    for row in csvrows.rows(path, what="the trace's pod list", columns=POD_COLUMNS):
+        created = row.number("creation_time")
+        start = row.number("scheduled_time", default=created)
+        end = row.number("deletion_time")
+        try:
+            out.append(make_pod(
+                model, name=row.text("name"), cpu_milli=row.integer("cpu_milli", low=0),
+                memory_mib=row.integer("memory_mib", low=0),
+                num_gpu=row.integer("num_gpu", low=0),
+                gpu_milli=row.integer("gpu_milli", low=0, high=1000,
+                                      what=" (thousandths of a GPU, 1000 for whole GPUs)"),
+                arrival=created,
+                duration=max(1.0, end - start) if end else math.inf, mapping=mapping,
+                gpu_spec=parse_gpu_spec(row.text("gpu_spec"))))
+        except errors.ConfigError:
+            raise
+        except errors.UsageError as exc:
+            raise row.error(str(exc)) from None
     out.sort(key=lambda p: p.arrival)
     return out
 

@@ -947,14 +947,9 @@ def current_layout(
     rec = state.node
     alloc = tuple(sorted(rec.instances.items()))
     note = ""
-    if config is not None:
-        config = config.for_node(rec.name)
     if config is not None and rec.config:
         try:
-            # mig-parted filters on the GPU's own PCI id: the ids the product label pins.
-            ids = model.device_ids_for(rec.labels.get(keys.LABEL_PRODUCT))
-            resolved = migparted.resolve(config, rec.config, model=model,
-                                         gpu_count=rec.gpu_count, device_ids=ids)
+            resolved = _labelled_layout(config, rec, model)
         except errors.ConfigError as exc:
             note = f"{exc.message}; "
         else:
@@ -973,6 +968,18 @@ def current_layout(
     if note:
         layout = dataclasses.replace(layout, note=note + layout.note)
     return layout
+
+
+def _labelled_layout(config: migparted.Config, rec: records.NodeRecord,
+                     model: profiles.GpuModel) -> migparted.NodeLayout:
+    """The layout of the config ``rec``'s nvidia.com/mig.config names, as the node's MIG
+    Manager resolves it (its own configs when it wrote them, ``Config.for_node``; mig-parted
+    filters on the GPU's own PCI id: the ids the product label pins); ConfigError when it
+    cannot."""
+    assert rec.config
+    return migparted.resolve(config.for_node(rec.name), rec.config, model=model,
+                             gpu_count=rec.gpu_count,
+                             device_ids=model.device_ids_for(rec.labels.get(keys.LABEL_PRODUCT)))
 
 
 def busy_gpus(gpus: Sequence[Sequence[str]], used: Mapping[ProfileName, int]
@@ -1099,6 +1106,14 @@ def _pin_reported(model: profiles.GpuModel, gpus: Sequence[tuple[ProfileName, ..
     return _pin(model, gpus, [Counter(held) for held in use])
 
 
+def _on_gpus(pod: records.PodRecord) -> bool:
+    """Whether ``pod`` runs on its node's GPUs: on MIG instances, or, under the mixed
+    strategy, on whole GPUs (MIG off there: enabling it, as any config with instances on
+    that GPU does, makes mig-parted reset every GPU of the node, and kills it too)."""
+    return pod.holds_instances and bool(
+        pod.mig_requests or pod.requests.get(profiles.GPU_RESOURCE, 0) > 0)
+
+
 def view(
     state: cluster.Cluster, node: records.NodeState, config: migparted.Config | None,
     use: GpuUse | None = None,
@@ -1120,14 +1135,9 @@ def view(
         # The allocatable does not fit the GPUs the node reports (a stale count or stale
         # resources): a plan would re-lay out GPUs that do not exist.
         return None
-    # Pods on its MIG instances, and under the mixed strategy on its whole GPUs (MIG off
-    # there: enabling it, as any config with MIG instances on that GPU does, makes
-    # mig-parted reset every GPU of the node, and kills them too).
-    pods = tuple(sorted(p.key for p in state.pods_on(rec.name)
-                        if p.holds_instances and (p.mig_requests or p.requests.get(
-                            profiles.GPU_RESOURCE, 0) > 0)))
-    whole = any(p.holds_instances and p.requests.get(profiles.GPU_RESOURCE, 0) > 0
-                for p in state.pods_on(rec.name))
+    on_gpus = [p for p in state.pods_on(rec.name) if _on_gpus(p)]
+    pods = tuple(sorted(p.key for p in on_gpus))
+    whole = any(p.requests.get(profiles.GPU_RESOURCE, 0) > 0 for p in on_gpus)
     used = {p: n for p, n in node.used.items() if n > 0}
     if use is not None and usage_holds(use, layout.gpus, used):
         busy = tuple(any(n > 0 for n in held.values()) for held in use)
@@ -1619,12 +1629,8 @@ def _target_has(state: cluster.Cluster, name: str, profile: ProfileName,
     rec = ns.node
     if rec.model is None or not rec.config:
         return None
-    model = state.catalog.get(rec.model)
     try:
-        target = migparted.resolve(config.for_node(rec.name), rec.config, model=model,
-                                   gpu_count=rec.gpu_count,
-                                   device_ids=model.device_ids_for(
-                                       rec.labels.get(keys.LABEL_PRODUCT)))
+        target = _labelled_layout(config, rec, state.catalog.get(rec.model))
     except errors.ConfigError:
         return None
     return target.totals()[profile] > 0
@@ -1643,8 +1649,7 @@ def _idle_refusals(state: cluster.Cluster, pod: records.PodRecord,
             continue
         model = state.catalog.get(rec.model)
         if not all(model.has_profile(p) for p in blocked) or any(
-                p.holds_instances and (p.mig_requests or p.requests.get(
-                    profiles.GPU_RESOURCE, 0) > 0) for p in state.pods_on(rec.name)):
+                _on_gpus(p) for p in state.pods_on(rec.name)):
             continue
         why = excludes(rec, pod.constraints)
         if why is None:

@@ -67,7 +67,6 @@ class Cluster:
         # Of those, the pods that ask for several instances of one profile: (profile,
         # instances) -> pods. They claim only while some node has that many free.
         self._multi_claims: Counter[tuple[profiles.ProfileName, int]] = Counter()
-        # the claims of waiting pods with a nodeSelector or required node affinity, by it
         # per claim_key of a waiting pod's constraints: its claims, and of them those of
         # several instances of a profile (profile, n) per pod, as ``_multi_claims``
         self._claims_by: dict[PodConstraints, Counter[profiles.ProfileName]] = {}

@@ -350,7 +350,6 @@ def plan(
     asked = [_asked(r, annotations) for r in reqs]
     choices = _choose_all(reqs, asked, pool=pool, supply=supply, policy=policy, host=host)
     strategy = _strategy(choices, supply=supply, policy=policy, reads=reads)
-    seen, seen_pool = supply, pool  # what the warnings are about
     if many and supply.available:
         together = _together(choices, strategy, supply, reads)
         # Made again only where no node could hold them all now: when one advertises
@@ -364,8 +363,7 @@ def plan(
                 before = _listed(reqs, choices)
                 choices, _kind, strategy = better
                 was = ("no one node could hold them all" if not together.possible
-                       else "no one node advertises them all" if not together.advertised
-                       else "no one node has them all free now")
+                       else "no one node advertises them all")
                 model = choices[0].model.id
                 why = (f"; so that the pod's instances are on one {model} node "
                        f"({strategy} strategy)")
@@ -381,11 +379,11 @@ def plan(
                 warnings.append(f"the smallest fitting profiles ({before}): {was}; chose "
                                 f"{_listed(reqs, choices)} on {model} nodes under the "
                                 f"{strategy} strategy: {now}")
-        _warn_one_node(reqs, choices, together, seen, warnings)
+        _warn_one_node(reqs, choices, together, supply, warnings)
     plans: list[Plan] = []
     for r, (key, value), choice in zip(reqs, asked, choices, strict=True):
         who = f"{requests.shorten(r.container)}: " if many else ""
-        _warn(choice, r, key=key, asked=value, who=who, pool=seen_pool, supply=seen,
+        _warn(choice, r, key=key, asked=value, who=who, pool=pool, supply=supply,
               policy=policy, warnings=warnings)
         plans.append(Plan(
             container=by_name[r.container],
@@ -459,10 +457,12 @@ def _choose_one(
 
 def _together(choices: Sequence[Choice], strategy: requests.Strategy, supply: view.Supply,
               reads: _Reads) -> _Together:
-    """``_Together`` of ``choices`` asked for under ``strategy``. For one profile, read
-    from the most one node of a model advertises and has free (``Offer.most``,
-    ``most_free``); for several, node by node (``Supply.holds``; without it, from the most of
-    each, which may be on different nodes)."""
+    """``_Together`` of ``choices`` asked for under ``strategy``: not possible where no node
+    of their models has GPUs enough (``_too_few_gpus``). For one profile, read from the
+    most one node of a model advertises and has free (``Offer.most``, ``most_free``); for
+    several, or where an offer sums nodes of both strategies, node by node
+    (``Supply.holds``; without it, from the most of each, which may be on different
+    nodes)."""
     need = Counter(c.profile.name for c in choices)
     models = set(choices[0].fit_models).intersection(*(c.fit_models for c in choices[1:]))
     if not models or (strategy == "single" and len(need) > 1):
@@ -545,6 +545,20 @@ def _rechoose(
             products={mid: supply.products.get(mid, ())}, strategy={mid: strategy})
         passed = sub
         masked: set[str] = set()
+
+        def consider(variant: list[Choice] | None, mid: profiles.ModelId = mid,
+                     kind: str = kind, sub: view.Supply = sub,
+                     strategy: requests.Strategy = strategy) -> _Together:
+            """Keep ``variant`` when it ranks best so far; its ``_Together``."""
+            nonlocal best
+            if variant is None:
+                return _Together(possible=False, advertised=False, free=False)
+            together = _together(variant, strategy, sub, reads)
+            mine = (*_rank(variant, together), mid, kind)
+            if together.possible and (best is None or mine < best[0]):
+                best = (mine, variant, sub, strategy)
+            return together
+
         for _ in range(len(sub.offers) + 1):
             try:
                 got = (_choose_all(reqs, asked, pool=(model,), supply=passed, policy=policy,
@@ -560,43 +574,26 @@ def _rechoose(
             got = [counted.get(id(c)) or counted.setdefault(
                        id(c), _counted(c, sub, reason=over if masked else c.reason))
                    for c in got]
-            together = _together(got, strategy, sub, reads)
-            mine = (*_rank(got, together), mid, kind)
-            if together.possible and (best is None or mine < best[0]):
-                best = (mine, got, sub, strategy)
+            together = consider(got)
             if together.gpus is not None and not masked:
                 # More GPUs than one node has: the smallest fitting profiles of the model,
                 # advertised or not (sixteen 30Gi: 3g.40gb two to a GPU, not 7g.80gb).
-                relaid = _relaid(reqs, asked, sub=sub, model=model, kind=kind,
-                                 policy=policy, host=host)
-                if relaid is not None:
-                    other = _together(relaid, strategy, sub, reads)
-                    theirs = (*_rank(relaid, other), mid, kind)
-                    if other.possible and (best is None or theirs < best[0]):
-                        best = (theirs, relaid, sub, strategy)
+                consider(_relaid(reqs, asked, sub=sub, model=model, kind=kind, policy=policy,
+                                 host=host))
             if together.free or policy.contention == "smallest":
                 break
             short = _short(got, sub) - masked
-            without = dataclasses.replace(passed, offers={
-                k: (dataclasses.replace(o, free=0) if k[1] in short else o)
-                for k, o in passed.offers.items()})
+            without = _without(passed, short)
             if kind != "single":
-                some = [_keep_some(reqs, asked, got, short, sub=sub, without=without,
-                                   model=model, policy=policy, host=host)]
+                consider(_keep_some(reqs, asked, got, short, sub=sub, without=without,
+                                    model=model, policy=policy, host=host))
                 if not short:
                     # No profile is short of free instances, yet no one node has them all:
                     # the containers of one profile at a time take the next free one (an
                     # 8Gi beside a 30Gi: 2g.20gb where a node has it with a 3g.40gb free).
-                    some += [_moved(reqs, asked, got, p, sub=sub, passed=passed,
-                                    model=model, policy=policy, host=host)
-                             for p in sorted({c.profile.name for c in got})]
-                for variant in some:
-                    if variant is None:
-                        continue
-                    together = _together(variant, strategy, sub, reads)
-                    mine = (*_rank(variant, together), mid, kind)
-                    if together.possible and (best is None or mine < best[0]):
-                        best = (mine, variant, sub, strategy)
+                    for p in sorted({c.profile.name for c in got}):
+                        consider(_moved(reqs, asked, got, p, sub=sub, passed=passed,
+                                        model=model, policy=policy, host=host))
             if not short:
                 break
             masked |= short
@@ -625,17 +622,11 @@ def _keep_some(
     again = [i for i, c in enumerate(got) if c.profile.name in short and i not in keep]
     if not keep or not again:
         return None
-    try:
-        made = _choose_all([reqs[i] for i in again], [asked[i] for i in again],
-                           pool=(model,), supply=without, policy=policy, host=host)
-    except Denied:
-        return None
     names = ", ".join(sorted(short))
-    over = f"smallest of those one node has free beside the pod's others ({names}: taken)"
-    out = list(got)
-    for i, c in zip(again, made, strict=True):
-        out[i] = _counted(c, sub, reason=over)
-    return out
+    return _chosen_again(
+        reqs, asked, got, again, without=without, sub=sub, model=model, policy=policy,
+        host=host,
+        reason=f"smallest of those one node has free beside the pod's others ({names}: taken)")
 
 
 def _relaid(
@@ -670,21 +661,37 @@ def _moved(
     again = [i for i, c in enumerate(got) if c.profile.name == name]
     if len(again) == len(got):
         return None
-    without = dataclasses.replace(passed, offers={
-        k: (dataclasses.replace(o, free=0) if k[1] == name else o)
-        for k, o in passed.offers.items()})
+    out = _chosen_again(
+        reqs, asked, got, again, without=_without(passed, {name}), sub=sub, model=model,
+        policy=policy, host=host,
+        reason=f"smallest free on a node that has the pod's other instances free ({name}: "
+               f"not there)")
+    return None if out is None or all(out[i].profile.name == name for i in again) else out
+
+
+def _chosen_again(
+    reqs: Sequence[requests.GpuRequest], asked: Sequence[tuple[str, str]],
+    got: Sequence[Choice], again: Sequence[int], *, without: view.Supply, sub: view.Supply,
+    model: profiles.GpuModel, policy: Policy, host: Host, reason: str,
+) -> list[Choice] | None:
+    """``got`` with the containers at ``again`` chosen anew from ``without`` and counted
+    against ``sub`` with ``reason``; None when one of them fits nothing."""
     try:
         made = _choose_all([reqs[i] for i in again], [asked[i] for i in again],
                            pool=(model,), supply=without, policy=policy, host=host)
     except Denied:
         return None
-    if all(c.profile.name == name for c in made):
-        return None
-    over = f"smallest free on a node that has the pod's other instances free ({name}: not there)"
     out = list(got)
     for i, c in zip(again, made, strict=True):
-        out[i] = _counted(c, sub, reason=over)
+        out[i] = _counted(c, sub, reason=reason)
     return out
+
+
+def _without(supply: view.Supply, names: set[str]) -> view.Supply:
+    """``supply`` as if the offers of the profiles ``names`` had no free instance."""
+    return dataclasses.replace(supply, offers={
+        k: (dataclasses.replace(o, free=0) if k[1] in names else o)
+        for k, o in supply.offers.items()})
 
 
 def _counted(c: Choice, supply: view.Supply, *, reason: str) -> Choice:
@@ -706,15 +713,15 @@ def _warn_one_node(reqs: Sequence[requests.GpuRequest], choices: Sequence[Choice
     """Warn when no one node could hold, advertises, or has free now, all the instances the
     pod's containers were given. Not "advertises" when a container's profile is advertised
     nowhere (its own warning says so), nor "free" when one has no free instance at all."""
+    need = Counter(c.profile.name for c in choices)
+    what = ", ".join(f"{n} × {p}" if n > 1 else p for p, n in need.items())
     if together.gpus is not None:
         least, most = together.gpus
-        need = Counter(c.profile.name for c in choices)
-        what = ", ".join(f"{n} × {p}" if n > 1 else p for p, n in need.items())
+        worth = "GPU's" if most == 1 else "GPUs'"
         warnings.append(f"no node has GPUs enough for all of the pod's instances ({what}: "
                         f"at least {least} GPUs; the most on one node is {most}): the pod "
                         f"can never be scheduled; split it into pods of at most {most} "
-                        f"{'GPU' + chr(39) + 's' if most == 1 else 'GPUs' + chr(39)} worth of "
-                        f"instances")
+                        f"{worth} worth of instances")
         return
     if not together.possible:
         warnings.append(f"no one node could hold all of the pod's profiles "
@@ -724,8 +731,6 @@ def _warn_one_node(reqs: Sequence[requests.GpuRequest], choices: Sequence[Choice
         return
     if together.free or not all(c.advertised for c in choices):
         return
-    need = Counter(c.profile.name for c in choices)
-    what = ", ".join(f"{n} × {p}" if n > 1 else p for p, n in need.items())
     one = supply.scope.startswith("node ")  # the pod's spec.nodeName
     nodes = supply.scope if one else f"none of {supply.scope}" if supply.scope else "no node"
     if not together.advertised:

@@ -296,9 +296,7 @@ class SupplyTracker:
             if serves(state) and state is not None and all(
                     state.free.get(p, 0) >= n for p, n in need.items()):
                 return True, True
-        states = (view.nodes() if scope is None or scope.node_name is None
-                  else [view.node(scope.node_name)])
-        for one in states:
+        for one in view.nodes():
             if serves(one) and one is not None and all(
                     one.node.allocatable.get(p, 0) >= n for p, n in need.items()):
                 return True, False

@@ -6,8 +6,9 @@ from __future__ import annotations
 from typing import Any
 
 from advisor_scene import T0, build, node, pod
+from migmanager_sim import CONFIG
 
-from migfit import advisor, builders, decoding, keys, migparted, profiles, records
+from migfit import advisor, builders, decoding, keys, profiles, records
 from migfit.commands import status
 
 NOW = T0 + 600
@@ -233,21 +234,9 @@ def test_explain_fixes_the_obstacle_it_names() -> None:
         "over." in cordoned
     # Beside a node being re-partitioned to a layout without the profile: both are named
     # (it had said only "it can run once they finish").
-    config = migparted.parse("""
-version: v1
-mig-configs:
-  all-1g.10gb:
-    - devices: all
-      mig-enabled: true
-      mig-devices: {"1g.10gb": 7}
-  all-3g.40gb:
-    - devices: all
-      mig-enabled: true
-      mig-devices: {"3g.40gb": 2}
-""")
     moving = node("m", alloc={"3g.40gb": 2}, config="all-1g.10gb", state="pending")
     text = advisor.explain(build(moving, node("c", alloc={"3g.40gb": 2}, unschedulable=True),
-                                 pod("p", "3g.40gb")), "default", "p", now=NOW, config=config)
+                                 pod("p", "3g.40gb")), "default", "p", now=NOW, config=CONFIG)
     assert ("- 3g.40gb: advertised only by node(s) being re-partitioned to a layout without "
             "it (m); and by cordoned node(s) (c), which the scheduler passes over.") in text
     assert "kubectl uncordon c" in text

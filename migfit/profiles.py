@@ -195,6 +195,9 @@ def _build_model(spec: _ModelSpec, where: str) -> GpuModel:
         if m is None:
             raise fail(f"profile name {p.name!r} is not of the form <G>g.<GB>gb[+me|+me.all|"
                        f"+gfx|-me]")
+        if m.group(1) is not None:
+            raise fail(f"profile {p.name!r} is a compute instance of {gpu_instance_of(p.name)}: "
+                       f"{_SHARED_MEMORY}; list GPU instance profiles only")
         if int(m.group(2)) != p.compute_slices:
             raise fail(f"profile {p.name!r} says {m.group(2)}g but compute_slices is "
                        f"{p.compute_slices}")
@@ -335,18 +338,46 @@ def invalid_layout_message(product: str) -> str | None:
             f"config or use the mixed strategy")
 
 
+# Why a compute-instance profile (``1c.3g.40gb``: one compute slice of a 3g.40gb GPU
+# instance) is never asked for by memory: the compute instances of one GPU instance share its
+# memory (MIG User Guide, "Terminology"), so none of them holds the profile's memory alone.
+# NVIDIA's device plugin supports no such devices either: "MIG devices with compute instance
+# slice counts different than GPU instance slice counts are unsupported" (k8s-device-plugin
+# issue #192, klueska, 2020-08-24).
+_SHARED_MEMORY = ("compute instances share their GPU instance's memory, so migfit asks for "
+                  "none by memory (nor does NVIDIA's device plugin support them)")
+
+
+def gpu_instance_of(name: str) -> str | None:
+    """The GPU instance profile of a compute-instance profile (``1c.3g.40gb`` ->
+    ``3g.40gb``), or None for a GPU instance profile or any other name."""
+    m = _PROFILE_RE.match(name)
+    if m is None or m.group(1) is None:
+        return None
+    return name[len(m.group(1)) + 2:]
+
+
 def unknown_profiles_note(model: GpuModel, names: Iterable[str]) -> str:
     """A note naming the profiles a node advertises that ``model`` does not have, or "".
 
     Some drivers rename profiles (``7g.79gb`` on an A100-80GB with R510, ``3g.39gb`` with
     R535/R545): the node's own names and its ``nvidia.com/mig-<p>.memory`` labels are kept
-    and reported, not dropped; planning re-layouts needs them in a catalog file.
+    and reported, not dropped; planning re-layouts needs them in a catalog file. A
+    compute-instance profile (``1c.3g.40gb``) is said as such: no catalog entry makes it
+    usable by memory.
     """
-    unknown = sorted({n for n in names if not model.has_profile(n)})
-    if not unknown:
-        return ""
-    return (f"{', '.join(unknown)} not in the catalog for {model.id} (a driver's own "
-            f"name?): add it with --catalog FILE to plan re-layouts here")
+    odd = sorted({n for n in names if not model.has_profile(n)})
+    split = [n for n in odd if gpu_instance_of(n) is not None]
+    unknown = [n for n in odd if gpu_instance_of(n) is None]
+    notes = []
+    if split:
+        gis = sorted({str(gpu_instance_of(n)) for n in split})
+        notes.append(f"{', '.join(split)}: {_SHARED_MEMORY}; lay these GPUs out with "
+                     f"GPU instance profiles ({', '.join(gis)})")
+    if unknown:
+        notes.append(f"{', '.join(unknown)} not in the catalog for {model.id} (a driver's "
+                     f"own name?): add it with --catalog FILE to plan re-layouts here")
+    return "; ".join(notes)
 
 
 REPLICAS_SUFFIX = ".replicas"

@@ -295,6 +295,8 @@ def test_load_without_a_path_is_the_builtin() -> None:
     (A800.replace("name: 7g.80gb\n", "name: 7g.80gb\n    formerly: [seven]\n"),
      "formerly 'seven'"),
     ("models: [", "YAML"),
+    # A compute instance shares its GPU instance's memory: no catalog entry makes it one.
+    (A800.replace("name: 7g.80gb", "name: 7c.7g.80gb"), "compute instance of 7g.80gb"),
 ])
 def test_override_file_is_validated_strictly(tmp_path: Path, text: str, needle: str) -> None:
     path = _write(tmp_path, text)

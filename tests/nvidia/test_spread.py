@@ -63,3 +63,25 @@ def test_status_reports_a_profile_the_catalog_does_not_know() -> None:
     lines = status.render_table(state).splitlines()
     row = next(line for line in lines if line.startswith("r510"))
     assert "7g.79gb" in row and "not in the catalog for A100-80GB" in row
+
+
+def test_status_says_a_compute_instance_profile_is_no_gpu_instance() -> None:
+    # The device plugin would name one compute slice of a 3g.40gb GPU instance 1c.3g.40gb
+    # (reference/MIG.md 3.1); its instances share 40 GB, so no catalog entry is the fix.
+    state = cluster.Cluster()
+    state.replace("Node", [_node("split", {"nvidia.com/mig-1c.3g.40gb": "6",
+                                           "nvidia.com/mig-7g.79gb": "1"})])
+    state.mark_synced()
+    row = next(line for line in status.render_table(state).splitlines()
+               if line.startswith("split"))
+    assert "1c.3g.40gb: compute instances share their GPU instance's memory" in row
+    assert "GPU instance profiles (3g.40gb)" in row
+    assert "--catalog" in row and "7g.79gb not in the catalog" in row  # the other kept
+    assert "1c.3g.40gb not in the catalog" not in row
+
+
+def test_gpu_instance_of_a_compute_instance_profile() -> None:
+    assert profiles.gpu_instance_of("1c.3g.40gb") == "3g.40gb"
+    assert profiles.gpu_instance_of("2c.4g.40gb+me") == "4g.40gb+me"
+    assert profiles.gpu_instance_of("3g.40gb") is None
+    assert profiles.gpu_instance_of("bogus") is None

@@ -22,6 +22,11 @@ nodes, 150,000 pods), deciding every admission (the server's memos are off under
   advertises nine ``7g.80gb`` (``SupplyTracker.hosts``: the nodes with all of them free are
   looked for in the cluster's index of free instances, then the most one node advertises
   is read from sums kept per node change), and the answer warns so;
+- ``beside``: as ``pinned``, with three pending pods (``1g.10gb``, ``2g.20gb``,
+  ``3g.40gb``) whose node affinity selects the same zone: another selection, whose claims
+  the pinned pod is charged where its free instances outside the pod's nodes fall short
+  (``view._Scope._shared_claims``); here none lie outside, so every free node of those
+  profiles is read once per cluster change;
 - ``waiting``: as ``changed``, with six more pending pods that each ask for several instances
   of one profile on one node (2, 4 or 7 × ``1g.10gb``, 2 × ``3g.40gb``, 3 × ``2g.20gb``,
   8 × ``7g.80gb``): every supply rebuilt after a change checks, per profile, whether some
@@ -66,6 +71,17 @@ def _pod(memory: str, cpu: str, mem: str) -> dict[str, Any]:
 def _pinned(pod: dict[str, Any]) -> dict[str, Any]:
     """``pod`` with a nodeSelector on one zone (about a third of the nodes)."""
     pod["spec"]["nodeSelector"] = {"topology.kubernetes.io/zone": "us-east-1b"}
+    return pod
+
+
+def _zone_affine(name: str, profile: str) -> dict[str, Any]:
+    """A pending pod asking for one ``profile``, pinned by node affinity to ``_pinned``'s
+    zone: the same nodes, another claim key."""
+    pod = _waiting(name, profile, 1)
+    pod["spec"]["affinity"] = {"nodeAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": "topology.kubernetes.io/zone", "operator": "In",
+                                   "values": ["us-east-1b"]}]}]}}}
     return pod
 
 
@@ -116,11 +132,17 @@ def main() -> int:
         "crowded": (_pod("12Gi", "48", "384Gi"), change),
         "pinned": (_pinned(_pod("12Gi", "4", "16Gi")), change),
         "several": (_several(_pod("70Gi", "4", "16Gi"), 9), change),
+        "beside": (_pinned(_pod("12Gi", "4", "16Gi")), change),
         "waiting": (_pod("12Gi", "4", "16Gi"), change),
     }
     results: dict[str, dict[str, Any]] = {}
     for name, (pod, between) in cases.items():
+        if name == "beside":
+            for i, profile in enumerate(("1g.10gb", "2g.20gb", "3g.40gb")):
+                model.apply("Pod", "ADDED", _zone_affine(f"beside-{i}", profile))
         if name == "waiting":  # last: the pods stay in the cluster
+            for i, profile in enumerate(("1g.10gb", "2g.20gb", "3g.40gb")):
+                model.apply("Pod", "DELETED", _zone_affine(f"beside-{i}", profile))
             for i, (profile, n) in enumerate(WAITING):
                 model.apply("Pod", "ADDED", _waiting(f"waiting-{i}", profile, n))
         per: dict[str, list[list[float]]] = {c: [] for c in policies}

@@ -146,9 +146,9 @@ class Cluster:
 
     def claims_beside(self, constraints: PodConstraints) -> Mapping[profiles.ProfileName, int]:
         """``pending_claims`` less those of waiting pods whose own nodeSelector or required
-        node affinity differs from ``constraints``: what a pod limited so is charged. Pods
-        that may go anywhere, or where it may, count; pods limited otherwise are taken to
-        wait elsewhere (two selections may share nodes: then this is short)."""
+        node affinity differs from ``constraints`` (``claims_apart``): what a pod limited so
+        is charged whatever nodes it may use. Pods that may go anywhere, or where it may,
+        count."""
         mine = claim_key(constraints)
         others = [k for k in self._claims_by if k != mine]
         if not others:
@@ -158,6 +158,20 @@ class Cluster:
         for k in others:  # as pending_claims counts them: not the claims it leaves out
             out.subtract(_less(self._claims_by[k], self._multi_by.get(k, Counter()), most))
         return +out
+
+    def claims_apart(self, constraints: PodConstraints
+                     ) -> list[tuple[PodConstraints, Counter[profiles.ProfileName]]]:
+        """The claims ``claims_beside`` leaves out, per claim key (``claim_key``) of the
+        waiting pods limited otherwise than ``constraints``, counted as ``pending_claims``
+        counts them. Where such a selection shares nodes with the pod's, the caller charges
+        what the shared nodes must give it (``view._Scope.supply``)."""
+        mine = claim_key(constraints)
+        others = [k for k in self._claims_by if k != mine]
+        if not others:
+            return []
+        most = self._most_free() if self._multi_claims else {}
+        return [(k, _less(self._claims_by[k], self._multi_by.get(k, Counter()), most))
+                for k in others]
 
     def free_nodes(self, profile: str) -> Mapping[str, int]:
         """Schedulable nodes with at least one free instance of ``profile``, and how many."""

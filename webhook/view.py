@@ -41,6 +41,13 @@ _UNBOUNDED = 1 << 62  # a node that reports neither cpu nor memory
 #: Constraints whose nodes' sums ``within`` keeps current: the workloads pinned lately. Each
 #: holds a few counters per offer, never a list of nodes.
 _SCOPES_KEPT = 32
+#: Other selections whose waiting claims a pinned pod is charged where they must take from its
+#: nodes (``_Scope._shared_claims``): each keeps two sums (its own, and its intersection with
+#: the pod's), a quarter of ``_SCOPES_KEPT`` in all.
+_APART_READ = _SCOPES_KEPT // 8
+#: Affinity terms that two selections' intersection may hold (terms are ORed: it has the
+#: product of their counts).
+_TERMS_COMBINED = 16
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -302,6 +309,12 @@ class SupplyTracker:
                 return True, False
         return False, False
 
+    def free_within(self, constraints: records.PodConstraints,
+                    profile: profiles.ProfileName) -> int:
+        """Free instances of ``profile`` (any model) on the schedulable nodes with a known
+        GPU model that ``constraints`` select, from their kept sums (``_kept``)."""
+        return self._kept(constraints).free_of(profile)
+
     def _named(self, name: str) -> bool:
         return self._cluster.node(name) is not None
 
@@ -497,6 +510,10 @@ class _Scope:
         # per offer: how many nodes advertise, and have free, each count (``Offer.most``)
         self._sizes: dict[Key, tuple[Counter[int], Counter[int]]] = {}
 
+    def free_of(self, profile: profiles.ProfileName) -> int:
+        """Free instances of ``profile`` on these nodes, any model."""
+        return sum(sums[2] for key, sums in self._offers.items() if key[1] == profile)
+
     def selects(self, record: records.NodeRecord) -> bool:
         return ((self.node_name is None or record.name == self.node_name)
                 and advisor.unselected(record, self.constraints) is None)
@@ -551,6 +568,37 @@ class _Scope:
         kind = "single" if state.node.strategy == "single" else "mixed"
         return {} if n is None else {(state.node.model, kind): n}
 
+    def _shared_claims(self, view: cluster.Cluster, tracker: SupplyTracker,
+                       claims: Mapping[profiles.ProfileName, int]
+                       ) -> Mapping[profiles.ProfileName, int]:
+        """``claims`` plus, of each other selection's waiting claims
+        (``Cluster.claims_apart``), those that its free instances outside these nodes cannot
+        serve: at least that many of its pods take instances here (a lower bound: the rest
+        are taken to go elsewhere). The free counts are the kept sums of that selection and
+        of its intersection with these nodes (``SupplyTracker.free_within``): O(1) per
+        profile once kept. Only the ``_APART_READ`` selections with the most claims are
+        read (each keeps two sums current); the rest are taken to wait elsewhere."""
+        apart = view.claims_apart(self.constraints)
+        if not apart:
+            return claims
+        out = Counter(claims)
+        apart.sort(key=lambda kc: -sum(kc[1].values()))
+        for key, theirs in apart[:_APART_READ]:
+            both = _intersection(self.constraints, key)
+            if both is None:
+                continue  # too many affinity terms to combine: taken to wait elsewhere
+            for profile, wanted in theirs.items():
+                outside = tracker.free_within(key, profile)
+                if self.node_name is None:
+                    outside -= tracker.free_within(both, profile)
+                else:  # these nodes are that one node
+                    state = view.node(self.node_name)
+                    if state is not None and advisor.unselected(state.node, key) is None:
+                        outside -= view.free_nodes(profile).get(self.node_name, 0)
+                if wanted > outside:
+                    out[profile] += wanted - outside
+        return out
+
     def supply(self, view: cluster.Cluster, scope: str, tracker: SupplyTracker) -> Supply:
         """A snapshot of these nodes alone, built as ``SupplyTracker.supply`` builds the
         whole one; O(offers)."""
@@ -571,8 +619,9 @@ class _Scope:
             if n > 0:
                 mig.setdefault(key, set()).add(product)
         # The claims of waiting pods that may go anywhere, or where this pod may: a burst of
-        # one workload shares its constraints (``Cluster.claims_beside``).
-        claims = view.claims_beside(self.constraints)
+        # one workload shares its constraints (``Cluster.claims_beside``); and of those
+        # limited to other nodes, what the nodes shared with this pod's must give them.
+        claims = self._shared_claims(view, tracker, view.claims_beside(self.constraints))
         claimed = (set_aside({k: v[2] for k, v in self._offers.items()}, claims)
                    if claims else {})
         offers = {key: Offer(nodes=n, allocatable=alloc, free=free - claimed.get(key, 0),
@@ -602,6 +651,22 @@ class _Scope:
                       strategy={m: _majority(c) for m, c in counts.items()},
                       generation=-1, fits=fits, holds=one_node, scope=scope,
                       gpus=self._gpus(view, tracker))
+
+
+def _intersection(a: records.PodConstraints, b: records.PodConstraints
+                  ) -> records.PodConstraints | None:
+    """Constraints that select the nodes both ``a`` and ``b`` select (tolerations dropped),
+    or None when their affinity terms would combine into more than ``_TERMS_COMBINED``."""
+    selector = tuple(sorted(set(a.node_selector) | set(b.node_selector)))
+    if a.affinity is None or b.affinity is None:
+        affinity = a.affinity if b.affinity is None else b.affinity
+    elif len(a.affinity) * len(b.affinity) > _TERMS_COMBINED:
+        return None
+    else:  # (t1 or t2) and (u1 or u2) = each ti and uj
+        affinity = tuple(records.SelectorTerm(expressions=t.expressions + u.expressions,
+                                              fields=t.fields + u.fields)
+                         for t in a.affinity for u in b.affinity)
+    return records.PodConstraints(node_selector=selector, affinity=affinity)
 
 
 def set_aside(free: Mapping[Key, int], claims: Mapping[profiles.ProfileName, int]

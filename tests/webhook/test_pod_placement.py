@@ -351,6 +351,32 @@ def test_a_pinned_pod_is_charged_the_claims_of_pods_that_may_go_where_it_may() -
     assert c.claims_beside(reading.placement_of(pinned()).constraints) == {}
 
 
+def test_a_pinned_pod_is_charged_what_an_overlapping_selection_must_take_from_its_nodes(
+) -> None:
+    """A pod waiting for a 1g.10gb in zone z1, whose only free one is a1's, takes it from
+    pool a too: an 8Gi pod pinned to pool a is charged that claim and takes a1's free
+    3g.40gb. Where zone z1 has a free 1g.10gb outside pool a (c1), the claim is taken to go
+    there and pool a's pod keeps a1's. Before, a selection other than the pod's own was
+    taken to wait elsewhere, and the pool-a pod got a 1g.10gb it waited for."""
+    def zoned(name: str, pool: str, zone: str, alloc: dict[str, int]) -> dict[str, Any]:
+        out = node(name, pool=pool, allocatable=alloc)
+        out["metadata"]["labels"]["topology.kubernetes.io/zone"] = zone
+        return out
+
+    c = s.make_cluster(zoned("a1", "a", "z1", {"1g.10gb": 1, "3g.40gb": 1}),
+                       zoned("b1", "b", "z2", {"1g.10gb": 1}))
+    zone_z1 = waiting("1g.10gb", "w-z1")
+    zone_z1["spec"]["nodeSelector"] = {"topology.kubernetes.io/zone": "z1"}
+    c.apply("Pod", "ADDED", zone_z1)
+    pool_a = pinned(nodeSelector={"example.com/pool": "a"})
+    assert decide(pool_a, c).profiles == ("3g.40gb",)
+    assert decide(pinned(nodeName="a1"), c).profiles == ("3g.40gb",)
+    # Pool b shares no node with zone z1: its 1g.10gb stays free to it.
+    assert decide(pinned(nodeSelector={"example.com/pool": "b"}), c).profiles == ("1g.10gb",)
+    c.apply("Node", "ADDED", zoned("c1", "c", "z1", {"1g.10gb": 1}))
+    assert decide(pool_a, c).profiles == ("1g.10gb",)
+
+
 def test_a_pinned_burst_is_charged_its_own_claims_whatever_tolerations_and_product() -> None:
     """Pods of one workload pinned to pool a: the one waiting carries a toleration and, under
     the single strategy, the product affinity the webhook gave it; the next arrives without

@@ -438,8 +438,12 @@ _FIXES: Final = {
     "placement": "widen the pod's nodeSelector or required node affinity to such a node",
     "wide": "split the pod into pods that ask for fewer instances",
     "busy": "wait for an instance to be freed (it runs then)",
+    "layout": "lay out such a node with GPU instance profiles of its model's catalog "
+              "(migfit status names what it advertises)",
 }
-_FIX_ORDER: Final = ("taint", "room", "placement", "wide", "busy")
+_FIX_ORDER: Final = ("taint", "room", "placement", "wide", "layout", "busy")
+#: How ``_idle_refusals`` starts the refusal of a node whose layout migfit cannot read.
+_UNKNOWN_LAYOUT: Final = "its layout is unknown to migfit"
 
 
 def _cause(refusal: str | None) -> str:
@@ -451,6 +455,8 @@ def _cause(refusal: str | None) -> str:
         return "room"
     if " free " in text and "it asks for" in text:
         return "wide"  # fewer free on the node than the pod's instances
+    if text.startswith(_UNKNOWN_LAYOUT):
+        return "layout"
     return "placement"
 
 
@@ -1652,6 +1658,9 @@ def _idle_refusals(state: cluster.Cluster, pod: records.PodRecord,
                 _on_gpus(p) for p in state.pods_on(rec.name)):
             continue
         why = excludes(rec, pod.constraints)
+        if why is None and view(state, ns, None) is None:
+            odd = profiles.unknown_profiles_note(model, rec.allocatable)
+            why = f"{_UNKNOWN_LAYOUT} ({odd or 'see migfit status'})"
         if why is None:
             cpu, mem = _room(state, rec.name, memo)
             if pod.cpu_milli > cpu:

@@ -257,6 +257,23 @@ def test_explain_fixes_the_obstacle_it_names() -> None:
                          "capacity; or ask for another profile."), text
 
 
+def test_explain_names_an_idle_node_whose_layout_migfit_cannot_read() -> None:
+    """An idle node laid out in compute instances (1c.3g.40gb) cannot be planned: explain
+    names it and the fix, not "widen the pod's nodeSelector" nor no node at all."""
+    full = node("full", alloc={"1g.10gb": 1})
+    taken = pod("r", "1g.10gb", node="full", phase="Running")
+    split = node("split", alloc={"1c.3g.40gb": 6})
+    text = advisor.explain(build(full, taken, split, pod("p", "1g.10gb")), "default", "p",
+                           now=NOW, settings=advisor.Settings(allow_disruptive=False))
+    assert ("- Idle node(s) a re-layout could give it from cannot take it (split: its layout "
+            "is unknown to migfit (1c.3g.40gb: compute instances share their GPU instance's "
+            "memory") in text, text
+    assert text.endswith("Lay out such a node with GPU instance profiles of its model's "
+                         "catalog (migfit status names what it advertises); wait for an "
+                         "instance to be freed (it runs then); add capacity; or ask for "
+                         "another profile."), text
+
+
 def test_explain_names_why_each_free_instance_cannot_take_the_pod() -> None:
     short = node("full", alloc={"1g.10gb": 7}, cpu="2")
     c = build(short, node("idle", alloc={"3g.40gb": 2}), pod("p", "1g.10gb", cpu="4"))

@@ -92,7 +92,7 @@ class Metrics:
             "migfit_webhook_cluster_view", "1 when decisions use a synced cluster view, 0 when "
             "they fall back on --gpu-models.", registry=registry)
         # labels() takes a lock and builds a key per call: the children, once per labels
-        # (outcome × profile × dry run: bounded by the catalog).
+        # (outcome × profile × dry run: bounded by the catalog, ``answer_for``).
         self._admitted: dict[tuple[str, str, str], Any] = {}
 
     def admitted(self, outcome: str, profile: str, dry_run: str) -> None:
@@ -202,6 +202,8 @@ def _response_fields(verdict: decision.Verdict) -> dict[str, Any]:
 
 
 # Every encoded review starts so; the uid follows, then an Answer's tail.
+#: The admissions counter's ``profile`` for a pod whose containers got different profiles.
+SEVERAL: Final = "several"
 _HEAD: Final = (jsonwire.dumps({"apiVersion": API_VERSION, "kind": "AdmissionReview"})[:-1]
                 + b',"response":{"uid":')
 
@@ -209,9 +211,11 @@ _HEAD: Final = (jsonwire.dumps({"apiVersion": API_VERSION, "kind": "AdmissionRev
 def answer_for(verdict: decision.Verdict) -> Answer:
     """``verdict`` with its response encoded but for the uid."""
     fields = jsonwire.dumps(_response_fields(verdict))  # {"allowed":…}
-    # The profiles are bounded by the catalog's: a label of few values.
-    return Answer(verdict=verdict, tail=b"," + fields[1:] + b"}",
-                  profile=",".join(sorted(set(verdict.profiles))))
+    # A label of few values: one of the catalog's profiles, "" (none), or SEVERAL for a pod
+    # whose containers got different ones (their combinations would grow without bound).
+    chosen = set(verdict.profiles)
+    profile = SEVERAL if len(chosen) > 1 else next(iter(chosen), "")
+    return Answer(verdict=verdict, tail=b"," + fields[1:] + b"}", profile=profile)
 
 
 def encode_review(uid: str, ready: Answer) -> bytes:

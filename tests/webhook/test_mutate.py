@@ -153,6 +153,22 @@ async def test_dry_run_is_decided_the_same(make_client: MakeClient) -> None:
             'profile="1g.10gb"} 1.0') in metrics
 
 
+async def test_a_pod_of_several_profiles_is_counted_under_one_bounded_label(
+        make_client: MakeClient) -> None:
+    """Containers given different profiles count under profile="several": a label made of
+    their combination would grow a series per combination."""
+    client = await make_client()
+    containers = [{"name": n, "image": "registry.example/train:1"} for n in ("a", "b")]
+    body = await mutate(client, s.review(s.pod(
+        {f"{requests.GPU_MEMORY}.a": "5Gi", f"{requests.GPU_MEMORY}.b": "30Gi"},
+        containers=containers)))
+    assert body["response"]["allowed"] is True and s.patch_of(body)
+    metrics = await (await client.get("/metrics")).text()
+    assert ('migfit_webhook_admissions_total{dry_run="false",outcome="patched",'
+            'profile="several"} 1.0') in metrics
+    assert "profile=\"1g.10gb," not in metrics and 'profile="1g.10gb,' not in metrics
+
+
 async def test_without_a_cluster_view_it_decides_from_gpu_models(make_client: MakeClient) -> None:
     client = await make_client(cluster.Cluster(profiles.builtin()))  # never synced
     body = await mutate(client, s.review(s.pod({requests.GPU_MEMORY: "12Gi"})))

@@ -164,10 +164,11 @@ class Config:
 def parse_data(raw: Any, *, where: str = "mig-parted config") -> Config:
     """Validate an already-decoded document; a ConfigError saying what to change.
 
-    An empty document (or ``{}``) is accepted and holds no config, as mig-parted's
-    Spec.UnmarshalJSON accepts it (its spec test "Empty").
+    An empty document is accepted and holds no config, as mig-parted accepts it (its spec
+    test "Empty"); ``{}`` is not: mig-parted's Spec.UnmarshalJSON then finds no version
+    ("unknown version: ").
     """
-    if raw is None or raw == {}:
+    if raw is None:
         return Config({})
     configs = raw.get("mig-configs") if isinstance(raw, dict) else None
     if isinstance(configs, dict):

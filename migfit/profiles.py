@@ -15,7 +15,7 @@ import functools
 import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import NewType
+from typing import Final, NewType
 
 import pydantic
 
@@ -272,13 +272,29 @@ def device_number(text: str) -> int | None:
 
     mig-parted uses Go's ``strconv.ParseUint(s, 0, 32)``: a base prefix is needed for hex
     and the value must fit 32 bits. Ids with a subsystem part (``...:0x...``) are not
-    matched: the catalog does not know a GPU's subsystem id.
+    matched: the catalog does not know a GPU's subsystem id. Go's syntax, not Python's: no
+    sign, no white space, underscores only between digits (or after a base prefix), and a
+    leading ``0`` is octal (``int(text, 0)`` took " 0x20B510DE" and "+0x20B510DE", which
+    mig-parted cannot read and so matches with no GPU).
     """
-    try:
-        value = int(text, 0)
-    except ValueError:
+    if _GO_UINT.fullmatch(text) is None:
         return None
-    return value if 0 <= value < 2**32 else None
+    digits = text.replace("_", "")
+    prefix = digits[:2].lower()
+    if prefix in _GO_BASES:
+        value = int(digits[2:], _GO_BASES[prefix])
+    elif len(digits) > 1 and digits[0] == "0":
+        value = int(digits[1:], 8)
+    else:
+        value = int(digits, 10)
+    return value if value < 2**32 else None
+
+
+# strconv.ParseUint(s, 0, bits): a base prefix (0x, 0b, 0o; 0 alone: octal) or decimal, with
+# underscores only between digits or after the prefix (Go's underscoreOK).
+_GO_UINT: Final = re.compile(r"0[xX](?:_?[0-9a-fA-F])+|0[bB](?:_?[01])+|0[oO](?:_?[0-7])+"
+                             r"|0(?:_?[0-7])*|[1-9](?:_?[0-9])*")
+_GO_BASES: Final = {"0x": 16, "0b": 2, "0o": 8}
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -249,9 +249,16 @@ def test_a_uniform_name_past_a_label_values_length_gets_a_digest() -> None:
     assert name.startswith("migfit-") and len(name) == len("migfit-") + 10
 
 
-@pytest.mark.parametrize("text", ["", "\n", "{}", "# only a comment\n"])
+@pytest.mark.parametrize("text", ["", "\n", "# only a comment\n"])
 def test_an_empty_document_is_accepted_and_holds_no_config(text: str) -> None:
     assert migparted.parse(text).names() == []
+
+
+def test_an_empty_mapping_is_refused_as_mig_parted_refuses_it() -> None:
+    # mig-parted's Spec.UnmarshalJSON: no "version" in {} gives "unknown version: "
+    # (api/spec/v1/spec.go); only an empty document holds no config.
+    with pytest.raises(errors.ConfigError, match="version"):
+        migparted.parse("{}")
 
 
 @pytest.mark.parametrize("name", ["bogus", "1g.5GB", "1g5gb", "g.5gb", "1g.5gb+", "1g.5gb+1x",
@@ -282,3 +289,20 @@ def test_tab_indented_json_is_read_as_go_yaml_reads_it() -> None:
     # Block YAML indented with tabs stays refused (go-yaml refuses it too).
     with pytest.raises(errors.ConfigError, match="YAML"):
         migparted.parse("version: v1\nmig-configs:\n\tc: []\n")
+
+
+@pytest.mark.parametrize(("text", "number"), [
+    ("0x20B510DE", 0x20B510DE), ("0X20b510de", 0x20B510DE), ("0x20B5_10DE", 0x20B510DE),
+    ("0x_20B510DE", 0x20B510DE), ("010", 8), ("0o17", 15), ("0b101", 5), ("1_000", 1000),
+    # What Go's strconv.ParseUint(s, 0, 32) refuses, and so matches no GPU in mig-parted:
+    (" 0x20B510DE", None), ("0x20B510DE ", None), ("+0x20B510DE", None), ("-1", None),
+    ("0x20B510DE_", None), ("1__0", None), ("0x", None), ("0x1FFFFFFFF", None),
+    ("019", None),
+])
+def test_device_filter_ids_are_read_as_go_parses_them(text: str, number: int | None) -> None:
+    assert migparted.device_number(text) == number
+    cfg = migparted.parse("version: v1\nmig-configs:\n  c:\n  - devices: all\n"
+                          f"    device-filter: '{text}'\n    mig-enabled: true\n"
+                          "    mig-devices: {'1g.10gb': 7}\n")
+    applied = migparted.apply(cfg, "c", device_ids=["0x20B510DE"], gpu_count=1)
+    assert (applied[0] is not None) == (number == 0x20B510DE), applied

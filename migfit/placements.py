@@ -89,14 +89,16 @@ class Fit:
 MAX_MEDIA_INSTANCES = 1
 
 
-def parse_instance(model: profiles.GpuModel, text: str) -> Instance:
-    """``3g.40gb@4`` -> an Instance; a UsageError when the form or the start is wrong."""
+def parse_instance(model: profiles.GpuModel, text: str, *, any_start: bool = False
+                   ) -> Instance:
+    """``3g.40gb@4`` -> an Instance; a UsageError when the form or the start is wrong (with
+    ``any_start``, a start the profile cannot use is kept: ``check_fixed`` says why)."""
     name, sep, start_text = text.partition("@")
     if not sep or not start_text.isdigit():
         raise errors.UsageError(f"{text!r} is not of the form PROFILE@START, e.g. 3g.40gb@4")
     profile = model.profile(name)
     start = int(start_text)
-    if start not in profile.starts:
+    if start not in profile.starts and not any_start:
         allowed = ", ".join(map(str, profile.starts))
         raise errors.UsageError(
             f"{profile.name} cannot start at memory slice {start} on {model.id}; "

@@ -76,7 +76,8 @@ def check_names(model: profiles.GpuModel, tokens: list[str]) -> placements.Fit:
     wanted: list[str] = []
     for token in tokens:
         if "@" in token:
-            fixed.append(placements.parse_instance(model, token))
+            # A start the GPU cannot use is an answer (invalid, exit 1), not a usage error.
+            fixed.append(placements.parse_instance(model, token, any_start=True))
         else:
             wanted.append(model.profile(token).name)
     if fixed:

@@ -50,6 +50,9 @@ def test_check_seed_layout() -> None:
     ("A30-24GB", ["2g.12gb", "2g.12gb", "1g.6gb"], "5 of 4"),
     ("A100-80GB", ["1g.10gb+me", "1g.10gb+me"], "limit of 1"),
     ("A100-80GB", ["3g.40gb@0", "2g.20gb", "2g.20gb"], "2g.20gb"),
+    # A start the GPU cannot use is an answer, not a usage error (it was exit 2).
+    ("A100-80GB", ["4g.40gb@4"], "4g.40gb@4 is not a valid position for 4g.40gb"),
+    ("A100-80GB", ["1g.10gb@7", "2g.20gb"], "(starts 0, 1, 2, 3, 4, 5, 6, size 1)"),
 ])
 def test_check_invalid_exits_1_with_the_reason(gpu: str, names: list[str], needle: str) -> None:
     out = migfit("layout", "check", "--gpu", gpu, *names)
@@ -83,13 +86,15 @@ def test_check_json_invalid() -> None:
     assert set(doc) == {"valid", "placement", "reason"}
     assert doc["valid"] is False and doc["placement"] == []
     assert isinstance(doc["reason"], str) and "9 of 8" in doc["reason"]
+    start = migfit("layout", "check", "--gpu", "A100-80GB", "--json", "4g.40gb@4")
+    assert start.returncode == 1 and json.loads(start.stdout)["valid"] is False
 
 
 @pytest.mark.parametrize("args", [
     ["check", "--gpu", "T4", "1g.10gb"],
     ["check", "--gpu", "A100-80GB", "1g.5gb"],
     ["check", "--gpu", "A100-80GB", "--json", "1g.5gb"],
-    ["check", "--gpu", "A100-80GB", "3g.40gb@1"],
+    ["check", "--gpu", "A100-80GB", "3g.40gb@one"],
     ["list", "--gpu", "NVIDIA-A100-SXM4"],  # ambiguous without gpu.memory
     ["list", "--gpu", "A100-80GB", "--catalog", "/nonexistent.yaml"],
 ])

@@ -74,7 +74,7 @@ class ExtenderSettings:
     """The scoring log's lines: ``json``, ``text`` or ``both``."""
     log_nodes: int = 50
     """Nodes written in full per scoring-log JSON line (the best ones); 0 writes all."""
-    host: str = "0.0.0.0"
+    host: str = ""  # every address, IPv4 and IPv6 (IPv6-only clusters reach the pod on ::)
     port: int = 8443
     tls_cert: Path | None = None
     """Serving certificate (PEM); with ``tls_key`` the extender speaks HTTPS (TLS 1.2+)."""
@@ -864,8 +864,8 @@ async def serve(
 
     def started(info: serving.Started) -> None:
         scheme = "http" if reloader is None else "https"
-        log.info("extender serving %s://%s:%s (filter, prioritize)", scheme, settings.host,
-                 info.port)
+        log.info("extender serving %s://%s:%s (filter, prioritize)", scheme,
+                 settings.host or "*", info.port)
         if on_started is not None:
             on_started(info.port)
 

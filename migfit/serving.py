@@ -644,7 +644,12 @@ def _listen_sockets(host: str, port: int, *, reuse_port: bool,
             if (family, address) in seen:
                 continue
             seen.add((family, address))
-            sock = socket.socket(family, kind, proto)
+            try:
+                sock = socket.socket(family, kind, proto)
+            except OSError:
+                if host:
+                    raise
+                continue  # a family this kernel lacks (IPv6 disabled): as asyncio, skipped
             socks.append(sock)
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             if reuse_port:
@@ -770,7 +775,8 @@ class BoundedSite(web.BaseSite):
 
     @property
     def name(self) -> str:
-        return f"{'https' if self._tls else 'http'}://{self._host}:{self._port}"
+        host = self._host or "*"  # every address of every family
+        return f"{'https' if self._tls else 'http'}://{host}:{self._port}"
 
     def _protocol(self) -> asyncio.BaseProtocol:
         server = self._runner.server
@@ -1098,7 +1104,7 @@ def cannot_listen(exc: OSError, listen: Listen) -> errors.MigfitError:
                                  f"or pass {listen.port_flag} a free port")
     if exc.errno == errno.EADDRNOTAVAIL:
         return errors.UsageError(f"{where}: {reason}; give --host an address of this host "
-                                 f"(e.g. 127.0.0.1 or 0.0.0.0)")
+                                 f"(e.g. 127.0.0.1, or '' for every address)")
     if exc.errno in (errno.EACCES, errno.EPERM):
         return errors.UsageError(f"{where}: {reason}; ports below 1024 need privileges: pass "
                                  f"{listen.port_flag} a port from 1024")

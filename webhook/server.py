@@ -56,7 +56,9 @@ class Settings:
     """Everything the webhook server needs; ``migfit webhook`` flags map onto it."""
 
     policy: decision.Policy = dataclasses.field(default_factory=decision.Policy)
-    host: str = "0.0.0.0"  # a webhook must be reachable by kube-apiserver (its Service)
+    # A webhook must be reachable by kube-apiserver (its Service): every address, IPv4 and
+    # IPv6 (IPv6-only clusters reach the pod on ::).
+    host: str = ""
     port: int = DEFAULT_PORT
     tls_cert: Path | None = None
     tls_key: Path | None = None
@@ -556,7 +558,8 @@ async def serve(
                             drain_delay=settings.drain_delay, access_log=settings.access_log)
 
     def started(info: serving.Started) -> None:
-        log.info("webhook serving https://%s:%s%s", settings.host, info.port, MUTATE_PATH)
+        log.info("webhook serving https://%s:%s%s", settings.host or "*", info.port,
+                 MUTATE_PATH)
         if not settings.policy.fallback_models:
             log.info("no --gpu-models: not Ready (/readyz 503) until the cluster view has "
                      "synced")

@@ -14,7 +14,9 @@ from migfit.extender import figures, relayout_machine, scoring_log, server, usag
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--host", default="0.0.0.0", help="address to listen on (default: all)")
+    parser.add_argument("--host", default="",
+                        help="address to listen on (default: every address, IPv4 and "
+                             "IPv6)")
     parser.add_argument("--port", type=options.port, default=8443,
                         help="port to listen on (default 8443)")
     sources.add_source_arguments(parser)

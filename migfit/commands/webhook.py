@@ -15,8 +15,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="serving certificate (PEM); re-read when it changes")
     parser.add_argument("--tls-key", type=Path, required=True, metavar="FILE",
                         help="its private key (PEM)")
-    parser.add_argument("--host", default="0.0.0.0",
-                        help="address to listen on (default: all)")
+    parser.add_argument("--host", default="",
+                        help="address to listen on (default: every address, IPv4 and "
+                             "IPv6)")
     parser.add_argument("--port", type=int, default=server.DEFAULT_PORT,
                         help=f"HTTPS port (default {server.DEFAULT_PORT})")
     sources.add_source_arguments(parser)

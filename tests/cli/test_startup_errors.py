@@ -52,7 +52,7 @@ def test_the_webhook_on_a_port_in_use(certs: Path, busy_port: int) -> None:
     line = _fails_in_one_line(
         ["webhook", "--port", str(busy_port), "--tls-cert", str(certs / "tls.crt"),
          "--tls-key", str(certs / "tls.key"), "--cluster", CLUSTER], code=2)
-    assert line == _in_use(busy_port, "--port")
+    assert line == _in_use(busy_port, "--port", "*")  # every address by default
 
 
 @pytest.mark.parametrize("tls", [False, True])
@@ -62,7 +62,7 @@ def test_the_extender_on_a_port_in_use(certs: Path, busy_port: int, tls: bool) -
     args = ["--tls-cert", str(certs / "tls.crt"), "--tls-key", str(certs / "tls.key")]
     line = _fails_in_one_line(["extender", "--port", str(busy_port), "--cluster", CLUSTER,
                                *(args if tls else [])], code=2)
-    assert line == _in_use(busy_port, "--port")
+    assert line == _in_use(busy_port, "--port", "*")
 
 
 @pytest.mark.parametrize("loop", ["uvloop", "asyncio"])

@@ -65,6 +65,7 @@ def node_from_api(obj: Mapping[str, Any], catalog: profiles.Catalog) -> NodeReco
         ready=ready,
         all_labels=fields.intern_map(labels),
         replicas=gpus.replicas,
+        renamed=gpus.renamed,
     )
 
 
@@ -74,7 +75,9 @@ def _migfit_annotations(meta: Mapping[str, Any]) -> Mapping[str, str]:
 
 
 def is_gpu_resource(resource: str) -> bool:
-    return resource == profiles.GPU_RESOURCE or resource.startswith(profiles.RESOURCE_PREFIX)
+    """A whole GPU or MIG resource, under its plain or its renamed shared name."""
+    base = profiles.unshared(resource)[0]
+    return base == profiles.GPU_RESOURCE or base.startswith(profiles.RESOURCE_PREFIX)
 
 
 def _container_requests(container: Mapping[str, Any]) -> dict[str, Any]:
@@ -103,7 +106,10 @@ def effective_requests(spec: Mapping[str, Any]) -> tuple[
         for res, val in _container_requests(c).items():
             if is_gpu_resource(res):
                 n = fields.count(val)
-                out[res] = n
+                # A renamed shared resource (….shared) counts as the resource it shares:
+                # the node's is read so too (gpulabels).
+                res = profiles.unshared(res)[0]
+                out[res] = out.get(res, 0) + n
                 if n:
                     per_container.append((cname, sys.intern(res), n))
             elif res == "cpu":  # never below 0 (the API server refuses a negative request)

@@ -34,6 +34,25 @@ class GpuView:
     # pods that share one MIG instance, per profile, where more than 1 (time-slicing or MPS:
     # GFD's ``<resource>.replicas``); capacity and allocatable count each instance that often
     replicas: dict[profiles.ProfileName, int] = dataclasses.field(default_factory=dict)
+    # profiles the device plugin advertises under their renamed shared name (``….shared``,
+    # ``renameByDefault``): a pod must ask for that name to land here
+    renamed: frozenset[profiles.ProfileName] = frozenset()
+
+
+def _plain(raw: Mapping[str, Any]) -> tuple[dict[str, Any], set[str]]:
+    """``raw`` resources with renamed shared GPU resources (``….shared``) under their plain
+    names (a count where both spellings are there is their sum), and the plain names that
+    were renamed."""
+    if not any(k.endswith(profiles.SHARED_SUFFIX) for k in raw):
+        return dict(raw), set()
+    out: dict[str, Any] = {}
+    renamed: set[str] = set()
+    for key, val in raw.items():
+        plain, was = profiles.unshared(key)
+        if was:
+            renamed.add(plain)
+        out[plain] = (fields.count(out[plain]) + fields.count(val)) if plain in out else val
+    return out, renamed
 
 
 def gpu_view(labels: Mapping[str, str], capacity_raw: Mapping[str, Any],
@@ -54,8 +73,11 @@ def gpu_view(labels: Mapping[str, str], capacity_raw: Mapping[str, Any],
     if invalid is not None:  # …-MIG-INVALID: flag the node, never a profile named "invalid"
         model, model_error = None, invalid
 
+    capacity_raw, _ = _plain(capacity_raw)
+    allocatable_raw, renamed_raw = _plain(allocatable_raw)
     capacity: dict[profiles.ProfileName, int] = {}
     allocatable: dict[profiles.ProfileName, int] = {}
+    renamed: set[profiles.ProfileName] = set()
     memory: dict[profiles.ProfileName, int] = {}
     shared: dict[profiles.ProfileName, int] = {}
     whole = 0
@@ -69,6 +91,8 @@ def gpu_view(labels: Mapping[str, str], capacity_raw: Mapping[str, Any],
                 memory[pname] = gpu_mem
             if profiles.replicas(labels) > 1:
                 shared[pname] = profiles.replicas(labels)
+            if profiles.GPU_RESOURCE in renamed_raw:
+                renamed.add(pname)
     else:
         for res, val in capacity_raw.items():
             p = profiles.parse_resource(res)
@@ -78,6 +102,8 @@ def gpu_view(labels: Mapping[str, str], capacity_raw: Mapping[str, Any],
             p = profiles.parse_resource(res)
             if p is not None:
                 allocatable[profiles.ProfileName(p)] = fields.count(val)
+                if res in renamed_raw:
+                    renamed.add(profiles.ProfileName(p))
         # Under mixed, GFD labels each MIG resource on its own (internal/lm/resource.go,
         # NewMIGResourceLabeler): nvidia.com/mig-<p>.count instances, .replicas the pods that
         # share one (the device plugin advertises count × replicas), .product ending in
@@ -109,4 +135,5 @@ def gpu_view(labels: Mapping[str, str], capacity_raw: Mapping[str, Any],
         gpu_count = fields.count(capacity_raw.get(profiles.GPU_RESOURCE, 0))
     return GpuView(model=model, model_error=model_error, strategy=strategy,
                    gpu_count=gpu_count, capacity=capacity, allocatable=allocatable,
-                   memory_mib=memory, whole_gpus=whole, replicas=shared)
+                   memory_mib=memory, whole_gpus=whole, replicas=shared,
+                   renamed=frozenset(renamed))

@@ -26,6 +26,11 @@ ProfileName = NewType("ProfileName", str)
 
 RESOURCE_PREFIX = "nvidia.com/mig-"
 GPU_RESOURCE = "nvidia.com/gpu"
+#: What the device plugin appends to a shared resource's name under time-slicing or MPS with
+#: ``renameByDefault: true`` (``nvidia.com/mig-1g.10gb.shared``, ``nvidia.com/gpu.shared``);
+#: GFD's labels keep the plain name (``nvidia.com/mig-1g.10gb.replicas``) and then leave
+#: ``-SHARED`` off the product (k8s-device-plugin internal/lm/resource.go, productLabel).
+SHARED_SUFFIX = ".shared"
 _BUILTIN = Path(__file__).with_name("data") / "catalog.yaml"
 
 # `<G>g.<GB>gb` with optional attribute suffixes (go-nvlib mig_profile.go; reference/MIG.md 3.1).
@@ -564,9 +569,13 @@ class Catalog:
             f"GPU product {product!r}{hint} could be any of {names}; {fix}"
         )
 
-    def resource_names(self) -> list[str]:
-        """Every ``nvidia.com/mig-*`` resource of every model, sorted (for managedResources)."""
-        return sorted({p.resource for m in self._models.values() for p in m.profiles})
+    def resource_names(self, *, shared: bool = False) -> list[str]:
+        """Every ``nvidia.com/mig-*`` resource of every model, sorted (for managedResources;
+        ``shared``: with each one's renamed shared name too)."""
+        names = {p.resource for m in self._models.values() for p in m.profiles}
+        if shared:
+            names |= {n + SHARED_SUFFIX for n in names}
+        return sorted(names)
 
 
 @functools.cache
@@ -595,13 +604,27 @@ def canonical_profile(text: str) -> str:
     return text
 
 
-def resource_name(profile: str) -> str:
-    """``1g.10gb+me`` -> ``nvidia.com/mig-1g.10gb.me`` (the name kubelet advertises)."""
-    return RESOURCE_PREFIX + profile.replace("+", ".")
+def resource_name(profile: str, *, shared: bool = False) -> str:
+    """``1g.10gb+me`` -> ``nvidia.com/mig-1g.10gb.me`` (the name kubelet advertises;
+    ``shared``: as the device plugin renames a shared one, ``….shared``)."""
+    return RESOURCE_PREFIX + profile.replace("+", ".") + (SHARED_SUFFIX if shared else "")
+
+
+def unshared(resource: str) -> tuple[str, bool]:
+    """A GPU resource's name without the device plugin's ``SHARED_SUFFIX``, and whether it
+    had it (``nvidia.com/mig-1g.10gb.shared`` -> ``nvidia.com/mig-1g.10gb``, True); any other
+    name as it is."""
+    if resource.endswith(SHARED_SUFFIX):
+        base = resource[:-len(SHARED_SUFFIX)]
+        if base == GPU_RESOURCE or base.startswith(RESOURCE_PREFIX):
+            return base, True
+    return resource, False
 
 
 def parse_resource(resource: str) -> str | None:
-    """``nvidia.com/mig-1g.10gb.me`` -> ``1g.10gb+me``; None for any other resource name."""
+    """``nvidia.com/mig-1g.10gb.me`` -> ``1g.10gb+me`` (a renamed shared resource,
+    ``….shared``, names its profile too); None for any other resource name."""
+    resource = unshared(resource)[0]
     if resource.startswith(RESOURCE_PREFIX):
         return canonical_profile(resource[len(RESOURCE_PREFIX):])
     return None

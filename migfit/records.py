@@ -97,9 +97,13 @@ class NodeRecord:
     # capacity and allocatable count each instance that many times (gpulabels.GpuView)
     replicas: Mapping[profiles.ProfileName, int] = dataclasses.field(
         default_factory=lambda: MappingProxyType({}))
+    # profiles advertised under the device plugin's renamed shared name (….shared)
+    renamed: frozenset[profiles.ProfileName] = frozenset()
 
     def resource_for(self, profile: str) -> str:
-        """The extended resource a pod requests for ``profile`` on this node."""
+        """The extended resource a pod requests for ``profile`` on this node, as migfit
+        keeps requests: the plain name (a renamed shared one is read as it,
+        ``decoding.effective_requests``)."""
         if self.strategy == "single":
             return profiles.GPU_RESOURCE
         return profiles.resource_name(profile)

@@ -876,9 +876,23 @@ def _strategy(
     return "single" if single[1] or (single[0] and not mixed[0]) else "mixed"
 
 
-def resource(profile: str, strategy: requests.Strategy) -> str:
-    """The extended resource that asks for ``profile`` under ``strategy``."""
-    return profiles.GPU_RESOURCE if strategy == "single" else profiles.resource_name(profile)
+def resource(profile: str, strategy: requests.Strategy, *, renamed: bool = False) -> str:
+    """The extended resource that asks for ``profile`` under ``strategy`` (``renamed``: under
+    the device plugin's renamed shared name, ``….shared``)."""
+    if strategy == "single":
+        return profiles.GPU_RESOURCE + (profiles.SHARED_SUFFIX if renamed else "")
+    return profiles.resource_name(profile, shared=renamed)
+
+
+def renamed(plan: Plan, supply: view.Supply) -> bool:
+    """Whether every node that advertises ``plan``'s profile on the models it may use
+    advertises it under the renamed shared name (time-slicing or MPS with the device
+    plugin's ``renameByDefault``): the pod must then ask for ``….shared``. Where some nodes
+    rename it and some do not, the plain name (those nodes)."""
+    models = plan.models or tuple(m.id for m in supply.models)
+    offers = [o for m in models if (o := supply.offers.get((m, profiles.ProfileName(
+        plan.profile)))) is not None]
+    return bool(offers) and all(o.renamed for o in offers)
 
 
 def reuse(
@@ -897,7 +911,8 @@ def reuse(
         return None
     plans = []
     for c in prior["containers"]:
-        if c["resource"] != resource(c["profile"], prior["strategy"]):
+        if c["resource"] not in (resource(c["profile"], prior["strategy"]),
+                                 resource(c["profile"], prior["strategy"], renamed=True)):
             return None
         models = tuple(profiles.ModelId(m) for m in c["models"])
         plans.append(Plan(container=by_name[c["container"]], request_mib=c["request_mib"],

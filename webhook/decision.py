@@ -101,12 +101,12 @@ def _verdict_for(exc: errors.UsageError) -> Verdict:
                    allowed=False, message=exc.message, code=code)
 
 
-def _recorded(plan: choice.Plan, strategy: requests.Strategy) -> requests.DecisionContainer:
+def _recorded(plan: choice.Plan, resource: str) -> requests.DecisionContainer:
     out = requests.DecisionContainer(
         container=plan.container.name,
         request_mib=plan.request_mib,
         profile=plan.profile,
-        resource=choice.resource(plan.profile, strategy),
+        resource=resource,
         models=list(plan.models),
     )
     if plan.reason:  # a reinvocation keeps a record written before reasons as it was
@@ -235,10 +235,15 @@ def _decide(pod: Mapping[str, Any], *, supply: view.Supply, policy: Policy) -> V
             plans = choice.fitting_in(plans, parsed.requests, supply=whole, policy=policy)
     _warn_own_gpus(containers, {pl.container.name for pl in plans}, warnings)
     _warn_init_gpus(reading.init_containers_of(pod), warnings)
+    if reused is not None and prior is not None:  # a reinvocation asks for what it asked
+        resources = [c["resource"] for c in prior["containers"]]
+    else:
+        resources = [choice.resource(pl.profile, strategy, renamed=choice.renamed(pl, supply))
+                     for pl in plans]
     record = requests.DecisionRecord(
         v=requests.DECISION_VERSION,
         strategy=strategy,
-        containers=[_recorded(pl, strategy) for pl in plans],
+        containers=[_recorded(pl, res) for pl, res in zip(plans, resources, strict=True)],
     )
     spec = pod.get("spec")
     if reused is not None and patching.has_product_affinity(spec):
@@ -248,9 +253,8 @@ def _decide(pod: Mapping[str, Any], *, supply: view.Supply, policy: Policy) -> V
                                         warnings=warnings)
     ops: list[PatchOp] = []
     owned = {c["container"]: c["resource"] for c in prior["containers"]} if prior else {}
-    for pl in plans:
-        ops.extend(patching.resource_ops(pl.container, choice.resource(pl.profile, strategy),
-                                         owned=owned.get(pl.container.name)))
+    for pl, res in zip(plans, resources, strict=True):
+        ops.extend(patching.resource_ops(pl.container, res, owned=owned.get(pl.container.name)))
     if values is not None:
         ops.extend(patching.affinity_ops(spec, values))
     ops.extend(patching.scheduler_ops(spec, policy.scheduler_name))

@@ -67,6 +67,9 @@ class Offer:
     claimed: int = 0  # of the cluster's free instances, those set aside for waiting pods
     most: int = 0  # the most instances one node advertises: a pod needing n needs a node
     most_free: int = 0  # with n, and one with n free (before any is set aside)
+    #: Every advertising node advertises it under the device plugin's renamed shared name
+    #: (``….shared``): a pod must ask for that name (``choice.resource``).
+    renamed: bool = False
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -141,6 +144,8 @@ class _NodeEntry:
     advertised: frozenset[profiles.ProfileName]
     #: physical GPUs (``gpus_of``); 0 while cordoned; None: not known
     gpus: int | None
+    #: of ``advertised``, those under the renamed shared name (``….shared``)
+    renamed: frozenset[profiles.ProfileName] = frozenset()
 
 
 def gpus_of(node: records.NodeRecord, catalog: profiles.Catalog) -> int | None:
@@ -160,13 +165,15 @@ def _entry(state: records.NodeState | None, catalog: profiles.Catalog) -> _NodeE
     node = state.node
     model: profiles.ModelId = state.node.model
     gpus = gpus_of(node, catalog)
+    advertised = frozenset(p for p, n in node.allocatable.items()
+                           if n > 0 and not node.unschedulable)
     return _NodeEntry(
         model=model,
         strategy=node.strategy or "none",
         product=node.labels.get(keys.LABEL_PRODUCT, ""),
-        advertised=frozenset(p for p, n in node.allocatable.items()
-                             if n > 0 and not node.unschedulable),
+        advertised=advertised,
         gpus=0 if node.unschedulable and gpus is not None else gpus,
+        renamed=node.renamed & advertised if node.renamed else frozenset(),
     )
 
 
@@ -193,6 +200,7 @@ class SupplyTracker:
         self._strategies: dict[Key, frozenset[str]] = {}
         self._mig_products: dict[Key, tuple[str, ...]] = {}
         self._gpus: dict[tuple[profiles.ModelId, str], int] = {}
+        self._renamed: frozenset[Key] = frozenset()
         # Per node: its GPU model and the cpu and memory left (``advisor.host_room``), kept
         # current from the nodes the cluster reports changed (a pod bound or gone included).
         # Kept only once ``fits`` has been asked (``usable``): under the other choices the
@@ -393,6 +401,7 @@ class SupplyTracker:
                 claimed=taken,
                 most=stats.most,
                 most_free=stats.most_free,
+                renamed=key in self._renamed,
             )
         fresh = Supply(
             available=bool(view.synced),
@@ -424,17 +433,20 @@ class SupplyTracker:
                 self._entries[name] = entry
         if self._stale:
             (self._products, self._strategy, self._strategies,
-             self._mig_products, self._gpus) = _aggregate(self._entries.values())
+             self._mig_products, self._gpus, self._renamed) = _aggregate(self._entries.values())
             self._stale = False
 
 
 def _aggregate(entries: Iterable[_NodeEntry]) -> tuple[
         dict[profiles.ModelId, tuple[str, ...]], dict[profiles.ModelId, requests.Strategy],
         dict[Key, frozenset[str]], dict[Key, tuple[str, ...]],
-        dict[tuple[profiles.ModelId, str], int]]:
+        dict[tuple[profiles.ModelId, str], int], frozenset[Key]]:
     """Of the nodes' entries: the base product labels and the most common strategy per
-    model, the strategies and single-strategy product labels per offer, and the most GPUs
-    on one schedulable node per model and kind (``Supply.gpus``)."""
+    model, the strategies and single-strategy product labels per offer, the most GPUs
+    on one schedulable node per model and kind (``Supply.gpus``), and the offers every
+    advertising node renames (``Offer.renamed``)."""
+    advertising: Counter[Key] = Counter()
+    renaming: Counter[Key] = Counter()
     gpus: dict[tuple[profiles.ModelId, str], int] = {}
     unknown: set[tuple[profiles.ModelId, str]] = set()
     products: dict[profiles.ModelId, set[str]] = {}
@@ -453,6 +465,9 @@ def _aggregate(entries: Iterable[_NodeEntry]) -> tuple[
             products.setdefault(entry.model, set()).add(_MIG_SUFFIX.sub("", entry.product))
         for p in entry.advertised:
             key = (entry.model, p)
+            advertising[key] += 1
+            if p in entry.renamed:
+                renaming[key] += 1
             strategies.setdefault(key, set()).add(
                 "single" if entry.strategy == "single" else "mixed")
             if entry.strategy == "single" and entry.product:
@@ -461,7 +476,8 @@ def _aggregate(entries: Iterable[_NodeEntry]) -> tuple[
             {m: _majority(c) for m, c in counts.items()},
             {k: frozenset(v) for k, v in strategies.items()},
             {k: tuple(sorted(v)) for k, v in mig_products.items()},
-            {k: n for k, n in gpus.items() if k not in unknown})
+            {k: n for k, n in gpus.items() if k not in unknown},
+            frozenset(k for k, n in renaming.items() if n == advertising[k]))
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -509,6 +525,7 @@ class _Scope:
         self._mig_products: Counter[tuple[Key, str]] = Counter()
         # per offer: how many nodes advertise, and have free, each count (``Offer.most``)
         self._sizes: dict[Key, tuple[Counter[int], Counter[int]]] = {}
+        self._renamed: Counter[Key] = Counter()  # per offer: nodes that rename it
 
     def free_of(self, profile: profiles.ProfileName) -> int:
         """Free instances of ``profile`` on these nodes, any model."""
@@ -554,6 +571,8 @@ class _Scope:
                     del counter[count]
             if entry.strategy == "single" and entry.product:
                 self._mig_products[(key, entry.product)] += sign
+            if key[1] in entry.renamed:
+                self._renamed[key] += sign
 
     def _gpus(self, view: cluster.Cluster, tracker: SupplyTracker
               ) -> dict[tuple[profiles.ModelId, str], int]:
@@ -630,7 +649,8 @@ class _Scope:
                              mig_products=tuple(sorted(mig.get(key, ()))),
                              claimed=claimed.get(key, 0),
                              most=max(self._sizes[key][0], default=0),
-                             most_free=max(self._sizes[key][1], default=0))
+                             most_free=max(self._sizes[key][1], default=0),
+                             renamed=0 < self._renamed[key] == n)
                   for key, (n, alloc, free) in self._offers.items()}
         def holds(name: str) -> bool:
             return self.has_node(view, name)

@@ -49,7 +49,7 @@ def test_check_fails_with_a_diff_when_a_generated_file_is_altered(tmp_path: Path
     assert "1 generated file(s) out of date" in done.stderr
     assert "migfit deploy render" in done.stderr
     # --check writes nothing.
-    assert "mig-3g.40gb" not in config.read_text(encoding="utf-8")
+    assert "- name: nvidia.com/mig-3g.40gb\n" not in config.read_text(encoding="utf-8")
 
 
 def test_check_fails_when_a_generated_file_is_missing_and_render_restores_it(

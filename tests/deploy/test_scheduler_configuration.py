@@ -45,9 +45,12 @@ def _check_extender(extender: schedulerconfig.Extender) -> None:
     assert tls.serverName == "migfit-extender.migfit-system.svc"
     names = [r.name for r in extender.managedResources or ()]
     # every MIG resource, and the single strategy's nvidia.com/gpu: without it kube-scheduler
-    # never sent the extender a single-strategy MIG pod
-    assert names == [*profiles.builtin().resource_names(), "nvidia.com/gpu"]
-    assert all(n.startswith("nvidia.com/mig-") for n in names[:-1])
+    # never sent the extender a single-strategy MIG pod; each also renamed as the device
+    # plugin renames a shared resource (renameByDefault)
+    plain = profiles.builtin().resource_names()
+    assert names == [*sorted([*plain, *(n + ".shared" for n in plain)]), "nvidia.com/gpu",
+                     "nvidia.com/gpu.shared"]
+    assert all(n.startswith("nvidia.com/mig-") for n in names[:-2])
     assert not any(r.ignoredByScheduler for r in extender.managedResources or ())
 
 
@@ -153,7 +156,8 @@ def test_managed_resource_names_must_be_extended_resource_names(name: str) -> No
 
 
 @pytest.mark.parametrize("name", ["nvidia.com/mig-1g.10gb", "nvidia.com/mig-1g.10gb.me",
-                                  "example.com/foo_bar", "nvidia.com/gpu"])
+                                  "example.com/foo_bar", "nvidia.com/gpu",
+                                  "nvidia.com/mig-1g.10gb.me.shared", "nvidia.com/gpu.shared"])
 def test_extended_resource_names_that_kube_scheduler_accepts(name: str) -> None:
     entry = _valid()
     entry["managedResources"] = [{"name": name}]

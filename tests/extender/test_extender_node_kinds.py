@@ -68,3 +68,27 @@ def test_time_sliced_instances_count_their_slices_once() -> None:
     fig = index.figures["shared"]
     assert (fig.total_slices, fig.used_slices) == (7, 2)
     assert index.figures["plain"].total_slices == 7
+
+
+async def test_a_renamed_shared_resource_is_filtered_as_its_profile(
+        aiohttp_client: Any) -> None:
+    """Time-slicing with the device plugin's renameByDefault: the node advertises
+    nvidia.com/mig-1g.10gb.shared (2 replicas of 7), the pod asks for that name, and both
+    are read as 1g.10gb (before, both named an unknown profile, 1g.10gb.shared: the filter
+    matched them by name, but the status, the advisor and the webhook knew no such one)."""
+    shared = node("shared", {})
+    shared["status"]["allocatable"]["nvidia.com/mig-1g.10gb.shared"] = "14"
+    shared["status"]["capacity"]["nvidia.com/mig-1g.10gb.shared"] = "14"
+    shared["metadata"]["labels"]["nvidia.com/mig-1g.10gb.replicas"] = "2"
+    full = node("full", {"3g.40gb": 2})
+    held = [builders.pod(f"h{i}", [{"nvidia.com/mig-1g.10gb.shared": "1"}],
+                         node_name="shared") for i in range(13)]
+    client = await _client(aiohttp_client, [shared, full, *held])
+    pod = builders.pod("p", [{"nvidia.com/mig-1g.10gb.shared": "1"}])
+    answer = await _post(client, "filter", args(pod, ["shared", "full"]))
+    assert answer["NodeNames"] == ["shared"], answer
+    held.append(builders.pod("h13", [{"nvidia.com/mig-1g.10gb.shared": "1"}],
+                             node_name="shared"))
+    client = await _client(aiohttp_client, [shared, full, *held])
+    answer = await _post(client, "filter", args(pod, ["shared", "full"]))
+    assert answer["NodeNames"] == [], answer  # all 14 held

@@ -224,6 +224,28 @@ def summary(directory: Path) -> Summary:
     )
 
 
+def check_serving(directory: Path) -> None:
+    """Refuse (UsageError) a serving pair that no server could present: ``tls.key`` is not the
+    key of ``tls.crt``, or ``tls.crt`` is signed by no CA of the directory (``ca.crt`` or one
+    in ``ca-bundle.crt``), so clients would reject it."""
+    paths = CertificateDir(directory)
+    cert_pem = _read(paths.tls_cert, what="serving certificate")
+    key = certificates.load_private_key(_read(paths.tls_key, what="serving key"))
+    rotate = f"`migfit certs rotate --out {shlex.quote(str(directory))}`"
+    if certificates.load_certificate(cert_pem).public_key() != key.public_key():
+        raise errors.UsageError(
+            f"{paths.tls_key} does not belong to {paths.tls_cert}: put back the key of that "
+            f"certificate, or issue a new pair from the CA with {rotate}")
+    ca_pem = _read(paths.ca_cert, what="CA certificate")
+    cas = [ca_pem, *(c.public_bytes(serialization.Encoding.PEM)
+                     for c in certificates.load_certificates(_read_bundle(paths, fallback=ca_pem)))]
+    if not any(certificates.is_issued_by(cert_pem, ca) for ca in cas):
+        raise errors.UsageError(
+            f"{paths.tls_cert} is signed neither by {paths.ca_cert} nor by a CA in "
+            f"{paths.ca_bundle}, so clients would reject it: put back the pair that CA "
+            f"issued, or issue a new one from it with {rotate}")
+
+
 def read_bundle(directory: Path) -> bytes:
     """The trust bundle PEM (ca-bundle.crt, else ca.crt)."""
     paths = CertificateDir(directory)

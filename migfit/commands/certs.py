@@ -207,6 +207,7 @@ def ca_roll_steps(out: Path) -> list[str]:
 def _manifests(args: argparse.Namespace) -> int:
     paths = store.CertificateDir(args.out)
     store.summary(args.out)  # checks that the directory is complete and consistent
+    store.check_serving(args.out)  # and that its pair is one that clients accept
     tls_crt = paths.tls_cert.read_bytes()
     bundle = manifests.ca_bundle(store.read_bundle(args.out))
     if args.only == "ca-bundle":

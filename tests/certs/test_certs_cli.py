@@ -199,6 +199,30 @@ def test_manifests_options(out: Path) -> None:
     assert secret["metadata"]["name"] == "x" and secret["metadata"]["namespace"] == "y"
 
 
+@pytest.mark.parametrize("swap, expected", [
+    ((store.TLS_KEY,), "{out}/tls.key does not belong to {out}/tls.crt"),
+    ((store.TLS_CERT, store.TLS_KEY),
+     "{out}/tls.crt is signed neither by {out}/ca.crt nor by a CA in {out}/ca-bundle.crt"),
+])
+@pytest.mark.parametrize("only", [[], ["--only", "secret"], ["--only", "ca-bundle"]])
+def test_manifests_refuses_a_pair_clients_would_reject(
+    out: Path, tmp_path: Path, swap: tuple[str, ...], expected: str, only: list[str],
+) -> None:
+    """A tls.key of another certificate was printed into the Secret with exit 0: the new
+    pods then could not load the pair."""
+    other = tmp_path / "other"
+    assert migfit("init", "--service", "s", "--namespace", "n", "--out", other).returncode == 0
+    for name in swap:
+        (out / name).write_bytes((other / name).read_bytes())
+    done = migfit("manifests", "--out", out, *only)
+    line = one_line_error(done)
+    assert done.stdout == ""
+    assert expected.format(out=out) in line, line
+    assert f"`migfit certs rotate --out {out}`" in line, line
+    assert migfit("rotate", "--out", out).returncode == 0  # what it suggests mends it
+    assert migfit("manifests", "--out", out, *only).returncode == 0
+
+
 def test_manifests_of_a_missing_directory_is_a_usage_error(tmp_path: Path) -> None:
     line = one_line_error(migfit("manifests", "--out", tmp_path / "none"))
     assert "certs init" in line

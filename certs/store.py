@@ -10,9 +10,11 @@ Layout (the file names of a ``kubernetes.io/tls`` Secret plus the CA and the tru
 
 A CA roll keeps clients working throughout: ``rotate(new_ca=True)`` writes a bundle with the
 old and the new CA and a serving certificate from the new CA. Clients that receive the new
-bundle first accept both the old and the new serving certificate, so the order in which the
-caBundle and the Secret reach the cluster does not matter. ``retire_old_ca`` then drops the old
-CA once every server presents the new certificate.
+bundle first accept both the old and the new serving certificate. So the bundle must reach
+the clients (the webhook's caBundle, kube-scheduler's CA file) before the Secret reaches the
+servers: a server presenting the new certificate to a client that trusts only the old CA is
+refused. ``retire_old_ca`` then drops the old CA once every server presents the new
+certificate.
 
 Every file is written atomically (a temporary file in the same directory, fsync, rename), so a
 server polling the directory never reads half a file.

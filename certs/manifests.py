@@ -1,7 +1,8 @@
 """The Kubernetes objects and fields that carry certificates: the TLS Secret and the caBundle.
 
 The Secret is ``kubernetes.io/tls`` (keys ``tls.crt`` and ``tls.key``, plus ``ca.crt`` as
-cert-manager writes it). The caBundle is base64 of PEM, the form both
+cert-manager writes it; migfit's holds the trust bundle, both CAs during a CA roll). The
+caBundle is base64 of PEM, the form both
 ``MutatingWebhookConfiguration.webhooks[].clientConfig.caBundle`` (WIRE.md §2.2) and the
 scheduler's ``extenders[].tlsConfig.caData`` (a ``[]byte``, so base64 in YAML, WIRE.md §1.2)
 expect.
@@ -43,7 +44,7 @@ def service_of(cert_pem: bytes) -> tuple[str, str] | None:
 def tls_secret(
     *, name: str, namespace: str, tls_crt: bytes, tls_key: bytes, ca_crt: bytes
 ) -> dict[str, Any]:
-    """A ``kubernetes.io/tls`` Secret holding the serving pair and the CA."""
+    """A ``kubernetes.io/tls`` Secret holding the serving pair and the CA(s) ``ca_crt``."""
     return {
         "apiVersion": "v1",
         "kind": "Secret",

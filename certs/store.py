@@ -10,9 +10,11 @@ Layout (the file names of a ``kubernetes.io/tls`` Secret plus the CA and the tru
 
 A CA roll keeps clients working throughout: ``rotate(new_ca=True)`` writes a bundle with the
 old and the new CA and a serving certificate from the new CA. Clients that receive the new
-bundle first accept both the old and the new serving certificate, so the order in which the
-caBundle and the Secret reach the cluster does not matter. ``retire_old_ca`` then drops the old
-CA once every server presents the new certificate.
+bundle first accept both the old and the new serving certificate. So the bundle must reach
+the clients (the webhook's caBundle, kube-scheduler's CA file) before the Secret reaches the
+servers: a server presenting the new certificate to a client that trusts only the old CA is
+refused. ``retire_old_ca`` then drops the old CA once every server presents the new
+certificate.
 
 Every file is written atomically (a temporary file in the same directory, fsync, rename), so a
 server polling the directory never reads half a file.
@@ -222,6 +224,28 @@ def summary(directory: Path) -> Summary:
         ca_fingerprint=certificates.fingerprint(ca_cert),
         bundle_fingerprints=tuple(certificates.fingerprint(c) for c in bundle),
     )
+
+
+def check_serving(directory: Path) -> None:
+    """Refuse (UsageError) a serving pair that no server could present: ``tls.key`` is not the
+    key of ``tls.crt``, or ``tls.crt`` is signed by no CA of the directory (``ca.crt`` or one
+    in ``ca-bundle.crt``), so clients would reject it."""
+    paths = CertificateDir(directory)
+    cert_pem = _read(paths.tls_cert, what="serving certificate")
+    key = certificates.load_private_key(_read(paths.tls_key, what="serving key"))
+    rotate = f"`migfit certs rotate --out {shlex.quote(str(directory))}`"
+    if certificates.load_certificate(cert_pem).public_key() != key.public_key():
+        raise errors.UsageError(
+            f"{paths.tls_key} does not belong to {paths.tls_cert}: put back the key of that "
+            f"certificate, or issue a new pair from the CA with {rotate}")
+    ca_pem = _read(paths.ca_cert, what="CA certificate")
+    cas = [ca_pem, *(c.public_bytes(serialization.Encoding.PEM)
+                     for c in certificates.load_certificates(_read_bundle(paths, fallback=ca_pem)))]
+    if not any(certificates.is_issued_by(cert_pem, ca) for ca in cas):
+        raise errors.UsageError(
+            f"{paths.tls_cert} is signed neither by {paths.ca_cert} nor by a CA in "
+            f"{paths.ca_bundle}, so clients would reject it: put back the pair that CA "
+            f"issued, or issue a new one from it with {rotate}")
 
 
 def read_bundle(directory: Path) -> bytes:

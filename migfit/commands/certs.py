@@ -77,7 +77,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "manifests",
         help="print the kubernetes.io/tls Secret and the caBundle",
         description=(
-            "Print a kubernetes.io/tls Secret (tls.crt, tls.key, ca.crt) for kubectl apply, "
+            "Print a kubernetes.io/tls Secret (tls.crt, tls.key, and ca.crt: the CA bundle, "
+            "ca-bundle.crt) for kubectl apply, "
             "followed by the caBundle (base64 of ca-bundle.crt) for the "
             "MutatingWebhookConfiguration's clientConfig.caBundle (the scheduler's extender "
             "trusts ca-bundle.crt as a file: tlsConfig.caFile in the shipped configs)."
@@ -123,7 +124,8 @@ def _init(args: argparse.Namespace) -> int:
     )
     print(f"wrote a new CA and serving certificate to {args.out}")
     _print_summary(summary)
-    print(f"next: migfit certs manifests --out {args.out}")
+    print(f"next: migfit certs manifests --out {args.out} --only secret | kubectl apply -f - "
+          f"(once its namespace exists; README, \"Install on a cluster\")")
     return 0
 
 
@@ -140,7 +142,8 @@ def _rotate(args: argparse.Namespace) -> int:
             print(f"no old CA in {args.out / store.CA_BUNDLE}: nothing to retire")
         _print_summary(store.summary(args.out))
         if retired:  # else the published caBundle is the same: nothing to do next
-            print(f"next: publish the new caBundle: migfit certs manifests --out {args.out}")
+            print(f"next: publish the new caBundle: {_publish_bundle(args.out)}; then "
+                  f"re-apply the Secret (its ca.crt is the bundle): {_apply_secret(args.out)}")
         return 0
 
     sans: tuple[str, ...] | None = None
@@ -166,12 +169,29 @@ def _rotate(args: argparse.Namespace) -> int:
         for line in ca_roll_steps(args.out):
             print(line)
     else:
-        print(f"next: migfit certs manifests --out {args.out} --only secret | kubectl apply -f -")
+        print(f"next: {_apply_secret(args.out)}")
     return 0
 
 
 def ca_roll_steps(out: Path) -> list[str]:
-    """The safe order after ``rotate --new-ca``: the bundle, then the Secret, then retire.
+    """The safe order after ``rotate --new-ca``: the bundle, then the Secret, then retire."""
+    return [
+        "next, in this order (the old CA keeps working until step 3):",
+        f"  1. publish the bundle first: {_publish_bundle(out)}",
+        f"  2. then apply the new Secret: {_apply_secret(out)}",
+        f"  3. when every server presents the new certificate: migfit certs rotate --out {out} "
+        f"--retire-old-ca, publish the bundle again as in step 1 and apply the Secret again as "
+        f"in step 2 (its ca.crt is the bundle)",
+    ]
+
+
+def _apply_secret(out: Path) -> str:
+    # --only secret: the Secret holds the private key; it goes to kubectl, not the terminal
+    return f"migfit certs manifests --out {out} --only secret | kubectl apply -f -"
+
+
+def _publish_bundle(out: Path) -> str:
+    """How to publish ``out``'s bundle to the clients that verify its server.
 
     Who must trust the bundle depends on the certificate's Service (its ``NAME.NS.svc``
     SAN): the API server for the webhook (the caBundle), kube-scheduler for the extender (a
@@ -189,24 +209,16 @@ def ca_roll_steps(out: Path) -> list[str]:
                 f"its CA only at start-up); the default scheduler: copy it to the file its "
                 f"config names on the control-plane nodes and restart it")
     if "extender" in name and "webhook" not in name:
-        publish = extender
-    elif "webhook" in name and "extender" not in name:
-        publish = webhook
-    else:
-        publish = f"for the webhook, {webhook}; for the extender, {extender}"
-    return [
-        "next, in this order (the old CA keeps working until step 3):",
-        f"  1. publish the bundle first: {publish}",
-        f"  2. then apply the new Secret: migfit certs manifests --out {out} --only secret "
-        f"| kubectl apply -f -",
-        f"  3. when every server presents the new certificate: migfit certs rotate --out {out} "
-        f"--retire-old-ca, and publish the bundle again as in step 1",
-    ]
+        return extender
+    if "webhook" in name and "extender" not in name:
+        return webhook
+    return f"for the webhook, {webhook}; for the extender, {extender}"
 
 
 def _manifests(args: argparse.Namespace) -> int:
     paths = store.CertificateDir(args.out)
     store.summary(args.out)  # checks that the directory is complete and consistent
+    store.check_serving(args.out)  # and that its pair is one that clients accept
     tls_crt = paths.tls_cert.read_bytes()
     bundle = manifests.ca_bundle(store.read_bundle(args.out))
     if args.only == "ca-bundle":
@@ -220,7 +232,9 @@ def _manifests(args: argparse.Namespace) -> int:
         namespace=namespace,
         tls_crt=tls_crt,
         tls_key=paths.tls_key.read_bytes(),
-        ca_crt=paths.ca_cert.read_bytes(),
+        # The bundle, not ca.crt alone: during a CA roll the servers still present the old
+        # CA's certificate to clients that verify with this key (ServiceMonitors).
+        ca_crt=store.read_bundle(args.out),
     )
     out = sys.stdout
     out.write(yaml.safe_dump(secret, sort_keys=False, width=1_000_000))

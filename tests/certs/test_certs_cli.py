@@ -199,6 +199,59 @@ def test_manifests_options(out: Path) -> None:
     assert secret["metadata"]["name"] == "x" and secret["metadata"]["namespace"] == "y"
 
 
+def test_manifests_secret_ca_crt_is_the_bundle_during_a_ca_roll(out: Path) -> None:
+    """Its ca.crt was ca.crt alone: a client verifying with it (a ServiceMonitor) refused the
+    servers that still presented the old CA's certificate."""
+    assert migfit("rotate", "--out", out, "--new-ca").returncode == 0
+    done = migfit("manifests", "--out", out, "--only", "secret")
+    assert done.returncode == 0, done.stderr
+    ca_crt = base64.b64decode(yaml.safe_load(done.stdout)["data"]["ca.crt"])
+    assert ca_crt == (out / store.CA_BUNDLE).read_bytes()
+    assert len(certificates.load_certificates(ca_crt)) == 2
+
+
+@pytest.mark.parametrize("swap, expected", [
+    ((store.TLS_KEY,), "{out}/tls.key does not belong to {out}/tls.crt"),
+    ((store.TLS_CERT, store.TLS_KEY),
+     "{out}/tls.crt is signed neither by {out}/ca.crt nor by a CA in {out}/ca-bundle.crt"),
+])
+@pytest.mark.parametrize("only", [[], ["--only", "secret"], ["--only", "ca-bundle"]])
+def test_manifests_refuses_a_pair_clients_would_reject(
+    out: Path, tmp_path: Path, swap: tuple[str, ...], expected: str, only: list[str],
+) -> None:
+    """A tls.key of another certificate was printed into the Secret with exit 0: the new
+    pods then could not load the pair."""
+    other = tmp_path / "other"
+    assert migfit("init", "--service", "s", "--namespace", "n", "--out", other).returncode == 0
+    for name in swap:
+        (out / name).write_bytes((other / name).read_bytes())
+    done = migfit("manifests", "--out", out, *only)
+    line = one_line_error(done)
+    assert done.stdout == ""
+    assert expected.format(out=out) in line, line
+    assert f"`migfit certs rotate --out {out}`" in line, line
+    assert migfit("rotate", "--out", out).returncode == 0  # what it suggests mends it
+    assert migfit("manifests", "--out", out, *only).returncode == 0
+
+
+def test_no_next_step_prints_the_private_key_to_the_terminal(out: Path) -> None:
+    """`certs init` said `next: migfit certs manifests --out DIR`, which prints the Secret,
+    tls.key included; every suggested manifests command is --only, a Secret piped to kubectl."""
+    runs = [migfit("init", "--service", "s", "--namespace", "n", "--out", out, "--force"),
+            migfit("rotate", "--out", out), migfit("rotate", "--out", out, "--new-ca"),
+            migfit("rotate", "--out", out, "--retire-old-ca")]
+    suggested = []
+    for done in runs:
+        assert done.returncode == 0, done.stderr
+        suggested += re.findall(r"migfit certs manifests[^`;(\n]*", done.stdout)
+    assert len(suggested) >= 4, suggested
+    for command in suggested:
+        assert "--only ca-bundle" in command or command.rstrip().endswith(
+            "--only secret | kubectl apply -f -"), command
+    assert runs[0].stdout.rstrip().splitlines()[-1].startswith(
+        f"next: migfit certs manifests --out {out} --only secret | kubectl apply -f -")
+
+
 def test_manifests_of_a_missing_directory_is_a_usage_error(tmp_path: Path) -> None:
     line = one_line_error(migfit("manifests", "--out", tmp_path / "none"))
     assert "certs init" in line

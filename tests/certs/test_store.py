@@ -168,6 +168,42 @@ def test_retire_refuses_while_the_serving_certificate_is_from_another_ca(
     assert len(certificates.load_certificates(paths.ca_bundle.read_bytes())) == 2
 
 
+def test_check_serving_accepts_a_pair_from_the_ca_or_an_old_ca_of_the_bundle(
+    cert_dir: Path,
+) -> None:
+    paths = store.CertificateDir(cert_dir)
+    store.check_serving(cert_dir)
+    stale = paths.tls_cert.read_bytes(), paths.tls_key.read_bytes()
+    store.rotate(cert_dir, new_ca=True)
+    store.check_serving(cert_dir)
+    # mid-roll, the old CA's pair still verifies against the bundle the clients trust
+    paths.tls_cert.write_bytes(stale[0])
+    paths.tls_key.write_bytes(stale[1])
+    store.check_serving(cert_dir)
+
+
+def test_check_serving_refuses_a_key_of_another_certificate(
+    cert_dir: Path, tmp_path: Path
+) -> None:
+    other = tmp_path / "other"
+    store.init(other, service="svc", namespace="ns")
+    (cert_dir / store.TLS_KEY).write_bytes((other / store.TLS_KEY).read_bytes())
+    with pytest.raises(errors.UsageError,
+                       match=r"tls\.key does not belong to .*tls\.crt.*certs rotate --out"):
+        store.check_serving(cert_dir)
+
+
+def test_check_serving_refuses_a_pair_of_another_ca(cert_dir: Path, tmp_path: Path) -> None:
+    other = tmp_path / "other"
+    store.init(other, service="svc", namespace="ns")
+    for name in (store.TLS_CERT, store.TLS_KEY):
+        (cert_dir / name).write_bytes((other / name).read_bytes())
+    with pytest.raises(errors.UsageError,
+                       match=r"tls\.crt is signed neither by .*ca\.crt nor by a CA in "
+                             r".*ca-bundle\.crt.*certs rotate --out"):
+        store.check_serving(cert_dir)
+
+
 def test_write_atomic_replaces_content_and_mode(tmp_path: Path) -> None:
     target = tmp_path / "secret"
     target.write_bytes(b"old")

@@ -118,3 +118,38 @@ def test_container_args_are_accepted_by_the_migfit_command(target: str, name: st
         value = next(a.split("=", 1)[1] for a in args if a.startswith(flag + "="))
         assert any(value.startswith(m + "/") for m in mounts), (name, flag)
     assert f"--port={container['ports'][0]['containerPort']}" in args
+
+
+CRITICAL = ("system-cluster-critical", "system-node-critical")
+
+
+def _surge(deployment: Obj) -> int:
+    """The extra pods a rolling update may create (maxSurge, default 25 %, rounded up)."""
+    replicas = deployment["spec"]["replicas"]
+    surge = (deployment["spec"].get("strategy") or {}).get("rollingUpdate", {}).get(
+        "maxSurge", "25%")
+    return -(-replicas * int(surge[:-1]) // 100) if isinstance(surge, str) else int(surge)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_critical_pods_have_a_quota_that_admits_them(target: str) -> None:
+    """A pod of a critical priority class outside kube-system is refused where the API
+    server limits those classes to namespaces with a matching ResourceQuota (GKE): without
+    one, migfit's pods were never created. The quota admits every replica and a surge pod."""
+    objects = render(target)
+    critical = [d for d in of_kind(objects, "Deployment")
+                if d["spec"]["template"]["spec"].get("priorityClassName") in CRITICAL]
+    assert critical
+    for deployment in critical:
+        namespace = deployment["metadata"]["namespace"]
+        priority = deployment["spec"]["template"]["spec"]["priorityClassName"]
+        quotas = [q for q in of_kind(objects, "ResourceQuota")
+                  if q["metadata"]["namespace"] == namespace
+                  and {"scopeName": "PriorityClass", "operator": "In"}.items()
+                  <= q["spec"]["scopeSelector"]["matchExpressions"][0].items()
+                  and priority in q["spec"]["scopeSelector"]["matchExpressions"][0]["values"]]
+        assert len(quotas) == 1, (target, deployment["metadata"]["name"])
+        peers = [d for d in critical if d["metadata"]["namespace"] == namespace
+                 and d["spec"]["template"]["spec"]["priorityClassName"] == priority]
+        room = sum(d["spec"]["replicas"] + _surge(d) for d in peers)
+        assert int(quotas[0]["spec"]["hard"]["pods"]) >= room, target

@@ -272,6 +272,12 @@ class KubernetesSource:
                 self._expiries[kind] += 1
             except Exception as exc:  # any transport or server failure: back off, retry
                 self._record_error(kind, exc)
+                if resource_version is not None:
+                    # A stream that failed after events (a cut connection, a read timeout)
+                    # has moved on: _advance kept its last version. Resume there, not where
+                    # the stream began, which a busy cluster may have compacted since (410
+                    # Gone, a full re-list). After a failed list, list again (None).
+                    resource_version = self._resource_versions[kind]
                 await asyncio.sleep(self._settings.backoff(self._failures[kind]))
                 self._failures[kind] += 1
                 self._retries += 1

@@ -92,7 +92,8 @@ class WatchStatus:
     retries: int
     """Lists or watches retried after an error or a dropped stream."""
     skipped_events: int
-    """Duplicate or stale events the source did not pass on."""
+    """Duplicate or stale events the source did not pass on, and watch lines it could not
+    use (an unknown event type, a line that is not an event)."""
     consecutive_failures: int
     last_error: str | None
     last_error_at: float | None
@@ -357,8 +358,9 @@ class KubernetesSource:
     async def _watch(
         self, api: kube.KubeClient, kind: Kind, resource_version: str
     ) -> tuple[str, bool]:
-        """One watch stream; returns the resourceVersion to resume from and whether any
-        event arrived. Raises _Expired when the server needs a re-list."""
+        """One watch stream; returns the resourceVersion to resume from and whether it made
+        progress: a usable event arrived and the server sent no ERROR (lines it cannot use
+        are skipped, not failures). Raises _Expired when the server needs a re-list."""
         query = [
             ("watch", "true"),
             ("allowWatchBookmarks", "true"),
@@ -377,8 +379,8 @@ class KubernetesSource:
             ),
             action=f"watch {kind}s",
         )
-        progressed = False
-        failed = False
+        progressed = False  # a usable event arrived (a change, a duplicate, a bookmark)
+        failed = False  # the server sent an ERROR: back off, as for a failed request
         try:
             if response.status != 200:
                 body: bytes = await response.read()
@@ -395,12 +397,17 @@ class KubernetesSource:
                     event = json.loads(line)
                 except ValueError:
                     # A stream cut in the middle of an event ends with a partial line.
-                    self._record_error(kind, ValueError(f"undecodable watch line {line[:80]!r}"))
+                    logger.warning("%s: skipping undecodable watch line %r", kind, line[:80])
+                    self._skipped += 1
+                    continue
+                if isinstance(event, dict) and event.get("type") == "ERROR":
+                    self._watch_error(kind, event)
                     failed = True
                     continue
                 outcome = self._handle_event(kind, event)
                 if outcome is None:
-                    failed = True
+                    # One line this source cannot use does not undo the events around it.
+                    self._skipped += 1
                     continue
                 progressed = True
                 if outcome:
@@ -416,8 +423,24 @@ class KubernetesSource:
         self._resource_versions[kind] = candidate
         return candidate
 
+    def _watch_error(self, kind: Kind, event: Mapping[str, Any]) -> None:
+        """An ERROR event: raises _Expired for a 410, else records the server's Status."""
+        obj = event.get("object")
+        if not isinstance(obj, dict):
+            obj = {}
+        if _is_expired_status(obj):
+            raise _Expired(str(obj.get("message") or "410 Gone"))
+        self._record_error(
+            kind,
+            _WatchError(
+                f"watch ERROR event: code {obj.get('code')} {obj.get('reason') or ''}: "
+                f"{obj.get('message') or ''}"
+            ),
+        )
+
     def _handle_event(self, kind: Kind, event: Any) -> str | None:
-        """Apply one watch event; returns its resourceVersion ("" if none), None if not usable."""
+        """Apply one watch event other than ERROR; returns its resourceVersion ("" if none),
+        None if not usable (not an event, or a type this source does not know)."""
         if not isinstance(event, dict):
             logger.warning("%s: skipping a watch line that is not an event", kind)
             return None
@@ -425,17 +448,6 @@ class KubernetesSource:
         obj = event.get("object")
         if not isinstance(obj, dict):
             obj = {}
-        if event_type == "ERROR":
-            if _is_expired_status(obj):
-                raise _Expired(str(obj.get("message") or "410 Gone"))
-            self._record_error(
-                kind,
-                _WatchError(
-                    f"watch ERROR event: code {obj.get('code')} {obj.get('reason') or ''}: "
-                    f"{obj.get('message') or ''}"
-                ),
-            )
-            return None
         rv = _rv_of(obj) or ""
         if event_type == "BOOKMARK":
             # A bookmark carries only metadata.resourceVersion: the position to resume from.

@@ -65,14 +65,22 @@ class WatchSettings:
     page_size: int = 500
     """``limit`` of each list page; the list follows ``continue`` until the end."""
     watch_timeout_s: int = 300
-    """``timeoutSeconds`` asked of the server; it ends the stream and the source re-watches."""
+    """The least ``timeoutSeconds`` asked of the server, which ends the stream there and the
+    source re-watches; each watch asks a random value from it to twice it (``watch_timeout``)."""
     connect_timeout_s: float = 10.0
     read_timeout_s: float = 60.0
     """Longest silence on a list response before the request is abandoned."""
     watch_read_timeout_s: float | None = None
-    """Silence after which a watch stream counts as dropped; None: ``watch_timeout_s`` + 30."""
+    """Silence after which a watch stream counts as dropped; None: the watch's timeout + 30."""
     backoff_base_s: float = 0.5
     backoff_cap_s: float = 30.0
+
+    def watch_timeout(self) -> int:
+        """``timeoutSeconds`` of one watch: from ``watch_timeout_s`` to twice it, at random."""
+        # As client-go's reflector picks it (its minimum times 1 plus a random fraction), so
+        # that the watches of many replicas, all opened at an API server's restart, do not
+        # all end and re-open together again every timeout.
+        return int(self.watch_timeout_s * (1.0 + random.random()))
 
     def backoff(self, attempt: int) -> float:
         """Jittered exponential delay before retry number ``attempt`` (0-based)."""
@@ -361,10 +369,11 @@ class KubernetesSource:
         """One watch stream; returns the resourceVersion to resume from and whether it made
         progress: a usable event arrived and the server sent no ERROR (lines it cannot use
         are skipped, not failures). Raises _Expired when the server needs a re-list."""
+        timeout_s = self._settings.watch_timeout()
         query = [
             ("watch", "true"),
             ("allowWatchBookmarks", "true"),
-            ("timeoutSeconds", str(self._settings.watch_timeout_s)),
+            ("timeoutSeconds", str(timeout_s)),
         ]
         if resource_version:
             query.append(("resourceVersion", resource_version))
@@ -375,7 +384,7 @@ class KubernetesSource:
             read_timeout_s=(
                 self._settings.watch_read_timeout_s
                 if self._settings.watch_read_timeout_s is not None
-                else self._settings.watch_timeout_s + 30.0
+                else timeout_s + 30.0
             ),
             action=f"watch {kind}s",
         )

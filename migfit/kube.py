@@ -23,7 +23,8 @@ Errors are classified once, here (:class:`ApiError`): 400, 401, 403, 404, 405 an
 all (connection refused, DNS, TLS, timeout), 408, 429 and 5xx are *retryable* and are retried
 ``retries`` times with jittered exponential backoff (429's ``Retry-After`` honoured) before
 they are raised. 409 Conflict and 410 Gone are neither: the caller re-reads (a precondition
-failed) or re-lists (a watch expired).
+failed) or re-lists (a watch expired); a paginated list whose continue token expired starts
+again here (``LIST_RESTARTS`` times).
 
 The calls migfit makes are the methods of :class:`KubeClient`; each builds its REST path in
 one ``_request``/``open_get`` call so that ``tests/deploy/api_calls.py`` can read from the
@@ -71,6 +72,9 @@ DEFAULT_REQUEST_TIMEOUT_S: Final = 30.0
 """A request's whole-answer limit when ``--request-timeout`` is not given (list pages and
 single objects; a watch stream has its own read timeout)."""
 DEFAULT_CONNECT_TIMEOUT_S: Final = 10.0
+LIST_RESTARTS: Final = 3
+"""How often a paginated list whose continue token expired (410) starts again before the 410
+is raised."""
 REFRESH_INTERVAL_S: Final = 60.0
 """How often exec plugins and OIDC/GCP tokens are checked (each re-runs only near expiry)."""
 
@@ -497,11 +501,25 @@ class KubeClient:
         items: list[dict[str, Any]] = []
         token: str | None = None
         resource_version = ""
+        restarts = 0
         while True:
             page_query = [*query, ("limit", str(page_size))]
             if token:
                 page_query.append(("continue", token))
-            page = await self._request("GET", path, query=page_query, action=f"list {what}")
+            try:
+                page = await self._request("GET", path, query=page_query,
+                                           action=f"list {what}")
+            except ApiError as exc:
+                # A continue token names a snapshot that etcd compaction can remove before
+                # the next page is asked for: 410 Gone. Only a new list can go on; client-go's
+                # pager falls back to a full list then. Started again from its first page,
+                # a few times at most (a cluster compacting that fast would not let it end).
+                if not (exc.gone and token) or restarts >= LIST_RESTARTS:
+                    raise
+                restarts += 1
+                log.info("kube: list %s: the continue token expired; listing again", what)
+                items, token = [], None
+                continue
             items.extend(i for i in page.get("items") or [] if isinstance(i, dict))
             metadata = page.get("metadata") or {}
             if token is None:

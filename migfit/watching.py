@@ -19,7 +19,7 @@ import time
 from collections.abc import Mapping
 from typing import Any, Final, Literal, Protocol
 
-from migfit import kube
+from migfit import errors, kube
 
 logger = logging.getLogger(__name__)
 
@@ -222,6 +222,7 @@ class KubernetesSource:
         self._retries = 0
         self._skipped = 0
         self._failures: dict[Kind, int] = {kind: 0 for kind in KINDS}
+        self._connect_failures = 0
         # 410s in a row with no event in between: only these slow a re-list down.
         self._expiries: dict[Kind, int] = {kind: 0 for kind in KINDS}
         self._last_error: str | None = None
@@ -233,20 +234,35 @@ class KubernetesSource:
             relists=self._relists,
             retries=self._retries,
             skipped_events=self._skipped,
-            consecutive_failures=max(self._failures.values()),
+            consecutive_failures=max(self._connect_failures, *self._failures.values()),
             last_error=self._last_error,
             last_error_at=self._last_error_at,
             resource_versions=dict(self._resource_versions),
         )
 
     async def run(self) -> None:
-        """Keep the sink current until cancelled; raises ConfigError for a bad config."""
+        """Keep the sink current until cancelled; raises ConfigError at once for no config,
+        or a kubeconfig file that cannot be one. Loading the credentials is retried."""
         if self._client is not None:
             await self._run(self._client)
             return
-        client = await kube.connect(connection=kube.Connection(
-            kubeconfig=self._kubeconfig, context=self._context,
-            connect_timeout_s=self._settings.connect_timeout_s))
+        # What cannot change while the process runs is checked once: a missing or unparsable
+        # kubeconfig file. Loading it runs its credential source (an exec plugin, an OIDC
+        # refresh), which fails the way a request does (a network blip, an identity provider
+        # that is down), so it is retried with the same backoff as the watches.
+        kube.check(kube.discover(self._kubeconfig, self._context))
+        client = None
+        while client is None:
+            try:
+                client = await kube.connect(connection=kube.Connection(
+                    kubeconfig=self._kubeconfig, context=self._context,
+                    connect_timeout_s=self._settings.connect_timeout_s))
+            except Exception as exc:
+                self._note_error("connect", "connecting to the API server", exc)
+                await asyncio.sleep(self._settings.backoff(self._connect_failures))
+                self._connect_failures += 1
+                self._retries += 1
+        self._connect_failures = 0
         async with client:
             await self._run(client)
 
@@ -292,11 +308,14 @@ class KubernetesSource:
                 self._retries += 1
 
     def _record_error(self, kind: Kind, exc: BaseException) -> None:
-        text = (str(exc) if isinstance(exc, kube.ApiError | _WatchError)
+        self._note_error(kind, f"{kind} watch", exc)
+
+    def _note_error(self, where: str, what: str, exc: BaseException) -> None:
+        text = (str(exc) if isinstance(exc, kube.ApiError | _WatchError | errors.MigfitError)
                 else f"{type(exc).__name__}: {exc}")
-        self._last_error = f"{kind}: {text}"
+        self._last_error = f"{where}: {text}"
         self._last_error_at = time.time()
-        logger.warning("%s watch failed: %s", kind, text)
+        logger.warning("%s failed: %s", what, text)
 
     async def _get(
         self,

@@ -13,8 +13,9 @@ Configuration is found the way kubectl finds it (:func:`discover`):
 ``namespace`` (in-cluster: the service account's namespace) is :attr:`KubeClient.namespace`,
 the default namespace of commands such as ``migfit explain``.
 
-Every client keeps its credentials fresh (exec plugins, OIDC and GCP tokens are re-run in a
-background task; an in-cluster token file is re-read by the library), and every request has a
+Every client keeps its credentials fresh (exec plugins, OIDC and GCP tokens are re-run and a
+kubeconfig ``tokenFile`` is re-read in a background task, and at once after a 401; an
+in-cluster token file is re-read by the library), and every request has a
 timeout (``--request-timeout``, kubectl's spelling: ``30s``, ``2m``, ``500ms``; ``0`` means
 none).
 
@@ -23,7 +24,8 @@ Errors are classified once, here (:class:`ApiError`): 400, 401, 403, 404, 405 an
 all (connection refused, DNS, TLS, timeout), 408, 429 and 5xx are *retryable* and are retried
 ``retries`` times with jittered exponential backoff (429's ``Retry-After`` honoured) before
 they are raised. 409 Conflict and 410 Gone are neither: the caller re-reads (a precondition
-failed) or re-lists (a watch expired).
+failed) or re-lists (a watch expired); a paginated list whose continue token expired starts
+again here (``LIST_RESTARTS`` times).
 
 The calls migfit makes are the methods of :class:`KubeClient`; each builds its REST path in
 one ``_request``/``open_get`` call so that ``tests/deploy/api_calls.py`` can read from the
@@ -71,8 +73,12 @@ DEFAULT_REQUEST_TIMEOUT_S: Final = 30.0
 """A request's whole-answer limit when ``--request-timeout`` is not given (list pages and
 single objects; a watch stream has its own read timeout)."""
 DEFAULT_CONNECT_TIMEOUT_S: Final = 10.0
+LIST_RESTARTS: Final = 3
+"""How often a paginated list whose continue token expired (410) starts again before the 410
+is raised."""
 REFRESH_INTERVAL_S: Final = 60.0
-"""How often exec plugins and OIDC/GCP tokens are checked (each re-runs only near expiry)."""
+"""How often exec plugins and OIDC/GCP tokens are checked (each re-runs only near expiry) and
+a kubeconfig ``tokenFile`` is re-read."""
 
 MERGE_PATCH: Final = "application/merge-patch+json"
 JSON_PATCH: Final = "application/json-patch+json"
@@ -198,7 +204,8 @@ class Connection:
     backoff_base_s: float = 0.2
     backoff_cap_s: float = 5.0
     refresh_interval_s: float = REFRESH_INTERVAL_S
-    """How often the kubeconfig user's exec plugin / OIDC / GCP token is checked."""
+    """How often the kubeconfig user's exec plugin / OIDC / GCP token is checked and its
+    ``tokenFile`` re-read."""
 
     def backoff(self, attempt: int) -> float:
         """Jittered exponential delay before retry number ``attempt`` (0-based)."""
@@ -357,7 +364,8 @@ class KubeClient:
     """
 
     def __init__(self, api: k8s.ApiClient, *, origin: Origin, server: str, namespace: str,
-                 connection: Connection, refresher: asyncio.Task[None] | None) -> None:
+                 connection: Connection, refresher: asyncio.Task[None] | None,
+                 credentials: _Credentials | None = None) -> None:
         self.api = api
         self.origin = origin
         self.server = server
@@ -366,6 +374,7 @@ class KubeClient:
         """The context's namespace (in-cluster: the service account's), else "default"."""
         self.connection = connection
         self._refresher = refresher
+        self._credentials = credentials
 
     async def __aenter__(self) -> KubeClient:
         return self
@@ -398,16 +407,32 @@ class KubeClient:
         """A raw GET (list page or watch stream): the aiohttp response, whatever its status.
 
         The caller reads and releases it. No answer at all is an ApiError (status 0), not
-        retried here: list/watch loops have their own backoff.
+        retried here: list/watch loops have their own backoff. A 401 renews the credentials
+        for the next request, as every call does.
         """
+        sent = self._token()
         try:
-            return await self.api.call_api(
+            response = await self.api.call_api(
                 path, "GET", query_params=list(query),
                 header_params={"Accept": "application/json"}, auth_settings=["BearerToken"],
                 _preload_content=False, _request_timeout=self._timeout(read_timeout_s))
         except TRANSPORT_ERRORS as exc:
             raise _no_answer(exc, server=self.server, action=action,
                              timeout_s=read_timeout_s or self.connection.timeout_s) from exc
+        if response.status == 401:
+            await self._refused(sent)
+        return response
+
+    def _token(self) -> str | None:
+        """The Authorization value a request sends now."""
+        token = self.api.configuration.api_key.get("BearerToken")
+        return token if isinstance(token, str) else None
+
+    async def _refused(self, sent: str | None) -> None:
+        """The server answered 401 to a request that carried ``sent``: renew the credentials
+        for the next request (this one fails)."""
+        if self._credentials is not None:
+            await self._credentials.refused(sent)
 
     def error(self, status: int, body: bytes, *, action: str,
               headers: Mapping[str, str] | None = None) -> ApiError:
@@ -427,6 +452,7 @@ class KubeClient:
         headers = {"Accept": "application/json"}
         if content_type is not None:
             headers["Content-Type"] = content_type
+        sent = self._token()
         try:
             response = await self.api.call_api(
                 path, method, query_params=list(query or []), header_params=headers,
@@ -439,6 +465,8 @@ class KubeClient:
         except TRANSPORT_ERRORS as exc:
             raise _no_answer(exc, server=self.server, action=action,
                              timeout_s=self.connection.timeout_s) from exc
+        if response.status == 401:
+            await self._refused(sent)
         if response.status >= 400:
             raise self.error(response.status, raw, action=action, headers=response.headers)
         try:
@@ -497,11 +525,25 @@ class KubeClient:
         items: list[dict[str, Any]] = []
         token: str | None = None
         resource_version = ""
+        restarts = 0
         while True:
             page_query = [*query, ("limit", str(page_size))]
             if token:
                 page_query.append(("continue", token))
-            page = await self._request("GET", path, query=page_query, action=f"list {what}")
+            try:
+                page = await self._request("GET", path, query=page_query,
+                                           action=f"list {what}")
+            except ApiError as exc:
+                # A continue token names a snapshot that etcd compaction can remove before
+                # the next page is asked for: 410 Gone. Only a new list can go on; client-go's
+                # pager falls back to a full list then. Started again from its first page,
+                # a few times at most (a cluster compacting that fast would not let it end).
+                if not (exc.gone and token) or restarts >= LIST_RESTARTS:
+                    raise
+                restarts += 1
+                log.info("kube: list %s: the continue token expired; listing again", what)
+                items, token = [], None
+                continue
             items.extend(i for i in page.get("items") or [] if isinstance(i, dict))
             metadata = page.get("metadata") or {}
             if token is None:
@@ -600,27 +642,70 @@ def _selectors(label_selector: str | None, field_selector: str | None) -> list[t
     return query
 
 
-async def _refresh_credentials(loader: Any, configuration: k8s.Configuration,
-                               interval_s: float) -> None:
-    """Re-run the kubeconfig user's token source before it expires, until cancelled.
+class _Credentials:
+    """The kubeconfig user's token source, where it can change: an exec plugin, an OIDC or
+    GCP auth-provider, or a ``tokenFile`` (a projected service-account token the kubelet
+    rotates). Static tokens and certificates have none (``source`` None)."""
 
-    exec plugins re-run only when their credential nears expiry (or carries none); OIDC and
-    GCP tokens are refreshed when expired. Static tokens and certificates return at once.
-    """
-    provider = getattr(loader, "provider", None)
-    user = getattr(loader, "_user", None)
-    if provider not in ("gcp", "oidc") and not (user is not None and "exec" in user):
-        return
+    def __init__(self, loader: Any, configuration: k8s.Configuration) -> None:
+        self._loader = loader
+        self._configuration = configuration
+        self._lock = asyncio.Lock()  # one renewal at a time, whoever asks
+        provider = getattr(loader, "provider", None)
+        user = getattr(loader, "_user", None)
+        self.source: Literal["gcp", "oidc", "exec", "tokenFile"] | None = None
+        if provider in ("gcp", "oidc"):
+            self.source = provider
+        elif user is not None and "exec" in user:
+            self.source = "exec"
+        elif user is not None and "tokenFile" in user and not user.safe_get("token"):
+            self.source = "tokenFile"  # a token given inline wins over the file, as there
+
+    async def renew(self) -> None:
+        """Re-run or re-read the token source: exec plugins re-run only when their credential
+        nears expiry (or carries none), OIDC and GCP tokens when expired; a tokenFile is read
+        again (client-go re-reads it every minute)."""
+        async with self._lock:
+            await self._renew()
+
+    async def refused(self, sent: str | None) -> None:
+        """The server answered 401 to a request that carried ``sent``: renew at once. An exec
+        plugin's cached credential is dropped so that it runs again although it has not
+        expired (client-go re-runs the plugin on a 401: the token may have been revoked)."""
+        if self.source is None:
+            return
+        async with self._lock:
+            if self._configuration.api_key.get("BearerToken") != sent:
+                return  # renewed since that request left: the next one has the new token
+            if self.source == "exec" and hasattr(self._loader, "exec_plugin_expiry"):
+                del self._loader.exec_plugin_expiry
+            try:
+                await self._renew()
+            except Exception as exc:  # keep the old token; the next 401 or round tries again
+                log.warning("kube: renewing the credentials after a 401 failed: %s", exc)
+
+    async def _renew(self) -> None:
+        loader = self._loader
+        if self.source == "gcp":
+            await loader.load_gcp_token()
+        elif self.source == "oidc":
+            await loader._load_oid_token()
+        elif self.source == "exec":
+            await loader.load_from_exec_plugin()
+        elif self.source == "tokenFile":
+            loader._load_user_token()  # reads the file again, as the library read it first
+        else:
+            return
+        if isinstance(getattr(loader, "token", None), str):
+            self._configuration.api_key["BearerToken"] = loader.token
+
+
+async def _refresh_credentials(credentials: _Credentials, interval_s: float) -> None:
+    """Renew the kubeconfig user's credentials every ``interval_s``, until cancelled."""
     while True:
         await asyncio.sleep(interval_s)
         try:
-            if provider == "gcp":
-                await loader.load_gcp_token()
-            elif provider == "oidc":
-                await loader._load_oid_token()
-            else:
-                await loader.load_from_exec_plugin()
-            configuration.api_key["BearerToken"] = loader.token
+            await credentials.renew()
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # keep the old token; the next round tries again
@@ -704,13 +789,14 @@ async def connect(kubeconfig: str | os.PathLike[str] | None = None,
             "readable kubeconfig (and --context NAME to one of its contexts) or run inside a "
             "pod with a service account") from None
     refresher = None
-    if loader is not None:
+    credentials = _Credentials(loader, configuration) if loader is not None else None
+    if credentials is not None and credentials.source is not None:
         refresher = asyncio.get_running_loop().create_task(
-            _refresh_credentials(loader, configuration, connection.refresh_interval_s),
+            _refresh_credentials(credentials, connection.refresh_interval_s),
             name="kube credential refresh")
     api = k8s.ApiClient(configuration)
     return KubeClient(api, origin=origin, server=str(configuration.host), namespace=namespace,
-                      connection=connection, refresher=refresher)
+                      connection=connection, refresher=refresher, credentials=credentials)
 
 
 __all__ = [

@@ -19,7 +19,7 @@ import time
 from collections.abc import Mapping
 from typing import Any, Final, Literal, Protocol
 
-from migfit import kube
+from migfit import errors, kube
 
 logger = logging.getLogger(__name__)
 
@@ -65,14 +65,22 @@ class WatchSettings:
     page_size: int = 500
     """``limit`` of each list page; the list follows ``continue`` until the end."""
     watch_timeout_s: int = 300
-    """``timeoutSeconds`` asked of the server; it ends the stream and the source re-watches."""
+    """The least ``timeoutSeconds`` asked of the server, which ends the stream there and the
+    source re-watches; each watch asks a random value from it to twice it (``watch_timeout``)."""
     connect_timeout_s: float = 10.0
     read_timeout_s: float = 60.0
     """Longest silence on a list response before the request is abandoned."""
     watch_read_timeout_s: float | None = None
-    """Silence after which a watch stream counts as dropped; None: ``watch_timeout_s`` + 30."""
+    """Silence after which a watch stream counts as dropped; None: the watch's timeout + 30."""
     backoff_base_s: float = 0.5
     backoff_cap_s: float = 30.0
+
+    def watch_timeout(self) -> int:
+        """``timeoutSeconds`` of one watch: from ``watch_timeout_s`` to twice it, at random."""
+        # As client-go's reflector picks it (its minimum times 1 plus a random fraction), so
+        # that the watches of many replicas, all opened at an API server's restart, do not
+        # all end and re-open together again every timeout.
+        return int(self.watch_timeout_s * (1.0 + random.random()))
 
     def backoff(self, attempt: int) -> float:
         """Jittered exponential delay before retry number ``attempt`` (0-based)."""
@@ -92,7 +100,8 @@ class WatchStatus:
     retries: int
     """Lists or watches retried after an error or a dropped stream."""
     skipped_events: int
-    """Duplicate or stale events the source did not pass on."""
+    """Duplicate or stale events the source did not pass on, and watch lines it could not
+    use (an unknown event type, a line that is not an event)."""
     consecutive_failures: int
     last_error: str | None
     last_error_at: float | None
@@ -213,6 +222,7 @@ class KubernetesSource:
         self._retries = 0
         self._skipped = 0
         self._failures: dict[Kind, int] = {kind: 0 for kind in KINDS}
+        self._connect_failures = 0
         # 410s in a row with no event in between: only these slow a re-list down.
         self._expiries: dict[Kind, int] = {kind: 0 for kind in KINDS}
         self._last_error: str | None = None
@@ -224,20 +234,35 @@ class KubernetesSource:
             relists=self._relists,
             retries=self._retries,
             skipped_events=self._skipped,
-            consecutive_failures=max(self._failures.values()),
+            consecutive_failures=max(self._connect_failures, *self._failures.values()),
             last_error=self._last_error,
             last_error_at=self._last_error_at,
             resource_versions=dict(self._resource_versions),
         )
 
     async def run(self) -> None:
-        """Keep the sink current until cancelled; raises ConfigError for a bad config."""
+        """Keep the sink current until cancelled; raises ConfigError at once for no config,
+        or a kubeconfig file that cannot be one. Loading the credentials is retried."""
         if self._client is not None:
             await self._run(self._client)
             return
-        client = await kube.connect(connection=kube.Connection(
-            kubeconfig=self._kubeconfig, context=self._context,
-            connect_timeout_s=self._settings.connect_timeout_s))
+        # What cannot change while the process runs is checked once: a missing or unparsable
+        # kubeconfig file. Loading it runs its credential source (an exec plugin, an OIDC
+        # refresh), which fails the way a request does (a network blip, an identity provider
+        # that is down), so it is retried with the same backoff as the watches.
+        kube.check(kube.discover(self._kubeconfig, self._context))
+        client = None
+        while client is None:
+            try:
+                client = await kube.connect(connection=kube.Connection(
+                    kubeconfig=self._kubeconfig, context=self._context,
+                    connect_timeout_s=self._settings.connect_timeout_s))
+            except Exception as exc:
+                self._note_error("connect", "connecting to the API server", exc)
+                await asyncio.sleep(self._settings.backoff(self._connect_failures))
+                self._connect_failures += 1
+                self._retries += 1
+        self._connect_failures = 0
         async with client:
             await self._run(client)
 
@@ -272,16 +297,25 @@ class KubernetesSource:
                 self._expiries[kind] += 1
             except Exception as exc:  # any transport or server failure: back off, retry
                 self._record_error(kind, exc)
+                if resource_version is not None:
+                    # A stream that failed after events (a cut connection, a read timeout)
+                    # has moved on: _advance kept its last version. Resume there, not where
+                    # the stream began, which a busy cluster may have compacted since (410
+                    # Gone, a full re-list). After a failed list, list again (None).
+                    resource_version = self._resource_versions[kind]
                 await asyncio.sleep(self._settings.backoff(self._failures[kind]))
                 self._failures[kind] += 1
                 self._retries += 1
 
     def _record_error(self, kind: Kind, exc: BaseException) -> None:
-        text = (str(exc) if isinstance(exc, kube.ApiError | _WatchError)
+        self._note_error(kind, f"{kind} watch", exc)
+
+    def _note_error(self, where: str, what: str, exc: BaseException) -> None:
+        text = (str(exc) if isinstance(exc, kube.ApiError | _WatchError | errors.MigfitError)
                 else f"{type(exc).__name__}: {exc}")
-        self._last_error = f"{kind}: {text}"
+        self._last_error = f"{where}: {text}"
         self._last_error_at = time.time()
-        logger.warning("%s watch failed: %s", kind, text)
+        logger.warning("%s failed: %s", what, text)
 
     async def _get(
         self,
@@ -351,12 +385,14 @@ class KubernetesSource:
     async def _watch(
         self, api: kube.KubeClient, kind: Kind, resource_version: str
     ) -> tuple[str, bool]:
-        """One watch stream; returns the resourceVersion to resume from and whether any
-        event arrived. Raises _Expired when the server needs a re-list."""
+        """One watch stream; returns the resourceVersion to resume from and whether it made
+        progress: a usable event arrived and the server sent no ERROR (lines it cannot use
+        are skipped, not failures). Raises _Expired when the server needs a re-list."""
+        timeout_s = self._settings.watch_timeout()
         query = [
             ("watch", "true"),
             ("allowWatchBookmarks", "true"),
-            ("timeoutSeconds", str(self._settings.watch_timeout_s)),
+            ("timeoutSeconds", str(timeout_s)),
         ]
         if resource_version:
             query.append(("resourceVersion", resource_version))
@@ -367,12 +403,12 @@ class KubernetesSource:
             read_timeout_s=(
                 self._settings.watch_read_timeout_s
                 if self._settings.watch_read_timeout_s is not None
-                else self._settings.watch_timeout_s + 30.0
+                else timeout_s + 30.0
             ),
             action=f"watch {kind}s",
         )
-        progressed = False
-        failed = False
+        progressed = False  # a usable event arrived (a change, a duplicate, a bookmark)
+        failed = False  # the server sent an ERROR: back off, as for a failed request
         try:
             if response.status != 200:
                 body: bytes = await response.read()
@@ -389,12 +425,17 @@ class KubernetesSource:
                     event = json.loads(line)
                 except ValueError:
                     # A stream cut in the middle of an event ends with a partial line.
-                    self._record_error(kind, ValueError(f"undecodable watch line {line[:80]!r}"))
+                    logger.warning("%s: skipping undecodable watch line %r", kind, line[:80])
+                    self._skipped += 1
+                    continue
+                if isinstance(event, dict) and event.get("type") == "ERROR":
+                    self._watch_error(kind, event)
                     failed = True
                     continue
                 outcome = self._handle_event(kind, event)
                 if outcome is None:
-                    failed = True
+                    # One line this source cannot use does not undo the events around it.
+                    self._skipped += 1
                     continue
                 progressed = True
                 if outcome:
@@ -410,8 +451,24 @@ class KubernetesSource:
         self._resource_versions[kind] = candidate
         return candidate
 
+    def _watch_error(self, kind: Kind, event: Mapping[str, Any]) -> None:
+        """An ERROR event: raises _Expired for a 410, else records the server's Status."""
+        obj = event.get("object")
+        if not isinstance(obj, dict):
+            obj = {}
+        if _is_expired_status(obj):
+            raise _Expired(str(obj.get("message") or "410 Gone"))
+        self._record_error(
+            kind,
+            _WatchError(
+                f"watch ERROR event: code {obj.get('code')} {obj.get('reason') or ''}: "
+                f"{obj.get('message') or ''}"
+            ),
+        )
+
     def _handle_event(self, kind: Kind, event: Any) -> str | None:
-        """Apply one watch event; returns its resourceVersion ("" if none), None if not usable."""
+        """Apply one watch event other than ERROR; returns its resourceVersion ("" if none),
+        None if not usable (not an event, or a type this source does not know)."""
         if not isinstance(event, dict):
             logger.warning("%s: skipping a watch line that is not an event", kind)
             return None
@@ -419,17 +476,6 @@ class KubernetesSource:
         obj = event.get("object")
         if not isinstance(obj, dict):
             obj = {}
-        if event_type == "ERROR":
-            if _is_expired_status(obj):
-                raise _Expired(str(obj.get("message") or "410 Gone"))
-            self._record_error(
-                kind,
-                _WatchError(
-                    f"watch ERROR event: code {obj.get('code')} {obj.get('reason') or ''}: "
-                    f"{obj.get('message') or ''}"
-                ),
-            )
-            return None
         rv = _rv_of(obj) or ""
         if event_type == "BOOKMARK":
             # A bookmark carries only metadata.resourceVersion: the position to resume from.

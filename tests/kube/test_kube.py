@@ -1,6 +1,7 @@
 """migfit.kube against kmock: kubectl's configuration discovery, credentials refreshed for
-every client (an exec plugin's token is renewed), request timeouts, and errors classified
-once (final 401/403/404/422 at once; 429/5xx retried with backoff)."""
+every client (an exec plugin's token is renewed, a tokenFile re-read; both at once after a
+401), request timeouts, and errors classified once (final 401/403/404/422 at once; 429/5xx
+retried with backoff)."""
 
 from __future__ import annotations
 
@@ -116,6 +117,55 @@ async def test_exec_credentials_are_refreshed(server: kmock.KubernetesEmulator,
     assert tokens[0] == "Bearer exec-1"
     assert tokens[-1] != tokens[0], tokens  # the plugin ran again, its new token is used
     assert int(counter.read_text()) >= 2
+
+
+async def test_token_file_is_read_again(server: kmock.KubernetesEmulator,
+                                        tmp_path: pathlib.Path) -> None:
+    token = tmp_path / "token"
+    token.write_text("old")
+    kc = _config(tmp_path / "kc", str(server.url).rstrip("/"), user={"tokenFile": str(token)})
+    client = await kube.connect(connection=kube.Connection(kubeconfig=kc,
+                                                           refresh_interval_s=0.05))
+    async with client:
+        await client.read_node("n1")
+        token.write_text("rotated")  # as the kubelet rotates a projected token
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            await client.read_node("n1")
+            tokens = [r.headers["Authorization"] for r in server[kmock.method.GET]]
+            if tokens[-1] != tokens[0]:
+                break
+            await asyncio.sleep(0.05)
+    assert tokens[0] == "Bearer old" and tokens[-1] == "Bearer rotated"
+
+
+async def test_exec_plugin_runs_again_after_a_401(server: kmock.KubernetesEmulator,
+                                                  tmp_path: pathlib.Path) -> None:
+    counter = tmp_path / "count"
+    plugin = tmp_path / "plugin.py"
+    plugin.write_text(
+        "import json, pathlib, datetime\n"
+        f"p = pathlib.Path({str(counter)!r})\n"
+        "n = int(p.read_text()) + 1 if p.exists() else 1\n"
+        "p.write_text(str(n))\n"
+        "later = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(hours=1)\n"
+        "print(json.dumps({'apiVersion': 'client.authentication.k8s.io/v1beta1',\n"
+        "  'kind': 'ExecCredential', 'status': {'token': f'exec-{n}',\n"
+        "  'expirationTimestamp': later.strftime('%Y-%m-%dT%H:%M:%SZ')}}))\n")
+    kc = _config(tmp_path / "kc", str(server.url).rstrip("/"), user={"exec": {
+        "apiVersion": "client.authentication.k8s.io/v1beta1", "command": sys.executable,
+        "args": [str(plugin)], "interactiveMode": "Never"}})
+    # Revoked long before the expiry its plugin gave it.
+    server[kmock.headers({"Authorization": "Bearer exec-1"})] << 401 << {
+        "kind": "Status", "code": 401, "message": "revoked"}
+    async with await kube.connect(kc) as client:
+        with pytest.raises(kube.ApiError) as caught:
+            await client.read_node("n1")  # a 401 is final: this call fails...
+        node = await client.read_node("n1")  # ...and the next one has a new token
+    assert caught.value.status == 401
+    assert node["metadata"]["name"] == "n1"
+    tokens = [r.headers["Authorization"] for r in server[kmock.method.GET]]
+    assert tokens == ["Bearer exec-1", "Bearer exec-2"]
 
 
 @pytest.mark.parametrize("code", [401, 403, 404, 422])

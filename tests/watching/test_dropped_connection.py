@@ -76,8 +76,13 @@ async def test_silent_stream_is_dropped_and_watched_again(
     start: Start,
 ) -> None:
     store(server, pod("a", "5"))
+    server[kmock.action.LIST, PODS][:1] << {
+        "kind": "PodList",
+        "metadata": {"resourceVersion": "10"},
+        "items": [pod("a", "5")],
+    }
 
-    # The emulator's watch replays the stored pod, then sends nothing at all.
+    # The emulator's watch replays the stored pod (older than the list), then sends nothing.
     start()
     await until(lambda: len(server[kmock.action.WATCH, PODS]) >= 2)
 
@@ -86,5 +91,5 @@ async def test_silent_stream_is_dropped_and_watched_again(
     assert report.last_error is not None and "Timeout" in report.last_error
     assert report.relists == 0
     watches = server[kmock.action.WATCH, PODS]
-    assert watches[1].params["resourceVersion"] == watches[0].params["resourceVersion"]
+    assert [watch.params["resourceVersion"] for watch in watches][:2] == ["10", "10"]
     await assert_matches_fresh_lists(server, sink)

@@ -41,6 +41,8 @@ async def test_error_event_is_reported_and_skipped(
     assert report.last_error is not None
     assert "500" in report.last_error and "etcd leader changed" in report.last_error
     assert report.relists == 0
+    # An ERROR from the server backs off before the next watch, though a change came too.
+    assert report.consecutive_failures == 1
     # The stream ended after an error: the source resumes from the last version it saw.
     assert server[kmock.action.WATCH, PODS][1].params["resourceVersion"] == "9"
     await assert_matches_fresh_lists(server, sink)

@@ -1,0 +1,71 @@
+"""Loading the credentials is retried: an exec plugin that fails once at start-up (its identity
+provider out of reach) delays the first sync, it does not stop the source for good."""
+
+from __future__ import annotations
+
+import pathlib
+import sys
+
+import kmock
+import pytest
+
+from migfit import watching
+
+from .scenery import RecordingSink, Start, assert_matches_fresh_lists, node, pod, store, until
+
+
+@pytest.fixture()
+def kubeconfig(server: kmock.KubernetesEmulator, tmp_path: pathlib.Path) -> pathlib.Path:
+    """Its user's exec plugin fails the first time it runs, and works from then on."""
+    ran = tmp_path / "ran"
+    plugin = tmp_path / "plugin.py"
+    plugin.write_text(
+        "import json, pathlib, sys\n"
+        f"ran = pathlib.Path({str(ran)!r})\n"
+        "if not ran.exists():\n"
+        "    ran.touch()\n"
+        "    sys.exit('dial tcp: i/o timeout')\n"
+        "print(json.dumps({'apiVersion': 'client.authentication.k8s.io/v1beta1',\n"
+        "  'kind': 'ExecCredential', 'status': {'token': 'from-exec'}}))\n")
+    path = tmp_path / "kubeconfig"
+    path.write_text(
+        f"""
+apiVersion: v1
+kind: Config
+clusters:
+- {{name: kmock, cluster: {{server: "{str(server.url).rstrip('/')}"}}}}
+users:
+- name: tester
+  user:
+    exec:
+      apiVersion: client.authentication.k8s.io/v1beta1
+      command: "{sys.executable}"
+      args: ["{plugin}"]
+      interactiveMode: Never
+contexts:
+- {{name: kmock, context: {{cluster: kmock, user: tester}}}}
+current-context: kmock
+"""
+    )
+    return path
+
+
+async def test_exec_plugin_failing_at_start_up_is_retried(
+    server: kmock.KubernetesEmulator,
+    sink: RecordingSink,
+    source: watching.KubernetesSource,
+    start: Start,
+) -> None:
+    store(server, node("n1", "3"))
+    store(server, pod("a", "5"))
+
+    task = start()
+    await until(lambda: source.synced.is_set() or task.done(), limit_s=10)
+
+    assert not task.done()
+    report = source.status()
+    assert report.retries >= 1 and report.consecutive_failures == 0
+    assert report.last_error is not None and report.last_error.startswith("connect: ")
+    assert "exec" in report.last_error
+    assert server[kmock.action.LIST][0].headers["Authorization"] == "Bearer from-exec"
+    await assert_matches_fresh_lists(server, sink)

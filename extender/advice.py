@@ -6,6 +6,18 @@ exports Prometheus gauges, and, when running against an API server, publishes it
 annotation ``migfit.io/relayout`` (JSON), label ``migfit.io/relayout-recommended=true``
 (removed when no longer true), and Events ``MigRelayoutRecommended`` on the node and
 ``WaitingForMigProfile`` on each waiting pod, deduplicated and rate-limited.
+
+Every extender replica computes the advice (``GET /advice`` and the gauges answer on each), but
+only the one holding the leader Lease (``migfit.extender.leader``, the apply mode's) publishes
+it, so that two replicas neither write each Event twice nor race on the node marks. A replica
+that gains the Lease starts publishing within a second; one that loses it stops before its next
+write. The advice's Events have names derived from the object, the reason and the message
+(``event_name``), so an Event another replica already wrote (the former leader, or this one
+before a restart, or a create retried after its answer was lost) is answered 409 AlreadyExists
+and counts as sent: a new leader re-emits none of them while they last (kube-apiserver's
+``--event-ttl``, one hour by default). What it may send at once is, per object, the Event of a
+message its predecessor held back for ``event_interval_s`` (that rate limit is in memory only).
+The same message about the same object is likewise not recorded again while its Event lasts.
 """
 
 from __future__ import annotations
@@ -13,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import datetime
+import hashlib
 import logging
 import time
 import uuid
@@ -24,6 +37,7 @@ from prometheus_client.metrics_core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from migfit import advisor, cluster, errors, keys, kube, migparted, records
+from migfit.extender import leader as leadership
 from migfit.extender import relayout_machine
 from migfit.extender import usage as usage_
 
@@ -205,6 +219,24 @@ def _now_iso() -> str:
     return datetime.datetime.now(tz=datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+# metadata.name is a DNS subdomain (RFC 1123): at most 253 characters.
+_NAME_MAX = 253
+_DIGEST_CHARS = 16
+
+
+def event_name(*, kind: str, name: str, namespace: str, uid: str | None, reason: str,
+               message: str) -> str:
+    """The name of the advice's Event about one object with this reason and message: the
+    object's name, a dot, and a digest of what the Event says, the same in every replica, so
+    that a second create of it is refused (409 AlreadyExists) rather than a second Event."""
+    what = "\0".join((kind, namespace, name, uid or "", reason, message))
+    digest = hashlib.sha256(what.encode()).hexdigest()[:_DIGEST_CHARS]
+    # Each dot-separated label of a subdomain starts and ends alphanumeric: a name cut short
+    # must not end with "-" or ".".
+    stem = name[:_NAME_MAX - _DIGEST_CHARS - 1].rstrip("-.")
+    return f"{stem}.{digest}"
+
+
 async def emit_event(
     api: kube.KubeClient | Any,
     *,
@@ -215,20 +247,41 @@ async def emit_event(
     reason: str,
     message: str,
     event_type: str = "Normal",
-) -> None:
-    """A core/v1 Event about one object (node events go to the ``default`` namespace)."""
+    once: bool = False,
+) -> bool:
+    """A core/v1 Event about one object (node events go to the ``default`` namespace).
+
+    ``once``: the Event is named by ``event_name``, and when it exists already (another
+    replica, or an earlier process, wrote it) nothing is written and the answer is False.
+    Otherwise the name is random and every call records an Event. True when one was created.
+    """
     ns = namespace or "default"
+    message = message[:1024]
+    event = (event_name(kind=kind, name=name, namespace=namespace, uid=uid, reason=reason,
+                        message=message)
+             if once else f"{name}.{uuid.uuid4().hex[:12]}")
     body = {
         "apiVersion": "v1", "kind": "Event",
-        "metadata": {"name": f"{name}.{uuid.uuid4().hex[:12]}", "namespace": ns},
+        "metadata": {"name": event, "namespace": ns},
         "involvedObject": {"kind": kind, "name": name, "apiVersion": "v1",
                            **({"namespace": namespace} if namespace else {}),
                            **({"uid": uid} if uid else {})},
-        "reason": reason, "message": message[:1024], "type": event_type,
+        "reason": reason, "message": message, "type": event_type,
         "source": {"component": COMPONENT}, "reportingComponent": COMPONENT,
         "firstTimestamp": _now_iso(), "lastTimestamp": _now_iso(), "count": 1,
     }
-    await kube.as_client(api).create_event(ns, body)
+    try:
+        await kube.as_client(api).create_event(ns, body)
+    except kube.ApiError as exc:
+        # A create has no precondition: 409 is AlreadyExists, the Event is there.
+        if once and exc.conflict:
+            return False
+        raise
+    return True
+
+
+class _Resigned(Exception):
+    """This replica no longer holds the Lease: the pass stops before its next write."""
 
 
 @dataclasses.dataclass(slots=True)
@@ -243,6 +296,9 @@ class Publisher:
     Marks are written only when they change; stale marks (a node no longer recommended) are
     removed. An Event is sent once per object and message, and at most once per
     ``event_interval_s`` for the same object even when its message changes.
+
+    With an ``elector`` it writes only while this replica holds the Lease (module docstring);
+    without one (a single process, the tests) it always does.
     """
 
     def __init__(
@@ -255,6 +311,7 @@ class Publisher:
         interval_s: float = 30.0,
         event_interval_s: float = 600.0,
         clock: Callable[[], float] = time.monotonic,
+        elector: leadership.LeaseElector | None = None,
     ) -> None:
         self.state = state
         # A KubeClient (migfit.kube); a bare kubernetes-asyncio ApiClient is wrapped in one.
@@ -268,16 +325,27 @@ class Publisher:
         # (kind, namespace, name, uid, reason) -> the last Event sent; only for objects still
         # in the cluster (pruned on every pass), so it stays as small as the cluster.
         self._events: dict[tuple[str, str, str, str, str], _Sent] = {}
+        self.elector = elector
+        self._led = False  # whether the last pass ran as leader
+
+    @property
+    def leading(self) -> bool:
+        return self.elector is None or self.elector.is_leader
 
     async def run(self) -> None:
         """Publish every ``interval_s`` until cancelled; API errors are logged and retried.
 
         Nothing is published before the cache has synced: advice from a half-listed cluster
-        would remove marks that are still true.
+        would remove marks that are still true. A replica that does not lead checks every
+        second, so that a new leader publishes within a second rather than a whole interval.
         """
         while not self.state.synced:
             await asyncio.sleep(0.2)
         while True:
+            if not self.leading:
+                self._led = False
+                await asyncio.sleep(min(1.0, self.interval_s))
+                continue
             try:
                 await self.publish_once()
             except asyncio.CancelledError:
@@ -287,9 +355,26 @@ class Publisher:
             await asyncio.sleep(self.interval_s)
 
     async def publish_once(self) -> advisor.Advice:
+        """One pass (a replica that does not lead writes nothing); the advice it was of."""
         advice = self.cache.get(self.state)
         if self.metrics is not None:
             self.metrics.observe(advice)
+        if not self.leading:
+            self._led = False
+            return advice
+        if not self._led:
+            # Leading anew: another leader may have changed or removed the marks this replica
+            # wrote before, so what it remembers writing is no reason to skip a write.
+            self._marked.clear()
+            self._led = True
+        try:
+            await self._publish(advice)
+        except _Resigned:
+            self._led = False
+            log.info("advice: the Lease was lost; publishing is left to the new leader")
+        return advice
+
+    async def _publish(self, advice: advisor.Advice) -> None:
         self._prune_events()
         wanted = {r.node: r for r in advice.recommendations}
         for name, rec in wanted.items():
@@ -334,12 +419,17 @@ class Publisher:
             record = self.state.find_pod(ns, pod_name)
             await self._event("Pod", pod_name, ns, record.uid if record else None,
                               REASON_POD, msg)
-        return advice
+
+    def _check_leading(self) -> None:
+        """Before each write: the Lease may have been lost since the pass began."""
+        if not self.leading:
+            raise _Resigned
 
     async def _mark(self, st: records.NodeState, metadata: dict[str, Any]) -> bool:
         """Write the node's marks, on condition that it is still as this view has it: the
         apply mode may have claimed it since (taint and record in one write), and a stale
         view must not overwrite that record. False when it changed (a later pass decides)."""
+        self._check_leading()
         version = st.node.resource_version
         try:
             await self.api.patch_node(st.name, {"metadata": {
@@ -391,8 +481,11 @@ class Publisher:
         if sent is not None and (sent.message == message
                                  or now - sent.at < self.event_interval_s):
             return
-        await emit_event(self.api, kind=kind, name=name, namespace=namespace, uid=uid,
-                         reason=reason, message=message)
+        self._check_leading()
+        # Named by what it says: written already (by a former leader) counts as sent.
+        if not await emit_event(self.api, kind=kind, name=name, namespace=namespace, uid=uid,
+                                reason=reason, message=message, once=True):
+            log.debug("advice: %s event on %s %s was sent already", reason, kind, name)
         self._events[key] = _Sent(message=message, at=now)
 
 

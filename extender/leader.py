@@ -1,4 +1,5 @@
-"""Leader election on a coordination.k8s.io/v1 Lease, so that only one replica applies re-layouts.
+"""Leader election on a coordination.k8s.io/v1 Lease, so that only one replica writes advice
+and applies re-layouts.
 
 The usual client-go protocol: read the Lease; create it when missing; take it over when it
 has expired; renew it while holding it. Like client-go, expiry is judged by this replica's own

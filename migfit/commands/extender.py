@@ -57,8 +57,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                       help="on SIGTERM keep answering this long with /readyz failing, so that "
                            "the Service drops the pod first (default %(default)s)")
     adv = parser.add_argument_group(
-        "advisor", "re-layout advice (GET /advice always; with a Kubernetes API: node "
-                   "annotation and label, Events) and the optional apply mode")
+        "advisor", "re-layout advice (GET /advice always; with a Kubernetes API, written by "
+                   "the replica holding the Lease: node annotation and label, Events) and the "
+                   "optional apply mode")
     adv.add_argument("--grace", type=float, default=60.0, metavar="SECONDS",
                      help="a pending pod counts as demand after this long unschedulable "
                           "(default 60)")
@@ -66,7 +67,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                      metavar="NS/NAME", help="the MIG Manager's mig-parted ConfigMap "
                                             "(default %(default)s)")
     adv.add_argument("--no-publish", action="store_true",
-                     help="do not write advice to nodes and Events (GET /advice only)")
+                     help="do not write advice to nodes and Events, and take no Lease "
+                          "(GET /advice only)")
     adv.add_argument("--apply-relayout", action="store_true",
                      help="let the leader apply safe re-layouts through the MIG Manager "
                           "(off by default)")
@@ -93,7 +95,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                      help="give up on a re-layout after this long (default 1200)")
     adv.add_argument("--lease-namespace", default=os.environ.get("POD_NAMESPACE",
                                                                  "migfit-system"),
-                     metavar="NS", help="namespace of the leader-election Lease "
+                     metavar="NS", help="namespace of the leader-election Lease: only its "
+                                        "holder publishes advice and applies re-layouts "
                                         "(default $POD_NAMESPACE or migfit-system)")
     usage.add_arguments(parser, apply_mode=True)
 
@@ -139,7 +142,7 @@ def settings_from(args: argparse.Namespace) -> server.ExtenderSettings:
 
 async def _serve(args: argparse.Namespace, settings: server.ExtenderSettings,
                  view: cluster.Cluster, source: sources.Source) -> None:
-    from migfit.extender import advice
+    from migfit.extender import advice, leader
 
     registry = common_metrics.registry()
     # The composition root: the cluster (built by run), its figures index and the advice
@@ -167,16 +170,20 @@ async def _serve(args: argparse.Namespace, settings: server.ExtenderSettings,
         configs = advice.ConfigSource(api, cache, namespace=ns, name=name)
         await configs.refresh()
         background.append(("mig-parted configs", configs.run))
-        background.append(("advice publisher",
-                           advice.Publisher(view, api, cache=cache, metrics=metrics).run))
+        # Every replica serves the advice; only the Lease's holder writes it (and applies it):
+        # two replicas publishing wrote each Event twice and raced on the node marks.
+        elector = leader.LeaseElector(client, namespace=args.lease_namespace)
+        background += [
+            ("leader election", elector.run),
+            ("advice publisher", advice.Publisher(view, api, cache=cache, metrics=metrics,
+                                                  elector=elector).run)]
         if args.apply_relayout:
-            from migfit.extender import leader, relayout
+            from migfit.extender import relayout
 
-            elector = leader.LeaseElector(client, namespace=args.lease_namespace)
             applier = relayout.Relayouter(
                 view, api, elector=elector, cache=cache, metrics=metrics,
                 settings=relayout_settings(args, None if scraper is None else scraper.settings))
-            background += [("leader election", elector.run), ("re-layout", applier.run)]
+            background.append(("re-layout", applier.run))
     elif args.apply_relayout:
         raise errors.UsageError("--apply-relayout needs a Kubernetes API (--kubeconfig or "
                                 "in-cluster), and advice publishing on")

@@ -1,5 +1,6 @@
 """`migfit extender --kubeconfig` as a real process against kmock: it lists and watches, serves
-the advice, and publishes it on the node (annotation and label) and as Events."""
+the advice, and, holding the leader Lease, publishes it on the node (annotation and label) and
+as Events; of two replicas only one publishes."""
 
 from __future__ import annotations
 
@@ -29,7 +30,8 @@ def _free_port() -> int:
 
 @pytest.fixture()
 def server(kmock: kmock.KubernetesEmulator) -> kmock.KubernetesEmulator:
-    for res in ("v1/pods", "v1/nodes", "v1/events", "v1/configmaps"):
+    for res in ("v1/pods", "v1/nodes", "v1/events", "v1/configmaps",
+                "coordination.k8s.io/v1/leases"):
         kmock.resources[res] = {}  # type: ignore[assignment]
     return kmock
 
@@ -75,8 +77,8 @@ async def test_extender_process_serves_and_publishes_advice(
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "migfit.cli", "extender", "--host", "127.0.0.1",
         "--port", str(port), *(["--kubeconfig", kc] if how == "flag" else []),
-        "--grace", "0", "--log-level", "warning", cwd=ROOT, env=env,
-        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE)
+        "--grace", "0", "--log-level", "warning", "--lease-namespace", "default", cwd=ROOT,
+        env=env, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE)
     api = api_for(server)
     try:
         async with aiohttp.ClientSession() as http:
@@ -116,6 +118,66 @@ async def test_extender_process_serves_and_publishes_advice(
         proc.terminate()
         _, err = await asyncio.wait_for(proc.communicate(), timeout=20)
     assert b"Traceback" not in err, err.decode()
+
+
+async def test_two_replicas_publish_each_event_once(
+        server: kmock.KubernetesEmulator, tmp_path: pathlib.Path) -> None:
+    """The base Deployment runs two replicas: both serve the advice, only the Lease's holder
+    writes it. Before, both published, and every Event was written twice."""
+    store(server, node("idle", alloc={"3g.40gb": 2}))
+    store(server, pod("small", "1g.10gb", namespace="ml"))
+    store(server, pod("other", "1g.10gb", namespace="ml"))
+    kc = str(_kubeconfig(server, tmp_path / "kc"))
+    ports = {"extender-a": _free_port(), "extender-b": _free_port()}
+    procs = []
+    for identity, port in ports.items():
+        env = {k: v for k, v in os.environ.items()
+               if k not in ("KUBECONFIG", "KUBERNETES_SERVICE_HOST")}
+        env.update(HOME=str(tmp_path), POD_NAME=identity)
+        procs.append(await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "migfit.cli", "extender", "--host", "127.0.0.1",
+            "--port", str(port), "--kubeconfig", kc, "--grace", "0", "--log-level", "warning",
+            "--lease-namespace", "default", cwd=ROOT, env=env,
+            stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE))
+    api = api_for(server)
+    try:
+        async with aiohttp.ClientSession() as http:
+            for port in ports.values():  # both synced and serving the advice
+                async def advised(port: int = port) -> Any:
+                    try:
+                        async with http.get(f"http://127.0.0.1:{port}/advice") as resp:
+                            return (await resp.json()).get("recommendations")
+                    except aiohttp.ClientError:
+                        return None
+
+                await _until(advised)
+        wanted = [("Node", "idle", "MigRelayoutRecommended"),
+                  ("Pod", "other", "WaitingForMigProfile"),
+                  ("Pod", "small", "WaitingForMigProfile")]
+
+        async def written() -> list[tuple[str, str, str]]:
+            return sorted((e["involvedObject"]["kind"], e["involvedObject"]["name"],
+                           e["reason"]) for e in await events(api))
+
+        await _until(lambda: _at_least(written, len(wanted)))
+        # Both replicas have synced: a second publisher would have written by now (its first
+        # pass follows the sync within a fraction of a second; its next is 30 s later).
+        await asyncio.sleep(3.0)
+        assert await written() == wanted
+        lease = server.objects[kmock.resource("coordination.k8s.io", "v1", "leases"),
+                               "default", "migfit-relayout"]
+        assert lease["spec"]["holderIdentity"] in ports
+    finally:
+        await api.close()
+        for proc in procs:
+            proc.terminate()
+        errs = [(await asyncio.wait_for(p.communicate(), timeout=20))[1] for p in procs]
+    for err in errs:
+        assert b"Traceback" not in err, err.decode()
+
+
+async def _at_least(read: Any, n: int) -> bool:
+    return len(await read()) >= n
 
 
 async def test_extender_process_writes_a_custom_config_and_applies_it(

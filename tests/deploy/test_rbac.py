@@ -10,7 +10,9 @@ picked up when it lands.
 
 The extender's apply mode (``--apply-relayout``, off by default) is the code of
 ``APPLY_MODULES``; a call made only there is granted only where the extender runs with the
-flag (deploy/components/apply-relayout), so the base grants none of them.
+flag (deploy/components/apply-relayout), so the base grants none of them. Leader election
+(``migfit/extender/leader.py``) is not among them: only the Lease's holder publishes the
+advice, so every extender that publishes takes the Lease, and the base grants it.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from api_calls import Call, Site, Unresolved, closure, rbac_call, server_calls
 from deploy_manifests import NAMESPACE, REPO, TARGETS, Obj, needs_kubectl, render
 
 from migfit import migparted
+from migfit.extender import leader
 
 pytestmark = needs_kubectl
 
@@ -32,7 +35,7 @@ SERVERS = {"migfit-webhook": "webhook", "migfit-extender": "extender"}
 WATCH_SOURCE = "migfit.watching"
 CUSTOM_CONFIGMAP = "migfit-mig-parted-config"  # docs/relayout.md, custom configs
 APPLY_FLAG = "--apply-relayout"
-APPLY_MODULES = ("migfit/extender/relayout.py", "migfit/extender/leader.py")
+APPLY_MODULES = ("migfit/extender/relayout.py",)
 CUSTOM_FLAG = "--apply-custom-configs"
 # The KubeClient methods the apply mode calls for --apply-custom-configs alone (each call in
 # APPLY_MODULES is under ``assert self.settings.custom_configs is not None``, checked below).
@@ -124,17 +127,30 @@ def test_roles_grant_exactly_the_calls_the_code_makes(target: str, account: str)
 
 
 def test_the_apply_mode_alone_needs_grants_the_base_leaves_out() -> None:
-    """The split is real: the apply mode makes calls nothing else makes (a Lease, a node read
-    back), and every site the split relies on exists."""
+    """The split is real: the apply mode makes calls nothing else makes (a node read back),
+    and every site the split relies on exists."""
     for module in APPLY_MODULES:
         assert (REPO / module).is_file(), module
     apply_only = set(_called("extender")) - set(expected_calls("extender", []))
-    assert {Call("coordination.k8s.io", "leases", "create"),
-            Call("", "nodes", "get")} <= apply_only
+    assert Call("", "nodes", "get") in apply_only
     base = granted(render("base"), "migfit-extender")
     assert not apply_only & set(base)
     assert apply_only <= set(granted(render("overlays/apply-custom-configs"),
                                      "migfit-extender"))
+
+
+def test_the_base_grants_the_lease_the_advice_publisher_needs() -> None:
+    """Only the replica holding the Lease publishes the advice, so an extender without the apply
+    mode takes the Lease too: the base lets it read, create and renew its own Lease only."""
+    calls = set(expected_calls("extender", []))
+    lease = {Call("coordination.k8s.io", "leases", verb) for verb in ("get", "create", "patch")}
+    assert lease <= calls
+    assert lease <= set(granted(render("base"), "migfit-extender"))
+    (role,) = [o for o in render("base") if o["kind"] == "Role"
+               and o["metadata"]["name"] == "migfit-extender-leader"]
+    assert role["metadata"]["namespace"] == NAMESPACE
+    named = [r for r in role["rules"] if set(r["verbs"]) & {"get", "patch"}]
+    assert [r["resourceNames"] for r in named] == [[leader.DEFAULT_LEASE]]
 
 
 def test_the_custom_configs_calls_are_made_only_with_their_flag() -> None:

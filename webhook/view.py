@@ -592,8 +592,9 @@ class _Scope:
                        ) -> Mapping[profiles.ProfileName, int]:
         """``claims`` plus, of each other selection's waiting claims
         (``Cluster.claims_apart``), those that its free instances outside these nodes cannot
-        serve: at least that many of its pods take instances here (a lower bound: the rest
-        are taken to go elsewhere). The free counts are the kept sums of that selection and
+        serve, as far as these nodes have them free: at least that many of its pods take
+        instances here (a lower bound: the rest are taken to go elsewhere, or to wait for
+        instances yet to be freed). The free counts are the kept sums of that selection and
         of its intersection with these nodes (``SupplyTracker.free_within``): O(1) per
         profile once kept. Only the ``_APART_READ`` selections with the most claims are
         read (each keeps two sums current); the rest are taken to wait elsewhere."""
@@ -607,15 +608,18 @@ class _Scope:
             if both is None:
                 continue  # too many affinity terms to combine: taken to wait elsewhere
             for profile, wanted in theirs.items():
-                outside = tracker.free_within(key, profile)
                 if self.node_name is None:
-                    outside -= tracker.free_within(both, profile)
-                else:  # these nodes are that one node
+                    inside = tracker.free_within(both, profile)
+                else:  # these nodes are that one node: free there if it is schedulable
                     state = view.node(self.node_name)
-                    if state is not None and advisor.unselected(state.node, key) is None:
-                        outside -= view.free_nodes(profile).get(self.node_name, 0)
+                    inside = (view.free_nodes(profile).get(self.node_name, 0)
+                              if state is not None
+                              and advisor.unselected(state.node, key) is None else 0)
+                if inside <= 0:
+                    continue  # none of its free instances is here: nothing to charge
+                outside = tracker.free_within(key, profile) - inside
                 if wanted > outside:
-                    out[profile] += wanted - outside
+                    out[profile] += min(wanted - outside, inside)
         return out
 
     def supply(self, view: cluster.Cluster, scope: str, tracker: SupplyTracker) -> Supply:

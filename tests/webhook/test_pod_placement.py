@@ -377,6 +377,27 @@ def test_a_pinned_pod_is_charged_what_an_overlapping_selection_must_take_from_it
     assert decide(pool_a, c).profiles == ("1g.10gb",)
 
 
+def test_a_selection_sharing_no_free_instance_with_the_pod_charges_it_nothing() -> None:
+    """Three pods wait for a 1g.10gb in zone z1, which has none free: a zone-z2 pod (or one
+    named to a z2 node) keeps z2's free 1g.10gb, which they can never use (an outside check:
+    they had been charged all three claims, and the pod took a 2g.20gb)."""
+    def zoned(name: str, zone: str, alloc: dict[str, int]) -> dict[str, Any]:
+        out = node(name, pool=zone, allocatable=alloc)
+        out["metadata"]["labels"]["topology.kubernetes.io/zone"] = zone
+        return out
+
+    c = s.make_cluster(zoned("a1", "z1", {"1g.10gb": 1, "2g.20gb": 1}),
+                       zoned("b1", "z2", {"1g.10gb": 2, "2g.20gb": 1}))
+    c.apply("Pod", "ADDED", busy("a1", "1g.10gb", "held"))
+    for i in range(3):
+        w = waiting("1g.10gb", f"w{i}")
+        w["spec"]["nodeSelector"] = {"topology.kubernetes.io/zone": "z1"}
+        c.apply("Pod", "ADDED", w)
+    assert decide(pinned(nodeSelector={"topology.kubernetes.io/zone": "z2"}), c).profiles == (
+        "1g.10gb",)
+    assert decide(pinned(nodeName="b1"), c).profiles == ("1g.10gb",)
+
+
 def test_a_pinned_burst_is_charged_its_own_claims_whatever_tolerations_and_product() -> None:
     """Pods of one workload pinned to pool a: the one waiting carries a toleration and, under
     the single strategy, the product affinity the webhook gave it; the next arrives without

@@ -42,17 +42,19 @@ class GpuView:
 def _plain(raw: Mapping[str, Any]) -> tuple[dict[str, Any], set[str]]:
     """``raw`` resources with renamed shared GPU resources (``….shared``) under their plain
     names (a count where both spellings are there is their sum), and the plain names that
-    were renamed."""
+    are advertised renamed only: a pod must ask for ``….shared`` to get one. A leftover
+    zero of either spelling (the device plugin's config changed) does not count."""
     if not any(k.endswith(profiles.SHARED_SUFFIX) for k in raw):
         return dict(raw), set()
     out: dict[str, Any] = {}
-    renamed: set[str] = set()
+    shared: set[str] = set()
+    plain: set[str] = set()
     for key, val in raw.items():
-        plain, was = profiles.unshared(key)
-        if was:
-            renamed.add(plain)
-        out[plain] = (fields.count(out[plain]) + fields.count(val)) if plain in out else val
-    return out, renamed
+        name, was = profiles.unshared(key)
+        if fields.count(val) > 0:
+            (shared if was else plain).add(name)
+        out[name] = (fields.count(out[name]) + fields.count(val)) if name in out else val
+    return out, shared - plain
 
 
 def gpu_view(labels: Mapping[str, str], capacity_raw: Mapping[str, Any],

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import re
 from collections import Counter
 from collections.abc import Iterable, Sequence
+from typing import Final
 
 from migfit import errors, profiles
 
@@ -89,12 +91,16 @@ class Fit:
 MAX_MEDIA_INSTANCES = 1
 
 
+_START: Final = re.compile(r"[0-9]{1,3}")
+
+
 def parse_instance(model: profiles.GpuModel, text: str, *, any_start: bool = False
                    ) -> Instance:
     """``3g.40gb@4`` -> an Instance; a UsageError when the form or the start is wrong (with
     ``any_start``, a start the profile cannot use is kept: ``check_fixed`` says why)."""
     name, sep, start_text = text.partition("@")
-    if not sep or not start_text.isdigit():
+    # ASCII digits only, and few: str.isdigit() takes "²" (int() then fails) and "٣".
+    if not sep or _START.fullmatch(start_text) is None:
         raise errors.UsageError(f"{text!r} is not of the form PROFILE@START, e.g. 3g.40gb@4")
     profile = model.profile(name)
     start = int(start_text)

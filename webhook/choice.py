@@ -884,15 +884,16 @@ def resource(profile: str, strategy: requests.Strategy, *, renamed: bool = False
     return profiles.resource_name(profile, shared=renamed)
 
 
-def renamed(plan: Plan, supply: view.Supply) -> bool:
-    """Whether every node that advertises ``plan``'s profile on the models it may use
-    advertises it under the renamed shared name (time-slicing or MPS with the device
-    plugin's ``renameByDefault``): the pod must then ask for ``….shared``. Where some nodes
-    rename it and some do not, the plain name (those nodes)."""
+def renamed(plan: Plan, supply: view.Supply, strategy: requests.Strategy) -> bool:
+    """Whether every node that advertises ``plan``'s profile under ``strategy`` on the
+    models it may use advertises it by the renamed shared name (time-slicing or MPS with
+    the device plugin's ``renameByDefault``): the pod must then ask for ``….shared``. Where
+    some such nodes rename it and some do not, the plain name (those nodes)."""
+    kind = "single" if strategy == "single" else "mixed"
     models = plan.models or tuple(m.id for m in supply.models)
     offers = [o for m in models if (o := supply.offers.get((m, profiles.ProfileName(
-        plan.profile)))) is not None]
-    return bool(offers) and all(o.renamed for o in offers)
+        plan.profile)))) is not None and kind in o.strategies]
+    return bool(offers) and all(kind in o.renamed for o in offers)
 
 
 def reuse(

@@ -238,8 +238,15 @@ def _decide(pod: Mapping[str, Any], *, supply: view.Supply, policy: Policy) -> V
     if reused is not None and prior is not None:  # a reinvocation asks for what it asked
         resources = [c["resource"] for c in prior["containers"]]
     else:
-        resources = [choice.resource(pl.profile, strategy, renamed=choice.renamed(pl, supply))
-                     for pl in plans]
+        shared = [choice.renamed(pl, supply, strategy) for pl in plans]
+        resources = [choice.resource(pl.profile, strategy, renamed=r)
+                     for pl, r in zip(plans, shared, strict=True)]
+        if len(set(shared)) > 1:
+            warnings.append(
+                f"the pod asks for {', '.join(sorted(set(resources)))}: the device plugin "
+                f"advertises some of these profiles under their renamed shared names "
+                f"(….shared, time-slicing or MPS with renameByDefault) and others not, so "
+                f"no one node may advertise them all; give these nodes one sharing config")
     record = requests.DecisionRecord(
         v=requests.DECISION_VERSION,
         strategy=strategy,

@@ -67,9 +67,10 @@ class Offer:
     claimed: int = 0  # of the cluster's free instances, those set aside for waiting pods
     most: int = 0  # the most instances one node advertises: a pod needing n needs a node
     most_free: int = 0  # with n, and one with n free (before any is set aside)
-    #: Every advertising node advertises it under the device plugin's renamed shared name
-    #: (``….shared``): a pod must ask for that name (``choice.resource``).
-    renamed: bool = False
+    #: The device-plugin strategies ("mixed", "single") under which every advertising node
+    #: advertises it by the renamed shared name (``….shared``): a pod must ask for that name
+    #: there (``choice.renamed``).
+    renamed: frozenset[str] = frozenset()
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -200,7 +201,7 @@ class SupplyTracker:
         self._strategies: dict[Key, frozenset[str]] = {}
         self._mig_products: dict[Key, tuple[str, ...]] = {}
         self._gpus: dict[tuple[profiles.ModelId, str], int] = {}
-        self._renamed: frozenset[Key] = frozenset()
+        self._renamed: dict[Key, frozenset[str]] = {}
         # Per node: its GPU model and the cpu and memory left (``advisor.host_room``), kept
         # current from the nodes the cluster reports changed (a pod bound or gone included).
         # Kept only once ``fits`` has been asked (``usable``): under the other choices the
@@ -401,7 +402,7 @@ class SupplyTracker:
                 claimed=taken,
                 most=stats.most,
                 most_free=stats.most_free,
-                renamed=key in self._renamed,
+                renamed=self._renamed.get(key, frozenset()),
             )
         fresh = Supply(
             available=bool(view.synced),
@@ -440,13 +441,13 @@ class SupplyTracker:
 def _aggregate(entries: Iterable[_NodeEntry]) -> tuple[
         dict[profiles.ModelId, tuple[str, ...]], dict[profiles.ModelId, requests.Strategy],
         dict[Key, frozenset[str]], dict[Key, tuple[str, ...]],
-        dict[tuple[profiles.ModelId, str], int], frozenset[Key]]:
+        dict[tuple[profiles.ModelId, str], int], dict[Key, frozenset[str]]]:
     """Of the nodes' entries: the base product labels and the most common strategy per
     model, the strategies and single-strategy product labels per offer, the most GPUs
-    on one schedulable node per model and kind (``Supply.gpus``), and the offers every
-    advertising node renames (``Offer.renamed``)."""
-    advertising: Counter[Key] = Counter()
-    renaming: Counter[Key] = Counter()
+    on one schedulable node per model and kind (``Supply.gpus``), and per offer the kinds in
+    which every advertising node renames it (``Offer.renamed``)."""
+    advertising: Counter[tuple[Key, str]] = Counter()
+    renaming: Counter[tuple[Key, str]] = Counter()
     gpus: dict[tuple[profiles.ModelId, str], int] = {}
     unknown: set[tuple[profiles.ModelId, str]] = set()
     products: dict[profiles.ModelId, set[str]] = {}
@@ -465,11 +466,11 @@ def _aggregate(entries: Iterable[_NodeEntry]) -> tuple[
             products.setdefault(entry.model, set()).add(_MIG_SUFFIX.sub("", entry.product))
         for p in entry.advertised:
             key = (entry.model, p)
-            advertising[key] += 1
+            plugin = kind[1]
+            advertising[(key, plugin)] += 1
             if p in entry.renamed:
-                renaming[key] += 1
-            strategies.setdefault(key, set()).add(
-                "single" if entry.strategy == "single" else "mixed")
+                renaming[(key, plugin)] += 1
+            strategies.setdefault(key, set()).add(plugin)
             if entry.strategy == "single" and entry.product:
                 mig_products.setdefault(key, set()).add(entry.product)
     return ({m: tuple(sorted(v)) for m, v in products.items()},
@@ -477,7 +478,7 @@ def _aggregate(entries: Iterable[_NodeEntry]) -> tuple[
             {k: frozenset(v) for k, v in strategies.items()},
             {k: tuple(sorted(v)) for k, v in mig_products.items()},
             {k: n for k, n in gpus.items() if k not in unknown},
-            frozenset(k for k, n in renaming.items() if n == advertising[k]))
+            _renamed_kinds(renaming, advertising))
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -525,7 +526,7 @@ class _Scope:
         self._mig_products: Counter[tuple[Key, str]] = Counter()
         # per offer: how many nodes advertise, and have free, each count (``Offer.most``)
         self._sizes: dict[Key, tuple[Counter[int], Counter[int]]] = {}
-        self._renamed: Counter[Key] = Counter()  # per offer: nodes that rename it
+        self._renamed: Counter[tuple[Key, str]] = Counter()  # nodes that rename, per kind
 
     def free_of(self, profile: profiles.ProfileName) -> int:
         """Free instances of ``profile`` on these nodes, any model."""
@@ -572,7 +573,7 @@ class _Scope:
             if entry.strategy == "single" and entry.product:
                 self._mig_products[(key, entry.product)] += sign
             if key[1] in entry.renamed:
-                self._renamed[key] += sign
+                self._renamed[(key, kind)] += sign
 
     def _gpus(self, view: cluster.Cluster, tracker: SupplyTracker
               ) -> dict[tuple[profiles.ModelId, str], int]:
@@ -654,7 +655,9 @@ class _Scope:
                              claimed=claimed.get(key, 0),
                              most=max(self._sizes[key][0], default=0),
                              most_free=max(self._sizes[key][1], default=0),
-                             renamed=0 < self._renamed[key] == n)
+                             renamed=frozenset(
+                                 k for k in ("mixed", "single")
+                                 if 0 < self._renamed[(key, k)] == self._kinds[(key, k)]))
                   for key, (n, alloc, free) in self._offers.items()}
         def holds(name: str) -> bool:
             return self.has_node(view, name)
@@ -691,6 +694,16 @@ def _intersection(a: records.PodConstraints, b: records.PodConstraints
                                               fields=t.fields + u.fields)
                          for t in a.affinity for u in b.affinity)
     return records.PodConstraints(node_selector=selector, affinity=affinity)
+
+
+def _renamed_kinds(renaming: Counter[tuple[Key, str]], advertising: Counter[tuple[Key, str]]
+                   ) -> dict[Key, frozenset[str]]:
+    """Per offer, the kinds in which every node that advertises it renames it."""
+    out: dict[Key, set[str]] = {}
+    for (key, kind), n in renaming.items():
+        if 0 < n == advertising[(key, kind)]:
+            out.setdefault(key, set()).add(kind)
+    return {k: frozenset(v) for k, v in out.items()}
 
 
 def set_aside(free: Mapping[Key, int], claims: Mapping[profiles.ProfileName, int]

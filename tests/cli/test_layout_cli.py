@@ -95,6 +95,9 @@ def test_check_json_invalid() -> None:
     ["check", "--gpu", "A100-80GB", "1g.5gb"],
     ["check", "--gpu", "A100-80GB", "--json", "1g.5gb"],
     ["check", "--gpu", "A100-80GB", "3g.40gb@one"],
+    ["check", "--gpu", "A100-80GB", "3g.40gb@²"],  # a digit to str.isdigit, not to int()
+    ["check", "--gpu", "A100-80GB", "3g.40gb@٣"],  # an Arabic-Indic 3, once read as 3
+    ["check", "--gpu", "A100-80GB", "3g.40gb@" + "4" * 5000],  # past int()'s digit limit
     ["list", "--gpu", "NVIDIA-A100-SXM4"],  # ambiguous without gpu.memory
     ["list", "--gpu", "A100-80GB", "--catalog", "/nonexistent.yaml"],
 ])

@@ -95,3 +95,43 @@ def test_a_reinvocation_keeps_the_renamed_name() -> None:
         "requests": {"nvidia.com/mig-1g.10gb.shared": "1"}}
     again = decision.decide_pod(pod, supply=view.SupplyTracker(c).supply(), policy=FREE)
     assert again.record == first.record
+
+
+def test_a_leftover_zero_of_the_renamed_name_is_not_a_renaming() -> None:
+    """A node back from renamed time-slicing keeps nvidia.com/mig-1g.10gb.shared: 0 beside
+    its plain nvidia.com/mig-1g.10gb: 7 (an outside check: pods were asked for .shared)."""
+    plain = s.mig_node("back", allocatable={"1g.10gb": 7})
+    for part in ("capacity", "allocatable"):
+        plain["status"][part]["nvidia.com/mig-1g.10gb.shared"] = "0"
+    c = s.make_cluster(plain)
+    state = c.node("back")
+    assert state is not None and state.node.renamed == frozenset()
+    assert asked(decide(c)) == {"nvidia.com/mig-1g.10gb": "1"}
+
+
+def test_renaming_is_read_per_device_plugin_strategy() -> None:
+    """A single-strategy A100-40GB node renames nvidia.com/gpu; a mixed one of the same
+    model advertises a plain 1g.5gb, in use. The pod is sent to the single node under the
+    name it advertises (an outside check: it asked for nvidia.com/gpu, which no node had)."""
+    a40 = "NVIDIA-A100-SXM4-40GB"
+    single = renamed(s.mig_node("sg", product=a40, allocatable={"1g.5gb": 7}, strategy="single",
+                                memory={"1g.5gb": 4864}), 2)
+    mixed = s.mig_node("mx", product=a40, allocatable={"1g.5gb": 1, "3g.20gb": 1},
+                       memory={"1g.5gb": 4864, "3g.20gb": 19968})
+    c = s.make_cluster(single, mixed)
+    c.apply("Pod", "ADDED", s.bound_pod("mx", uid="u1", profile="1g.5gb"))
+    verdict = decide(c, "4Gi")
+    assert verdict.record is not None and verdict.record["strategy"] == "single"
+    assert asked(verdict) == {"nvidia.com/gpu.shared": "1"}
+
+
+def test_containers_whose_names_no_one_node_advertises_are_warned() -> None:
+    """r renames 1g.10gb and 3g.40gb; p advertises a plain 3g.40gb: a pod of a 30Gi and an
+    8Gi container asks for mig-3g.40gb and mig-1g.10gb.shared, which no one node has."""
+    c = s.make_cluster(renamed(s.mig_node("r", allocatable={"1g.10gb": 3, "3g.40gb": 1}), 2),
+                       s.mig_node("p", allocatable={"3g.40gb": 1}))
+    pod = s.pod({f"{requests.GPU_MEMORY}.a": "30Gi", f"{requests.GPU_MEMORY}.b": "8Gi"},
+                containers=[{"name": "a", "image": "x"}, {"name": "b", "image": "x"}])
+    verdict = decision.decide_pod(pod, supply=view.SupplyTracker(c).supply(), policy=FREE)
+    assert any("no one node may advertise them all" in w for w in verdict.warnings), \
+        verdict.warnings

@@ -17,7 +17,9 @@ before a restart, or a create retried after its answer was lost) is answered 409
 and counts as sent: a new leader re-emits none of them while they last (kube-apiserver's
 ``--event-ttl``, one hour by default). What it may send at once is, per object, the Event of a
 message its predecessor held back for ``event_interval_s`` (that rate limit is in memory only).
-The same message about the same object is likewise not recorded again while its Event lasts.
+The same message about the same object is likewise not recorded twice while its Event lasts;
+it is sent again after ``EVENT_REFRESH_S`` (50 minutes), so that once kube-apiserver's
+``--event-ttl`` (an hour by default) has deleted it, a pod still waiting shows why again.
 """
 
 from __future__ import annotations
@@ -290,11 +292,19 @@ class _Sent:
     at: float
 
 
+#: How long the same message about the same object is not sent again. Under kube-apiserver's
+#: default ``--event-ttl`` (one hour) an Event is gone after it; sent again after 50 minutes,
+#: it is there again for a pod still waiting (``kubectl describe`` shows why), and while the
+#: old one lasts the create of the same name is refused (409) and nothing changes.
+EVENT_REFRESH_S = 3000.0
+
+
 class Publisher:
     """Writes the advice into the API: node annotation and label, node and pod Events.
 
     Marks are written only when they change; stale marks (a node no longer recommended) are
-    removed. An Event is sent once per object and message, and at most once per
+    removed. An Event is sent once per object and message (again after
+    ``event_refresh_s``, by when kube-apiserver has usually deleted it), and at most once per
     ``event_interval_s`` for the same object even when its message changes.
 
     With an ``elector`` it writes only while this replica holds the Lease (module docstring);
@@ -310,6 +320,7 @@ class Publisher:
         metrics: Metrics | None = None,
         interval_s: float = 30.0,
         event_interval_s: float = 600.0,
+        event_refresh_s: float = EVENT_REFRESH_S,
         clock: Callable[[], float] = time.monotonic,
         elector: leadership.LeaseElector | None = None,
     ) -> None:
@@ -320,6 +331,7 @@ class Publisher:
         self.metrics = metrics
         self.interval_s = interval_s
         self.event_interval_s = event_interval_s
+        self.event_refresh_s = event_refresh_s
         self.clock = clock
         self._marked: dict[str, str] = {}  # node -> annotation value written
         # (kind, namespace, name, uid, reason) -> the last Event sent; only for objects still
@@ -478,8 +490,8 @@ class Publisher:
         key = (kind, namespace, name, uid or "", reason)
         now = self.clock()
         sent = self._events.get(key)
-        if sent is not None and (sent.message == message
-                                 or now - sent.at < self.event_interval_s):
+        if sent is not None and (now - sent.at < self.event_interval_s or (
+                sent.message == message and now - sent.at < self.event_refresh_s)):
             return
         self._check_leading()
         # Named by what it says: written already (by a former leader) counts as sent.

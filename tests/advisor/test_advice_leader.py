@@ -188,3 +188,25 @@ def test_event_names_are_valid_for_the_longest_object_names() -> None:
                                      reason=advice.REASON_NODE, message="m")
     assert made != advice.event_name(kind="Node", name=name, namespace="", uid=None,
                                      reason=advice.REASON_NODE, message="other")
+
+
+async def test_an_event_deleted_by_its_ttl_is_sent_again_while_still_true(
+        server: kmock.KubernetesEmulator, api: k8s.ApiClient) -> None:
+    """kube-apiserver deletes Events after --event-ttl (an hour by default): a pod still
+    waiting gets its Event again after EVENT_REFRESH_S (an outside check: the publisher
+    remembered every Event it ever sent, and a pod waiting for hours showed nothing)."""
+    seed(server)
+    clock = Clock()
+    pub = advice.Publisher(await snapshot(api), api, cache=advice_cache(), clock=clock)
+    await pub.publish_once()
+    assert _written(await events(api)) == ONE_EACH
+    for key in [k for k in server.objects if k[0] == kmock.resource("", "v1", "events")]:
+        del server.objects[key]  # the TTL
+    clock.t += advice.EVENT_REFRESH_S - 1
+    await pub.publish_once()
+    assert await events(api) == []  # not yet: the same message, lately sent
+    clock.t += 2
+    await pub.publish_once()
+    assert _written(await events(api)) == ONE_EACH
+    await pub.publish_once()  # still there: nothing more
+    assert _written(await events(api)) == ONE_EACH

@@ -258,6 +258,10 @@ async def emit_event(
     Otherwise the name is random and every call records an Event. True when one was created.
     """
     ns = namespace or "default"
+    if kind == "Node" and not uid:
+        # The kubelet's convention, which kubectl describe node searches by: a node's Events
+        # carry involvedObject.uid = the node's name (client-go tools/record, NodeRecorder).
+        uid = name
     message = message[:1024]
     event = (event_name(kind=kind, name=name, namespace=namespace, uid=uid, reason=reason,
                         message=message)

@@ -210,3 +210,15 @@ async def test_an_event_deleted_by_its_ttl_is_sent_again_while_still_true(
     assert _written(await events(api)) == ONE_EACH
     await pub.publish_once()  # still there: nothing more
     assert _written(await events(api)) == ONE_EACH
+
+
+async def test_a_node_event_carries_the_uid_kubectl_describe_node_searches_by(
+        server: kmock.KubernetesEmulator, api: k8s.ApiClient) -> None:
+    """kubectl describe node lists Events whose involvedObject.uid is the node's name (the
+    kubelet's convention); written without a uid, the advice's node Event was not shown."""
+    seed(server)
+    pub = advice.Publisher(await snapshot(api), api, cache=advice_cache())
+    await pub.publish_once()
+    (node_event,) = [e for e in await events(api) if e["involvedObject"]["kind"] == "Node"]
+    assert node_event["involvedObject"]["uid"] == "idle"
+    assert node_event["involvedObject"]["name"] == "idle"

@@ -14,7 +14,10 @@ expired Lease cannot both win (the API answers 409 Conflict to the loser). The w
 merge patch with the resourceVersion as precondition, which has the semantics of a replace
 here because the whole spec is written. A holder that
 cannot renew within the lease duration stops calling itself leader before anyone else can
-take over (it uses its own monotonic clock, not the server's time).
+take over (it uses its own monotonic clock, not the server's time). A 409 is not read as a
+loss by itself: a renewal whose answer was lost (a proxy's 504) is retried by the client with
+the resourceVersion it has itself replaced, and answered 409; the Lease, read again, says who
+holds it, and a replica it names goes on leading (as in client-go).
 """
 
 from __future__ import annotations
@@ -92,45 +95,59 @@ class LeaseElector:
 
     async def try_acquire(self) -> bool:
         """One round of the protocol; True when this replica holds the Lease afterwards."""
-        api = self.api
         started = self.clock()
         was = self.is_leader
         try:
             try:
-                lease = await api.read_lease(self.namespace, self.name)
+                return await self._round(started, was)
             except kube.ApiError as exc:
-                if not exc.not_found:
+                if not exc.conflict:
                     raise
-                self._observe(await api.create_lease(
-                    self.namespace, self._body(None, transitions=0, acquired=None)))
-                return self._won(started, was)
-            self._observe(lease)
-            spec = lease.get("spec") or {}
-            holder = spec.get("holderIdentity")
-            rv = (lease.get("metadata") or {}).get("resourceVersion")
-            transitions = int(spec.get("leaseTransitions") or 0)
-            if holder and holder != self.identity:
-                duration = float(spec.get("leaseDurationSeconds") or self.lease_s)
-                if self.clock() < self._observed_at + duration:
-                    return self._lost(was)
-                transitions += 1
-                acquired = None
-            else:
-                acquired = spec.get("acquireTime") if holder == self.identity else None
-            # A merge patch carrying the resourceVersion read: the API server treats it as a
-            # precondition and answers 409 Conflict when someone else wrote in between.
-            self._observe(await api.update_lease(
-                self.namespace, self.name,
-                self._body(rv, transitions=transitions, acquired=acquired)))
-            return self._won(started, was)
+            # 409 Conflict: someone else wrote first, or this replica did: a write whose answer
+            # was lost (a proxy's 504, a timeout) is retried by the client with the
+            # resourceVersion it has itself replaced. The Lease says which; client-go, too,
+            # reads it again and goes on leading while it names this replica.
+            return await self._round(self.clock(), was)
         except kube.ApiError as exc:
-            if exc.conflict:  # someone else wrote first (or created it first)
+            if exc.conflict:  # again, after a fresh read: someone else wrote (or created it)
                 return self._lost(was)
             log.warning("leader: lease %s/%s: %s", self.namespace, self.name, exc)
             return self.is_leader
         except Exception as exc:  # the API is unreachable: keep what is still valid
             log.warning("leader: lease %s/%s: %s", self.namespace, self.name, exc)
             return self.is_leader
+
+    async def _round(self, started: float, was: bool) -> bool:
+        """Read the Lease; create, take over or renew it: True when held afterwards, ApiError
+        (409 when someone wrote in between) when a call failed."""
+        api = self.api
+        try:
+            lease = await api.read_lease(self.namespace, self.name)
+        except kube.ApiError as exc:
+            if not exc.not_found:
+                raise
+            self._observe(await api.create_lease(
+                self.namespace, self._body(None, transitions=0, acquired=None)))
+            return self._won(started, was)
+        self._observe(lease)
+        spec = lease.get("spec") or {}
+        holder = spec.get("holderIdentity")
+        rv = (lease.get("metadata") or {}).get("resourceVersion")
+        transitions = int(spec.get("leaseTransitions") or 0)
+        if holder and holder != self.identity:
+            duration = float(spec.get("leaseDurationSeconds") or self.lease_s)
+            if self.clock() < self._observed_at + duration:
+                return self._lost(was)
+            transitions += 1
+            acquired = None
+        else:
+            acquired = spec.get("acquireTime") if holder == self.identity else None
+        # A merge patch carrying the resourceVersion read: the API server treats it as a
+        # precondition and answers 409 Conflict when someone else wrote in between.
+        self._observe(await api.update_lease(
+            self.namespace, self.name,
+            self._body(rv, transitions=transitions, acquired=acquired)))
+        return self._won(started, was)
 
     def _observe(self, lease: dict[str, Any]) -> None:
         """Remember when the Lease last changed, by this replica's monotonic clock."""

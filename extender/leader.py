@@ -12,12 +12,15 @@ started therefore waits one lease duration before taking over a Lease nobody ren
 write carries the ``resourceVersion`` read, so two candidates racing for an
 expired Lease cannot both win (the API answers 409 Conflict to the loser). The write is a
 merge patch with the resourceVersion as precondition, which has the semantics of a replace
-here because the whole spec is written. A holder that
+here because the whole spec is written. A 409 is not read as a loss by itself: a renewal
+whose answer was lost (a proxy's 504) is retried by the client with the resourceVersion it
+has itself replaced, and answered 409; the Lease, read again, says who holds it, and a replica
+it names goes on leading (as in client-go). A holder that
 cannot renew within the lease duration stops calling itself leader before anyone else can
-take over (it uses its own monotonic clock, not the server's time). A 409 is not read as a
-loss by itself: a renewal whose answer was lost (a proxy's 504) is retried by the client with
-the resourceVersion it has itself replaced, and answered 409; the Lease, read again, says who
-holds it, and a replica it names goes on leading (as in client-go).
+take over (it uses its own monotonic clock, not the server's time). On shutdown the holder
+releases the Lease (no holder, ``leaseDurationSeconds`` 1, as client-go's ReleaseOnCancel), and
+a Lease with no holder is free at once: another replica takes over at its next try, within
+``renew_s``, not a whole lease duration later.
 """
 
 from __future__ import annotations
@@ -37,6 +40,8 @@ from migfit import kube
 log = logging.getLogger(__name__)
 
 DEFAULT_LEASE = "migfit-relayout"
+# How long a shutdown waits for the Lease's release (``LeaseElector.release``).
+RELEASE_TIMEOUT_S = 2.0
 
 
 def default_identity() -> str:
@@ -134,14 +139,15 @@ class LeaseElector:
         holder = spec.get("holderIdentity")
         rv = (lease.get("metadata") or {}).get("resourceVersion")
         transitions = int(spec.get("leaseTransitions") or 0)
-        if holder and holder != self.identity:
+        if holder == self.identity:
+            acquired = spec.get("acquireTime")
+        else:
+            # A Lease with no holder (released: ``release``) is free at once, as in client-go.
             duration = float(spec.get("leaseDurationSeconds") or self.lease_s)
-            if self.clock() < self._observed_at + duration:
+            if holder and self.clock() < self._observed_at + duration:
                 return self._lost(was)
             transitions += 1
             acquired = None
-        else:
-            acquired = spec.get("acquireTime") if holder == self.identity else None
         # A merge patch carrying the resourceVersion read: the API server treats it as a
         # precondition and answers 409 Conflict when someone else wrote in between.
         self._observe(await api.update_lease(
@@ -174,14 +180,42 @@ class LeaseElector:
         return False
 
     def resign_locally(self) -> None:
-        """Stop acting as leader now (for shutdown); the Lease then expires on its own."""
+        """Stop acting as leader now; the Lease then expires on its own (``release`` frees it
+        at once)."""
         self._lost(self.is_leader)
 
+    async def release(self) -> None:
+        """Stop acting as leader and, when this replica held the Lease, free it: one write
+        with no holder, ``leaseDurationSeconds`` 1 and ``renewTime`` now, conditional on the
+        resourceVersion of this replica's last write, as client-go's ReleaseOnCancel. Another
+        replica then takes it at its next try instead of waiting a whole lease duration. Bounded
+        by ``RELEASE_TIMEOUT_S``; a failure is logged and the Lease expires on its own."""
+        held = self.is_leader
+        self.resign_locally()
+        holder, _, rv = self._observed or (None, None, None)
+        if not held or holder != self.identity or not rv:
+            return
+        now = _micro(datetime.datetime.now(tz=datetime.UTC))
+        body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                "metadata": {"name": self.name, "namespace": self.namespace,
+                             "resourceVersion": rv},
+                "spec": {"holderIdentity": "", "leaseDurationSeconds": 1,
+                         "acquireTime": now, "renewTime": now}}
+        try:
+            async with asyncio.timeout(RELEASE_TIMEOUT_S):
+                self._observe(await self.api.update_lease(self.namespace, self.name, body))
+        except Exception as exc:  # shutting down: the Lease expires on its own anyway
+            log.warning("leader: could not release lease %s/%s: %s", self.namespace,
+                        self.name, exc)
+            return
+        log.info("leader: %s released lease %s/%s", self.identity, self.namespace, self.name)
+
     async def run(self) -> None:
-        """Try to acquire or renew every ``renew_s`` until cancelled."""
+        """Try to acquire or renew every ``renew_s`` until cancelled; then release the Lease
+        when held (the extender's shutdown cancels this task once the writers have stopped)."""
         try:
             while True:
                 await self.try_acquire()
                 await asyncio.sleep(self.renew_s)
         finally:
-            self.resign_locally()
+            await self.release()

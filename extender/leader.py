@@ -17,7 +17,8 @@ whose answer was lost (a proxy's 504) is retried by the client with the resource
 has itself replaced, and answered 409; the Lease, read again, says who holds it, and a replica
 it names goes on leading (as in client-go). A holder that
 cannot renew within the lease duration stops calling itself leader before anyone else can
-take over (it uses its own monotonic clock, not the server's time). On shutdown the holder
+take over (it uses its own monotonic clock, not the server's time), with a margin (2 s of 15;
+client-go's renewDeadline leaves 5) for the writes it has begun. On shutdown the holder
 releases the Lease (no holder, ``leaseDurationSeconds`` 1, as client-go's ReleaseOnCancel), and
 a Lease with no holder is free at once: another replica takes over at its next try, within
 ``renew_s``, not a whole lease duration later.
@@ -40,6 +41,8 @@ from migfit import kube
 log = logging.getLogger(__name__)
 
 DEFAULT_LEASE = "migfit-relayout"
+# The most that a leader stops acting before its Lease may expire (``LeaseElector.margin_s``).
+MARGIN_S = 2.0
 # How long a shutdown waits for the Lease's release (``LeaseElector.release``).
 RELEASE_TIMEOUT_S = 2.0
 
@@ -76,6 +79,11 @@ class LeaseElector:
         self.identity = identity or default_identity()
         self.lease_s = lease_s
         self.renew_s = renew_s
+        # The leader stops acting this long before its Lease can expire for anyone else (as
+        # client-go's renewDeadline, 10 s of 15, does): a write begun just before the end must still
+        # land first. 2 s at most, and never so much that one failed renewal (the next try
+        # comes ``renew_s`` later) would end a term that the try after it renews.
+        self.margin_s = max(0.0, min(MARGIN_S, (lease_s - 2 * renew_s) / 2))
         self.clock = clock
         self._valid_until = 0.0
         # The Lease as last observed (holder, renewTime, resourceVersion), and when (clock()).
@@ -165,8 +173,9 @@ class LeaseElector:
             self._observed_at = self.clock()
 
     def _won(self, started: float, was: bool) -> bool:
-        # Counted from before the request: the server may have seen it that early.
-        self._valid_until = started + self.lease_s
+        # Counted from before the request (the server may have seen it that early; a follower
+        # that saw it counts its lease duration from later still), less the margin.
+        self._valid_until = started + self.lease_s - self.margin_s
         if not was:
             log.info("leader: %s holds lease %s/%s", self.identity, self.namespace, self.name)
             self.changed.set()

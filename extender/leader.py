@@ -12,9 +12,16 @@ started therefore waits one lease duration before taking over a Lease nobody ren
 write carries the ``resourceVersion`` read, so two candidates racing for an
 expired Lease cannot both win (the API answers 409 Conflict to the loser). The write is a
 merge patch with the resourceVersion as precondition, which has the semantics of a replace
-here because the whole spec is written. A holder that
+here because the whole spec is written. A 409 is not read as a loss by itself: a renewal
+whose answer was lost (a proxy's 504) is retried by the client with the resourceVersion it
+has itself replaced, and answered 409; the Lease, read again, says who holds it, and a replica
+it names goes on leading (as in client-go). A holder that
 cannot renew within the lease duration stops calling itself leader before anyone else can
-take over (it uses its own monotonic clock, not the server's time).
+take over (it uses its own monotonic clock, not the server's time), with a margin (2 s of 15;
+client-go's renewDeadline leaves 5) for the writes it has begun. On shutdown the holder
+releases the Lease (no holder, ``leaseDurationSeconds`` 1, as client-go's ReleaseOnCancel), and
+a Lease with no holder is free at once: another replica takes over at its next try, within
+``renew_s``, not a whole lease duration later.
 """
 
 from __future__ import annotations
@@ -34,6 +41,10 @@ from migfit import kube
 log = logging.getLogger(__name__)
 
 DEFAULT_LEASE = "migfit-relayout"
+# The most that a leader stops acting before its Lease may expire (``LeaseElector.margin_s``).
+MARGIN_S = 2.0
+# How long a shutdown waits for the Lease's release (``LeaseElector.release``).
+RELEASE_TIMEOUT_S = 2.0
 
 
 def default_identity() -> str:
@@ -68,6 +79,11 @@ class LeaseElector:
         self.identity = identity or default_identity()
         self.lease_s = lease_s
         self.renew_s = renew_s
+        # The leader stops acting this long before its Lease can expire for anyone else (as
+        # client-go's renewDeadline, 10 s of 15, does): a write begun just before the end must still
+        # land first. 2 s at most, and never so much that one failed renewal (the next try
+        # comes ``renew_s`` later) would end a term that the try after it renews.
+        self.margin_s = max(0.0, min(MARGIN_S, (lease_s - 2 * renew_s) / 2))
         self.clock = clock
         self._valid_until = 0.0
         # The Lease as last observed (holder, renewTime, resourceVersion), and when (clock()).
@@ -92,45 +108,60 @@ class LeaseElector:
 
     async def try_acquire(self) -> bool:
         """One round of the protocol; True when this replica holds the Lease afterwards."""
-        api = self.api
         started = self.clock()
         was = self.is_leader
         try:
             try:
-                lease = await api.read_lease(self.namespace, self.name)
+                return await self._round(started, was)
             except kube.ApiError as exc:
-                if not exc.not_found:
+                if not exc.conflict:
                     raise
-                self._observe(await api.create_lease(
-                    self.namespace, self._body(None, transitions=0, acquired=None)))
-                return self._won(started, was)
-            self._observe(lease)
-            spec = lease.get("spec") or {}
-            holder = spec.get("holderIdentity")
-            rv = (lease.get("metadata") or {}).get("resourceVersion")
-            transitions = int(spec.get("leaseTransitions") or 0)
-            if holder and holder != self.identity:
-                duration = float(spec.get("leaseDurationSeconds") or self.lease_s)
-                if self.clock() < self._observed_at + duration:
-                    return self._lost(was)
-                transitions += 1
-                acquired = None
-            else:
-                acquired = spec.get("acquireTime") if holder == self.identity else None
-            # A merge patch carrying the resourceVersion read: the API server treats it as a
-            # precondition and answers 409 Conflict when someone else wrote in between.
-            self._observe(await api.update_lease(
-                self.namespace, self.name,
-                self._body(rv, transitions=transitions, acquired=acquired)))
-            return self._won(started, was)
+            # 409 Conflict: someone else wrote first, or this replica did: a write whose answer
+            # was lost (a proxy's 504, a timeout) is retried by the client with the
+            # resourceVersion it has itself replaced. The Lease says which; client-go, too,
+            # reads it again and goes on leading while it names this replica.
+            return await self._round(self.clock(), was)
         except kube.ApiError as exc:
-            if exc.conflict:  # someone else wrote first (or created it first)
+            if exc.conflict:  # again, after a fresh read: someone else wrote (or created it)
                 return self._lost(was)
             log.warning("leader: lease %s/%s: %s", self.namespace, self.name, exc)
             return self.is_leader
         except Exception as exc:  # the API is unreachable: keep what is still valid
             log.warning("leader: lease %s/%s: %s", self.namespace, self.name, exc)
             return self.is_leader
+
+    async def _round(self, started: float, was: bool) -> bool:
+        """Read the Lease; create, take over or renew it: True when held afterwards, ApiError
+        (409 when someone wrote in between) when a call failed."""
+        api = self.api
+        try:
+            lease = await api.read_lease(self.namespace, self.name)
+        except kube.ApiError as exc:
+            if not exc.not_found:
+                raise
+            self._observe(await api.create_lease(
+                self.namespace, self._body(None, transitions=0, acquired=None)))
+            return self._won(started, was)
+        self._observe(lease)
+        spec = lease.get("spec") or {}
+        holder = spec.get("holderIdentity")
+        rv = (lease.get("metadata") or {}).get("resourceVersion")
+        transitions = int(spec.get("leaseTransitions") or 0)
+        if holder == self.identity:
+            acquired = spec.get("acquireTime")
+        else:
+            # A Lease with no holder (released: ``release``) is free at once, as in client-go.
+            duration = float(spec.get("leaseDurationSeconds") or self.lease_s)
+            if holder and self.clock() < self._observed_at + duration:
+                return self._lost(was)
+            transitions += 1
+            acquired = None
+        # A merge patch carrying the resourceVersion read: the API server treats it as a
+        # precondition and answers 409 Conflict when someone else wrote in between.
+        self._observe(await api.update_lease(
+            self.namespace, self.name,
+            self._body(rv, transitions=transitions, acquired=acquired)))
+        return self._won(started, was)
 
     def _observe(self, lease: dict[str, Any]) -> None:
         """Remember when the Lease last changed, by this replica's monotonic clock."""
@@ -142,8 +173,9 @@ class LeaseElector:
             self._observed_at = self.clock()
 
     def _won(self, started: float, was: bool) -> bool:
-        # Counted from before the request: the server may have seen it that early.
-        self._valid_until = started + self.lease_s
+        # Counted from before the request (the server may have seen it that early; a follower
+        # that saw it counts its lease duration from later still), less the margin.
+        self._valid_until = started + self.lease_s - self.margin_s
         if not was:
             log.info("leader: %s holds lease %s/%s", self.identity, self.namespace, self.name)
             self.changed.set()
@@ -157,14 +189,42 @@ class LeaseElector:
         return False
 
     def resign_locally(self) -> None:
-        """Stop acting as leader now (for shutdown); the Lease then expires on its own."""
+        """Stop acting as leader now; the Lease then expires on its own (``release`` frees it
+        at once)."""
         self._lost(self.is_leader)
 
+    async def release(self) -> None:
+        """Stop acting as leader and, when this replica held the Lease, free it: one write
+        with no holder, ``leaseDurationSeconds`` 1 and ``renewTime`` now, conditional on the
+        resourceVersion of this replica's last write, as client-go's ReleaseOnCancel. Another
+        replica then takes it at its next try instead of waiting a whole lease duration. Bounded
+        by ``RELEASE_TIMEOUT_S``; a failure is logged and the Lease expires on its own."""
+        held = self.is_leader
+        self.resign_locally()
+        holder, _, rv = self._observed or (None, None, None)
+        if not held or holder != self.identity or not rv:
+            return
+        now = _micro(datetime.datetime.now(tz=datetime.UTC))
+        body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                "metadata": {"name": self.name, "namespace": self.namespace,
+                             "resourceVersion": rv},
+                "spec": {"holderIdentity": "", "leaseDurationSeconds": 1,
+                         "acquireTime": now, "renewTime": now}}
+        try:
+            async with asyncio.timeout(RELEASE_TIMEOUT_S):
+                self._observe(await self.api.update_lease(self.namespace, self.name, body))
+        except Exception as exc:  # shutting down: the Lease expires on its own anyway
+            log.warning("leader: could not release lease %s/%s: %s", self.namespace,
+                        self.name, exc)
+            return
+        log.info("leader: %s released lease %s/%s", self.identity, self.namespace, self.name)
+
     async def run(self) -> None:
-        """Try to acquire or renew every ``renew_s`` until cancelled."""
+        """Try to acquire or renew every ``renew_s`` until cancelled; then release the Lease
+        when held (the extender's shutdown cancels this task once the writers have stopped)."""
         try:
             while True:
                 await self.try_acquire()
                 await asyncio.sleep(self.renew_s)
         finally:
-            self.resign_locally()
+            await self.release()

@@ -298,7 +298,9 @@ class UsageScraper:
         own: kube.KubeClient | None = None
         if self.settings.url_template is None and self.api is None:
             try:
-                own = await kube.connect(connection=self.connection or kube.Connection())
+                # Credentials that cannot be had now (an exec plugin that failed) are
+                # retried; what no retry mends is said once.
+                own = await kube.connect_retrying(self.connection or kube.Connection())
             except errors.MigfitError as exc:
                 log.error("gpu usage: no Kubernetes API to find the DCGM exporters: %s; the "
                           "advisor uses the counts only", exc)

@@ -19,6 +19,14 @@ in-cluster token file is re-read by the library), and every request has a
 timeout (``--request-timeout``, kubectl's spelling: ``30s``, ``2m``, ``500ms``; ``0`` means
 none).
 
+Failing to connect is classified here too: what no retry can mend (a kubeconfig file missing
+or unparsable; the context, its cluster or its user not in it; an exec credential plugin
+malformed, not installed or not executable) is a ConfigError, raised before anything is
+served (:func:`check`, which every command calls at start); credentials that cannot be had
+*now* (the exec plugin ran and failed, the identity provider did not answer) are a
+:class:`CredentialsError`, which servers retry with backoff (:func:`connect_retrying`) and
+one-shot commands report at once.
+
 Errors are classified once, here (:class:`ApiError`): 400, 401, 403, 404, 405 and 422 are
 *final* (retrying cannot help; the message names the server and what to fix); no answer at
 all (connection refused, DNS, TLS, timeout), 408, 429 and 5xx are *retryable* and are retried
@@ -33,6 +41,7 @@ source which RBAC verbs a server needs. Responses are plain JSON dicts (never th
 model classes, which cost too much for 150,000 pods).
 
 Stable API (other modules rely on it: add to it, do not rename): :func:`connect`,
+:func:`connect_retrying`, :class:`CredentialsError`,
 :class:`KubeClient` (``patch_node``, ``read_node``, ``read_pod``, ``list_nodes``,
 ``list_pods``, ``list_pod_disruption_budgets``, ``create_event``, ``read_config_map``,
 ``list_config_maps``, ``read_lease``, ``create_lease``, ``update_lease``, ``open_get``,
@@ -54,8 +63,9 @@ import os
 import pathlib
 import random
 import re
+import shutil
 import ssl
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Final, Literal
 
@@ -68,6 +78,11 @@ from kubernetes_asyncio.client.rest import ApiException
 from migfit import errors, strictfiles
 
 log = logging.getLogger(__name__)
+# The client logs each failure to load credentials (ERROR "[Errno 2] No such file or
+# directory", "exec: process returned 1") before it raises it; every one is raised to code
+# here that says it again in one line naming the plugin and the fix, or logs it as a warning
+# when it retries. Only that line is shown.
+logging.getLogger("kubernetes_asyncio.config.kube_config").setLevel(logging.CRITICAL)
 
 DEFAULT_REQUEST_TIMEOUT_S: Final = 30.0
 """A request's whole-answer limit when ``--request-timeout`` is not given (list pages and
@@ -103,6 +118,15 @@ _HINTS: Final[Mapping[int, str]] = {
     422: "the server rejected the request as invalid (a migfit bug or an admission "
          "policy): report it with this message",
 }
+
+
+class CredentialsError(errors.MigfitError):
+    """The kubeconfig user's credentials could not be had *now*: its exec plugin ran and
+    failed (exited non-zero, printed no credential), or its identity provider did not answer
+    (OIDC, GCP). Worth retrying with backoff (:func:`connect_retrying`); what no retry can
+    mend (a missing file or entry, a plugin that is not installed) is a ConfigError."""
+
+    status = 503
 
 
 class ApiError(ApiException):
@@ -273,8 +297,10 @@ _KUBECONFIG_FIX = "pass --kubeconfig PATH to a readable kubeconfig"
 def check(origin: Origin) -> None:
     """ConfigError, in one line that says what to change, when the kubeconfig files of
     ``origin`` cannot be a kubeconfig: unreadable, not valid YAML, not a mapping, all of them
-    empty or without clusters, contexts and users, or without ``origin.context`` (checked
-    before the client reads them, whose own errors are tracebacks or Python messages). As
+    empty or without clusters, contexts and users, without ``origin.context``, or when the
+    context in use names a cluster or user it does not have or a user whose exec credential
+    plugin is malformed, not installed or not executable (checked before the client reads
+    them, whose own errors are tracebacks or Python messages; none of these mends itself). As
     kubectl merges a ``$KUBECONFIG`` list, files that do not exist, are empty or hold only
     preferences are skipped there."""
     if origin.kubeconfig is None:
@@ -282,7 +308,10 @@ def check(origin: Origin) -> None:
     from_env = origin.kubeconfig == os.environ.get("KUBECONFIG")
     fix = ("fix the file or take it out of $KUBECONFIG" if from_env else _KUBECONFIG_FIX)
     paths = [os.path.expanduser(p) for p in origin.kubeconfig.split(os.pathsep) if p]
-    contexts: set[str] = set()
+    # The entries as the client merges them: the first file that names one wins;
+    # current-context of the last file that sets it.
+    entries: dict[str, dict[str, Any]] = {"clusters": {}, "contexts": {}, "users": {}}
+    current: str | None = None
     useful = False
     for path in paths:
         if not os.path.isfile(path):
@@ -303,19 +332,116 @@ def check(origin: Origin) -> None:
                                      f"{type(doc).__name__}, not a mapping); {fix}")
         useful = useful or any(doc.get(k) for k in ("clusters", "contexts", "users",
                                                     "current-context"))
-        for entry in doc.get("contexts") or ():
-            if isinstance(entry, dict) and isinstance(entry.get("name"), str):
-                contexts.add(entry["name"])
+        for kind, named in entries.items():
+            listed = doc.get(kind) or ()
+            for entry in listed if isinstance(listed, list) else ():
+                if isinstance(entry, dict) and isinstance(entry.get("name"), str):
+                    named.setdefault(entry["name"], entry)
+        if isinstance(doc.get("current-context"), str):
+            current = doc["current-context"]
     if not useful:
         which = (repr(paths[0]) if len(paths) == 1 else
                  f"from $KUBECONFIG={origin.kubeconfig!r}" if from_env else repr(origin.kubeconfig))
         raise errors.ConfigError(f"cannot load kubeconfig {which}: empty, or no clusters, "
                                  f"contexts or users; {fix}")
+    contexts = entries["contexts"]
     if origin.context is not None and origin.context not in contexts:
-        known = ", ".join(sorted(contexts)[:10]) or "none"
         raise errors.ConfigError(
             f"--context {origin.context}: no such context in kubeconfig {origin.kubeconfig} "
-            f"(it has: {known}); pass --context NAME of one of them")
+            f"(it has: {_names(contexts)}); pass --context NAME of one of them")
+    _check_entries(origin, entries, current)
+
+
+def _names(named: Mapping[str, Any]) -> str:
+    return ", ".join(sorted(named)[:10]) or "none"
+
+
+def _check_entries(origin: Origin, entries: Mapping[str, Mapping[str, Any]],
+                   current: str | None) -> None:
+    """ConfigError when the context in use, its cluster or its user is not in the kubeconfig,
+    or its user's exec credential plugin is malformed or cannot run: what kubectl refuses
+    before any request, and what no retry can mend (the client's own message for the first
+    was "Invalid kube-config file. Expected object with name nope in ...")."""
+    where = f"cannot load kubeconfig {origin.kubeconfig!r}"
+    name = origin.context or current
+    if not name:
+        raise errors.ConfigError(
+            f"{where}: no current-context; pass --context NAME of one of its contexts "
+            f"({_names(entries['contexts'])})")
+    if name not in entries["contexts"]:
+        raise errors.ConfigError(
+            f"{where}: current-context {name} names no context in it (it has: "
+            f"{_names(entries['contexts'])}); fix current-context or pass --context NAME")
+    context = entries["contexts"][name].get("context")
+    if not isinstance(context, dict):
+        raise errors.ConfigError(f"{where}: context {name} has no context mapping (cluster, "
+                                 "user); fix the file or pass another --context NAME")
+    for kind, key in (("clusters", "cluster"), ("users", "user")):
+        ref = context.get(key)
+        if ref is None and key == "user":
+            continue  # no user: anonymous requests, as kubectl makes them
+        if not isinstance(ref, str) or ref not in entries[kind]:
+            raise errors.ConfigError(
+                f"{where}: context {name} names {key} {ref!r}, which it does not have (it "
+                f"has: {_names(entries[kind])}); fix the context's {key} or pass another "
+                "--context NAME")
+    user_name = context.get("user")
+    user = entries["users"][user_name].get("user") if user_name is not None else None
+    if isinstance(user, dict) and "exec" in user:
+        problem = _exec_config_problem(user["exec"])
+        if problem is not None:
+            raise errors.ConfigError(f"{where}: user {user_name}: {problem}")
+
+
+def _exec_config_problem(spec: Any) -> str | None:
+    """What is wrong with a kubeconfig user's ``exec`` section, in words (None: nothing):
+    what the client would refuse, and a command that is not installed or cannot be run
+    (looked up in the PATH the plugin is started with: the exec ``env`` over ours)."""
+    if not isinstance(spec, dict):
+        return "exec is not a mapping (command, apiVersion, args, env); fix the kubeconfig"
+    command = spec.get("command")
+    if not isinstance(command, str) or not command:
+        return "exec has no command; fix the kubeconfig user's exec.command"
+    if not isinstance(spec.get("apiVersion"), str):
+        return (f"exec credential plugin {command}: no apiVersion (such as "
+                "client.authentication.k8s.io/v1); fix the kubeconfig user's exec.apiVersion")
+    args = spec.get("args")
+    if args is not None and not (isinstance(args, list)
+                                 and all(isinstance(a, str) for a in args)):
+        return f"exec credential plugin {command}: args is not a list of strings"
+    env = spec.get("env")
+    if env is not None and not (isinstance(env, list) and all(
+            isinstance(e, dict) and isinstance(e.get("name"), str) and "value" in e
+            for e in env)):
+        return f"exec credential plugin {command}: env is not a list of name/value pairs"
+    search = os.environ.get("PATH", os.defpath)
+    for entry in env or ():
+        if entry["name"] == "PATH":
+            search = str(entry["value"])
+    missing = _not_runnable(command, search)
+    return None if missing is None else _exec_wording(command, missing)
+
+
+def _not_runnable(command: str, search: str) -> Literal["not found", "not executable"] | None:
+    """Why ``command`` cannot be started, as the plugin is (a path with a slash as it is,
+    relative to the working directory; a bare name looked up in ``search``); None: it can."""
+    if shutil.which(command, path=search) is not None:
+        return None
+    if os.sep in command or (os.altsep and os.altsep in command):
+        candidates = [command]
+    else:
+        candidates = [os.path.join(d or ".", command) for d in search.split(os.pathsep)]
+    return "not executable" if any(os.path.exists(c) for c in candidates) else "not found"
+
+
+def _exec_wording(command: str, why: str) -> str:
+    """One exec credential plugin that cannot run, in words that name it and the fix."""
+    if why == "not found":
+        where = "" if os.sep in command else " in PATH"
+        return (f"exec credential plugin {command}: not found{where}; install it or fix the "
+                "kubeconfig user's exec.command")
+    return (f"exec credential plugin {command}: {why}; make it runnable or fix the kubeconfig "
+            "user's exec.command")
 
 
 def _status_detail(body: bytes) -> tuple[str, str]:
@@ -752,13 +878,84 @@ def as_client(api: KubeClient | k8s.ApiClient, *,
                       connection=connection or Connection(), refresher=None)
 
 
+def _where(origin: Origin) -> str:
+    return ("in-cluster config (no service account mounted?)" if origin.kubeconfig is None
+            else f"kubeconfig {origin.kubeconfig!r}"
+            + (f" context {origin.context!r}" if origin.context else ""))
+
+
+def _config_error(origin: Origin, exc: BaseException) -> errors.ConfigError:
+    return errors.ConfigError(
+        f"cannot load {_where(origin)}: {exc or type(exc).__name__}; pass --kubeconfig PATH "
+        "to a readable kubeconfig (and --context NAME to one of its contexts) or run inside a "
+        "pod with a service account")
+
+
+def _credentials_error(origin: Origin, loader: Any,
+                       exc: BaseException) -> CredentialsError | errors.ConfigError:
+    """A failure to get the kubeconfig user's credentials, classified: CredentialsError when
+    a retry may get them (the plugin ran and failed; the identity provider did not answer),
+    ConfigError when none can (the plugin cannot be started, the user entry is malformed).
+    One line; never the credential itself (the client's messages carry none)."""
+    user = getattr(loader, "_user", None)
+    spec = user.safe_get("exec") if user is not None else None  # the plain mapping
+    command = spec.get("command") if isinstance(spec, dict) else None
+    plugin = f"exec credential plugin {command}" if command else "the credential provider"
+    detail = " ".join(str(exc or type(exc).__name__).split())[:300]
+    if isinstance(exc, aiohttp.ClientError | TimeoutError | ConnectionError):
+        return CredentialsError(f"cannot get credentials for {_where(origin)}: {plugin}: "
+                                f"no answer: {detail}")
+    if command and isinstance(exc, OSError):
+        # It could not be started: the command is not there, or not a program we may run.
+        why = ("not found" if isinstance(exc, FileNotFoundError) else
+               "not executable" if isinstance(exc, PermissionError) else
+               f"cannot be run ({exc.strerror or exc})")
+        return errors.ConfigError(f"cannot load {_where(origin)}: "
+                                  f"{_exec_wording(str(command), why)}")
+    if (command and isinstance(exc, k8s_config.ConfigException) and detail.startswith("exec:")
+            and not detail.startswith("exec: malformed request")):
+        # It ran and failed (exited non-zero, printed no credential): an identity provider
+        # out of reach, a login that expired; client-go retries it on the next request.
+        return CredentialsError(f"cannot get credentials for {_where(origin)}: {plugin}: "
+                                f"{detail.removeprefix('exec: ')}")
+    return _config_error(origin, exc)
+
+
+async def connect_retrying(connection: Connection, *,
+                           backoff: Callable[[int], float] | None = None,
+                           failed: Callable[[CredentialsError, float], None] | None = None
+                           ) -> KubeClient:
+    """:func:`connect`, a CredentialsError (the credentials cannot be had now) retried for
+    ever with ``backoff(attempt)`` (``connection.backoff`` by default), each failure reported
+    to ``failed(error, delay)`` (by default logged as a warning). A ConfigError, which no retry
+    can mend, is raised at once. What servers use at start-up; one-shot commands call
+    :func:`connect` and fail at once."""
+    delay_of = backoff or connection.backoff
+    attempt = 0
+    while True:
+        try:
+            return await connect(connection=connection)
+        except CredentialsError as exc:
+            delay = delay_of(attempt)
+            if failed is not None:
+                failed(exc, delay)
+            else:
+                log.warning("%s; retrying in %.1fs", exc, delay)
+            await asyncio.sleep(delay)
+            attempt += 1
+
+
 async def connect(kubeconfig: str | os.PathLike[str] | None = None,
                   context: str | None = None,
                   request_timeout: float | None = None, *,
                   connection: Connection | None = None) -> KubeClient:
-    """A KubeClient for the configuration kubectl would use; ConfigError when it cannot load.
+    """A KubeClient for the configuration kubectl would use.
 
-    ``connection`` (all settings) wins over the three shorthand arguments.
+    ConfigError when it cannot load, for good (the file, the context, its cluster or user,
+    an exec plugin that is not installed); CredentialsError when the user's credentials
+    cannot be had now (the exec plugin failed, the identity provider did not answer), which
+    :func:`connect_retrying` retries. ``connection`` (all settings) wins over the three
+    shorthand arguments.
     """
     if connection is None:
         connection = Connection(kubeconfig=kubeconfig, context=context,
@@ -774,20 +971,24 @@ async def connect(kubeconfig: str | os.PathLike[str] | None = None,
             in_cluster(client_configuration=configuration)
             namespace = _in_cluster_namespace()
         else:
-            loader = await k8s_config.load_kube_config(
-                config_file=origin.kubeconfig, context=origin.context,
-                client_configuration=configuration, persist_config=False)
+            # load_kube_config's two steps, apart: reading the files and choosing the
+            # context (what cannot change while the process runs), then getting the
+            # credentials (an exec plugin or OIDC refresh runs: it may fail for a while).
+            merged = k8s_config.kube_config.KubeConfigMerger(origin.kubeconfig).config
+            loader = k8s_config.kube_config.KubeConfigLoader(
+                config_dict=merged, active_context=origin.context, config_base_path=None)
             current = loader.current_context or {}
             namespace = str((current.get("context") or {}).get("namespace") or "default")
     except (k8s_config.ConfigException, OSError, ValueError, KeyError, TypeError,
             AttributeError, AssertionError, yaml.YAMLError) as exc:
-        where = ("in-cluster config (no service account mounted?)" if origin.kubeconfig is None
-                 else f"kubeconfig {origin.kubeconfig!r}"
-                 + (f" context {origin.context!r}" if origin.context else ""))
-        raise errors.ConfigError(
-            f"cannot load {where}: {exc or type(exc).__name__}; pass --kubeconfig PATH to a "
-            "readable kubeconfig (and --context NAME to one of its contexts) or run inside a "
-            "pod with a service account") from None
+        raise _config_error(origin, exc) from None
+    if loader is not None:
+        try:
+            await loader.load_and_set(configuration)
+        except (k8s_config.ConfigException, OSError, ValueError, KeyError, TypeError,
+                AttributeError, AssertionError, yaml.YAMLError, aiohttp.ClientError) as exc:
+            # (OSError covers timeouts too, and the network errors of an OIDC refresh.)
+            raise _credentials_error(origin, loader, exc) from None
     refresher = None
     credentials = _Credentials(loader, configuration) if loader is not None else None
     if credentials is not None and credentials.source is not None:
@@ -807,12 +1008,14 @@ __all__ = [
     "TRANSPORT_ERRORS",
     "ApiError",
     "Connection",
+    "CredentialsError",
     "KubeClient",
     "Origin",
     "PatchType",
     "add_request_timeout_argument",
     "as_client",
     "connect",
+    "connect_retrying",
     "discover",
     "parse_duration",
     "read_json",

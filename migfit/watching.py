@@ -242,26 +242,28 @@ class KubernetesSource:
 
     async def run(self) -> None:
         """Keep the sink current until cancelled; raises ConfigError at once for no config,
-        or a kubeconfig file that cannot be one. Loading the credentials is retried."""
+        a kubeconfig that cannot be one or an exec plugin that cannot run (migfit.kube.check).
+        Credentials that cannot be had now are retried."""
         if self._client is not None:
             await self._run(self._client)
             return
-        # What cannot change while the process runs is checked once: a missing or unparsable
-        # kubeconfig file. Loading it runs its credential source (an exec plugin, an OIDC
+        # What cannot change while the process runs is checked once and raised: a missing or
+        # unparsable kubeconfig, a context, cluster or user it lacks, an exec plugin that is
+        # not installed. Getting the credentials runs their source (an exec plugin, an OIDC
         # refresh), which fails the way a request does (a network blip, an identity provider
-        # that is down), so it is retried with the same backoff as the watches.
+        # that is down): that is retried with the same backoff as the watches
+        # (kube.connect_retrying tells the two apart).
         kube.check(kube.discover(self._kubeconfig, self._context))
-        client = None
-        while client is None:
-            try:
-                client = await kube.connect(connection=kube.Connection(
-                    kubeconfig=self._kubeconfig, context=self._context,
-                    connect_timeout_s=self._settings.connect_timeout_s))
-            except Exception as exc:
-                self._note_error("connect", "connecting to the API server", exc)
-                await asyncio.sleep(self._settings.backoff(self._connect_failures))
-                self._connect_failures += 1
-                self._retries += 1
+
+        def failed(exc: kube.CredentialsError, delay: float) -> None:
+            self._note_error("connect", "connecting to the API server", exc)
+            self._connect_failures += 1
+            self._retries += 1
+
+        client = await kube.connect_retrying(
+            kube.Connection(kubeconfig=self._kubeconfig, context=self._context,
+                            connect_timeout_s=self._settings.connect_timeout_s),
+            backoff=self._settings.backoff, failed=failed)
         self._connect_failures = 0
         async with client:
             await self._run(client)

@@ -161,9 +161,13 @@ async def _serve(args: argparse.Namespace, settings: server.ExtenderSettings,
     client = None
     if getattr(args, "cluster_file", None) is None and not args.no_publish:
         # One client for the writes, found as kubectl finds it, with its credentials kept
-        # fresh (exec/OIDC) and --request-timeout.
-        client = await kube.connect(kubeconfig=args.kubeconfig, context=args.context,
-                                    request_timeout=args.request_timeout)
+        # fresh (exec/OIDC) and --request-timeout. Credentials that cannot be had now (an
+        # exec plugin that failed, an identity provider down) are retried with backoff, as
+        # the cluster source retries them; a kubeconfig that cannot work was refused at start
+        # (sources.open_source checks it), and a ConfigError here still ends the command.
+        client = await kube.connect_retrying(kube.Connection(
+            kubeconfig=args.kubeconfig, context=args.context,
+            request_timeout_s=args.request_timeout))
         api = client  # the one client of every write: advice, apply mode and Lease
         ns, _, name = str(args.configmap).partition("/")
         # The shared ConfigMap and the MIG Manager's per-node ones, read again every minute.

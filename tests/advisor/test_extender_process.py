@@ -233,3 +233,63 @@ async def test_extender_process_writes_a_custom_config_and_applies_it(
         proc.terminate()
         _, err = await asyncio.wait_for(proc.communicate(), timeout=20)
     assert b"Traceback" not in err, err.decode()
+
+
+async def test_extender_survives_an_exec_plugin_failing_at_start(
+        server: kmock.KubernetesEmulator, tmp_path: pathlib.Path) -> None:
+    """With publishing on, the extender's own client retries credentials that cannot be had
+    yet (the exec plugin's identity provider out of reach), as its cluster source does, and
+    then publishes. Before, it exited 2 at once ("cannot load kubeconfig ...")."""
+    store(server, node("idle", alloc={"3g.40gb": 2}))
+    store(server, node("busy", alloc={"1g.10gb": 7}))
+    for i in range(7):
+        store(server, pod(f"run-{i}", "1g.10gb", namespace="ml", node="busy"))
+    store(server, pod("small", "1g.10gb", namespace="ml"))
+    runs = tmp_path / "runs"
+    plugin = tmp_path / "plugin.py"
+    plugin.write_text(
+        "import json, pathlib, sys\n"
+        f"runs = pathlib.Path({str(runs)!r})\n"
+        "n = len(runs.read_text()) if runs.exists() else 0\n"
+        "runs.write_text('x' * (n + 1))\n"
+        "if n < 2:\n"
+        "    sys.exit('dial tcp: i/o timeout')\n"
+        "print(json.dumps({'apiVersion': 'client.authentication.k8s.io/v1beta1',\n"
+        "  'kind': 'ExecCredential', 'status': {'token': 'from-exec'}}))\n")
+    kc = tmp_path / "kc"
+    kc.write_text(json.dumps({
+        "apiVersion": "v1", "kind": "Config",
+        "clusters": [{"name": "kmock", "cluster": {"server": str(server.url).rstrip("/")}}],
+        "users": [{"name": "tester", "user": {"exec": {
+            "apiVersion": "client.authentication.k8s.io/v1beta1", "command": sys.executable,
+            "args": [str(plugin)], "interactiveMode": "Never"}}}],
+        "contexts": [{"name": "kmock", "context": {"cluster": "kmock", "user": "tester"}}],
+        "current-context": "kmock",
+    }))
+    port = _free_port()
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("KUBECONFIG", "KUBERNETES_SERVICE_HOST")}
+    env["HOME"] = str(tmp_path)
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "migfit.cli", "extender", "--host", "127.0.0.1",
+        "--port", str(port), "--kubeconfig", str(kc), "--grace", "0", "--log-level",
+        "warning", "--lease-namespace", "default", cwd=ROOT, env=env,
+        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE)
+    api = api_for(server)
+    try:
+        async def marked() -> Any:
+            if proc.returncode is not None:
+                raise AssertionError(f"the extender exited {proc.returncode}")
+            obj = await read_node(api, "idle")
+            return obj if "migfit.io/relayout" in obj["metadata"].get("annotations", {}) else None
+
+        await _until(marked)
+    finally:
+        await api.close()
+        if proc.returncode is None:
+            proc.terminate()
+        _, err = await asyncio.wait_for(proc.communicate(), timeout=20)
+    text = err.decode()
+    assert "Traceback" not in text, text
+    assert "process returned 1. dial tcp: i/o timeout" in text, text
+    assert "kubernetes_asyncio" not in text, text

@@ -110,3 +110,46 @@ def test_kubeconfig_lists_skip_missing_files_and_merge_contexts(tmp_path: Path) 
     with pytest.raises(errors.ConfigError, match=f"cannot load kubeconfig '{bad}': not a kube"):
         kube.check(kube.Origin(os.pathsep.join([good, bad]), None))
     kube.check(kube.Origin(None, None))  # in-cluster: nothing to read here
+
+
+BAD_CONTEXT = GOOD.replace("{cluster: c, user: u}", "{cluster: nope, user: u}")
+NOT_INSTALLED = GOOD.replace(
+    "{token: abc}", "{exec: {apiVersion: client.authentication.k8s.io/v1beta1, "
+    "command: /nonexistent/aws-iam-authenticator, args: [token]}}")
+COMMANDS = {
+    "status": ["status"],
+    "advise": ["advise"],
+    "explain": ["explain", "default/p"],
+    "serve": ["serve", "--webhook-port", "1", "--extender-port", "2"],
+    "webhook": ["webhook", "--port", "1", "--tls-cert", "{dir}/tls.crt",
+                "--tls-key", "{dir}/tls.key"],
+    "extender": ["extender", "--port", "1"],
+    "extender --no-publish": ["extender", "--port", "1", "--no-publish"],
+}
+
+
+@pytest.mark.parametrize("command", sorted(COMMANDS))
+def test_a_kubeconfig_that_cannot_work_stops_every_command_at_start(
+        tmp_path: Path, command: str) -> None:
+    """A context naming a cluster the file lacks, and an exec plugin that is not installed:
+    one line naming what to change, exit 2, in every command. Before, the webhook and
+    ``extender --no-publish`` retried them for ever (/healthz 200, /readyz 503), and the
+    plugin read "[Errno 2] No such file or directory" as if the kubeconfig were missing,
+    below the client's own ERROR line saying it again."""
+    cert, key, _ca = certificates.self_signed_for_localhost()
+    (tmp_path / "tls.crt").write_bytes(cert)
+    (tmp_path / "tls.key").write_bytes(key)
+    args = [a.format(dir=tmp_path) for a in COMMANDS[command]]
+    for text, expected in (
+            (BAD_CONTEXT, "context ctx names cluster 'nope', which it does not have (it has: "
+                          "c); fix the context's cluster or pass another --context NAME"),
+            (NOT_INSTALLED, "user u: exec credential plugin /nonexistent/aws-iam-authenticator:"
+                            " not found; install it or fix the kubeconfig user's exec.command")):
+        path = _write(tmp_path, "config", text)
+        try:
+            done = subprocess.run(["migfit", *args, "--kubeconfig", path], cwd=ROOT,
+                                  capture_output=True, text=True, timeout=20,
+                                  env={**os.environ, "HOME": str(tmp_path)})
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"migfit {command} still running after 20 s with {expected!r}")
+        _one_line(done, f"cannot load kubeconfig {path!r}: {expected}")

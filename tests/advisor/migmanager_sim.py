@@ -24,6 +24,16 @@ CONFIGMAPS = kmock.resource("v1", "configmaps")
 Match = Callable[[Any], bool]
 
 
+class HandClock:
+    """A monotonic clock the test moves by hand, shared by every replica's elector."""
+
+    def __init__(self) -> None:
+        self.t = 5000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
 @attrs.define
 class Fault:
     res: Any

@@ -12,6 +12,7 @@ from kubernetes_asyncio import client as k8s
 from migmanager_sim import (
     NODES,
     PODS,
+    HandClock,
     VersionedEmulator,
     advice_cache,
     events,
@@ -24,17 +25,8 @@ from migmanager_sim import (
 
 from migfit.extender import advice, leader
 
+Clock = HandClock
 LEASE_S = 15.0
-
-
-class Clock:
-    """A monotonic clock the test moves by hand, shared by every replica's elector."""
-
-    def __init__(self) -> None:
-        self.t = 5000.0
-
-    def __call__(self) -> float:
-        return self.t
 
 
 @pytest.fixture()

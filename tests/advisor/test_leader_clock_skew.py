@@ -8,21 +8,12 @@ from typing import Any
 import kmock
 import pytest
 from kubernetes_asyncio import client as k8s
+from migmanager_sim import HandClock as Clock
 
 from migfit.extender import leader
 
 LEASES = kmock.resource("coordination.k8s.io", "v1", "leases")
 MICRO = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$")
-
-
-class Clock:
-    """A monotonic clock the test moves by hand."""
-
-    def __init__(self) -> None:
-        self.t = 5000.0
-
-    def __call__(self) -> float:
-        return self.t
 
 
 @pytest.fixture()

@@ -17,22 +17,13 @@ from typing import Any
 import kmock
 import pytest
 from kubernetes_asyncio import client as k8s
+from migmanager_sim import HandClock as Clock
 from migmanager_sim import VersionedEmulator
 
 from migfit.extender import leader
 
 LEASES = kmock.resource("coordination.k8s.io", "v1", "leases")
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-
-
-class Clock:
-    """A monotonic clock the test moves by hand, shared by every replica's elector."""
-
-    def __init__(self) -> None:
-        self.t = 5000.0
-
-    def __call__(self) -> float:
-        return self.t
 
 
 @pytest.fixture()

@@ -88,8 +88,10 @@ async def test_kubeconfig_list_merges_and_context_namespace(
     assert tokens == ["Bearer token-a", "Bearer token-b"]
 
 
-async def test_exec_credentials_are_refreshed(server: kmock.KubernetesEmulator,
-                                              tmp_path: pathlib.Path) -> None:
+def _counting_plugin(server: kmock.KubernetesEmulator, tmp_path: pathlib.Path, *,
+                     valid_s: int) -> tuple[pathlib.Path, pathlib.Path]:
+    """A kubeconfig whose exec plugin hands out exec-1, exec-2, ... (each valid ``valid_s``),
+    and the file that counts its runs."""
     counter = tmp_path / "count"
     plugin = tmp_path / "plugin.py"
     plugin.write_text(
@@ -97,13 +99,20 @@ async def test_exec_credentials_are_refreshed(server: kmock.KubernetesEmulator,
         f"p = pathlib.Path({str(counter)!r})\n"
         "n = int(p.read_text()) + 1 if p.exists() else 1\n"
         "p.write_text(str(n))\n"
-        "soon = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(seconds=30)\n"
+        "until = datetime.datetime.now(datetime.timezone.utc)"
+        f" + datetime.timedelta(seconds={valid_s})\n"
         "print(json.dumps({'apiVersion': 'client.authentication.k8s.io/v1beta1',\n"
         "  'kind': 'ExecCredential', 'status': {'token': f'exec-{n}',\n"
-        "  'expirationTimestamp': soon.strftime('%Y-%m-%dT%H:%M:%SZ')}}))\n")
+        "  'expirationTimestamp': until.strftime('%Y-%m-%dT%H:%M:%SZ')}}))\n")
     kc = _config(tmp_path / "kc", str(server.url).rstrip("/"), user={"exec": {
         "apiVersion": "client.authentication.k8s.io/v1beta1", "command": sys.executable,
         "args": [str(plugin)], "interactiveMode": "Never"}})
+    return kc, counter
+
+
+async def test_exec_credentials_are_refreshed(server: kmock.KubernetesEmulator,
+                                              tmp_path: pathlib.Path) -> None:
+    kc, counter = _counting_plugin(server, tmp_path, valid_s=30)
     client = await kube.connect(connection=kube.Connection(kubeconfig=kc,
                                                            refresh_interval_s=0.2))
     async with client:
@@ -141,20 +150,7 @@ async def test_token_file_is_read_again(server: kmock.KubernetesEmulator,
 
 async def test_exec_plugin_runs_again_after_a_401(server: kmock.KubernetesEmulator,
                                                   tmp_path: pathlib.Path) -> None:
-    counter = tmp_path / "count"
-    plugin = tmp_path / "plugin.py"
-    plugin.write_text(
-        "import json, pathlib, datetime\n"
-        f"p = pathlib.Path({str(counter)!r})\n"
-        "n = int(p.read_text()) + 1 if p.exists() else 1\n"
-        "p.write_text(str(n))\n"
-        "later = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(hours=1)\n"
-        "print(json.dumps({'apiVersion': 'client.authentication.k8s.io/v1beta1',\n"
-        "  'kind': 'ExecCredential', 'status': {'token': f'exec-{n}',\n"
-        "  'expirationTimestamp': later.strftime('%Y-%m-%dT%H:%M:%SZ')}}))\n")
-    kc = _config(tmp_path / "kc", str(server.url).rstrip("/"), user={"exec": {
-        "apiVersion": "client.authentication.k8s.io/v1beta1", "command": sys.executable,
-        "args": [str(plugin)], "interactiveMode": "Never"}})
+    kc, _ = _counting_plugin(server, tmp_path, valid_s=3600)
     # Revoked long before the expiry its plugin gave it.
     server[kmock.headers({"Authorization": "Bearer exec-1"})] << 401 << {
         "kind": "Status", "code": 401, "message": "revoked"}

@@ -11,7 +11,7 @@ import pytest
 
 from migfit import watching
 
-from .scenery import FAST, RecordingSink
+from .scenery import FAST, RecordingSink, write_kubeconfig
 
 
 @pytest.fixture()
@@ -23,28 +23,7 @@ def server(kmock: kmock.KubernetesEmulator) -> kmock.KubernetesEmulator:
 
 @pytest.fixture()
 def kubeconfig(server: kmock.KubernetesEmulator, tmp_path: pathlib.Path) -> pathlib.Path:
-    path = tmp_path / "kubeconfig"
-    path.write_text(
-        f"""
-apiVersion: v1
-kind: Config
-clusters:
-- name: kmock
-  cluster:
-    server: {str(server.url).rstrip('/')}
-users:
-- name: tester
-  user:
-    token: t0k3n
-contexts:
-- name: kmock
-  context:
-    cluster: kmock
-    user: tester
-current-context: kmock
-"""
-    )
-    return path
+    return write_kubeconfig(server, tmp_path / "kubeconfig")
 
 
 @pytest.fixture()

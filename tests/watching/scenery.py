@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import pathlib
 from collections.abc import Callable
 from typing import Any
 
@@ -57,6 +58,26 @@ class RecordingSink:
 
     def replaces(self, kind: str) -> int:
         return self.calls.count(("replace", kind))
+
+
+def write_kubeconfig(server: kmock.KubernetesEmulator, path: pathlib.Path, *,
+                     user: str = "{token: t0k3n}",
+                     context: str = "{cluster: kmock, user: tester}") -> pathlib.Path:
+    """A kubeconfig at ``path`` for the emulator: one cluster, the user ``tester`` with the
+    ``user`` entry given (flow YAML), and the context ``kmock`` (``context``) in use."""
+    path.write_text(f"""
+apiVersion: v1
+kind: Config
+clusters:
+- {{name: kmock, cluster: {{server: "{str(server.url).rstrip('/')}"}}}}
+users:
+- name: tester
+  user: {user}
+contexts:
+- {{name: kmock, context: {context}}}
+current-context: kmock
+""")
+    return path
 
 
 def pod(name: str, rv: str, *, namespace: str = "default", **spec: Any) -> dict[str, Any]:

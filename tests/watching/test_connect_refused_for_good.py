@@ -20,24 +20,7 @@ import pytest
 
 from migfit import errors, watching
 
-from .scenery import FAST, RecordingSink
-
-
-def _kubeconfig(server: kmock.KubernetesEmulator, path: pathlib.Path, *, user: str,
-                context: str = "{cluster: kmock, user: tester}") -> pathlib.Path:
-    path.write_text(f"""
-apiVersion: v1
-kind: Config
-clusters:
-- {{name: kmock, cluster: {{server: "{str(server.url).rstrip('/')}"}}}}
-users:
-- name: tester
-  user: {user}
-contexts:
-- {{name: kmock, context: {context}}}
-current-context: kmock
-""")
-    return path
+from .scenery import FAST, RecordingSink, write_kubeconfig
 
 
 def _exec(command: str, extra: str = "") -> str:
@@ -58,7 +41,7 @@ async def _refused(server: kmock.KubernetesEmulator, kubeconfig: pathlib.Path) -
 
 async def test_a_context_naming_a_cluster_it_lacks(
         server: kmock.KubernetesEmulator, tmp_path: pathlib.Path) -> None:
-    path = _kubeconfig(server, tmp_path / "kc", user="{token: t0k3n}",
+    path = write_kubeconfig(server, tmp_path / "kc", user="{token: t0k3n}",
                        context="{cluster: nope, user: tester}")
     message = await _refused(server, path)
     assert message == (f"cannot load kubeconfig {str(path)!r}: context kmock names cluster "
@@ -68,7 +51,7 @@ async def test_a_context_naming_a_cluster_it_lacks(
 
 async def test_a_context_naming_a_user_it_lacks(
         server: kmock.KubernetesEmulator, tmp_path: pathlib.Path) -> None:
-    path = _kubeconfig(server, tmp_path / "kc", user="{token: t0k3n}",
+    path = write_kubeconfig(server, tmp_path / "kc", user="{token: t0k3n}",
                        context="{cluster: kmock, user: nobody}")
     assert "context kmock names user 'nobody', which it does not have (it has: tester)" in (
         await _refused(server, path))
@@ -78,14 +61,14 @@ async def test_an_exec_plugin_that_is_not_installed_is_named(
         server: kmock.KubernetesEmulator, tmp_path: pathlib.Path,
         caplog: pytest.LogCaptureFixture) -> None:
     missing = tmp_path / "bin" / "aws-iam-authenticator"
-    path = _kubeconfig(server, tmp_path / "kc", user=_exec(str(missing)))
+    path = write_kubeconfig(server, tmp_path / "kc", user=_exec(str(missing)))
     message = await _refused(server, path)
     assert message == (f"cannot load kubeconfig {str(path)!r}: user tester: exec credential "
                        f"plugin {missing}: not found; install it or fix the kubeconfig user's "
                        "exec.command")
     assert "No such file or directory" not in message
     # A bare name is looked up in the PATH the plugin would get (exec env over ours).
-    path = _kubeconfig(server, tmp_path / "kc2", user=_exec(
+    path = write_kubeconfig(server, tmp_path / "kc2", user=_exec(
         "kubelogin", f", env: [{{name: PATH, value: '{tmp_path}'}}]"))
     assert "exec credential plugin kubelogin: not found in PATH" in (
         await _refused(server, path))
@@ -97,21 +80,21 @@ async def test_an_exec_plugin_that_cannot_be_run(
     plain = tmp_path / "plugin"
     plain.write_text("#!/bin/sh\necho {}\n")
     plain.chmod(0o644)
-    path = _kubeconfig(server, tmp_path / "kc", user=_exec(str(plain)))
+    path = write_kubeconfig(server, tmp_path / "kc", user=_exec(str(plain)))
     assert f"exec credential plugin {plain}: not executable; make it runnable" in (
         await _refused(server, path))
     # Executable but no program (no #! line): found, then refused by the kernel when run.
     garbage = tmp_path / "garbage"
     garbage.write_bytes(b"\x00\x01not a program\n")
     garbage.chmod(0o755)
-    path = _kubeconfig(server, tmp_path / "kc2", user=_exec(str(garbage)))
+    path = write_kubeconfig(server, tmp_path / "kc2", user=_exec(str(garbage)))
     message = await _refused(server, path)
     assert f"exec credential plugin {garbage}: cannot be run (Exec format error)" in message
 
 
 async def test_a_malformed_exec_section(
         server: kmock.KubernetesEmulator, tmp_path: pathlib.Path) -> None:
-    path = _kubeconfig(server, tmp_path / "kc",
+    path = write_kubeconfig(server, tmp_path / "kc",
                        user=f"{{exec: {{command: '{sys.executable}'}}}}")
     assert f"exec credential plugin {sys.executable}: no apiVersion" in (
         await _refused(server, path))

@@ -13,7 +13,16 @@ import pytest
 
 from migfit import watching
 
-from .scenery import RecordingSink, Start, assert_matches_fresh_lists, node, pod, store, until
+from .scenery import (
+    RecordingSink,
+    Start,
+    assert_matches_fresh_lists,
+    node,
+    pod,
+    store,
+    until,
+    write_kubeconfig,
+)
 
 
 @pytest.fixture()
@@ -29,27 +38,9 @@ def kubeconfig(server: kmock.KubernetesEmulator, tmp_path: pathlib.Path) -> path
         "    sys.exit('dial tcp: i/o timeout')\n"
         "print(json.dumps({'apiVersion': 'client.authentication.k8s.io/v1beta1',\n"
         "  'kind': 'ExecCredential', 'status': {'token': 'from-exec'}}))\n")
-    path = tmp_path / "kubeconfig"
-    path.write_text(
-        f"""
-apiVersion: v1
-kind: Config
-clusters:
-- {{name: kmock, cluster: {{server: "{str(server.url).rstrip('/')}"}}}}
-users:
-- name: tester
-  user:
-    exec:
-      apiVersion: client.authentication.k8s.io/v1beta1
-      command: "{sys.executable}"
-      args: ["{plugin}"]
-      interactiveMode: Never
-contexts:
-- {{name: kmock, context: {{cluster: kmock, user: tester}}}}
-current-context: kmock
-"""
-    )
-    return path
+    return write_kubeconfig(server, tmp_path / "kubeconfig", user=(
+        "{exec: {apiVersion: client.authentication.k8s.io/v1beta1, "
+        f'command: "{sys.executable}", args: ["{plugin}"], interactiveMode: Never}}}}'))
 
 
 async def test_exec_plugin_failing_at_start_up_is_retried(

@@ -23,26 +23,14 @@ from .scenery import (
     status,
     store,
     until,
+    write_kubeconfig,
 )
 
 REFUSED = status(401, "Unauthorized", "Unauthorized")
 
 
 def kubeconfig(server: kmock.KubernetesEmulator, path: pathlib.Path, user: str) -> pathlib.Path:
-    path.write_text(
-        f"""
-apiVersion: v1
-kind: Config
-clusters:
-- {{name: kmock, cluster: {{server: "{str(server.url).rstrip('/')}"}}}}
-users:
-- {{name: tester, user: {user}}}
-contexts:
-- {{name: kmock, context: {{cluster: kmock, user: tester}}}}
-current-context: kmock
-"""
-    )
-    return path
+    return write_kubeconfig(server, path, user=user)
 
 
 @contextlib.asynccontextmanager

@@ -95,16 +95,24 @@ class LeaseElector:
     def is_leader(self) -> bool:
         return self.clock() < self._valid_until
 
-    def _body(self, rv: str | None, *, transitions: int, acquired: str | None) -> dict[str, Any]:
+    def _body(self, rv: str | None, *, transitions: int | None, acquired: str | None,
+              holder: str | None = None, duration_s: int | None = None) -> dict[str, Any]:
+        """The Lease as this replica writes it (a merge patch; ``rv``: its precondition):
+        held by ``holder`` (this replica by default) for ``duration_s`` (the lease's), renewed
+        now; ``transitions`` None leaves the count as it is."""
         now = _micro(datetime.datetime.now(tz=datetime.UTC))
         meta: dict[str, Any] = {"name": self.name, "namespace": self.namespace}
         if rv:
             meta["resourceVersion"] = rv
+        spec: dict[str, Any] = {
+            "holderIdentity": self.identity if holder is None else holder,
+            "leaseDurationSeconds": max(1, round(self.lease_s)) if duration_s is None
+            else duration_s,
+            "acquireTime": acquired or now, "renewTime": now}
+        if transitions is not None:
+            spec["leaseTransitions"] = transitions
         return {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": meta,
-                "spec": {"holderIdentity": self.identity,
-                         "leaseDurationSeconds": max(1, round(self.lease_s)),
-                         "acquireTime": acquired or now, "renewTime": now,
-                         "leaseTransitions": transitions}}
+                "spec": spec}
 
     async def try_acquire(self) -> bool:
         """One round of the protocol; True when this replica holds the Lease afterwards."""
@@ -204,12 +212,7 @@ class LeaseElector:
         holder, _, rv = self._observed or (None, None, None)
         if not held or holder != self.identity or not rv:
             return
-        now = _micro(datetime.datetime.now(tz=datetime.UTC))
-        body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-                "metadata": {"name": self.name, "namespace": self.namespace,
-                             "resourceVersion": rv},
-                "spec": {"holderIdentity": "", "leaseDurationSeconds": 1,
-                         "acquireTime": now, "renewTime": now}}
+        body = self._body(rv, transitions=None, acquired=None, holder="", duration_s=1)
         try:
             async with asyncio.timeout(RELEASE_TIMEOUT_S):
                 self._observe(await self.api.update_lease(self.namespace, self.name, body))

@@ -388,11 +388,11 @@ def unknown_profiles_note(model: GpuModel, names: Iterable[str]) -> str:
     usable by memory.
     """
     odd = sorted({n for n in names if not model.has_profile(n)})
-    split = [n for n in odd if gpu_instance_of(n) is not None]
-    unknown = [n for n in odd if gpu_instance_of(n) is None]
+    split = {n: gi for n in odd if (gi := gpu_instance_of(n)) is not None}
+    unknown = [n for n in odd if n not in split]
     notes = []
     if split:
-        gis = sorted({str(gpu_instance_of(n)) for n in split})
+        gis = sorted(set(split.values()))
         notes.append(f"{', '.join(split)}: {_SHARED_MEMORY}; lay these GPUs out with "
                      f"GPU instance profiles ({', '.join(gis)})")
     if unknown:

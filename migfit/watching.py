@@ -247,13 +247,12 @@ class KubernetesSource:
         if self._client is not None:
             await self._run(self._client)
             return
-        # What cannot change while the process runs is checked once and raised: a missing or
-        # unparsable kubeconfig, a context, cluster or user it lacks, an exec plugin that is
-        # not installed. Getting the credentials runs their source (an exec plugin, an OIDC
-        # refresh), which fails the way a request does (a network blip, an identity provider
-        # that is down): that is retried with the same backoff as the watches
-        # (kube.connect_retrying tells the two apart).
-        kube.check(kube.discover(self._kubeconfig, self._context))
+        # What cannot change while the process runs is raised at once (kube.connect checks
+        # it first: a missing or unparsable kubeconfig, a context, cluster or user it lacks,
+        # an exec plugin that is not installed). Getting the credentials runs their source
+        # (an exec plugin, an OIDC refresh), which fails the way a request does (a network
+        # blip, an identity provider that is down): that is retried with the same backoff as
+        # the watches (kube.connect_retrying tells the two apart).
 
         def failed(exc: kube.CredentialsError, delay: float) -> None:
             self._note_error("connect", "connecting to the API server", exc)

@@ -603,19 +603,18 @@ class _Scope:
         if not apart:
             return claims
         out = Counter(claims)
+        named = None if self.node_name is None else view.node(self.node_name)
         apart.sort(key=lambda kc: -sum(kc[1].values()))
         for key, theirs in apart[:_APART_READ]:
             both = _intersection(self.constraints, key)
             if both is None:
                 continue  # too many affinity terms to combine: taken to wait elsewhere
+            there = named is not None and advisor.unselected(named.node, key) is None
             for profile, wanted in theirs.items():
                 if self.node_name is None:
                     inside = tracker.free_within(both, profile)
                 else:  # these nodes are that one node: free there if it is schedulable
-                    state = view.node(self.node_name)
-                    inside = (view.free_nodes(profile).get(self.node_name, 0)
-                              if state is not None
-                              and advisor.unselected(state.node, key) is None else 0)
+                    inside = view.free_nodes(profile).get(self.node_name, 0) if there else 0
                 if inside <= 0:
                     continue  # none of its free instances is here: nothing to charge
                 outside = tracker.free_within(key, profile) - inside

@@ -438,8 +438,8 @@ _FIXES: Final = {
     "placement": "widen the pod's nodeSelector or required node affinity to such a node",
     "wide": "split the pod into pods that ask for fewer instances",
     "busy": "wait for an instance to be freed (it runs then)",
-    "layout": "lay out such a node with GPU instance profiles of its model's catalog "
-              "(migfit status names what it advertises)",
+    "layout": "lay out such a node with GPU instance profiles of its model's catalog, on "
+              "GPUs of that one model (migfit status names what it advertises)",
 }
 _FIX_ORDER: Final = ("taint", "room", "placement", "wide", "layout", "busy")
 #: How ``_idle_refusals`` starts the refusal of a node whose layout migfit cannot read.
@@ -1659,7 +1659,8 @@ def _idle_refusals(state: cluster.Cluster, pod: records.PodRecord,
             continue
         why = excludes(rec, pod.constraints)
         if why is None and view(state, ns, None) is None:
-            odd = profiles.unknown_profiles_note(model, rec.allocatable)
+            odd = profiles.unknown_profiles_note(model, rec.allocatable, catalog=state.catalog,
+                                                 labels=rec.all_labels)
             why = f"{_UNKNOWN_LAYOUT} ({odd or 'see migfit status'})"
         if why is None:
             cpu, mem = _room(state, rec.name, memo)

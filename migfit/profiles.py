@@ -10,6 +10,7 @@ A100-80GB and a 2-memory-slice one on an A100-40GB, so every lookup goes through
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import re
@@ -378,27 +379,67 @@ def gpu_instance_of(name: str) -> str | None:
     return name[len(m.group(1)) + 2:]
 
 
-def unknown_profiles_note(model: GpuModel, names: Iterable[str]) -> str:
+def unknown_profiles_note(model: GpuModel, names: Iterable[str], *,
+                          catalog: Catalog | None = None,
+                          labels: Mapping[str, str] | None = None) -> str:
     """A note naming the profiles a node advertises that ``model`` does not have, or "".
 
     Some drivers rename profiles (``7g.79gb`` on an A100-80GB with R510, ``3g.39gb`` with
     R535/R545): the node's own names and its ``nvidia.com/mig-<p>.memory`` labels are kept
     and reported, not dropped; planning re-layouts needs them in a catalog file. A
     compute-instance profile (``1c.3g.40gb``) is said as such: no catalog entry makes it
-    usable by memory.
+    usable by memory. A profile whose ``nvidia.com/mig-<p>.product`` label (in ``labels``)
+    names another model of ``catalog``, or that only other models have, is that of a GPU of
+    another model on the same node (``other_model_profiles``).
     """
     odd = sorted({n for n in names if not model.has_profile(n)})
     split = {n: gi for n in odd if (gi := gpu_instance_of(n)) is not None}
-    unknown = [n for n in odd if n not in split]
+    others = other_model_profiles(model, [n for n in odd if n not in split], catalog, labels)
+    unknown = [n for n in odd if n not in split and n not in others]
     notes = []
     if split:
         gis = sorted(set(split.values()))
         notes.append(f"{', '.join(split)}: {_SHARED_MEMORY}; lay these GPUs out with "
                      f"GPU instance profiles ({', '.join(gis)})")
+    if others:
+        what = ", ".join(f"{n} ({' or '.join(ms)})" for n, ms in others.items())
+        notes.append(f"GPUs of more than one model: {what} besides {model.id}, which GPU "
+                     f"Feature Discovery's labels cannot describe (they name one model per "
+                     f"node); migfit plans no re-layout here: keep one GPU model per node")
     if unknown:
         notes.append(f"{', '.join(unknown)} not in the catalog for {model.id} (a driver's "
                      f"own name?): add it with --catalog FILE to plan re-layouts here")
     return "; ".join(notes)
+
+
+def other_model_profiles(model: GpuModel, names: Iterable[str], catalog: Catalog | None,
+                         labels: Mapping[str, str] | None) -> dict[str, list[str]]:
+    """Of ``names`` (profiles ``model`` does not have), those of other models: per name, the
+    models of ``catalog`` its ``nvidia.com/mig-<p>.product`` label resolves to, or else
+    every other model that has it.
+
+    GPU Feature Discovery labels a node with one product, its first GPU's ("Multiple device
+    types detected", k8s-device-plugin issue #736), and the GPU Operator supports one GPU
+    model per node (gpu-operator issue #334); the mixed strategy still advertises every
+    GPU's MIG devices, each with its own ``.product`` label. A name of no model (a driver's
+    own) is left out.
+    """
+    if catalog is None:
+        return {}
+    out: dict[str, list[str]] = {}
+    for name in names:
+        product = (labels or {}).get(f"{resource_name(name)}.product", "")
+        labelled: GpuModel | None = None
+        if product:
+            with contextlib.suppress(errors.UnknownModelError):
+                labelled = catalog.resolve(parse_product(product).name)  # its GPU's model
+        if labelled is not None:  # the label decides: the node's own model is a driver's name
+            found = [] if labelled.id == model.id else [labelled.id]
+        else:
+            found = [m.id for m in catalog.models if m.id != model.id and m.has_profile(name)]
+        if found:
+            out[name] = found
+    return out
 
 
 REPLICAS_SUFFIX = ".replicas"

@@ -108,7 +108,8 @@ def render_table(model: cluster.Cluster) -> str:
         if gpu is not None and node.strategy != "single":  # issue 13: allocation spread
             hint = migparted.spread_note(gpu, node.allocatable, state.used, node.gpu_count,
                                          replicas=node.replicas)
-            odd = profiles.unknown_profiles_note(gpu, node.allocatable)
+            odd = profiles.unknown_profiles_note(gpu, node.allocatable, catalog=model.catalog,
+                                                 labels=node.all_labels)
             notes = ", ".join(n for n in (notes, hint, odd) if n)
         if not names:
             rows.append((*first, "-", "", "", "", notes))

@@ -269,9 +269,24 @@ def test_explain_names_an_idle_node_whose_layout_migfit_cannot_read() -> None:
             "is unknown to migfit (1c.3g.40gb: compute instances share their GPU instance's "
             "memory") in text, text
     assert text.endswith("Lay out such a node with GPU instance profiles of its model's "
-                         "catalog (migfit status names what it advertises); wait for an "
+                         "catalog, on GPUs of that one model (migfit status names what it "
+                         "advertises); wait for an "
                          "instance to be freed (it runs then); add capacity; or ask for "
                          "another profile."), text
+
+
+def test_explain_names_an_idle_node_with_gpus_of_two_models() -> None:
+    """A node whose GPUs are of two models (GFD labels one, the first GPU's) advertises
+    another model's profile: explain says so and that migfit plans no re-layout there."""
+    full = node("full", alloc={"1g.10gb": 1})
+    taken = pod("r", "1g.10gb", node="full", phase="Running")
+    two = node("two", alloc={"3g.40gb": 2, "1g.5gb": 7})
+    text = advisor.explain(build(full, taken, two, pod("p", "1g.10gb")), "default", "p",
+                           now=NOW, settings=advisor.Settings(allow_disruptive=False))
+    assert ("- Idle node(s) a re-layout could give it from cannot take it (two: its layout "
+            "is unknown to migfit (GPUs of more than one model: 1g.5gb (A100-40GB) besides "
+            "A100-80GB") in text, text
+    assert "migfit plans no re-layout here: keep one GPU model per node" in text
 
 
 def test_explain_names_why_each_free_instance_cannot_take_the_pod() -> None:

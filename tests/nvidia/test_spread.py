@@ -80,6 +80,41 @@ def test_status_says_a_compute_instance_profile_is_no_gpu_instance() -> None:
     assert "1c.3g.40gb not in the catalog" not in row
 
 
+def _status_row(name: str, alloc: dict[str, str], labels: dict[str, str]) -> str:
+    node = _node(name, alloc)
+    node["metadata"]["labels"].update(labels)
+    state = cluster.Cluster()
+    state.replace("Node", [node])
+    state.mark_synced()
+    return next(line for line in status.render_table(state).splitlines()
+                if line.startswith(name))
+
+
+def test_status_names_gpus_of_another_model_on_the_node() -> None:
+    # GFD labels a node with its first GPU's product (k8s-device-plugin issue #736), but the
+    # mixed strategy advertises every GPU's MIG devices, each with its own .product label.
+    row = _status_row("two", {"nvidia.com/mig-3g.40gb": "2", "nvidia.com/mig-1g.5gb": "7"},
+                      {"nvidia.com/mig-1g.5gb.product": "NVIDIA-A100-SXM4-40GB-MIG-1g.5gb"})
+    assert ("GPUs of more than one model: 1g.5gb (A100-40GB) besides A100-80GB" in row
+            and "keep one GPU model per node" in row), row
+    assert "not in the catalog" not in row and "--catalog" not in row
+    # Without the .product label: the models of the catalog that have the profile.
+    row = _status_row("bare", {"nvidia.com/mig-1g.5gb": "7"}, {})
+    assert "GPUs of more than one model: 1g.5gb (A100-40GB) besides A100-80GB" in row, row
+
+
+def test_a_profile_labelled_with_the_nodes_own_model_is_a_drivers_name() -> None:
+    # An A100-80GB GPU advertising 1g.5gb (another model's name) under its own product is
+    # a driver's renaming, not a second model: the catalog note, not the two-model one.
+    row = _status_row("own", {"nvidia.com/mig-1g.5gb": "7"},
+                      {"nvidia.com/mig-1g.5gb.product": "NVIDIA-A100-SXM4-80GB-MIG-1g.5gb"})
+    assert "1g.5gb not in the catalog for A100-80GB" in row, row
+    assert "more than one model" not in row
+    # A name of no model stays a driver's own name, beside another model's profile.
+    row = _status_row("both", {"nvidia.com/mig-7g.79gb": "1", "nvidia.com/mig-1g.5gb": "7"}, {})
+    assert "1g.5gb (A100-40GB)" in row and "7g.79gb not in the catalog" in row, row
+
+
 def test_gpu_instance_of_a_compute_instance_profile() -> None:
     assert profiles.gpu_instance_of("1c.3g.40gb") == "3g.40gb"
     assert profiles.gpu_instance_of("2c.4g.40gb+me") == "4g.40gb+me"

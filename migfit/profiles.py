@@ -434,9 +434,10 @@ def other_model_profiles(model: GpuModel, names: Iterable[str], catalog: Catalog
             with contextlib.suppress(errors.UnknownModelError):
                 labelled = catalog.resolve(parse_product(product).name)  # its GPU's model
         if labelled is not None:  # the label decides: the node's own model is a driver's name
-            found = [] if labelled.id == model.id else [labelled.id]
+            found: list[str] = [] if labelled.id == model.id else [str(labelled.id)]
         else:
-            found = [m.id for m in catalog.models if m.id != model.id and m.has_profile(name)]
+            found = [str(m.id) for m in catalog.models
+                     if m.id != model.id and m.has_profile(name)]
         if found:
             out[name] = found
     return out

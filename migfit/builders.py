@@ -47,7 +47,8 @@ def mig_labels(
         labels[keys.LABEL_CONFIG_STATE] = config_state
     if strategy == "single" and instances:
         ((only, _count),) = instances.items()
-        labels[keys.LABEL_PRODUCT] = f"{product}-MIG-{only}"
+        # GFD names the MIG device with "+" as "." (k8s-device-plugin nvml-mig-device.go).
+        labels[keys.LABEL_PRODUCT] = f"{product}-MIG-{only.replace('+', '.')}"
     elif count_labels:
         for p, n in instances.items():
             labels[f"{profiles.resource_name(p)}.count"] = str(n)

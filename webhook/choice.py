@@ -941,6 +941,24 @@ def fitting_in(plans: Sequence[Plan], reqs: Sequence[requests.GpuRequest], *,
     return out
 
 
+def single_products(bases: Iterable[str], profile: str, *, shared: bool) -> list[str]:
+    """The ``nvidia.com/gpu.product`` values GPU Feature Discovery writes under the single
+    strategy for ``profile`` on GPUs named ``bases``: the MIG device's name has ``+`` as
+    ``.`` (``…-MIG-1g.10gb.me``; k8s-device-plugin internal/resource/nvml-mig-device.go,
+    GetName), and ``-SHARED`` follows when the device is time-sliced or shared with MPS
+    (internal/lm/resource.go). ``shared``: some node of the model is labelled so; the
+    sharing config outlives a re-layout, so both spellings are allowed then."""
+    label = profile.replace("+", ".")
+    tails = ("", "-SHARED") if shared else ("",)
+    return [f"{base}-MIG-{label}{tail}" for base in bases for tail in tails]
+
+
+def _shared_products(supply: view.Supply, mid: profiles.ModelId) -> bool:
+    """Whether some node of model ``mid`` has a ``…-SHARED`` product label."""
+    return any(v.upper().endswith("-SHARED") for (m, _p), o in supply.offers.items()
+               if m == mid for v in o.mig_products)
+
+
 def affinity_values(
     plans: Sequence[Plan],
     *,
@@ -958,8 +976,8 @@ def affinity_values(
                 if offer is not None:
                     values.update(offer.mig_products)
                 # supply.products holds base names already (view strips -MIG-<profile>).
-                values.update(f"{base}-MIG-{pl.profile}"
-                              for base in supply.products.get(mid, ()))
+                values.update(single_products(supply.products.get(mid, ()), pl.profile,
+                                              shared=_shared_products(supply, mid)))
             sets.append((pl.container.name, values))
         elif pl.models:
             values = {v for mid in pl.models for v in supply.products.get(mid, ())}

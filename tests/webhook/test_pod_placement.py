@@ -227,6 +227,40 @@ def test_single_strategy_product_affinity_comes_from_the_selected_nodes() -> Non
     assert s.H100_PRODUCT + "-MIG-1g.10gb" in json.dumps(values)
 
 
+def _product_values(verdict: decision.Verdict) -> list[str]:
+    (term,) = [op["value"] for op in verdict.patch if op["path"].startswith("/spec/affinity")]
+    (sel,) = term["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+        "nodeSelectorTerms"]
+    (expr,) = [e for e in sel["matchExpressions"] if e["key"] == "nvidia.com/gpu.product"]
+    return list(expr["values"])
+
+
+def test_single_strategy_affinity_spells_a_media_profile_as_gfd_labels_it() -> None:
+    """GFD writes a MIG device's "+" as "." (…-MIG-1g.10gb.me): an 8Gi pod asking for media
+    engines on a node laid out in 3g.40gb must match the label it will have after the
+    re-layout, not a "+me" spelling no node ever carries."""
+    c = s.make_cluster(node("a100-0", pool="a", allocatable={"3g.40gb": 2}, strategy="single"))
+    pod = s.pod({requests.GPU_MEMORY: "8Gi", requests.GPU_MEDIA: "true"})
+    verdict = decide(pod, c)
+    assert verdict.record is not None and verdict.record["strategy"] == "single"
+    values = _product_values(verdict)
+    assert values == [s.A100_PRODUCT + "-MIG-1g.10gb.me"], values
+
+
+def test_single_strategy_affinity_keeps_the_shared_suffix_of_time_sliced_nodes() -> None:
+    """A time-sliced single-strategy node is labelled …-MIG-1g.10gb-SHARED; after a re-layout
+    to 3g.40gb it is …-MIG-3g.40gb-SHARED, which the affinity must allow."""
+    shared = node("a100-0", pool="a", allocatable={"1g.10gb": 7}, strategy="single")
+    labels = shared["metadata"]["labels"]
+    labels["nvidia.com/gpu.product"] += "-SHARED"
+    labels["nvidia.com/gpu.replicas"] = "2"
+    c = s.make_cluster(shared)
+    verdict = decide(s.pod({requests.GPU_MEMORY: "30Gi"}), c)
+    values = _product_values(verdict)
+    assert s.A100_PRODUCT + "-MIG-3g.40gb-SHARED" in values, values
+    assert s.A100_PRODUCT + "-MIG-3g.40gb" in values, values
+
+
 def test_a_pinned_pod_is_not_answered_from_the_memo_after_its_node_freed_up() -> None:
     """Two A100s, one 1g.10gb each; the taken one moves from a100-0 to a100-1. The cluster's
     sums are what they were, so the memo's key would not move; the pinned pod's nodes did."""

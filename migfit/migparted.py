@@ -94,8 +94,15 @@ _PROFILE_FORMAT = re.compile(
 
 
 def valid_profile_format(name: str) -> bool:
-    """Whether mig-parted accepts ``name`` as a MIG profile when it parses a config."""
-    return _PROFILE_FORMAT.match(name) is not None
+    """Whether mig-parted accepts ``name`` as a MIG profile when it parses a config: the
+    format, and each attribute list (after ``+``, after ``-``) without a repeated attribute
+    (go-nvlib parseMigProfileAttributes: "non unique attribute in list")."""
+    if _PROFILE_FORMAT.match(name) is None:
+        return False
+    rest = name.partition("+")[2] if "+" in name else ""
+    added, _, removed = rest.partition("-") if rest else ("", "", name.partition("-")[2])
+    return all(len(set(attrs)) == len(attrs)
+               for part in (added, removed) if part for attrs in [part.split(",")])
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -243,11 +250,11 @@ def parse(text: str, *, where: str = "mig-parted config") -> Config:
 
 def _load(text: str, *, where: str) -> Any:
     try:
-        return strictfiles.load_yaml(text, where=where)
+        return strictfiles.load_first_yaml(text, where=where)
     except errors.ConfigError:
         if "\t" not in text or not text.lstrip().startswith(("{", "[")):
             raise
-        return strictfiles.load_yaml(_outside_quotes_tabs_as_spaces(text), where=where)
+        return strictfiles.load_first_yaml(_outside_quotes_tabs_as_spaces(text), where=where)
 
 
 def parse_configmap(obj: Mapping[str, Any]) -> Config:

@@ -40,6 +40,16 @@ def load_yaml(text: str, *, where: str) -> Any:
         raise errors.ConfigError(f"{where}: not valid YAML {yaml_problem(exc)}") from None
 
 
+def load_first_yaml(text: str, *, where: str) -> Any:
+    """The first YAML document of ``text`` decoded (None for none), as go-yaml's Unmarshal
+    reads it (sigs.k8s.io/yaml, which mig-parted uses): a trailing ``---`` or a second
+    document is not read; a ConfigError naming ``where`` when the first does not parse."""
+    try:
+        return next(iter(yaml.safe_load_all(text)), None)
+    except yaml.YAMLError as exc:
+        raise errors.ConfigError(f"{where}: not valid YAML {yaml_problem(exc)}") from None
+
+
 def validate(model: type[_M], raw: Any, *, where: str) -> _M:
     """``raw`` as ``model``; a ConfigError with the first problem's location and message."""
     try:

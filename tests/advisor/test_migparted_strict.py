@@ -262,7 +262,9 @@ def test_an_empty_mapping_is_refused_as_mig_parted_refuses_it() -> None:
 
 
 @pytest.mark.parametrize("name", ["bogus", "1g.5GB", "1g5gb", "g.5gb", "1g.5gb+", "1g.5gb+1x",
-                                  "1g.5gb++me", " 1g.5gb", "1g.5gb+me,me,"])
+                                  "1g.5gb++me", " 1g.5gb", "1g.5gb+me,me,",
+                                  # go-nvlib: "non unique attribute in list"
+                                  "1g.10gb+me,me", "1g.10gb-me,me", "1g.10gb+gfx,me-me,me"])
 def test_a_malformed_profile_name_is_refused_at_parse_time(name: str) -> None:
     text = ("version: v1\nmig-configs:\n  c:\n  - devices: all\n    mig-enabled: true\n"
             f"    mig-devices: {{'{name}': 1}}\n")
@@ -276,6 +278,16 @@ def test_well_formed_names_parse_whether_or_not_a_gpu_has_them(name: str) -> Non
     text = ("version: v1\nmig-configs:\n  c:\n  - devices: all\n    mig-enabled: true\n"
             f"    mig-devices: {{'{name}': 1}}\n")
     assert migparted.parse(text).configs["c"][0].names() == (name,)
+
+
+@pytest.mark.parametrize("tail", ["---\n", "---\nversion: v2\n"])
+def test_only_the_first_document_is_read_as_go_yaml_unmarshal_reads_it(tail: str) -> None:
+    # mig-parted reads its config with sigs.k8s.io/yaml, whose Unmarshal (go-yaml) decodes
+    # the first document and ignores what follows; a ConfigMap ending in "---" still works.
+    text = ("version: v1\nmig-configs:\n  c:\n  - devices: all\n    mig-enabled: true\n"
+            "    mig-devices: {'3g.40gb': 2}\n")
+    assert migparted.parse(text + tail).configs["c"][0].names() == ("3g.40gb", "3g.40gb")
+    assert migparted.parse("---\n" + text + tail).names() == ["c"]
 
 
 def test_tab_indented_json_is_read_as_go_yaml_reads_it() -> None:

@@ -101,7 +101,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                      help="--layout history: the first F of the pod list (creation order) "
                           "sizes the layouts; the rest is replayed (between 0 and 1)")
     src.add_argument("--pods", type=Path, default=None, metavar="CSV",
-                     help=f"the trace's pod list (default: TRACE_DIR/{POD_CSV})")
+                     help=f"the trace's pod list (default: TRACE_DIR/{POD_CSV}); a relative "
+                          f"path not found here is looked up in TRACE_DIR")
     src.add_argument("--synthetic", type=int, default=None, metavar="N",
                      help="N synthetic pods (workload.SYNTHETIC_MIX) instead of a pod list")
     src.add_argument("--mapping", choices=("compute", "memory"), default="compute",
@@ -309,6 +310,9 @@ def _inputs(args: argparse.Namespace, catalog: profiles.Catalog
         info["workload"] = f"{synthetic} synthetic pods"
     else:
         path = args.pods or trace_dir / POD_CSV
+        if (args.pods is not None and not path.exists() and not path.is_absolute()
+                and (trace_dir / path).exists()):
+            path = trace_dir / path  # a list of the trace named as the trace names it
         if not path.exists():
             raise errors.UsageError(f"no pod list at {path}; give --trace-dir, --pods or "
                                     f"--synthetic (or set ${TRACE_ENV}), or try --example")

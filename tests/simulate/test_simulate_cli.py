@@ -251,6 +251,29 @@ def test_a_run_says_first_what_it_replays_and_about_how_long(
                      f"a few seconds")
 
 
+def test_a_pod_list_named_as_the_trace_names_it_is_found_in_the_trace_dir(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """``--pods openb_pod_list_gpushare100.csv`` was "no pod list at …" unless run from the
+    trace's folder; a relative path not found here is looked up in the trace dir."""
+    trace = tmp_path / "trace"
+    trace.mkdir()
+    (trace / "openb_node_list_gpu_node.csv").write_text(
+        "sn,cpu_milli,memory_mib,gpu,model\na1,64000,262144,1,V100M32\n")
+    rows = ["name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,"
+            "creation_time,deletion_time,scheduled_time"]
+    rows += [f"p{i},1000,1024,1,1000,,LS,Running,{i},{i + 500},{i}" for i in range(3)]
+    (trace / "other.csv").write_text("\n".join(rows) + "\n")
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["simulate", "--trace-dir", str(trace), "--pods", "other.csv",
+                     "--policies", "default"]) == 0
+    assert " of other.csv on the trace" in capsys.readouterr().err
+    # One found where it is named wins; a missing one is still said.
+    assert cli.main(["simulate", "--trace-dir", str(trace), "--pods", "missing.csv",
+                     "--policies", "default"]) == 2
+    assert "no pod list at missing.csv" in capsys.readouterr().err
+
+
 def test_the_example_cluster_is_named_as_it_is(capsys: pytest.CaptureFixture[str]) -> None:
     """--example's help said "the small cluster shipped with migfit (example-cluster.yaml)",
     which users took for migfit/data/example-cluster.yaml, the cluster of migfit serve."""

@@ -1679,6 +1679,9 @@ def _names(nodes: Sequence[str], limit: int = 5) -> str:
     return shown + (f" and {len(nodes) - limit} more" if len(nodes) > limit else "")
 
 
+_NAMES_SHOWN: Final = 8  # pods named in an unknown pod's answer
+
+
 def explain(
     state: cluster.Cluster,
     namespace: str,
@@ -1688,15 +1691,24 @@ def explain(
     settings: Settings | None = None,
     config: migparted.Config | None = None,
     advice: Advice | None = None,
+    source: str | None = None,
 ) -> str:
-    """Why pod ``namespace/name`` is pending, in plain words, and what would fix it."""
+    """Why pod ``namespace/name`` is pending, in plain words, and what would fix it.
+
+    ``source``: the file the cluster was read from (None: the API server), which an unknown
+    pod's answer names with the pods the file has in that namespace."""
     settings = settings or Settings()
     pod = state.find_pod(namespace, name)
     key = f"{namespace}/{name}"
     if pod is None:
-        return (f"{key}: not in migfit's view of the cluster. migfit tracks pods that request "
-                f"GPUs or carry {keys.ANNOTATION_PREFIX} annotations; check the name with "
-                f"kubectl get pod -n {namespace} {name}.")
+        tracked = (f"{key}: not in migfit's view of the cluster. migfit tracks pods that "
+                   f"request GPUs or carry {keys.ANNOTATION_PREFIX} annotations; ")
+        if source is None:
+            return tracked + f"check the name with kubectl get pod -n {namespace} {name}."
+        names = sorted(p.name for p in state.pods() if p.namespace == namespace)
+        shown = ", ".join(names[:_NAMES_SHOWN]) + (", …" if len(names) > _NAMES_SHOWN else "")
+        return tracked + (f"those of {source} in namespace {namespace}: {shown}." if names
+                          else f"{source} has none in namespace {namespace}.")
     if pod.node is not None:
         return f"{key} is not pending: it is bound to node {pod.node} (phase {pod.phase})."
     if pod.phase != "Pending" or pod.deleting:

@@ -105,7 +105,7 @@ def run(args: argparse.Namespace) -> int:
     advice = advisor.advise(state, now=now, settings=settings, config=config) if machine \
         else None
     text = advisor.explain(state, ns, name, now=now, settings=settings, config=config,
-                           advice=advice)
+                           advice=advice, source=args.cluster_file)
     found = state.find_pod(ns, name)
     if advice is not None:
         rec = advice.for_pod(f"{ns}/{name}")

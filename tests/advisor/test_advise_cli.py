@@ -52,3 +52,9 @@ def test_bad_arguments_are_one_line_errors() -> None:
     assert len(bad.stderr.strip().splitlines()) == 1
     missing = _migfit("explain", "nope/nothing", "--cluster", str(EXAMPLE))
     assert missing.returncode == 1 and "not in migfit's view" in missing.stdout
+    # Read from a file, the answer names the file's pods, not a kubectl command.
+    assert f"{EXAMPLE} has none in namespace nope." in missing.stdout, missing.stdout
+    near = _migfit("explain", "ml-research/finetune-small", "--cluster", str(EXAMPLE))
+    assert near.returncode == 1 and "kubectl" not in near.stdout
+    assert (f"those of {EXAMPLE} in namespace ml-research: finetune-small-0, "
+            f"llm-warmup-0.") in near.stdout, near.stdout

@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from migfit.simulate import metrics
+from migfit.simulate import metrics, policies
 
 COLUMNS: tuple[tuple[str, str, str], ...] = (
     # (figure, header, format)
@@ -58,10 +58,27 @@ def cell(summary: Mapping[str, float], kind: str) -> str:
     return text
 
 
+# What a bound's row shows (``bound.py``): its unallocated shares and, in events mode, its GPU
+# wait bounds (0, their trivial bound, in fill mode); pod counts are the LP's fractional
+# optimum, not a bound, and the other figures are trivial zeros: "(LP)" and "-" instead.
+_BOUND_FIGURES = frozenset({"unallocated_share", "unallocated_share_time_avg",
+                            "gpu_pending_p50_s", "gpu_pending_p95_s", "wall_s"})
+BOUND_NOTE = ("bound rows are LP optima, not replays (migfit/simulate/bound.py): unallocated "
+              "and the GPU waits are bounds no policy can beat; (LP) and - are figures an LP "
+              "does not have")
+
+
+def _cell(policy: str, figs: Mapping[str, Mapping[str, float]], key: str, kind: str) -> str:
+    """``cell``, or for a bound's row "(LP)" / "-" where the figure is no bound."""
+    if policy in policies.BOUNDS and key not in _BOUND_FIGURES:
+        return "(LP)" if key == "gpu_pods_placed" else "-"
+    return cell(figs[key], kind)
+
+
 def table(summary: Mapping[str, Mapping[str, Mapping[str, float]]]) -> str:
-    """A fixed-width table: one row per policy."""
+    """A fixed-width table: one row per policy (and ``BOUND_NOTE`` under bound rows)."""
     headers = ["policy", *(h for _, h, _ in COLUMNS)]
-    rows = [[policy, *(cell(figs[k], kind) for k, _, kind in COLUMNS)]
+    rows = [[policy, *(_cell(policy, figs, k, kind) for k, _, kind in COLUMNS)]
             for policy, figs in summary.items()]
     widths = [max(len(r[i]) for r in [headers, *rows]) for i in range(len(headers))]
     lines = ["  ".join(h.ljust(w) if i == 0 else h.rjust(w)
@@ -70,6 +87,8 @@ def table(summary: Mapping[str, Mapping[str, Mapping[str, float]]]) -> str:
     for r in rows:
         lines.append("  ".join(v.ljust(w) if i == 0 else v.rjust(w)
                                for i, (v, w) in enumerate(zip(r, widths, strict=True))))
+    if any(policy in policies.BOUNDS for policy in summary):
+        lines.append(BOUND_NOTE)
     return "\n".join(lines)
 
 
@@ -128,7 +147,10 @@ def markdown(summary: Mapping[str, Mapping[str, Mapping[str, float]]]) -> str:
             ("relayouts", "int"), ("pods_disrupted", "int")]
     out = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
     for policy, figs in summary.items():
-        out.append("| " + " | ".join([policy, *(cell(figs[k], f) for k, f in keys)]) + " |")
+        out.append("| " + " | ".join([policy, *(_cell(policy, figs, k, f) for k, f in keys)])
+                   + " |")
+    if any(policy in policies.BOUNDS for policy in summary):
+        out += ["", BOUND_NOTE]
     return "\n".join(out)
 
 

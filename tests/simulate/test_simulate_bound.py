@@ -108,3 +108,22 @@ def test_bound_reports_every_figure_a_policy_reports() -> None:
         policy = run(MIXED, pods, policies.Policy("migfit", True), 3, mode)
         for name in ("bound", "bound-static"):
             assert set(run(MIXED, pods, policies.Policy.parse(name), 3, mode)) == set(policy)
+
+
+def test_bound_rows_show_only_their_bounds(capsys: pytest.CaptureFixture[str]) -> None:
+    """The text and markdown tables printed a bound's LP pod count (fewer than any policy's)
+    and its trivial zeros as if replayed; they show "(LP)" and "-" there, and say why."""
+    from migfit import cli
+    from migfit.simulate import report
+
+    assert cli.main(["simulate", "--example", "--policies", "migfit,bound", "--markdown"]) == 0
+    out = capsys.readouterr().out
+    text_row = next(line for line in out.splitlines() if line.startswith("bound "))
+    cells = text_row.split()
+    assert cells[1] == "(LP)" and cells[2].endswith("%") and cells[3] == "-", text_row
+    assert cells[-1].replace(".", "").isdigit()  # wall s, a real figure
+    md_row = next(line for line in out.splitlines() if line.startswith("| bound |"))
+    assert "| (LP) |" in md_row and "| - |" in md_row, md_row
+    assert out.count(report.BOUND_NOTE) == 2
+    mine = next(line for line in out.splitlines() if line.startswith("migfit "))
+    assert "(LP)" not in mine and " - " not in mine

@@ -768,6 +768,8 @@ def make_app(
     app[TABLES] = answers.Tables(index, all_pods=settings.score_all_pods)
     app[METRICS] = _metrics(index, registry)
     app[POD_REQUESTS] = PodRequests()
+    # What aiohttp's parser rejects before any handler runs (serving.JsonErrors).
+    app[serving.ERROR_ANSWER] = lambda status, message: _json({"Error": message}, status)
     if certificate is not None:
         cert_metrics.register(app[METRICS].registry, server="extender", source=certificate)
     app[SCORING_LOG] = scoring_log.ScoringLog(log_format=settings.log_format,

@@ -81,6 +81,7 @@ from collections.abc import (
     Iterator,
     Mapping,
     MutableMapping,
+    Sequence,
 )
 from typing import Any, Final, NoReturn, TypeVar
 
@@ -1001,21 +1002,40 @@ class ClientErrorLog(logging.LoggerAdapter):  # type: ignore[type-arg]
 # ---------------------------------------------------------------- background tasks
 
 
+async def logged(name: str, run: Callable[[], Awaitable[None]]) -> None:
+    """``run()``, a failure logged as one line (``NAME stopped: ...``) instead of raised, so
+    that what runs beside it (the server, other tasks) goes on."""
+    try:
+        await run()
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:
+        log.error("%s stopped: %s", name, exc)
+
+
+async def together(runs: Sequence[tuple[str, Callable[[], Awaitable[None]]]]) -> None:
+    """Each ``(name, run)`` as a task (``logged``: one failing stops only itself) until
+    cancelled; then they are cancelled last first, each one waited for before the one before
+    it is cancelled, as ``cleanup_ctx`` entries are cleaned up (the extender's leader
+    election, started before the writers, releases its Lease once they have stopped)."""
+    tasks = [asyncio.create_task(logged(name, run), name=name) for name, run in runs]
+    try:
+        if tasks:
+            await asyncio.wait(tasks)
+    finally:
+        for task in reversed(tasks):
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+
 def background(name: str, run: Callable[[], Awaitable[None]]
                ) -> Callable[[web.Application], AsyncIterator[None]]:
     """A ``cleanup_ctx`` entry running ``run()`` for the app's life, cancelled at cleanup; a
-    failure is logged as one line (the server keeps serving)."""
-
-    async def main() -> None:
-        try:
-            await run()
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            log.error("%s stopped: %s", name, exc)
+    failure is logged as one line (``logged``: the server keeps serving)."""
 
     async def lifetime(app: web.Application) -> AsyncIterator[None]:
-        task = asyncio.create_task(main(), name=name)
+        task = asyncio.create_task(logged(name, run), name=name)
         yield
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):

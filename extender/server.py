@@ -520,6 +520,25 @@ def _metrics(index: figures.Index,
     return Metrics(registry=registry, calls=calls, latency=latency, filtered=filtered)
 
 
+class Waiting:
+    """What the extender waits for before it is Ready, besides its cache: one reason per thing
+    (the advice publisher's Kubernetes client, while its credentials cannot be had), set by
+    whoever gets it and cleared once it is had. /readyz says them; /healthz does not wait."""
+
+    def __init__(self) -> None:
+        self._reasons: dict[str, str] = {}
+
+    def wait(self, what: str, reason: str) -> None:
+        """Not Ready until ``done(what)``, for ``reason`` (one line, said by /readyz)."""
+        self._reasons[what] = reason
+
+    def done(self, what: str) -> None:
+        self._reasons.pop(what, None)
+
+    def reasons(self) -> list[str]:
+        return list(self._reasons.values())
+
+
 # ---------------------------------------------------------------- the application
 
 SETTINGS = web.AppKey("settings", ExtenderSettings)
@@ -532,6 +551,7 @@ ADVICE = web.AppKey("advice", advice.AdviceCache)
 MESSAGES = web.AppKey("messages", filtering.Messages)
 TABLES = web.AppKey("tables", answers.Tables)
 DRAINING = web.AppKey("draining", asyncio.Event)
+WAITING = web.AppKey("waiting", Waiting)
 _HOST_PREFIXES = ("wire", "host prefix")  # the index's memo of HostPriority prefixes
 
 
@@ -715,9 +735,17 @@ async def _healthz(request: web.Request) -> web.Response:
 
 
 async def _readyz(request: web.Request) -> web.Response:
+    """200 once the cache has synced and nothing else is waited for (``Waiting``), until
+    shutdown begins; else 503 with the reasons."""
     model = request.app[CLUSTER]
-    ready = bool(model.synced) and not request.app[DRAINING].is_set()
-    return _json({"ready": ready, "nodes": len(model)}, status=200 if ready else 503)
+    reasons = ["shutting down"] if request.app[DRAINING].is_set() else []
+    if not model.synced:
+        reasons.append("the cluster cache has not synced yet")
+    reasons += request.app[WAITING].reasons()
+    if not reasons:
+        return _json({"ready": True, "nodes": len(model)})
+    return _json({"ready": False, "nodes": len(model), "reason": "; ".join(reasons)},
+                 status=503)
 
 
 async def _metrics_handler(request: web.Request) -> web.Response:
@@ -739,6 +767,7 @@ def make_app(
     source: Source | None = None,
     registry: prometheus_client.CollectorRegistry | None = None,
     certificate: cert_metrics.HasExpiry | None = None,
+    waiting: Waiting | None = None,
 ) -> web.Application:
     """The extender application over ``cluster``; ``source`` (when given) runs for its lifetime.
 
@@ -749,6 +778,7 @@ def make_app(
     ``registry`` (default: ``migfit.metrics.registry()``) is where the metrics go, so that the
     advisor's and the re-layout's gauges share the extender's ``/metrics``. ``certificate``
     (the ``CertificateReloader`` when serving TLS) adds the certificate-expiry gauge.
+    ``waiting``: what /readyz waits for besides the cache (``Waiting``; none when not given).
 
     Routes: ``POST /filter``, ``POST /prioritize``, ``GET /healthz``, ``/readyz``, ``/metrics``,
     ``/advice``. It can be mounted under a prefix with ``add_subapp`` (``migfit serve``).
@@ -765,9 +795,12 @@ def make_app(
     app[ADVICE] = advice_cache if advice_cache is not None else advice.AdviceCache()
     app[MESSAGES] = filtering.Messages()
     app[DRAINING] = asyncio.Event()
+    app[WAITING] = waiting if waiting is not None else Waiting()
     app[TABLES] = answers.Tables(index, all_pods=settings.score_all_pods)
     app[METRICS] = _metrics(index, registry)
     app[POD_REQUESTS] = PodRequests()
+    # What aiohttp's parser rejects before any handler runs (serving.JsonErrors).
+    app[serving.ERROR_ANSWER] = lambda status, message: _json({"Error": message}, status)
     if certificate is not None:
         cert_metrics.register(app[METRICS].registry, server="extender", source=certificate)
     app[SCORING_LOG] = scoring_log.ScoringLog(log_format=settings.log_format,
@@ -843,18 +876,21 @@ async def serve(
     on_started: Callable[[int], None] | None = None,
     registry: prometheus_client.CollectorRegistry | None = None,
     background: Sequence[tuple[str, Callable[[], Awaitable[None]]]] = (),
+    waiting: Waiting | None = None,
 ) -> None:
     """Serve the extender on ``settings.host:port`` until ``stop`` is set (or SIGTERM/SIGINT).
 
     HTTPS when a certificate is given (re-read when the files change), else HTTP.
     ``on_started`` receives the bound port (``port`` 0 picks a free one). ``background``
     tasks (name, coroutine factory: the advice publisher, the re-layout apply loop) run for
-    the server's life and are cancelled on shutdown. On stop, /readyz fails for
-    ``drain_delay`` s while calls are still answered (``serving.drain_and_stop``).
+    the server's life, from before it listens, and are cancelled on shutdown; ``waiting``
+    (``Waiting``) is what /readyz waits for besides the cache, what they have yet to get. On
+    stop, /readyz fails for ``drain_delay`` s while calls are still answered
+    (``serving.drain_and_stop``).
     """
     reloader = tls_reloader(settings)
     app = make_app(settings=settings, cluster=model, index=index, advice_cache=advice_cache,
-                   source=source, registry=registry, certificate=reloader)
+                   source=source, registry=registry, certificate=reloader, waiting=waiting)
     for name, make in background:
         app.cleanup_ctx.append(serving.background(name, make))
     app.cleanup_ctx.append(serving.background("GC freeze", lambda: freeze_after_sync(model)))

@@ -28,7 +28,7 @@ What it bounds, so that idle or hostile clients cannot take the memory every pod
   ``write_timeout`` is closed (``_WriteStall``): it held the connection, and the answer, for
   ever. A client that reads, however slowly, is not cut.
 - **Request heads**: at most ``MAX_HEADERS`` lines of ``MAX_FIELD_SIZE`` bytes (and a
-  request line of ``MAX_LINE_SIZE``); more is a 400.
+  request line of ``MAX_LINE_SIZE``); more is a 431 (``malformed``).
 - **TLS handshakes** must finish within ``handshake_timeout``.
 - **Per-connection memory.** asyncio's TLS layer allocates a 256 KiB receive buffer per
   connection (``asyncio.sslproto.SSLProtocol.max_size``); ``SmallBufferTLS`` uses 16 KiB
@@ -45,7 +45,12 @@ would run the protocol factory, where the gate admits or refuses, only after the
 so refused connections would still cost a handshake each.
 
 Client misbehaviour (malformed HTTP, a client gone mid-body, a failed handshake) is logged as
-one line at warning (malformed) or debug (disconnects), never an ERROR with a traceback.
+one line at warning (malformed) or debug (disconnects, and traffic that is not HTTP at all),
+never an ERROR with a traceback. What aiohttp's parser rejects before any handler runs (a bad
+request line, header or chunked body, a request head over its bounds) is answered by
+``JsonErrors`` in the application's own JSON error shape (``ERROR_ANSWER``): 400, or 431 for a
+head over its bounds, with a fixed message saying what to change, ``Connection: close``, and
+none of the client's bytes (aiohttp's own answer was text that quoted them back).
 
 Stopping (``serve``, ``on_signals``): the first SIGTERM or SIGINT begins a graceful shutdown
 (drain, then requests in flight get ``shutdown_timeout``); a second one during it cuts it
@@ -68,10 +73,19 @@ import socket
 import ssl
 import struct
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator, MutableMapping
+from collections.abc import (
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Coroutine,
+    Iterator,
+    Mapping,
+    MutableMapping,
+    Sequence,
+)
 from typing import Any, Final, NoReturn, TypeVar
 
-from aiohttp import web
+from aiohttp import http_exceptions, web
 
 from migfit import errors
 
@@ -763,15 +777,30 @@ class _Acceptor:
 
 
 class BoundedSite(web.BaseSite):
-    """A TCP site whose connections pass through a ``_Gate`` (and ``SmallBufferTLS``)."""
+    """A TCP site whose connections pass through a ``_Gate`` (and ``SmallBufferTLS``), each
+    handled by a ``JsonErrors`` of the runner's server made with ``handler_args`` (the
+    runner's own, as ``start`` passes them to both), answering malformed requests in the
+    runner's application's ``ERROR_ANSWER``."""
 
     def __init__(self, runner: web.BaseRunner, host: str, port: int, *,
-                 ssl_context: ssl.SSLContext | None, limits: Limits) -> None:
+                 ssl_context: ssl.SSLContext | None, limits: Limits,
+                 handler_args: Mapping[str, Any] | None = None) -> None:
         super().__init__(runner)
         self._host, self._port = host, port
         self._tls = ssl_context
         self._limits = limits
+        self._handler_args = dict(handler_args or {})
         self.gate = _Gate(limits.max_connections, limits.max_per_client)
+
+    def _handler(self) -> web.RequestHandler:
+        """A new connection's aiohttp handler."""
+        server = self._runner.server
+        assert server is not None
+        app = self._runner.app if isinstance(self._runner, web.AppRunner) else None
+        answer = default_error_answer if app is None else app.get(ERROR_ANSWER,
+                                                                  default_error_answer)
+        return JsonErrors(server, loop=asyncio.get_running_loop(), answer=answer,
+                          **self._handler_args)
 
     @property
     def name(self) -> str:
@@ -779,28 +808,25 @@ class BoundedSite(web.BaseSite):
         return f"{'https' if self._tls else 'http'}://{host}:{self._port}"
 
     def _protocol(self) -> asyncio.BaseProtocol:
-        server = self._runner.server
-        assert server is not None
         if not self.gate.admit():
             return _Refused()
         write_timeout = self._limits.write_timeout
         if self._tls is None:
-            return _Counted(server(), self.gate, write_timeout=write_timeout)
-        return SmallBufferTLS(asyncio.get_running_loop(), server(), self._tls, self.gate,
-                              self._limits.handshake_timeout, write_timeout=write_timeout)
+            return _Counted(self._handler(), self.gate, write_timeout=write_timeout)
+        return SmallBufferTLS(asyncio.get_running_loop(), self._handler(), self._tls,
+                              self.gate, self._limits.handshake_timeout,
+                              write_timeout=write_timeout)
 
     async def start(self) -> None:
         await super().start()
         loop = asyncio.get_running_loop()
         backlog = min(socket.SOMAXCONN, 1024)
         if self._tls is not None and _native_tls(loop):
-            server = self._runner.server
-            assert server is not None
             socks = _listen_sockets(self._host, self._port,
                                     reuse_port=self._limits.reuse_port, backlog=backlog)
             self._server = _Acceptor(  # type: ignore[assignment]
-                loop, socks, server, self._tls, self.gate, self._limits.handshake_timeout,
-                self._limits.write_timeout)
+                loop, socks, self._handler, self._tls, self.gate,
+                self._limits.handshake_timeout, self._limits.write_timeout)
             return
         # No ``ssl=`` here: TLS is the protocol's own layer (``SmallBufferTLS``).
         self._server = await loop.create_server(
@@ -808,16 +834,141 @@ class BoundedSite(web.BaseSite):
             reuse_port=self._limits.reuse_port or None, backlog=backlog)
 
 
+# ---------------------------------------------------------------- request heads
+
+
+# A request head a client may hold unfinished until the keep-alive timeout. aiohttp's defaults
+# (128 lines of 8 KiB) let each connection hold about 2.5 MiB of parsed headers (measured by
+# an outside probe: 400 TLS connections with 985 KiB of headers each took 0.8–1.0 GiB).
+# kube-apiserver's AdmissionReview POSTs and kube-scheduler's extender calls send a handful
+# of headers, so the number of lines is cut to 32; a line keeps aiohttp's 8 KiB, so that a
+# long bearer token (webhook authentication, where configured) still fits. A head is then
+# at most 256 KiB of raw bytes.
+MAX_HEADERS = 32
+MAX_FIELD_SIZE = 8190
+MAX_LINE_SIZE = 8190
+
+
+ErrorAnswer = Callable[[int, str], web.StreamResponse]
+"""An application's error answer: its JSON error body of a status and a message."""
+ERROR_ANSWER: Final = web.AppKey[ErrorAnswer]("migfit_error_answer")
+"""Where an application keeps its ``ErrorAnswer`` for ``JsonErrors``; without one,
+``default_error_answer``."""
+
+
+def default_error_answer(status: int, message: str) -> web.StreamResponse:
+    """``{"error": message, "status": status}``: the webhook's shape."""
+    return web.json_response({"error": message, "status": status}, status=status)
+
+
+_HEAD_TOO_LARGE = 431  # Request Header Fields Too Large (RFC 6585 §5)
+
+
+def malformed(exc: http_exceptions.HttpProcessingError, *, max_line_size: int = MAX_LINE_SIZE,
+              max_field_size: int = MAX_FIELD_SIZE, max_headers: int = MAX_HEADERS
+              ) -> tuple[int, str]:
+    """The status and the message that answer a request aiohttp's parser rejected with
+    ``exc``: what was wrong and what to send instead, in fixed words.
+
+    None of ``exc``'s text is returned: aiohttp's messages quote the client's bytes. The
+    kind is read from the exception's class, or, for the parser's catch-all
+    ``BadHttpMessage``, from the words before its first colon (llhttp's reason, or aiohttp's
+    own sentence), which name the part at fault; anything else is a plain malformed request.
+    A line over its bound is 431, as Go's net/http (kube-apiserver's and kube-scheduler's
+    HTTP stack) answers a request head over its bound, the request line included.
+    """
+    if isinstance(exc, http_exceptions.LineTooLong):
+        longest = max(max_line_size, max_field_size)
+        return _HEAD_TOO_LARGE, (f"the request line or a header line is longer than "
+                                 f"{longest:,} bytes; send a shorter path or header")
+    if isinstance(exc, http_exceptions.BadHttpMethod):
+        if exc.message.startswith("Received HTTPS traffic"):
+            return 400, "TLS was sent to a plain-HTTP port; connect with http://"
+        return 400, ("not an HTTP request: the request line must be METHOD PATH HTTP/1.1, "
+                     "with a method such as GET or POST")
+    if isinstance(exc, http_exceptions.BadStatusLine):
+        return 400, "malformed request line: send METHOD PATH HTTP/1.1"
+    if isinstance(exc, http_exceptions.InvalidURLError):
+        return 400, "malformed request target: send a path such as /healthz"
+    if isinstance(exc, http_exceptions.TransferEncodingError):
+        return 400, ("malformed chunked body: each chunk is its size in hexadecimal, CRLF, "
+                     "the data, CRLF, and a chunk of size 0 ends the body")
+    if isinstance(exc, http_exceptions.InvalidHeader):
+        return 400, _BAD_HEADER
+    reason = exc.message.split(":", 1)[0].split("\n", 1)[0].lower()
+    if "too many headers" in reason:
+        return _HEAD_TOO_LARGE, (f"more than {max_headers} header lines; send at most "
+                                 f"{max_headers}")
+    if "transfer-encoding" in reason:
+        return 400, ("invalid Transfer-Encoding: send chunked (last, once), without "
+                     "Content-Length, or a Content-Length instead")
+    if "content-length" in reason:
+        return 400, ("invalid Content-Length: send one, a decimal number of bytes, and no "
+                     "Transfer-Encoding with it")
+    if "chunk" in reason:
+        return 400, ("malformed chunked body: each chunk is its size in hexadecimal, CRLF, "
+                     "the data, CRLF, and a chunk of size 0 ends the body")
+    if "header" in reason:
+        return 400, _BAD_HEADER
+    return 400, "malformed HTTP request: send an HTTP/1.1 request"
+
+
+_BAD_HEADER = ("malformed header line: send NAME: VALUE, the name a token (letters, digits, "
+               "-, no spaces) and the value without control characters")
+
+
+class JsonErrors(web.RequestHandler):
+    """aiohttp's connection handler, whose answer to what its parser rejects before any
+    handler runs is the application's ``ErrorAnswer`` (``malformed``: 400 or 431, a fixed
+    message), with ``Connection: close``, logged as one line: at debug for traffic that is not
+    HTTP at all (scanners' noise, as aiohttp logs it), else a warning. aiohttp's own answer
+    was ``text/plain`` quoting the client's bytes back.
+
+    aiohttp answers a parse error (and a handler's unexpected error, 500, or timeout, 504)
+    through ``handle_error``, a public method of its ``RequestHandler``;
+    tests/serving/test_malformed_requests.py fails should it stop doing so. An error past the
+    parser (500, 504: the apps' middlewares answer theirs first) is aiohttp's own, its body
+    replaced by the application's JSON, its message fixed."""
+
+    __slots__ = ("_answer",)
+
+    def __init__(self, manager: web.Server, *, answer: ErrorAnswer, **kwargs: Any) -> None:
+        super().__init__(manager, **kwargs)
+        self._answer = answer
+
+    def handle_error(self, request: web.BaseRequest, status: int = 500,
+                     exc: BaseException | None = None, message: str | None = None
+                     ) -> web.StreamResponse:
+        if isinstance(exc, http_exceptions.HttpProcessingError):
+            status, text = malformed(exc, max_line_size=self.max_line_size,
+                                     max_field_size=self.max_field_size,
+                                     max_headers=self.max_headers)
+            level = (logging.DEBUG if isinstance(exc, http_exceptions.BadHttpMethod)
+                     else logging.WARNING)
+            log.log(level, "malformed request from %s (%s): answered %d, %s",
+                    _client(self.transport) if self.transport is not None else "a client",
+                    type(exc).__name__, status, text)
+        else:  # logged, and refused once an answer has begun, by aiohttp
+            super().handle_error(request, status, exc, message)
+            text = ("the request took too long" if status == 504 else
+                    "internal error; see the server's log")
+        response = self._answer(status, text)
+        response.headers["Connection"] = "close"
+        response.force_close()
+        return response
+
+
 # ---------------------------------------------------------------- logging client mistakes
 
 
 class ClientErrorLog(logging.LoggerAdapter):  # type: ignore[type-arg]
-    """aiohttp's connection logger: a client's malformed request is one warning line.
+    """aiohttp's connection logger: what it would log as an ERROR with a traceback is one
+    warning line, what it logs at debug one debug line.
 
-    aiohttp logs a request it cannot parse as an ERROR with a traceback ("Error handling
-    request"); that is the client's mistake, not the server's, and one line says it all.
-    A first request that is not HTTP at all aiohttp itself logs at debug (scanners' noise):
-    one debug line.
+    A request aiohttp cannot parse ``JsonErrors`` logs itself (one line, none of the client's
+    bytes); aiohttp logged it as an ERROR with a traceback ("Error handling request"), the
+    client's mistake, not the server's. What is left here is aiohttp's own (a handler's
+    unexpected error or timeout, a client gone before its answer).
     """
 
     def __init__(self) -> None:
@@ -851,21 +1002,40 @@ class ClientErrorLog(logging.LoggerAdapter):  # type: ignore[type-arg]
 # ---------------------------------------------------------------- background tasks
 
 
+async def logged(name: str, run: Callable[[], Awaitable[None]]) -> None:
+    """``run()``, a failure logged as one line (``NAME stopped: ...``) instead of raised, so
+    that what runs beside it (the server, other tasks) goes on."""
+    try:
+        await run()
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:
+        log.error("%s stopped: %s", name, exc)
+
+
+async def together(runs: Sequence[tuple[str, Callable[[], Awaitable[None]]]]) -> None:
+    """Each ``(name, run)`` as a task (``logged``: one failing stops only itself) until
+    cancelled; then they are cancelled last first, each one waited for before the one before
+    it is cancelled, as ``cleanup_ctx`` entries are cleaned up (the extender's leader
+    election, started before the writers, releases its Lease once they have stopped)."""
+    tasks = [asyncio.create_task(logged(name, run), name=name) for name, run in runs]
+    try:
+        if tasks:
+            await asyncio.wait(tasks)
+    finally:
+        for task in reversed(tasks):
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+
 def background(name: str, run: Callable[[], Awaitable[None]]
                ) -> Callable[[web.Application], AsyncIterator[None]]:
     """A ``cleanup_ctx`` entry running ``run()`` for the app's life, cancelled at cleanup; a
-    failure is logged as one line (the server keeps serving)."""
-
-    async def main() -> None:
-        try:
-            await run()
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            log.error("%s stopped: %s", name, exc)
+    failure is logged as one line (``logged``: the server keeps serving)."""
 
     async def lifetime(app: web.Application) -> AsyncIterator[None]:
-        task = asyncio.create_task(main(), name=name)
+        task = asyncio.create_task(logged(name, run), name=name)
         yield
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
@@ -1047,18 +1217,6 @@ class Started:
         return self._site.gate.refused
 
 
-# A request head a client may hold unfinished until the keep-alive timeout. aiohttp's defaults
-# (128 lines of 8 KiB) let each connection hold about 2.5 MiB of parsed headers (measured by
-# an outside probe: 400 TLS connections with 985 KiB of headers each took 0.8–1.0 GiB).
-# kube-apiserver's AdmissionReview POSTs and kube-scheduler's extender calls send a handful
-# of headers, so the number of lines is cut to 32; a line keeps aiohttp's 8 KiB, so that a
-# long bearer token (webhook authentication, where configured) still fits. A head is then
-# at most 256 KiB of raw bytes.
-MAX_HEADERS = 32
-MAX_FIELD_SIZE = 8190
-MAX_LINE_SIZE = 8190
-
-
 async def start(app: web.Application, listen: Listen) -> tuple[web.AppRunner, Started]:
     """Set up ``app`` and start listening; the caller cleans the runner up.
 
@@ -1066,15 +1224,15 @@ async def start(app: web.Application, listen: Listen) -> tuple[web.AppRunner, St
     may not take is a UsageError naming the flag to change (``cannot listen on HOST port
     PORT: ...``, whichever the loop and TLS); another failure to listen, a MigfitError.
     """
-    runner = web.AppRunner(
-        app, shutdown_timeout=listen.shutdown_timeout,
+    handler_args: dict[str, Any] = dict(
         access_log=logging.getLogger("aiohttp.access") if listen.access_log else None,
         keepalive_timeout=listen.limits.keepalive_timeout, logger=ClientErrorLog(),
         lingering_time=LINGER_S, max_headers=MAX_HEADERS, max_field_size=MAX_FIELD_SIZE,
         max_line_size=MAX_LINE_SIZE)
+    runner = web.AppRunner(app, shutdown_timeout=listen.shutdown_timeout, **handler_args)
     await runner.setup()
     site = BoundedSite(runner, listen.host, listen.port, ssl_context=listen.ssl_context,
-                       limits=listen.limits)
+                       limits=listen.limits, handler_args=handler_args)
     try:
         await site.start()
     except OSError as exc:

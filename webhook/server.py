@@ -516,6 +516,13 @@ def make_app(
     if certificate is not None:
         cert_metrics.register(registry, server="webhook", source=certificate)
     state = app[STATE]
+
+    def malformed(status: int, message: str) -> web.Response:
+        # What aiohttp's parser rejects before any handler runs (serving.JsonErrors).
+        state.metrics.bad_requests.labels(str(status)).inc()
+        return _error(status, message)
+
+    app[serving.ERROR_ANSWER] = malformed
     app.router.add_post(MUTATE_PATH, mutate, expect_handler=serving.expect_within(
         settings.max_body_bytes, lambda _length: _too_large(state, settings.max_body_bytes)))
     app.router.add_get("/healthz", healthz)

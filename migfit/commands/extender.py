@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
+import logging
 import os
 from pathlib import Path
 from typing import Any, NoReturn
@@ -10,7 +12,9 @@ from typing import Any, NoReturn
 from migfit import advisor, cluster, errors, kube, logs, migparted, profiles, serving, sources
 from migfit import metrics as common_metrics
 from migfit.commands import options
-from migfit.extender import figures, relayout_machine, scoring_log, server, usage
+from migfit.extender import advice, figures, relayout_machine, scoring_log, server, usage
+
+log = logging.getLogger(__name__)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -142,8 +146,6 @@ def settings_from(args: argparse.Namespace) -> server.ExtenderSettings:
 
 async def _serve(args: argparse.Namespace, settings: server.ExtenderSettings,
                  view: cluster.Cluster, source: sources.Source) -> None:
-    from migfit.extender import advice, leader
-
     registry = common_metrics.registry()
     # The composition root: the cluster (built by run), its figures index and the advice
     # cache are made here and handed to the server and the publisher; nothing is global.
@@ -158,48 +160,88 @@ async def _serve(args: argparse.Namespace, settings: server.ExtenderSettings,
     # publisher (API mode) or without one (--cluster FILE, --no-publish).
     metrics = advice.Metrics(registry, state=view, cache=cache)
     background: list[tuple[str, Any]] = []
-    client = None
+    waiting = server.Waiting()
+    stop = asyncio.Event()
+    refused: list[errors.MigfitError] = []
     if getattr(args, "cluster_file", None) is None and not args.no_publish:
-        # One client for the writes, found as kubectl finds it, with its credentials kept
-        # fresh (exec/OIDC) and --request-timeout. Credentials that cannot be had now (an
-        # exec plugin that failed, an identity provider down) are retried with backoff, as
-        # the cluster source retries them; a kubeconfig that cannot work was refused at start
-        # (sources.open_source checks it), and a ConfigError here still ends the command.
-        client = await kube.connect_retrying(kube.Connection(
-            kubeconfig=args.kubeconfig, context=args.context,
-            request_timeout_s=args.request_timeout))
-        api = client  # the one client of every write: advice, apply mode and Lease
+        # Connected while the server serves (/healthz answers; /readyz is 503 and says why
+        # until the client is had): retrying credentials before listening left the kubelet's
+        # liveness probe nothing to reach, and it killed the pod while the identity provider
+        # was down. A kubeconfig that cannot work was refused at start (sources.open_source
+        # checks it); a ConfigError only connecting finds still ends the command (exit 2).
+        waiting.wait(_PUBLISHING, "the advice publisher is connecting to the Kubernetes API")
+
+        async def publishing() -> None:
+            try:
+                await _publish(args, view=view, cache=cache, metrics=metrics, scraper=scraper,
+                               waiting=waiting)
+            except errors.MigfitError as exc:  # no retry can mend it (a ConfigError)
+                refused.append(exc)
+                stop.set()
+
+        background.append(("advice publishing", publishing))
+    elif args.apply_relayout:
+        raise errors.UsageError("--apply-relayout needs a Kubernetes API (--kubeconfig or "
+                                "in-cluster), and advice publishing on")
+    elif scraper is not None:
+        # No client of ours: it opens its own when it discovers exporters.
+        background.append(("gpu usage", scraper.run))
+    await server.serve(settings, view, index=index, advice_cache=cache, source=source,
+                       registry=registry, background=background, waiting=waiting, stop=stop)
+    if refused:
+        raise refused[0]
+
+
+_PUBLISHING = "advice publishing"  # what the extender waits for (server.Waiting)
+
+
+async def _publish(args: argparse.Namespace, *, view: cluster.Cluster,
+                   cache: advice.AdviceCache, metrics: advice.Metrics,
+                   scraper: usage.UsageScraper | None,
+                   waiting: server.Waiting) -> None:
+    """Advice publishing (node marks and Events, the Lease, the apply mode, the exporters'
+    discovery): one client for all their writes, found as kubectl finds it, with its
+    credentials kept fresh (exec/OIDC) and --request-timeout, then each of them until
+    cancelled. Credentials that cannot be had now (an exec plugin that failed, an identity
+    provider down) are retried with backoff, as the cluster source retries them, each try a
+    warning and /readyz's reason (``waiting``), cleared once the client and the mig-parted
+    configs are had. ConfigError when the kubeconfig cannot work (no retry can mend it)."""
+    from migfit.extender import leader
+
+    def failed(exc: kube.CredentialsError, delay: float) -> None:
+        log.warning("%s; retrying in %.1fs", exc, delay)
+        waiting.wait(_PUBLISHING, f"the advice publisher has no Kubernetes credentials yet: "
+                                  f"{exc}")
+
+    client = await kube.connect_retrying(kube.Connection(
+        kubeconfig=args.kubeconfig, context=args.context,
+        request_timeout_s=args.request_timeout), failed=failed)
+    async with client:  # the one client of every write: advice, apply mode and Lease
         ns, _, name = str(args.configmap).partition("/")
         # The shared ConfigMap and the MIG Manager's per-node ones, read again every minute.
-        configs = advice.ConfigSource(api, cache, namespace=ns, name=name)
+        configs = advice.ConfigSource(client, cache, namespace=ns, name=name)
         await configs.refresh()
-        background.append(("mig-parted configs", configs.run))
+        runs: list[tuple[str, Any]] = [("mig-parted configs", configs.run)]
         # Every replica serves the advice; only the Lease's holder writes it (and applies it):
         # two replicas publishing wrote each Event twice and raced on the node marks.
         elector = leader.LeaseElector(client, namespace=args.lease_namespace)
-        background += [
+        runs += [
             ("leader election", elector.run),
-            ("advice publisher", advice.Publisher(view, api, cache=cache, metrics=metrics,
+            ("advice publisher", advice.Publisher(view, client, cache=cache, metrics=metrics,
                                                   elector=elector).run)]
         if args.apply_relayout:
             from migfit.extender import relayout
 
             applier = relayout.Relayouter(
-                view, api, elector=elector, cache=cache, metrics=metrics,
+                view, client, elector=elector, cache=cache, metrics=metrics,
                 settings=relayout_settings(args, None if scraper is None else scraper.settings))
-            background.append(("re-layout", applier.run))
-    elif args.apply_relayout:
-        raise errors.UsageError("--apply-relayout needs a Kubernetes API (--kubeconfig or "
-                                "in-cluster), and advice publishing on")
-    if scraper is not None:
-        scraper.api = client  # None: it opens its own client when it discovers exporters
-        background.append(("gpu usage", scraper.run))
-    try:
-        await server.serve(settings, view, index=index, advice_cache=cache, source=source,
-                           registry=registry, background=background)
-    finally:
-        if client is not None:
-            await client.close()
+            runs.append(("re-layout", applier.run))
+        if scraper is not None:
+            scraper.api = client
+            runs.append(("gpu usage", scraper.run))
+        waiting.done(_PUBLISHING)
+        # Stopped last first: the Lease is released once the writers have stopped.
+        await serving.together(runs)
 
 
 def advice_settings(args: argparse.Namespace) -> advisor.Settings:

@@ -1,6 +1,7 @@
 """`migfit extender --kubeconfig` as a real process against kmock: it lists and watches, serves
 the advice, and, holding the leader Lease, publishes it on the node (annotation and label) and
-as Events; of two replicas only one publishes."""
+as Events; of two replicas only one publishes; it listens (alive, not Ready) while the
+credentials of its writes cannot be had yet."""
 
 from __future__ import annotations
 
@@ -18,6 +19,8 @@ import kmock
 import pytest
 from advisor_scene import node, pod
 from migmanager_sim import CONFIGMAPS, MigManager, api_for, events, read_node, store
+
+from tests.watching.scenery import write_kubeconfig
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
@@ -293,3 +296,119 @@ async def test_extender_survives_an_exec_plugin_failing_at_start(
     assert "Traceback" not in text, text
     assert "process returned 1. dial tcp: i/o timeout" in text, text
     assert "kubernetes_asyncio" not in text, text
+
+
+async def test_extender_listens_while_its_credentials_are_retried(
+        server: kmock.KubernetesEmulator, tmp_path: pathlib.Path) -> None:
+    """With publishing on, credentials that cannot be had yet (the exec plugin fails while its
+    identity provider is out of reach) are retried while the extender serves: /healthz 200,
+    /readyz 503 saying why; once the plugin works, /readyz 200 and the advice is published.
+    Before, the publisher's client retried them before the extender listened: nothing
+    answered /healthz meanwhile, so the kubelet's liveness probe killed the pod."""
+    store(server, node("idle", alloc={"3g.40gb": 2}))
+    store(server, pod("small", "1g.10gb", namespace="ml"))
+    back = tmp_path / "identity-provider-back"
+    plugin = tmp_path / "plugin.py"
+    plugin.write_text(
+        "import json, pathlib, sys\n"
+        f"if not pathlib.Path({str(back)!r}).exists():\n"
+        "    sys.exit('dial tcp: i/o timeout')\n"
+        "print(json.dumps({'apiVersion': 'client.authentication.k8s.io/v1beta1',\n"
+        "  'kind': 'ExecCredential', 'status': {'token': 'from-exec'}}))\n")
+    kc = write_kubeconfig(server, tmp_path / "kc", user=(
+        "{exec: {apiVersion: client.authentication.k8s.io/v1beta1, "
+        f'command: "{sys.executable}", args: ["{plugin}"], interactiveMode: Never}}}}'))
+    port = _free_port()
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("KUBECONFIG", "KUBERNETES_SERVICE_HOST")}
+    env["HOME"] = str(tmp_path)
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "migfit.cli", "extender", "--host", "127.0.0.1",
+        "--port", str(port), "--kubeconfig", str(kc), "--grace", "0", "--log-level",
+        "warning", "--lease-namespace", "default", cwd=ROOT, env=env,
+        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE)
+    api = api_for(server)
+    try:
+        async with aiohttp.ClientSession() as http:
+            async def probe(path: str) -> tuple[int, Any] | None:
+                if proc.returncode is not None:
+                    raise AssertionError(f"the extender exited {proc.returncode}")
+                try:
+                    async with http.get(f"http://127.0.0.1:{port}{path}") as resp:
+                        return resp.status, await resp.json()
+                except aiohttp.ClientError:
+                    return None
+
+            alive = await _until(lambda: probe("/healthz"), timeout=20.0)
+            assert alive[0] == 200
+
+            async def said_why() -> Any:
+                answer = await probe("/readyz")
+                return answer if answer and "credentials" in answer[1].get("reason", "") \
+                    else None
+
+            status, body = await _until(said_why, timeout=20.0)
+            assert status == 503 and body["ready"] is False, body
+            assert ("the advice publisher has no Kubernetes credentials yet: cannot get "
+                    "credentials for kubeconfig") in body["reason"], body
+            assert "dial tcp: i/o timeout" in body["reason"], body
+            assert (await probe("/healthz")) == (200, {"ok": True})  # still alive
+            assert not list(server[kmock.action.LIST])  # nothing read without them
+
+            back.touch()  # the identity provider answers again
+
+            async def ready() -> Any:
+                answer = await probe("/readyz")
+                return answer if answer and answer[0] == 200 else None
+
+            assert (await _until(ready, timeout=60.0))[1]["ready"] is True
+
+        async def marked() -> Any:
+            obj = await read_node(api, "idle")
+            return obj if "migfit.io/relayout" in obj["metadata"].get("annotations", {}) else None
+
+        await _until(marked)
+    finally:
+        await api.close()
+        if proc.returncode is None:
+            proc.terminate()
+        _, err = await asyncio.wait_for(proc.communicate(), timeout=20)
+    text = err.decode()
+    assert "Traceback" not in text, text
+    assert "process returned 1. dial tcp: i/o timeout" in text, text
+
+
+async def test_a_kubeconfig_only_connecting_refuses_still_exits_2(
+        tmp_path: pathlib.Path) -> None:
+    """A kubeconfig that passes the checks at start but that no retry can mend once the client
+    loads it (its HTTPS cluster's CA file is missing) still ends the extender with exit status
+    2 and a ``migfit: error:`` line, now that the publisher connects while the extender
+    serves."""
+    kc = tmp_path / "kc"
+    kc.write_text(json.dumps({
+        "apiVersion": "v1", "kind": "Config",
+        "clusters": [{"name": "c", "cluster": {
+            "server": "https://127.0.0.1:1", "certificate-authority": str(tmp_path / "no-ca")}}],
+        "users": [{"name": "u", "user": {"token": "t0k3n"}}],
+        "contexts": [{"name": "ctx", "context": {"cluster": "c", "user": "u"}}],
+        "current-context": "ctx",
+    }))
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("KUBECONFIG", "KUBERNETES_SERVICE_HOST")}
+    env["HOME"] = str(tmp_path)
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "migfit.cli", "extender", "--host", "127.0.0.1",
+        "--port", str(_free_port()), "--kubeconfig", str(kc), "--log-level", "warning",
+        "--drain-delay", "0", "--lease-namespace", "default", cwd=ROOT, env=env,
+        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE)
+    try:
+        _, err = await asyncio.wait_for(proc.communicate(), timeout=30)
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+    text = err.decode()
+    assert proc.returncode == 2, text
+    assert text.strip().splitlines()[-1].startswith(
+        f"migfit: error: cannot load kubeconfig {str(kc)!r}: File does not exist"), text
+    assert "Traceback" not in text, text

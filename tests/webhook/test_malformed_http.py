@@ -1,0 +1,76 @@
+"""The webhook, served over TLS as ``migfit webhook`` serves it, answers what aiohttp's parser
+rejects (before any handler runs) in its own error shape, ``{"error": ..., "status": ...}``,
+with ``Connection: close`` and none of the client's bytes, and counts it in
+``migfit_webhook_bad_requests``.
+
+Before: aiohttp's ``text/plain`` answer quoted the bytes back (``Invalid header token:
+b'Bad Header: v'``), and the log line quoted them too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import ssl
+from collections.abc import AsyncIterator
+
+import pytest
+import webhook_scenery as scenery
+
+from migfit import serving as http
+from migfit.certs import certificates, reloading
+from migfit.webhook import server
+
+MARK = b"zq-client-bytes"
+
+
+@pytest.fixture
+async def port(serving: certificates.Issued) -> AsyncIterator[int]:
+    context = reloading.context_from_pem(cert_pem=serving.cert_pem, key_pem=serving.key_pem)
+    app = server.make_app(server.Settings(policy=scenery.POLICY), scenery.make_cluster())
+    runner, started = await http.start(app, http.Listen(host="127.0.0.1", port=0,
+                                                        ssl_context=context))
+    yield started.port
+    await runner.cleanup()
+
+
+async def _exchange(port: int, tls: ssl.SSLContext, data: bytes) -> bytes:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=tls,
+                                                   server_hostname="localhost")
+    writer.write(data)
+    answer = await asyncio.wait_for(reader.read(), 5)  # to the end: the server closes
+    writer.close()
+    return answer
+
+
+@pytest.mark.parametrize(("head", "status", "says"), [
+    (b"Bad Header: " + MARK + b"\r\n", 400, "malformed header line"),
+    (b"Content-Length: " + MARK + b"\r\n", 400, "invalid Content-Length"),
+    (b"X-Long: " + MARK * 700 + b"\r\n", 431, "longer than 8,190 bytes"),
+    (b"".join(b"X-%d: v\r\n" % i for i in range(http.MAX_HEADERS + 1)), 431,
+     f"more than {http.MAX_HEADERS} header lines"),
+], ids=["header", "content-length", "long-header", "many-headers"])
+async def test_a_malformed_request_is_answered_in_the_webhooks_shape(
+        port: int, client_ssl: ssl.SSLContext, caplog: pytest.LogCaptureFixture,
+        head: bytes, status: int, says: str) -> None:
+    caplog.set_level(logging.DEBUG)
+    answer = await _exchange(port, client_ssl, b"POST /mutate HTTP/1.1\r\nHost: localhost\r\n"
+                                               + head + b"\r\n")
+    top, _, body = answer.partition(b"\r\n\r\n")
+    lines = top.decode("latin-1").split("\r\n")
+    headers = {k.lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:])}
+    assert lines[0].split(" ")[1] == str(status), answer[:200]
+    assert headers["content-type"].startswith("application/json")
+    assert headers["connection"] == "close"
+    error = json.loads(body)
+    assert error["status"] == status and set(error) == {"error", "status"}
+    assert says in error["error"]
+    assert MARK not in answer
+    mine = [r for r in caplog.records if r.name == "migfit.http"]
+    assert [r.levelno for r in mine] == [logging.WARNING]
+    assert MARK.decode() not in mine[0].getMessage()
+    assert not [r for r in caplog.records if r.exc_info or r.levelno >= logging.ERROR]
+    metrics = await _exchange(port, client_ssl, b"GET /metrics HTTP/1.1\r\nHost: localhost\r\n"
+                                                b"Connection: close\r\n\r\n")
+    assert f'migfit_webhook_bad_requests_total{{status="{status}"}} 1.0'.encode() in metrics

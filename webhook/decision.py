@@ -11,7 +11,7 @@ parses, calls and serialises.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Final, Literal
 
 from migfit import decoding, errors, records, requests
@@ -198,6 +198,36 @@ def _warn_init_gpus(inits: list[reading.Container], warnings: list[str]) -> None
                     f"remove it")
 
 
+def _kept_target(reqs: Sequence[requests.GpuRequest], prior: requests.DecisionRecord | None,
+                 annotations: Mapping[str, str], by_name: Mapping[str, reading.Container],
+                 ) -> Sequence[requests.GpuRequest]:
+    """``reqs``, or the pod-wide request given back to the container an earlier invocation
+    gave it to. The pod-wide key applies to the main container (the first, or the one
+    kubectl's default-container annotation names), which a webhook called after migfit may
+    change by inserting a container or setting that annotation; kube-apiserver then calls
+    migfit again (``reinvocationPolicy: IfNeeded``), which must not give a second container
+    an instance beside the first's (DESIGN §4: idempotent). Kept only while that container
+    is still there and holds the resource recorded for it."""
+    if (prior is None or len(reqs) != 1 or len(prior["containers"]) != 1
+            or requests.GPU_MEMORY not in annotations
+            or requests.GPU_MEMORY_PREFIX + reqs[0].container in annotations):
+        return reqs
+    (before,) = prior["containers"]
+    name = before["container"]
+    if name == reqs[0].container or name not in by_name \
+            or before["request_mib"] != reqs[0].memory_mib \
+            or (name, before["resource"]) not in _held(by_name[name]):
+        return reqs
+    return [dataclasses.replace(reqs[0], container=name)]
+
+
+def _held(c: reading.Container) -> set[tuple[str, str]]:
+    """(container, resource) for every resource ``c``'s limits or requests name."""
+    res = c.resources if isinstance(c.resources, Mapping) else {}
+    return {(c.name, str(n)) for field in ("limits", "requests")
+            if isinstance(section := res.get(field), Mapping) for n in section}
+
+
 def _decide(pod: Mapping[str, Any], *, supply: view.Supply, policy: Policy) -> Verdict:
     annotations = reading.annotations_of(pod)
     if not requests.has_request(annotations):
@@ -215,7 +245,8 @@ def _decide(pod: Mapping[str, Any], *, supply: view.Supply, policy: Policy) -> V
     warnings: list[str] = list(parsed.notes)
 
     prior = requests.decision_of(annotations)
-    reused = choice.reuse(prior, parsed.requests, by_name)
+    reqs = _kept_target(parsed.requests, prior, annotations, by_name)
+    reused = choice.reuse(prior, reqs, by_name)
     exact = True  # decided by the supply's snapshot alone (choice.plan)
     if reused is not None:
         plans, strategy = reused
@@ -224,7 +255,7 @@ def _decide(pod: Mapping[str, Any], *, supply: view.Supply, policy: Policy) -> V
         whole = supply
         if supply.within is not None and isinstance(spec, Mapping) and reading.placed(spec):
             supply = scoped(reading.placement_of(pod), supply, warnings)
-        plans, strategy, exact = choice.plan(parsed.requests, by_name, annotations=annotations,
+        plans, strategy, exact = choice.plan(reqs, by_name, annotations=annotations,
                                       supply=supply, policy=policy, warnings=warnings,
                                       host=host_of(pod) if policy.contention == "usable"
                                       else choice.NO_HOST)
@@ -232,7 +263,7 @@ def _decide(pod: Mapping[str, Any], *, supply: view.Supply, policy: Policy) -> V
             # The models a request fits are those of the cluster (DESIGN §4), not only of
             # the nodes it may go to now: a node relabelled into its selection later
             # must not take it where it does not fit.
-            plans = choice.fitting_in(plans, parsed.requests, supply=whole, policy=policy)
+            plans = choice.fitting_in(plans, reqs, supply=whole, policy=policy)
     _warn_own_gpus(containers, {pl.container.name for pl in plans}, warnings)
     _warn_init_gpus(reading.init_containers_of(pod), warnings)
     if reused is not None and prior is not None:  # a reinvocation asks for what it asked
@@ -277,5 +308,5 @@ def _decide(pod: Mapping[str, Any], *, supply: view.Supply, policy: Policy) -> V
         profiles=tuple(pl.profile for pl in plans),
         record=record,
         memoisable=reused is not None or (exact and len(
-            {(r.memory_bytes, r.compute, r.media) for r in parsed.requests}) <= 1),
+            {(r.memory_bytes, r.compute, r.media) for r in reqs}) <= 1),
     )

@@ -216,6 +216,26 @@ def test_idempotent_under_reinvocation() -> None:
     assert decide(once, supply=other).patch == ()
 
 
+@pytest.mark.parametrize("moved", ["prepended", "default-container"])
+def test_a_reinvocation_keeps_the_container_after_another_webhook_moved_the_main_one(
+        moved: str) -> None:
+    """A webhook called after migfit prepends a container (or names another one with
+    kubectl's default-container annotation); kube-apiserver calls migfit again. The pod-wide
+    request stays with the container that has its instance: the pod asked for two."""
+    pod = s.pod({requests.GPU_MEMORY: "12Gi"}, containers=[{"name": "app", "image": "x"}])
+    once = applied(pod, decide(pod))
+    if moved == "prepended":
+        once["spec"]["containers"].insert(0, {"name": "proxy", "image": "proxy"})
+    else:
+        once["spec"]["containers"].append({"name": "proxy", "image": "proxy"})
+        once["metadata"]["annotations"]["kubectl.kubernetes.io/default-container"] = "proxy"
+    again = decide(once)
+    assert again.allowed and again.patch == (), again.patch
+    out = applied(once, again)
+    held = {c["name"]: c.get("resources") for c in out["spec"]["containers"]}
+    assert held["proxy"] is None and "nvidia.com/mig-2g.20gb" in held["app"]["limits"], held
+
+
 def test_a_stale_decision_of_ours_is_replaced() -> None:
     pod = s.pod({requests.GPU_MEMORY: "8Gi"})
     once = applied(pod, decide(pod))

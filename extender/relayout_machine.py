@@ -46,6 +46,8 @@ The node-level protocol (DESIGN.md §6), by phase. The record is ``migfit.io/rel
   the recommended label) together; a 409 re-reads.
 - ``FAIL``: the record becomes ``failed`` and ``migfit.io/relayout-failed`` is set; the taint
   stays, a Warning Event is sent, and the node is never retried until an operator clears it.
+  While the taint is on, :func:`plan` counts the node against the bound (:func:`holds_slot`),
+  so a failure that repeats on every node stops there.
 
 Only the Lease holder acts: every transition made while not leading ends the run
 (``lost-leadership``) before the next call; what was written stays for the next leader.
@@ -372,6 +374,21 @@ def in_flight(node: records.NodeRecord) -> bool:
     return node.relayout_tainted or (record is not None and record.active)
 
 
+def clear_command(node: str) -> str:
+    """What an operator runs to clear a failed re-layout of ``node`` once it is fixed."""
+    return (f"kubectl taint node {node} {keys.TAINT_RELAYOUT}- && kubectl annotate node {node} "
+            f"{keys.ANNOTATION_RELAYOUT}- {keys.ANNOTATION_RELAYOUT_FAILED}-")
+
+
+def holds_slot(node: records.NodeRecord) -> bool:
+    """The node's re-layout failed and it still carries migfit's taint: out of service until
+    an operator clears it, so it keeps its place under ``--max-relayouts`` (as a rolling
+    update's maxUnavailable counts a pod that never came up). Otherwise one failure that
+    fails every change (a config missing from the MIG Manager's file) would take every
+    recommended node out of service, one pass after another."""
+    return failed(node) and node.relayout_tainted
+
+
 def begin(rec: advisor.Recommendation) -> Run:
     """A new re-layout of a recommended node."""
     return Run(node=rec.node, phase=Phase.READ, record=planned(rec),
@@ -555,6 +572,10 @@ class Plan:
     start: tuple[Run, ...]
     in_flight: frozenset[str]  # nodes under re-layout in the cluster, these included
     failed: int  # nodes whose re-layout failed and wait for an operator
+    # Failed nodes still tainted (``holds_slot``): they count against ``limit`` as if in
+    # flight, until an operator clears them.
+    holding: tuple[str, ...] = ()
+    limit: int = 1  # re-layouts allowed at once (``Settings.limit`` of these nodes)
     # Tainted nodes whose record a newer migfit wrote: (node, version), left to that migfit
     # (for at most the timeout: ``plan``'s ``overdue``).
     newer: tuple[tuple[str, int], ...] = ()
@@ -573,7 +594,9 @@ def plan(
     """Which re-layouts to adopt (in flight, not run here) and to start (within the bound).
 
     ``nodes`` should be a fresh list of the cluster: the bound on re-layouts at once counts
-    what every replica ever started, from the nodes' taints and records. Pass no
+    what every replica ever started, from the nodes' taints and records, failed re-layouts
+    whose taint is still there included (``holds_slot``: they count until an operator clears
+    them, whoever failed them and whenever; a restart or a new leader sees them too). Pass no
     ``recommendations`` when the nodes may be stale. Only safe recommendations are started;
     to a custom config only with ``settings.custom_configs`` (the run writes it into that
     ConfigMap first; without it an operator adds it), busy-node ones (``rec.running``) only
@@ -594,7 +617,10 @@ def plan(
                     for name, n in sorted(listed.items())
                     if name not in mine
                     and (run := adopt(n, overdue=name in overdue)) is not None)
-    room = settings.limit(listed.values()) - len(flight)
+    holding = tuple(name for name, n in sorted(listed.items())
+                    if holds_slot(n) and name not in flight)
+    limit = settings.limit(listed.values())
+    room = limit - len(flight) - len(holding)
     started: list[Run] = []
     for rec in recommendations:
         if room <= 0:
@@ -614,7 +640,8 @@ def plan(
                   if n.relayout_tainted and not failed(n)
                   and (v := keys.newer_relayout(n.annotations)) is not None)
     return Plan(adopt=adopted, start=tuple(started), in_flight=frozenset(flight),
-                failed=sum(failed(n) for n in listed.values()), newer=newer)
+                failed=sum(failed(n) for n in listed.values()), newer=newer, holding=holding,
+                limit=limit)
 
 
 def _may_try(record: keys.RelayoutRecord, pods: Iterable[records.PodRecord], node: str,
@@ -1284,10 +1311,10 @@ def _failing(run: Run, seen: Seen, clock: Context) -> Step:
     if isinstance(seen, Written):
         return _finish(run, Emit(
             REASON_FAILED, "Warning", f"Re-layout to {run.record.target} {run.ending.result}: "
-            f"{run.ending.reason}. The taint {keys.TAINT_RELAYOUT} stays; once the node is "
-            f"fixed remove it and the {keys.ANNOTATION_RELAYOUT} and "
-            f"{keys.ANNOTATION_RELAYOUT_FAILED} annotations (kubectl annotate node "
-            f"{run.node} {keys.ANNOTATION_RELAYOUT}- {keys.ANNOTATION_RELAYOUT_FAILED}-)"))
+            f"{run.ending.reason}. The taint {keys.TAINT_RELAYOUT} stays, and until it goes "
+            "the node holds one of the --max-relayouts slots (no other re-layout takes its "
+            f"place); once the node is fixed remove it and the {keys.ANNOTATION_RELAYOUT} and "
+            f"{keys.ANNOTATION_RELAYOUT_FAILED} annotations ({clear_command(run.node)})"))
     if not isinstance(seen, CallFailed):
         return _unexpected(run, seen)
     settings = clock.settings

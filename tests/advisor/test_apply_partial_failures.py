@@ -7,9 +7,11 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import logging
 from typing import Any
 
 import kmock
+import prometheus_client
 import pytest
 from advisor_scene import node, pod
 from kubernetes_asyncio import client as k8s
@@ -19,6 +21,7 @@ from migmanager_sim import (
     MigManager,
     VersionedEmulator,
     adds_taint,
+    advice_cache,
     events,
     read_node,
     relayouter,
@@ -31,7 +34,7 @@ from migmanager_sim import (
 )
 
 from migfit import keys, kube
-from migfit.extender import leader, relayout
+from migfit.extender import advice, leader, relayout
 
 FAST = relayout.Settings(max_concurrent=1, timeout_s=5.0, wedge_s=3.0, poll_s=0.02,
                          interval_s=0.02, write_retry_s=0.5)
@@ -272,3 +275,65 @@ async def test_a_transient_error_on_the_taint_is_retried_like_a_conflict(
     finally:
         await mm.stop()
     assert mm.applied == ["all-1g.10gb"]
+
+
+# ---------------------------------------------------------------- failed runs hold the bound
+
+
+async def test_a_failure_that_fails_every_change_stops_at_the_bound(
+    server: kmock.KubernetesEmulator, api: k8s.ApiClient, caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A MIG Manager that fails every change (a custom config missing from its file): a
+    failed node keeps its taint, and it used not to count against --max-relayouts, so each
+    pass took the next recommended node out of service (all four here, with a bound of 1).
+    Each pass is a fresh replica over a fresh view (a restart, a new leader): the failed
+    node is counted from the cluster."""
+    names = [f"gpu{i}" for i in range(4)]
+    for n in names:
+        store(server, node(n, alloc={"3g.40gb": 2}, config="all-3g.40gb"))
+    for i in range(28):
+        store(server, pod(f"small{i}", "1g.10gb", namespace="ml"))
+    mms = {n: MigManager(api, n, layouts=LAYOUTS, mode="fail") for n in names}
+    for mm in mms.values():
+        mm.start()
+    registry = prometheus_client.CollectorRegistry()
+
+    async def one_pass() -> list[relayout.Outcome]:
+        nonlocal registry
+        registry = prometheus_client.CollectorRegistry()  # a fresh replica's
+        r = relayout.Relayouter(await snapshot(api), api, elector=None, cache=advice_cache(),
+                                metrics=advice.Metrics(registry), settings=FAST)
+        await r.step()
+        return await r.wait()
+
+    async def tainted() -> list[str]:
+        return [n for n in names
+                if keys.TAINT_RELAYOUT in taints(await read_node(api, n))]
+
+    try:
+        (first,) = await one_pass()
+        assert first.result == "failed", first
+        with caplog.at_level(logging.WARNING, logger="migfit.extender.relayout"):
+            for _ in range(3):
+                assert await one_pass() == []
+        assert await tainted() == [first.node]
+        assert [n for n, mm in mms.items() if mm.applied] == [first.node]
+        assert registry.get_sample_value("migfit_relayout_held_slots") == 1.0
+        said = [r.getMessage() for r in caplog.records if "hold the --max-relayouts" in
+                r.getMessage()]
+        assert said and first.node in said[0] and "kubectl taint node NODE" in said[0]
+        assert "no new re-layout starts until they are cleared" in said[0]
+        # Cleared as the Warning Event says: the next node is tried (and fails the same way).
+        obj = await read_node(api, first.node)
+        await kube.as_client(api).patch_node(first.node, {
+            "metadata": {"annotations": {keys.ANNOTATION_RELAYOUT: None,
+                                         keys.ANNOTATION_RELAYOUT_FAILED: None}},
+            "spec": {"taints": [t for t in obj["spec"]["taints"]
+                                if t["key"] != keys.TAINT_RELAYOUT]}})
+        (second,) = await one_pass()
+        assert second.result == "failed" and second.node != first.node
+        assert await tainted() == [second.node]
+    finally:
+        for mm in mms.values():
+            await mm.stop()
+

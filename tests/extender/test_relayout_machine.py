@@ -426,10 +426,11 @@ def test_adoption_by_record_state() -> None:
 
 def test_the_bound_counts_every_node_in_flight_and_this_replicas_runs() -> None:
     claim = keys.RelayoutRecord(state=keys.RelayoutState.TAINTED, target="x")
+    # d failed and an operator removed its taint (not yet its annotations): it serves pods,
+    # holds no slot, and is not started again.
     nodes = [record_of(node(name="a", taints=[TAINT], record=claim)),
              record_of(node(name="b")), record_of(node(name="c")),
-             record_of(node(name="d", taints=[TAINT],
-                            annotations={keys.ANNOTATION_RELAYOUT_FAILED: "{}"}))]
+             record_of(node(name="d", annotations={keys.ANNOTATION_RELAYOUT_FAILED: "{}"}))]
     recs = [recommendation("b"), recommendation("c")]
     two = dataclasses.replace(SETTINGS, max_concurrent=2)
     plan = m.plan(nodes, running=(), recommendations=recs, settings=two)
@@ -440,6 +441,50 @@ def test_the_bound_counts_every_node_in_flight_and_this_replicas_runs() -> None:
     plan = m.plan(nodes, running=("c",), recommendations=recs, settings=two)
     assert [r.node for r in plan.start] == []  # a (cluster) + c (here) = 2
     assert m.plan(nodes, running=(), recommendations=recs, settings=SETTINGS).start == ()
+
+
+def test_a_failed_node_still_tainted_holds_its_slot_until_an_operator_clears_it() -> None:
+    # One failure that fails every change (a config the MIG Manager's file lacks) took one
+    # recommended node out of service after another: a failed node did not count.
+    failure = keys.RelayoutRecord(state=keys.RelayoutState.FAILED, target="x",
+                                  result="failed", reason="mig.config.state=failed")
+    broken = node(name="bad", taints=[TAINT], record=failure,
+                  annotations={keys.ANNOTATION_RELAYOUT_FAILED: "{}"})
+    recs = [recommendation("b"), recommendation("c"), recommendation("bad")]
+    nodes = [record_of(broken), record_of(node(name="b")), record_of(node(name="c"))]
+    plan = m.plan(nodes, running=(), recommendations=recs, settings=SETTINGS)
+    assert plan.start == () and plan.holding == ("bad",) and plan.limit == 1
+    assert plan.failed == 1 and plan.in_flight == frozenset()
+    two = dataclasses.replace(SETTINGS, max_concurrent=2)
+    plan = m.plan(nodes, running=(), recommendations=recs, settings=two)
+    assert [r.node for r in plan.start] == ["b"]
+    # This replica still recording the failure: counted once, not twice.
+    plan = m.plan(nodes, running=("bad",), recommendations=recs, settings=two)
+    assert [r.node for r in plan.start] == ["b"] and plan.holding == ()
+    # A share of the GPU nodes: the failed node is one of them, and holds one of the slots.
+    share = dataclasses.replace(SETTINGS, max_share=0.5)
+    assert m.plan(nodes, running=(), recommendations=recs, settings=share).start == ()
+    # Untainted by an operator (annotations not yet removed): it serves pods again, frees
+    # its slot, and is still not retried.
+    untainted = node(name="bad", record=failure,
+                     annotations={keys.ANNOTATION_RELAYOUT_FAILED: "{}"})
+    plan = m.plan([record_of(untainted), *nodes[1:]], running=(), recommendations=recs,
+                  settings=SETTINGS)
+    assert [r.node for r in plan.start] == ["b"] and plan.holding == ()
+    # Cleared as the Warning Event says (taint and both annotations).
+    plan = m.plan([record_of(node(name="bad")), *nodes[1:]], running=(),
+                  recommendations=recs[2:], settings=SETTINGS)
+    assert [r.node for r in plan.start] == ["bad"]
+
+
+def test_the_failure_event_says_the_slot_is_held_and_how_to_clear_it() -> None:
+    run = labelled()
+    step = m.advance(run, _applying_node(run, config="all-1g.10gb", state="failed"), at(1))
+    step = m.advance(step.run, m.Written(), at(1))
+    (event,) = step.emits
+    assert "holds one of the --max-relayouts slots" in event.message
+    assert (f"kubectl taint node n {keys.TAINT_RELAYOUT}- && kubectl annotate node n "
+            f"{keys.ANNOTATION_RELAYOUT}- {keys.ANNOTATION_RELAYOUT_FAILED}-") in event.message
 
 
 def test_only_safe_recommendations_to_named_configs_start() -> None:

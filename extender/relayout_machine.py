@@ -34,8 +34,16 @@ The node-level protocol (DESIGN.md §6), by phase. The record is ``migfit.io/rel
   another config by that name aborts (nothing changed). ``SYNC``: sleep until
   ``config_sync_s`` has passed since the write (kubelet refreshes the MIG Manager's volume
   late), then ``CHECK`` once more.
+- ``VERIFY``: read the node once more right before the label (CHECK, USAGE or SYNC may
+  have taken minutes since the claim). Someone else's ``nvidia.com/mig.config`` (not the
+  record's ``from``, the value when migfit tainted the node), ``mig.config.state`` pending
+  or rebooting, or the taint or the ``tainted`` record gone aborts the run (through
+  ``_refuse``: nothing of migfit's was set, so taint and record are removed and an Event
+  says why; after a label patch whose answer was lost it fails instead).
 - ``LABEL``: set ``nvidia.com/mig.config`` and the record (``applying``, ``started``: the wall
-  clock, RFC 3339, so that a new leader keeps the timers running from then) in one patch.
+  clock, RFC 3339, so that a new leader keeps the timers running from then) in one patch,
+  with VERIFY's resourceVersion as precondition: a 409 goes back to VERIFY (never an
+  overwrite of a label set in between).
 - ``WAIT``: poll the node and its pods until ``mig.config.state=success`` with the expected
   allocatable; ``failed``, a changed label, ``pending`` for ``wedge_s``, ``timeout_s`` or a
   pod bound meanwhile whose profile the new layout lacks fail it. Transient API errors are
@@ -157,6 +165,7 @@ class Phase(enum.StrEnum):
     CONFIG = "config"
     CONFIG_WRITE = "config-write"
     SYNC = "sync"
+    VERIFY = "verify"
     LABEL = "label"
     LABELLED = "labelled"
     WAIT = "wait"
@@ -1001,11 +1010,53 @@ def _checked(run: Run, seen: PodsSeen, clock: Context) -> Step:
                           "and --apply-custom-configs is off; nothing was changed")
         return Step(dataclasses.replace(run, phase=Phase.CONFIG, since=clock.now, failing=0),
                     ReadConfigMap())
+    return Step(dataclasses.replace(run, phase=Phase.VERIFY, since=clock.now, failing=0),
+                ReadNode())
+
+
+def _verify(run: Run, seen: Seen, clock: Context) -> Step:
+    """Read the node right before the label: since the claim (up to ``usage_wait_s`` or
+    ``config_sync_s`` ago) someone may have set ``nvidia.com/mig.config`` themselves, and the
+    MIG Manager be applying it. The label goes only onto the node as claimed (taint and
+    ``tainted`` record still there, the label still ``from``, the MIG Manager idle), with
+    the resourceVersion read as precondition: a write in between is a 409 and a new read,
+    never an overwrite."""
+    if seen is None or isinstance(seen, Slept):
+        return Step(run, ReadNode())
+    if isinstance(seen, CallFailed):
+        if seen.retryable:
+            return _retry(run, seen.brief, clock, then=Phase.VERIFY,
+                          gave_up="reading the node before setting its label kept failing")
+        return _fail(run, clock, "error", f"cannot read the node before setting "
+                     f"{keys.LABEL_CONFIG} ({seen.brief})")
+    if not isinstance(seen, NodeSeen):
+        return _unexpected(run, seen)
+    node, target = seen.node, run.record.target
+    mark = keys.relayout_of(node.annotations)
+    if mark is not None and mark.state is _STATES.APPLYING and mark.target == target:
+        # A label patch of ours landed (a 409 answering a retry of it, or a lost answer).
+        if node.config == target:
+            return _labelled(run, seen, clock)
+        return _fail(run, clock, "failed", f"{keys.LABEL_CONFIG} was changed to "
+                     f"{node.config!r} by someone else right after migfit set it")
+    if (not node.relayout_tainted or mark is None or mark.state is not _STATES.TAINTED
+            or mark.target != target):
+        return _refuse(run, clock, f"the taint {keys.TAINT_RELAYOUT} or the re-layout record "
+                       "was removed or changed before the label was set (by an operator?)")
+    before = mark.from_config
+    if node.config != before:
+        return _refuse(run, clock, f"{keys.LABEL_CONFIG} was changed from {before!r} to "
+                       f"{node.config!r} by someone else since migfit tainted the node (the "
+                       "MIG Manager applies theirs; migfit does not overwrite it)")
+    if node.config_state in keys.REPARTITIONING_STATES:
+        return _refuse(run, clock, f"the MIG Manager is at work on the node "
+                       f"({keys.LABEL_CONFIG_STATE}={node.config_state}) since migfit tainted "
+                       "it")
     applying = run.record.but(state=_STATES.APPLYING, started=keys.rfc3339(clock.wall))
-    body = {"metadata": {"labels": {keys.LABEL_CONFIG: run.record.target},
+    body = {"metadata": {**_precondition(seen.resource_version),
+                         "labels": {keys.LABEL_CONFIG: target},
                          "annotations": _annotate(applying)}}
-    return Step(dataclasses.replace(run, phase=Phase.LABEL, record=applying, since=clock.now,
-                                    failing=0), Patch(body))
+    return Step(dataclasses.replace(run, phase=Phase.LABEL, record=applying), Patch(body))
 
 
 def _refuse(run: Run, clock: Context, cause: str) -> Step:
@@ -1127,6 +1178,15 @@ def _label(run: Run, seen: Seen, clock: Context) -> Step:
                     (started,))
     if not isinstance(seen, CallFailed):
         return _unexpected(run, seen)
+    since = clock.now if run.since is None else run.since
+    if seen.conflict:
+        # The node was written since VERIFY read it (or a retry of ours that landed was
+        # refused): read it again and decide again.
+        if clock.now - since >= clock.settings.write_retry_s:
+            return _done(run, "interrupted", f"setting {keys.LABEL_CONFIG} kept meeting "
+                         "writes of the node (409 Conflict); what was written stays, and a "
+                         "later pass resumes the node")
+        return Step(dataclasses.replace(run, phase=Phase.VERIFY, since=since), ReadNode())
     if seen.retryable:
         # Did it land? Read the node: if so, wait for the MIG Manager as if the answer had
         # come; if not, check the pods again before setting it again.
@@ -1338,6 +1398,7 @@ _PHASES = {
     Phase.CONFIG: _config,
     Phase.CONFIG_WRITE: _config_write,
     Phase.SYNC: _sync,
+    Phase.VERIFY: _verify,
     Phase.LABEL: _label,
     Phase.LABELLED: _labelled,
     Phase.WAIT: _wait,

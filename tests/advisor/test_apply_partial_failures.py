@@ -337,3 +337,66 @@ async def test_a_failure_that_fails_every_change_stops_at_the_bound(
         for mm in mms.values():
             await mm.stop()
 
+
+# ---------------------------------------------------------------- the label, never overwritten
+
+
+# Someone else (a human, another tool) sets nvidia.com/mig.config; the MIG Manager starts on it.
+SOMEONE_LABELS = {"metadata": {"labels": {keys.LABEL_CONFIG: "all-disabled",
+                                          keys.LABEL_CONFIG_STATE: "pending"}}}
+
+
+@pytest.mark.kmock(cls=VersionedEmulator)
+@pytest.mark.parametrize("when", ["after-taint", "between-read-and-label"])
+async def test_a_label_set_by_someone_else_meanwhile_is_never_overwritten(
+    server: VersionedEmulator, api: k8s.ApiClient, when: str,
+) -> None:
+    """Someone sets the label while the node is tainted (after-taint: before migfit's last
+    read; between-read-and-label: after it, so only the label patch's resourceVersion
+    precondition catches it). migfit used to overwrite it, in the middle of the MIG
+    Manager's apply of theirs. Now the run is aborted: theirs stays, taint and record go."""
+    seed(server)
+    change = SOMEONE_LABELS
+    if when == "after-taint":
+        server.after(NODES, "idle", adds_taint(keys.TAINT_RELAYOUT),
+                     lambda: server.objects[NODES, None, "idle"].patch(change))
+    else:  # lands just before migfit's next write of the node: the label patch
+        server.after(NODES, "idle", adds_taint(keys.TAINT_RELAYOUT),
+                     lambda: server.race(NODES, None, "idle", change))
+    r = await _relayouter(api)
+    assert await r.step() == ["idle"]
+    (outcome,) = await r.wait()
+    assert outcome.result == "aborted", outcome
+    assert "changed from 'all-3g.40gb' to 'all-disabled' by someone else" in outcome.reason
+    obj = await read_node(api, "idle")
+    labels = obj["metadata"]["labels"]
+    assert labels[keys.LABEL_CONFIG] == "all-disabled"
+    assert labels[keys.LABEL_CONFIG_STATE] == "pending"
+    assert taints(obj) == [] and _record(obj) is None
+    assert keys.ANNOTATION_RELAYOUT_FAILED not in obj["metadata"].get("annotations", {})
+    assert any(e["reason"] == relayout.REASON_ABORTED and "all-disabled" in e["message"]
+               for e in await events(api))
+    assert not any(e["reason"] == relayout.REASON_STARTED for e in await events(api))
+
+
+@pytest.mark.kmock(cls=VersionedEmulator)
+async def test_an_unrelated_write_before_the_label_is_read_again_then_labelled(
+    server: VersionedEmulator, api: k8s.ApiClient,
+) -> None:
+    # Another controller writes the node between migfit's read and its label patch: a 409,
+    # a new read, and the label with the new version.
+    seed(server)
+    server.after(NODES, "idle", adds_taint(keys.TAINT_RELAYOUT), lambda: server.race(
+        NODES, None, "idle", {"metadata": {"labels": {"example.com/other": "x"}}}))
+    mm = MigManager(api, "idle", layouts=LAYOUTS, mode="success")
+    mm.start()
+    try:
+        r = await _relayouter(api)
+        assert await r.step() == ["idle"]
+        (outcome,) = await r.wait()
+    finally:
+        await mm.stop()
+    assert outcome.result == "success", outcome
+    assert mm.applied == ["all-1g.10gb"]
+    labels = (await read_node(api, "idle"))["metadata"]["labels"]
+    assert labels["example.com/other"] == "x"

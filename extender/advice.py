@@ -180,6 +180,10 @@ class Metrics:
         self.failed_nodes = prometheus_client.Gauge(
             "migfit_relayout_failed_nodes",
             "Nodes whose re-layout failed and wait for an operator", registry=registry)
+        self.held_slots = prometheus_client.Gauge(
+            "migfit_relayout_held_slots",
+            "Failed re-layouts still tainted: --max-relayouts slots they hold until an "
+            "operator clears them", registry=registry)
         self.in_progress = prometheus_client.Gauge(
             "migfit_relayout_in_progress", "Re-layouts being applied now", registry=registry)
         self.configs_added = prometheus_client.Counter(

@@ -22,7 +22,11 @@ On ``failed``, a timeout, a wedged node (state stuck in ``pending``) or a pod bo
 whose profile the new layout lacks, the taint stays, the record says ``"state": "failed"``
 with the reason, ``migfit.io/relayout-failed`` is set, a Warning Event and a metric record
 it, and the node is never retried until an operator removes the taint and both annotations
-(``kubectl annotate node NODE migfit.io/relayout- migfit.io/relayout-failed-``).
+(``kubectl taint node NODE migfit.io/relayout-`` and ``kubectl annotate node NODE
+migfit.io/relayout- migfit.io/relayout-failed-``). Until its taint goes, a failed node keeps
+its place under ``--max-relayouts`` (``relayout_machine.holds_slot``; logged once, and the
+``migfit_relayout_held_slots`` gauge), so a failure that fails every change stops at the
+bound instead of taking one node after another out of service.
 """
 
 from __future__ import annotations
@@ -90,6 +94,8 @@ class Relayouter:
         # started again: the advice may stand while what aborted it does too (a pod the
         # DCGM report does not place), and tainting the node every pass would be a loop.
         self._resting: dict[str, float] = {}
+        # Failed nodes still tainted that hold --max-relayouts slots, as last logged.
+        self._holding: tuple[str, ...] = ()
 
     @property
     def leading(self) -> bool:
@@ -164,6 +170,15 @@ class Relayouter:
                             "up to %.0fs, then failed; finish the upgrade", name, version,
                             keys.RELAYOUT_VERSION, self.settings.timeout_s)
         self._newer = {name: self._newer.get(name, now) for name, _ in chosen.newer}
+        if chosen.holding != self._holding and chosen.holding:  # said once while it lasts
+            full = len(chosen.holding) + len(chosen.in_flight) >= chosen.limit
+            log.warning("relayout: %d failed re-layout(s) hold the --max-relayouts budget "
+                        "(%d of %d slots, their taint still on): %s%s; once a node is fixed, "
+                        "clear it with: %s", len(chosen.holding), len(chosen.holding),
+                        chosen.limit, ", ".join(chosen.holding),
+                        "; no new re-layout starts until they are cleared" if full else "",
+                        machine.clear_command("NODE"))
+        self._holding = chosen.holding
         taken = [*chosen.adopt, *chosen.start]
         for run in taken:
             self._tasks[run.node] = asyncio.create_task(self._apply(run),
@@ -173,6 +188,7 @@ class Relayouter:
             # leader, and the failed count drops when an operator clears a node.
             self.metrics.in_progress.set(len(chosen.in_flight))
             self.metrics.failed_nodes.set(chosen.failed)
+            self.metrics.held_slots.set(len(chosen.holding))
         return [run.node for run in taken]
 
     async def _stage(self, recommendations: Sequence[advisor.Recommendation]

@@ -34,8 +34,16 @@ The node-level protocol (DESIGN.md §6), by phase. The record is ``migfit.io/rel
   another config by that name aborts (nothing changed). ``SYNC``: sleep until
   ``config_sync_s`` has passed since the write (kubelet refreshes the MIG Manager's volume
   late), then ``CHECK`` once more.
+- ``VERIFY``: read the node once more right before the label (CHECK, USAGE or SYNC may
+  have taken minutes since the claim). Someone else's ``nvidia.com/mig.config`` (not the
+  record's ``from``, the value when migfit tainted the node), ``mig.config.state`` pending
+  or rebooting, or the taint or the ``tainted`` record gone aborts the run (through
+  ``_refuse``: nothing of migfit's was set, so taint and record are removed and an Event
+  says why; after a label patch whose answer was lost it fails instead).
 - ``LABEL``: set ``nvidia.com/mig.config`` and the record (``applying``, ``started``: the wall
-  clock, RFC 3339, so that a new leader keeps the timers running from then) in one patch.
+  clock, RFC 3339, so that a new leader keeps the timers running from then) in one patch,
+  with VERIFY's resourceVersion as precondition: a 409 goes back to VERIFY (never an
+  overwrite of a label set in between).
 - ``WAIT``: poll the node and its pods until ``mig.config.state=success`` with the expected
   allocatable; ``failed``, a changed label, ``pending`` for ``wedge_s``, ``timeout_s`` or a
   pod bound meanwhile whose profile the new layout lacks fail it. Transient API errors are
@@ -46,6 +54,8 @@ The node-level protocol (DESIGN.md §6), by phase. The record is ``migfit.io/rel
   the recommended label) together; a 409 re-reads.
 - ``FAIL``: the record becomes ``failed`` and ``migfit.io/relayout-failed`` is set; the taint
   stays, a Warning Event is sent, and the node is never retried until an operator clears it.
+  While the taint is on, :func:`plan` counts the node against the bound (:func:`holds_slot`),
+  so a failure that repeats on every node stops there.
 
 Only the Lease holder acts: every transition made while not leading ends the run
 (``lost-leadership``) before the next call; what was written stays for the next leader.
@@ -155,6 +165,7 @@ class Phase(enum.StrEnum):
     CONFIG = "config"
     CONFIG_WRITE = "config-write"
     SYNC = "sync"
+    VERIFY = "verify"
     LABEL = "label"
     LABELLED = "labelled"
     WAIT = "wait"
@@ -372,6 +383,21 @@ def in_flight(node: records.NodeRecord) -> bool:
     return node.relayout_tainted or (record is not None and record.active)
 
 
+def clear_command(node: str) -> str:
+    """What an operator runs to clear a failed re-layout of ``node`` once it is fixed."""
+    return (f"kubectl taint node {node} {keys.TAINT_RELAYOUT}- && kubectl annotate node {node} "
+            f"{keys.ANNOTATION_RELAYOUT}- {keys.ANNOTATION_RELAYOUT_FAILED}-")
+
+
+def holds_slot(node: records.NodeRecord) -> bool:
+    """The node's re-layout failed and it still carries migfit's taint: out of service until
+    an operator clears it, so it keeps its place under ``--max-relayouts`` (as a rolling
+    update's maxUnavailable counts a pod that never came up). Otherwise one failure that
+    fails every change (a config missing from the MIG Manager's file) would take every
+    recommended node out of service, one pass after another."""
+    return failed(node) and node.relayout_tainted
+
+
 def begin(rec: advisor.Recommendation) -> Run:
     """A new re-layout of a recommended node."""
     return Run(node=rec.node, phase=Phase.READ, record=planned(rec),
@@ -555,6 +581,10 @@ class Plan:
     start: tuple[Run, ...]
     in_flight: frozenset[str]  # nodes under re-layout in the cluster, these included
     failed: int  # nodes whose re-layout failed and wait for an operator
+    # Failed nodes still tainted (``holds_slot``): they count against ``limit`` as if in
+    # flight, until an operator clears them.
+    holding: tuple[str, ...] = ()
+    limit: int = 1  # re-layouts allowed at once (``Settings.limit`` of these nodes)
     # Tainted nodes whose record a newer migfit wrote: (node, version), left to that migfit
     # (for at most the timeout: ``plan``'s ``overdue``).
     newer: tuple[tuple[str, int], ...] = ()
@@ -573,7 +603,9 @@ def plan(
     """Which re-layouts to adopt (in flight, not run here) and to start (within the bound).
 
     ``nodes`` should be a fresh list of the cluster: the bound on re-layouts at once counts
-    what every replica ever started, from the nodes' taints and records. Pass no
+    what every replica ever started, from the nodes' taints and records, failed re-layouts
+    whose taint is still there included (``holds_slot``: they count until an operator clears
+    them, whoever failed them and whenever; a restart or a new leader sees them too). Pass no
     ``recommendations`` when the nodes may be stale. Only safe recommendations are started;
     to a custom config only with ``settings.custom_configs`` (the run writes it into that
     ConfigMap first; without it an operator adds it), busy-node ones (``rec.running``) only
@@ -594,7 +626,10 @@ def plan(
                     for name, n in sorted(listed.items())
                     if name not in mine
                     and (run := adopt(n, overdue=name in overdue)) is not None)
-    room = settings.limit(listed.values()) - len(flight)
+    holding = tuple(name for name, n in sorted(listed.items())
+                    if holds_slot(n) and name not in flight)
+    limit = settings.limit(listed.values())
+    room = limit - len(flight) - len(holding)
     started: list[Run] = []
     for rec in recommendations:
         if room <= 0:
@@ -614,7 +649,8 @@ def plan(
                   if n.relayout_tainted and not failed(n)
                   and (v := keys.newer_relayout(n.annotations)) is not None)
     return Plan(adopt=adopted, start=tuple(started), in_flight=frozenset(flight),
-                failed=sum(failed(n) for n in listed.values()), newer=newer)
+                failed=sum(failed(n) for n in listed.values()), newer=newer, holding=holding,
+                limit=limit)
 
 
 def _may_try(record: keys.RelayoutRecord, pods: Iterable[records.PodRecord], node: str,
@@ -974,11 +1010,53 @@ def _checked(run: Run, seen: PodsSeen, clock: Context) -> Step:
                           "and --apply-custom-configs is off; nothing was changed")
         return Step(dataclasses.replace(run, phase=Phase.CONFIG, since=clock.now, failing=0),
                     ReadConfigMap())
+    return Step(dataclasses.replace(run, phase=Phase.VERIFY, since=clock.now, failing=0),
+                ReadNode())
+
+
+def _verify(run: Run, seen: Seen, clock: Context) -> Step:
+    """Read the node right before the label: since the claim (up to ``usage_wait_s`` or
+    ``config_sync_s`` ago) someone may have set ``nvidia.com/mig.config`` themselves, and the
+    MIG Manager be applying it. The label goes only onto the node as claimed (taint and
+    ``tainted`` record still there, the label still ``from``, the MIG Manager idle), with
+    the resourceVersion read as precondition: a write in between is a 409 and a new read,
+    never an overwrite."""
+    if seen is None or isinstance(seen, Slept):
+        return Step(run, ReadNode())
+    if isinstance(seen, CallFailed):
+        if seen.retryable:
+            return _retry(run, seen.brief, clock, then=Phase.VERIFY,
+                          gave_up="reading the node before setting its label kept failing")
+        return _fail(run, clock, "error", f"cannot read the node before setting "
+                     f"{keys.LABEL_CONFIG} ({seen.brief})")
+    if not isinstance(seen, NodeSeen):
+        return _unexpected(run, seen)
+    node, target = seen.node, run.record.target
+    mark = keys.relayout_of(node.annotations)
+    if mark is not None and mark.state is _STATES.APPLYING and mark.target == target:
+        # A label patch of ours landed (a 409 answering a retry of it, or a lost answer).
+        if node.config == target:
+            return _labelled(run, seen, clock)
+        return _fail(run, clock, "failed", f"{keys.LABEL_CONFIG} was changed to "
+                     f"{node.config!r} by someone else right after migfit set it")
+    if (not node.relayout_tainted or mark is None or mark.state is not _STATES.TAINTED
+            or mark.target != target):
+        return _refuse(run, clock, f"the taint {keys.TAINT_RELAYOUT} or the re-layout record "
+                       "was removed or changed before the label was set (by an operator?)")
+    before = mark.from_config
+    if node.config != before:
+        return _refuse(run, clock, f"{keys.LABEL_CONFIG} was changed from {before!r} to "
+                       f"{node.config!r} by someone else since migfit tainted the node (the "
+                       "MIG Manager applies theirs; migfit does not overwrite it)")
+    if node.config_state in keys.REPARTITIONING_STATES:
+        return _refuse(run, clock, f"the MIG Manager is at work on the node "
+                       f"({keys.LABEL_CONFIG_STATE}={node.config_state}) since migfit tainted "
+                       "it")
     applying = run.record.but(state=_STATES.APPLYING, started=keys.rfc3339(clock.wall))
-    body = {"metadata": {"labels": {keys.LABEL_CONFIG: run.record.target},
+    body = {"metadata": {**_precondition(seen.resource_version),
+                         "labels": {keys.LABEL_CONFIG: target},
                          "annotations": _annotate(applying)}}
-    return Step(dataclasses.replace(run, phase=Phase.LABEL, record=applying, since=clock.now,
-                                    failing=0), Patch(body))
+    return Step(dataclasses.replace(run, phase=Phase.LABEL, record=applying), Patch(body))
 
 
 def _refuse(run: Run, clock: Context, cause: str) -> Step:
@@ -1100,6 +1178,15 @@ def _label(run: Run, seen: Seen, clock: Context) -> Step:
                     (started,))
     if not isinstance(seen, CallFailed):
         return _unexpected(run, seen)
+    since = clock.now if run.since is None else run.since
+    if seen.conflict:
+        # The node was written since VERIFY read it (or a retry of ours that landed was
+        # refused): read it again and decide again.
+        if clock.now - since >= clock.settings.write_retry_s:
+            return _done(run, "interrupted", f"setting {keys.LABEL_CONFIG} kept meeting "
+                         "writes of the node (409 Conflict); what was written stays, and a "
+                         "later pass resumes the node")
+        return Step(dataclasses.replace(run, phase=Phase.VERIFY, since=since), ReadNode())
     if seen.retryable:
         # Did it land? Read the node: if so, wait for the MIG Manager as if the answer had
         # come; if not, check the pods again before setting it again.
@@ -1284,10 +1371,10 @@ def _failing(run: Run, seen: Seen, clock: Context) -> Step:
     if isinstance(seen, Written):
         return _finish(run, Emit(
             REASON_FAILED, "Warning", f"Re-layout to {run.record.target} {run.ending.result}: "
-            f"{run.ending.reason}. The taint {keys.TAINT_RELAYOUT} stays; once the node is "
-            f"fixed remove it and the {keys.ANNOTATION_RELAYOUT} and "
-            f"{keys.ANNOTATION_RELAYOUT_FAILED} annotations (kubectl annotate node "
-            f"{run.node} {keys.ANNOTATION_RELAYOUT}- {keys.ANNOTATION_RELAYOUT_FAILED}-)"))
+            f"{run.ending.reason}. The taint {keys.TAINT_RELAYOUT} stays, and until it goes "
+            "the node holds one of the --max-relayouts slots (no other re-layout takes its "
+            f"place); once the node is fixed remove it and the {keys.ANNOTATION_RELAYOUT} and "
+            f"{keys.ANNOTATION_RELAYOUT_FAILED} annotations ({clear_command(run.node)})"))
     if not isinstance(seen, CallFailed):
         return _unexpected(run, seen)
     settings = clock.settings
@@ -1311,6 +1398,7 @@ _PHASES = {
     Phase.CONFIG: _config,
     Phase.CONFIG_WRITE: _config_write,
     Phase.SYNC: _sync,
+    Phase.VERIFY: _verify,
     Phase.LABEL: _label,
     Phase.LABELLED: _labelled,
     Phase.WAIT: _wait,

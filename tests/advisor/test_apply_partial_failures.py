@@ -7,9 +7,11 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import logging
 from typing import Any
 
 import kmock
+import prometheus_client
 import pytest
 from advisor_scene import node, pod
 from kubernetes_asyncio import client as k8s
@@ -19,6 +21,7 @@ from migmanager_sim import (
     MigManager,
     VersionedEmulator,
     adds_taint,
+    advice_cache,
     events,
     read_node,
     relayouter,
@@ -31,7 +34,7 @@ from migmanager_sim import (
 )
 
 from migfit import keys, kube
-from migfit.extender import leader, relayout
+from migfit.extender import advice, leader, relayout
 
 FAST = relayout.Settings(max_concurrent=1, timeout_s=5.0, wedge_s=3.0, poll_s=0.02,
                          interval_s=0.02, write_retry_s=0.5)
@@ -272,3 +275,128 @@ async def test_a_transient_error_on_the_taint_is_retried_like_a_conflict(
     finally:
         await mm.stop()
     assert mm.applied == ["all-1g.10gb"]
+
+
+# ---------------------------------------------------------------- failed runs hold the bound
+
+
+async def test_a_failure_that_fails_every_change_stops_at_the_bound(
+    server: kmock.KubernetesEmulator, api: k8s.ApiClient, caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A MIG Manager that fails every change (a custom config missing from its file): a
+    failed node keeps its taint, and it used not to count against --max-relayouts, so each
+    pass took the next recommended node out of service (all four here, with a bound of 1).
+    Each pass is a fresh replica over a fresh view (a restart, a new leader): the failed
+    node is counted from the cluster."""
+    names = [f"gpu{i}" for i in range(4)]
+    for n in names:
+        store(server, node(n, alloc={"3g.40gb": 2}, config="all-3g.40gb"))
+    for i in range(28):
+        store(server, pod(f"small{i}", "1g.10gb", namespace="ml"))
+    mms = {n: MigManager(api, n, layouts=LAYOUTS, mode="fail") for n in names}
+    for mm in mms.values():
+        mm.start()
+    registry = prometheus_client.CollectorRegistry()
+
+    async def one_pass() -> list[relayout.Outcome]:
+        nonlocal registry
+        registry = prometheus_client.CollectorRegistry()  # a fresh replica's
+        r = relayout.Relayouter(await snapshot(api), api, elector=None, cache=advice_cache(),
+                                metrics=advice.Metrics(registry), settings=FAST)
+        await r.step()
+        return await r.wait()
+
+    async def tainted() -> list[str]:
+        return [n for n in names
+                if keys.TAINT_RELAYOUT in taints(await read_node(api, n))]
+
+    try:
+        (first,) = await one_pass()
+        assert first.result == "failed", first
+        with caplog.at_level(logging.WARNING, logger="migfit.extender.relayout"):
+            for _ in range(3):
+                assert await one_pass() == []
+        assert await tainted() == [first.node]
+        assert [n for n, mm in mms.items() if mm.applied] == [first.node]
+        assert registry.get_sample_value("migfit_relayout_held_slots") == 1.0
+        said = [r.getMessage() for r in caplog.records if "hold the --max-relayouts" in
+                r.getMessage()]
+        assert said and first.node in said[0] and "kubectl taint node NODE" in said[0]
+        assert "no new re-layout starts until they are cleared" in said[0]
+        # Cleared as the Warning Event says: the next node is tried (and fails the same way).
+        obj = await read_node(api, first.node)
+        await kube.as_client(api).patch_node(first.node, {
+            "metadata": {"annotations": {keys.ANNOTATION_RELAYOUT: None,
+                                         keys.ANNOTATION_RELAYOUT_FAILED: None}},
+            "spec": {"taints": [t for t in obj["spec"]["taints"]
+                                if t["key"] != keys.TAINT_RELAYOUT]}})
+        (second,) = await one_pass()
+        assert second.result == "failed" and second.node != first.node
+        assert await tainted() == [second.node]
+    finally:
+        for mm in mms.values():
+            await mm.stop()
+
+
+# ---------------------------------------------------------------- the label, never overwritten
+
+
+# Someone else (a human, another tool) sets nvidia.com/mig.config; the MIG Manager starts on it.
+SOMEONE_LABELS = {"metadata": {"labels": {keys.LABEL_CONFIG: "all-disabled",
+                                          keys.LABEL_CONFIG_STATE: "pending"}}}
+
+
+@pytest.mark.kmock(cls=VersionedEmulator)
+@pytest.mark.parametrize("when", ["after-taint", "between-read-and-label"])
+async def test_a_label_set_by_someone_else_meanwhile_is_never_overwritten(
+    server: VersionedEmulator, api: k8s.ApiClient, when: str,
+) -> None:
+    """Someone sets the label while the node is tainted (after-taint: before migfit's last
+    read; between-read-and-label: after it, so only the label patch's resourceVersion
+    precondition catches it). migfit used to overwrite it, in the middle of the MIG
+    Manager's apply of theirs. Now the run is aborted: theirs stays, taint and record go."""
+    seed(server)
+    change = SOMEONE_LABELS
+    if when == "after-taint":
+        server.after(NODES, "idle", adds_taint(keys.TAINT_RELAYOUT),
+                     lambda: server.objects[NODES, None, "idle"].patch(change))
+    else:  # lands just before migfit's next write of the node: the label patch
+        server.after(NODES, "idle", adds_taint(keys.TAINT_RELAYOUT),
+                     lambda: server.race(NODES, None, "idle", change))
+    r = await _relayouter(api)
+    assert await r.step() == ["idle"]
+    (outcome,) = await r.wait()
+    assert outcome.result == "aborted", outcome
+    assert "changed from 'all-3g.40gb' to 'all-disabled' by someone else" in outcome.reason
+    obj = await read_node(api, "idle")
+    labels = obj["metadata"]["labels"]
+    assert labels[keys.LABEL_CONFIG] == "all-disabled"
+    assert labels[keys.LABEL_CONFIG_STATE] == "pending"
+    assert taints(obj) == [] and _record(obj) is None
+    assert keys.ANNOTATION_RELAYOUT_FAILED not in obj["metadata"].get("annotations", {})
+    assert any(e["reason"] == relayout.REASON_ABORTED and "all-disabled" in e["message"]
+               for e in await events(api))
+    assert not any(e["reason"] == relayout.REASON_STARTED for e in await events(api))
+
+
+@pytest.mark.kmock(cls=VersionedEmulator)
+async def test_an_unrelated_write_before_the_label_is_read_again_then_labelled(
+    server: VersionedEmulator, api: k8s.ApiClient,
+) -> None:
+    # Another controller writes the node between migfit's read and its label patch: a 409,
+    # a new read, and the label with the new version.
+    seed(server)
+    server.after(NODES, "idle", adds_taint(keys.TAINT_RELAYOUT), lambda: server.race(
+        NODES, None, "idle", {"metadata": {"labels": {"example.com/other": "x"}}}))
+    mm = MigManager(api, "idle", layouts=LAYOUTS, mode="success")
+    mm.start()
+    try:
+        r = await _relayouter(api)
+        assert await r.step() == ["idle"]
+        (outcome,) = await r.wait()
+    finally:
+        await mm.stop()
+    assert outcome.result == "success", outcome
+    assert mm.applied == ["all-1g.10gb"]
+    labels = (await read_node(api, "idle"))["metadata"]["labels"]
+    assert labels["example.com/other"] == "x"

@@ -86,7 +86,8 @@ OWN_WRITES = {
     "claim: record and taint": {"metadata": {"resourceVersion": "7", "annotations": {
         keys.ANNOTATION_RELAYOUT: RECORD}}, "spec": {"taints": [*node()["spec"]["taints"],
                                                                TAINT]}},
-    "label the target": {"metadata": {"labels": {keys.LABEL_CONFIG: "migfit-1g.10gb-x7"},
+    "label the target": {"metadata": {"resourceVersion": "7",
+                                      "labels": {keys.LABEL_CONFIG: "migfit-1g.10gb-x7"},
                                       "annotations": {keys.ANNOTATION_RELAYOUT: RECORD}}},
     "failure mark": {"metadata": {"annotations": {
         keys.ANNOTATION_RELAYOUT_FAILED: '{"result": "failed", "reason": "x"}'}}},

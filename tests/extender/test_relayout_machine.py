@@ -90,9 +90,18 @@ def claimed() -> tuple[m.Run, keys.RelayoutRecord]:
     return step.run, record
 
 
+def verified(step: m.Step, clock: m.Context | None = None) -> m.Step:
+    """VERIFY reads the node as claimed (taint, ``tainted`` record, its label as it was when
+    tainted, the MIG Manager idle): on to the label patch."""
+    assert step.run.phase is m.Phase.VERIFY and isinstance(step.action, m.ReadNode), step
+    obj = node(config=step.run.record.from_config or "all-3g.40gb", taints=[TAINT],
+               record=step.run.record.but(state=keys.RelayoutState.TAINTED))
+    return m.advance(step.run, seen(obj), clock or at())
+
+
 def labelled(now: float = 0.0) -> m.Run:
     run, _ = claimed()
-    step = m.advance(run, m.PodsSeen(()), at(now))
+    step = verified(m.advance(run, m.PodsSeen(()), at(now)), at(now))
     step = m.advance(step.run, m.Written(), at(now))
     assert step.run.phase is m.Phase.WAIT
     return step.run
@@ -118,8 +127,11 @@ def test_a_whole_relayout_writes_taint_and_record_together_and_removes_them_toge
     step = m.advance(step.run, m.Written(), at())
     assert isinstance(step.action, m.ListPods)
     step = m.advance(step.run, m.PodsSeen((gpu_pod("x", "1g.10gb", on="elsewhere"),)), at(1))
+    assert isinstance(step.action, m.ReadNode) and step.run.phase is m.Phase.VERIFY
+    step = verified(step, at(1))
     assert isinstance(step.action, m.Patch)
     assert step.action.body["metadata"]["labels"] == {keys.LABEL_CONFIG: "all-1g.10gb"}
+    assert step.action.body["metadata"]["resourceVersion"] == "7"  # VERIFY's read
     applying = written_record(step)
     assert applying is not None and applying.state is keys.RelayoutState.APPLYING
     assert applying.started == keys.rfc3339(WALL + 1)
@@ -151,7 +163,7 @@ def test_the_record_states_written_are_exactly_the_states_the_record_has() -> No
     states = {m.planned(recommendation()).state}
     run, claim = claimed()
     states.add(claim.state)
-    step = m.advance(run, m.PodsSeen(()), at())
+    step = verified(m.advance(run, m.PodsSeen(()), at()))
     states.add(written_record(step).state)  # type: ignore[union-attr]
     step = m.advance(step.run, m.Written(), at())
     step = m.advance(step.run, seen(node(config="all-1g.10gb", state="failed",
@@ -251,7 +263,7 @@ def test_listing_pods_is_retried_then_left_to_a_later_pass() -> None:
 def test_a_transient_error_setting_the_label_reads_the_node_then_checks_the_pods_again(
 ) -> None:
     run, _ = claimed()
-    step = m.advance(run, m.PodsSeen(()), at())
+    step = verified(m.advance(run, m.PodsSeen(()), at()))
     sent = written_record(step)
     step = m.advance(step.run, m.CallFailed("HTTP 502", retryable=True), at())
     assert isinstance(step.action, m.Sleep) and step.run.phase is m.Phase.LABELLED
@@ -270,7 +282,7 @@ def test_a_transient_error_setting_the_label_reads_the_node_then_checks_the_pods
 
 def test_a_label_refused_for_good_is_a_failure_that_keeps_the_taint() -> None:
     run, _ = claimed()
-    step = m.advance(run, m.PodsSeen(()), at())
+    step = verified(m.advance(run, m.PodsSeen(()), at()))
     step = m.advance(step.run, m.CallFailed("HTTP 403 Forbidden"), at())
     assert step.run.phase is m.Phase.FAIL and isinstance(step.action, m.Patch)
     notes = step.action.body["metadata"]["annotations"]
@@ -283,7 +295,7 @@ def test_a_label_refused_for_good_is_a_failure_that_keeps_the_taint() -> None:
 
 def test_a_failure_that_cannot_be_recorded_leaves_the_record_to_adopt() -> None:
     run, _ = claimed()
-    step = m.advance(run, m.PodsSeen(()), at())
+    step = verified(m.advance(run, m.PodsSeen(()), at()))
     step = m.advance(step.run, m.CallFailed("HTTP 403 Forbidden"), at())
     step = m.advance(step.run, m.CallFailed("HTTP 500", retryable=True), at(1))
     assert isinstance(step.action, m.Sleep)  # retried for write_retry_s
@@ -426,10 +438,11 @@ def test_adoption_by_record_state() -> None:
 
 def test_the_bound_counts_every_node_in_flight_and_this_replicas_runs() -> None:
     claim = keys.RelayoutRecord(state=keys.RelayoutState.TAINTED, target="x")
+    # d failed and an operator removed its taint (not yet its annotations): it serves pods,
+    # holds no slot, and is not started again.
     nodes = [record_of(node(name="a", taints=[TAINT], record=claim)),
              record_of(node(name="b")), record_of(node(name="c")),
-             record_of(node(name="d", taints=[TAINT],
-                            annotations={keys.ANNOTATION_RELAYOUT_FAILED: "{}"}))]
+             record_of(node(name="d", annotations={keys.ANNOTATION_RELAYOUT_FAILED: "{}"}))]
     recs = [recommendation("b"), recommendation("c")]
     two = dataclasses.replace(SETTINGS, max_concurrent=2)
     plan = m.plan(nodes, running=(), recommendations=recs, settings=two)
@@ -440,6 +453,138 @@ def test_the_bound_counts_every_node_in_flight_and_this_replicas_runs() -> None:
     plan = m.plan(nodes, running=("c",), recommendations=recs, settings=two)
     assert [r.node for r in plan.start] == []  # a (cluster) + c (here) = 2
     assert m.plan(nodes, running=(), recommendations=recs, settings=SETTINGS).start == ()
+
+
+def test_a_failed_node_still_tainted_holds_its_slot_until_an_operator_clears_it() -> None:
+    # One failure that fails every change (a config the MIG Manager's file lacks) took one
+    # recommended node out of service after another: a failed node did not count.
+    failure = keys.RelayoutRecord(state=keys.RelayoutState.FAILED, target="x",
+                                  result="failed", reason="mig.config.state=failed")
+    broken = node(name="bad", taints=[TAINT], record=failure,
+                  annotations={keys.ANNOTATION_RELAYOUT_FAILED: "{}"})
+    recs = [recommendation("b"), recommendation("c"), recommendation("bad")]
+    nodes = [record_of(broken), record_of(node(name="b")), record_of(node(name="c"))]
+    plan = m.plan(nodes, running=(), recommendations=recs, settings=SETTINGS)
+    assert plan.start == () and plan.holding == ("bad",) and plan.limit == 1
+    assert plan.failed == 1 and plan.in_flight == frozenset()
+    two = dataclasses.replace(SETTINGS, max_concurrent=2)
+    plan = m.plan(nodes, running=(), recommendations=recs, settings=two)
+    assert [r.node for r in plan.start] == ["b"]
+    # This replica still recording the failure: counted once, not twice.
+    plan = m.plan(nodes, running=("bad",), recommendations=recs, settings=two)
+    assert [r.node for r in plan.start] == ["b"] and plan.holding == ()
+    # A share of the GPU nodes: the failed node is one of them, and holds one of the slots.
+    share = dataclasses.replace(SETTINGS, max_share=0.5)
+    assert m.plan(nodes, running=(), recommendations=recs, settings=share).start == ()
+    # Untainted by an operator (annotations not yet removed): it serves pods again, frees
+    # its slot, and is still not retried.
+    untainted = node(name="bad", record=failure,
+                     annotations={keys.ANNOTATION_RELAYOUT_FAILED: "{}"})
+    plan = m.plan([record_of(untainted), *nodes[1:]], running=(), recommendations=recs,
+                  settings=SETTINGS)
+    assert [r.node for r in plan.start] == ["b"] and plan.holding == ()
+    # Cleared as the Warning Event says (taint and both annotations).
+    plan = m.plan([record_of(node(name="bad")), *nodes[1:]], running=(),
+                  recommendations=recs[2:], settings=SETTINGS)
+    assert [r.node for r in plan.start] == ["bad"]
+
+
+def test_the_failure_event_says_the_slot_is_held_and_how_to_clear_it() -> None:
+    run = labelled()
+    step = m.advance(run, _applying_node(run, config="all-1g.10gb", state="failed"), at(1))
+    step = m.advance(step.run, m.Written(), at(1))
+    (event,) = step.emits
+    assert "holds one of the --max-relayouts slots" in event.message
+    assert (f"kubectl taint node n {keys.TAINT_RELAYOUT}- && kubectl annotate node n "
+            f"{keys.ANNOTATION_RELAYOUT}- {keys.ANNOTATION_RELAYOUT_FAILED}-") in event.message
+
+
+# ---------------------------------------------------------------- VERIFY, right before LABEL
+
+
+def _verifying(run: m.Run | None = None, now: float = 0.0) -> m.Step:
+    """A run whose pod check passed: VERIFY reads the node."""
+    step = m.advance(run or claimed()[0], m.PodsSeen(()), at(now))
+    assert step.run.phase is m.Phase.VERIFY and isinstance(step.action, m.ReadNode)
+    return step
+
+
+def _claimed_node(run: m.Run, **kw: Any) -> dict[str, Any]:
+    return node(taints=[TAINT], record=run.record.but(state=keys.RelayoutState.TAINTED), **kw)
+
+
+@pytest.mark.parametrize("kw, needle", [
+    # someone set the label since the taint; the MIG Manager may not have reacted yet
+    ({"config": "all-disabled"}, "changed from 'all-3g.40gb' to 'all-disabled' by someone"),
+    # ... or has: it is applying theirs (or re-applying the same config)
+    ({"config": "all-disabled", "state": "pending"}, "changed from 'all-3g.40gb'"),
+    ({"state": "pending"}, "mig.config.state=pending"),
+    ({"state": "rebooting"}, "mig.config.state=rebooting"),
+])
+def test_a_label_or_a_mig_manager_at_work_since_the_taint_aborts_before_the_label(
+        kw: dict[str, Any], needle: str) -> None:
+    step = _verifying()
+    step = m.advance(step.run, seen(_claimed_node(step.run, **kw)), at(1))
+    # Nothing of migfit's was set: taint and record go (RELEASE), an Aborted Event says why.
+    assert step.run.phase is m.Phase.RELEASE and isinstance(step.action, m.ReadNode)
+    assert step.run.ending is not None and step.run.ending.result == "aborted"
+    assert needle in step.run.ending.reason
+    obj = _claimed_node(step.run, **kw)
+    step = m.advance(step.run, seen(obj), at(1))
+    assert isinstance(step.action, m.Patch)
+    body = step.action.body
+    assert body["metadata"]["annotations"] == {keys.ANNOTATION_RELAYOUT: None}
+    assert body["spec"]["taints"] == [] and "labels" not in body  # theirs stays
+    step = m.advance(step.run, m.Written(), at(1))
+    assert [e.reason for e in step.emits] == [m.REASON_ABORTED]
+    assert isinstance(step.action, m.Done) and step.action.outcome.result == "aborted"
+
+
+def test_a_taint_or_record_removed_before_the_label_aborts() -> None:
+    step = _verifying()
+    gone = m.advance(step.run, seen(node()), at(1))  # an operator cleared it
+    assert gone.run.ending is not None and gone.run.ending.result == "aborted"
+    assert "removed or changed before the label was set" in gone.run.ending.reason
+
+
+def test_the_label_patch_carries_verifys_version_and_a_conflict_reads_again() -> None:
+    step = _verifying()
+    obj = _claimed_node(step.run)
+    obj["metadata"]["resourceVersion"] = "42"
+    step = m.advance(step.run, seen(obj), at(1))
+    assert isinstance(step.action, m.Patch) and step.run.phase is m.Phase.LABEL
+    assert step.action.body["metadata"]["resourceVersion"] == "42"
+    # Someone wrote the node in between: no overwrite, a new read and a new decision.
+    again = m.advance(step.run, m.CallFailed("HTTP 409", conflict=True), at(2))
+    assert again.run.phase is m.Phase.VERIFY and isinstance(again.action, m.ReadNode)
+    theirs = m.advance(again.run, seen(_claimed_node(again.run, config="all-disabled")), at(2))
+    assert theirs.run.ending is not None and theirs.run.ending.result == "aborted"
+    # The write in between was unrelated: the label goes with the new version.
+    fine = _claimed_node(again.run)
+    fine["metadata"]["resourceVersion"] = "43"
+    step = m.advance(again.run, seen(fine), at(2))
+    assert isinstance(step.action, m.Patch)
+    assert step.action.body["metadata"]["resourceVersion"] == "43"
+    # The 409 answered a retry of a patch of ours that landed: wait as if it had answered.
+    landed = node(config="all-1g.10gb", state="pending", taints=[TAINT], record=step.run.record)
+    waiting = m.advance(again.run, seen(landed), at(2))
+    assert waiting.run.phase is m.Phase.WAIT
+    assert [e.reason for e in waiting.emits] == [m.REASON_STARTED]
+    # Conflicts for longer than write_retry_s: left for a later pass (taint and record kept).
+    late = m.advance(step.run, m.CallFailed("HTTP 409", conflict=True), at(30))
+    assert isinstance(late.action, m.Done) and late.action.outcome.result == "interrupted"
+
+
+def test_a_label_changed_after_a_lost_label_answer_fails_and_keeps_the_taint() -> None:
+    step = verified(_verifying())
+    step = m.advance(step.run, m.CallFailed("timeout", retryable=True), at(1))
+    step = m.advance(step.run, m.Slept(), at(3))
+    step = m.advance(step.run, seen(_claimed_node(step.run)), at(3))  # did not land
+    step = _verifying(step.run, 3)
+    out = m.advance(step.run, seen(_claimed_node(step.run, config="all-disabled")), at(4))
+    assert out.run.phase is m.Phase.FAIL and out.run.ending is not None
+    assert "whose answer was lost" in out.run.ending.reason
+    assert "spec" not in out.action.body  # type: ignore[union-attr]
 
 
 def test_only_safe_recommendations_to_named_configs_start() -> None:
@@ -494,8 +639,8 @@ def _busy_checking(settings: m.Settings = SETTINGS) -> m.Run:
 def test_a_busy_node_run_keeps_the_running_pods_on_profiles_it_does_not_re_create() -> None:
     # GPU 0 goes from 2 x 3g.40gb to 7 x 1g.10gb; t/keeps uses a 1g.10gb, which the GPU the
     # change re-creates does not have: it is on another GPU, and the run goes on.
-    step = m.advance(_busy_checking(), m.PodsSeen((gpu_pod("keeps", "1g.10gb"),),
-                                                  restarts={"keeps": 4}), at())
+    step = verified(m.advance(_busy_checking(), m.PodsSeen((gpu_pod("keeps", "1g.10gb"),),
+                                                           restarts={"keeps": 4}), at()))
     assert step.run.phase is m.Phase.LABEL
     record = written_record(step)
     assert record is not None and record.state is keys.RelayoutState.APPLYING
@@ -554,6 +699,7 @@ def test_with_gpu_usage_a_report_collected_after_the_list_places_the_pod() -> No
     assert relist.run.phase is m.Phase.CHECK and isinstance(relist.action, m.ListPods)
     # ... the same pods: the label at once, keeps recorded.
     ok = m.advance(relist.run, m.PodsSeen((gpu_pod("keeps", "3g.40gb"),)), usage_clock(43.0))
+    ok = verified(ok, usage_clock(43.0))
     assert ok.run.phase is m.Phase.LABEL
     assert [k.pod for k in written_record(ok).kept] == ["t/keeps"]  # type: ignore[union-attr]
     # Another pod bound since the list the report judged: it is judged afresh (USAGE again
@@ -593,7 +739,7 @@ def test_a_lost_label_answer_keeps_the_first_baseline() -> None:
     # The label patch landed but its answer was lost; meanwhile the MIG Manager began and
     # keeps restarted once: the second CHECK must not make that the new baseline.
     first = m.PodsSeen((gpu_pod("keeps", "1g.10gb"),), restarts={"keeps": 0})
-    step = m.advance(_busy_checking(), first, at(1))
+    step = verified(m.advance(_busy_checking(), first, at(1)), at(1))
     assert step.run.phase is m.Phase.LABEL
     step = m.advance(step.run, m.CallFailed(brief="HTTP 503", retryable=True), at(2))
     step = m.advance(step.run, m.Slept(), at(12))
@@ -602,7 +748,7 @@ def test_a_lost_label_answer_keeps_the_first_baseline() -> None:
         state=keys.RelayoutState.TAINTED))), at(12))
     assert isinstance(step.action, m.ListPods)
     restarted = m.PodsSeen((gpu_pod("keeps", "1g.10gb"),), restarts={"keeps": 1})
-    step = m.advance(step.run, restarted, at(13))
+    step = verified(m.advance(step.run, restarted, at(13)), at(13))
     assert [k.restarts for k in written_record(step).kept] == [0]  # type: ignore[union-attr]
     # and the first check in WAIT sees the harm
     step = m.advance(step.run, m.Written(), at(14))
@@ -617,7 +763,7 @@ def test_a_lost_label_answer_keeps_the_first_baseline() -> None:
 def test_a_refusal_after_a_lost_label_answer_fails_and_keeps_the_taint() -> None:
     # The label may have landed and the MIG Manager be at work: never untaint then.
     first = m.PodsSeen((gpu_pod("keeps", "1g.10gb"),))
-    step = m.advance(_busy_checking(), first, at(1))
+    step = verified(m.advance(_busy_checking(), first, at(1)), at(1))
     step = m.advance(step.run, m.CallFailed(brief="timeout", retryable=True), at(2))
     step = m.advance(step.run, m.Slept(), at(12))
     step = m.advance(step.run, seen(node(taints=[TAINT], record=step.run.record.but(
@@ -633,8 +779,8 @@ def test_a_refusal_after_a_lost_label_answer_fails_and_keeps_the_taint() -> None
 def _kept_and_waiting(obj: dict[str, Any]) -> m.Run:
     p = decoding.pod_from_api(obj)
     assert p is not None
-    step = m.advance(_busy_checking(), m.PodsSeen((p,), restarts={
-        p.uid: decoding.restart_count(obj)}), at(1))
+    step = verified(m.advance(_busy_checking(), m.PodsSeen((p,), restarts={
+        p.uid: decoding.restart_count(obj)}), at(1)), at(1))
     step = m.advance(step.run, m.Written(), at(2))
     step = m.advance(step.run, seen(node(config="all-1g.10gb", state="pending",
                                          record=step.run.record)), at(3))
@@ -688,7 +834,7 @@ def test_usage_time_does_not_spend_the_label_retries() -> None:
     step = m.advance(_busy_checking(shipped), pods, clock(0.0))
     step = m.advance(step.run, report((THREE_G, THREE_G), (_placed_pod("keeps"),), at=61.0),
                      clock(65.0))
-    step = m.advance(step.run, pods, clock(66.0))
+    step = verified(m.advance(step.run, pods, clock(66.0)), clock(66.0))
     assert step.run.phase is m.Phase.LABEL
     step = m.advance(step.run, m.CallFailed(brief="HTTP 503", retryable=True), clock(67.0))
     assert isinstance(step.action, m.Sleep)  # retried, not "interrupted"
@@ -754,7 +900,7 @@ BASE = "version: v1\nmig-configs:\n  all-3g.40gb:\n    - devices: all\n" \
 def custom_run() -> m.Run:
     """A custom-config run adopted in ``tainted`` (the pod check comes first)."""
     rec = dataclasses.replace(recommendation(config=None), mig_parted=CUSTOM_DOC)
-    record = m.planned(rec).but(state=keys.RelayoutState.TAINTED)
+    record = m.planned(rec).but(state=keys.RelayoutState.TAINTED, from_config="all-3g.40gb")
     return m.Run(node="n", phase=m.Phase.CHECK, record=record)
 
 
@@ -773,7 +919,7 @@ def test_a_custom_config_already_written_waits_only_the_rest_of_the_sync() -> No
     assert step.action == m.Sleep(20.0) and step.run.phase is m.Phase.SYNC
     step = m.advance(step.run, m.Slept(), custom_at(20.0))
     assert isinstance(step.action, m.ListPods)  # the pods once more, then the label
-    step = m.advance(step.run, m.PodsSeen(()), custom_at(20.0))
+    step = verified(m.advance(step.run, m.PodsSeen(()), custom_at(20.0)), custom_at(20.0))
     assert isinstance(step.action, m.Patch)
     assert step.action.body["metadata"]["labels"] == {keys.LABEL_CONFIG: "migfit-7x1g.10gb"}
 
@@ -830,7 +976,8 @@ def test_a_named_config_migfit_wrote_lately_also_waits_out_the_sync() -> None:
     text = migparted.with_config(BASE, CUSTOM_DOC)
     rec = recommendation(config="migfit-7x1g.10gb")
     run = m.Run(node="n", phase=m.Phase.CHECK,
-                record=m.planned(rec).but(state=keys.RelayoutState.TAINTED))
+                record=m.planned(rec).but(state=keys.RelayoutState.TAINTED,
+                                          from_config="all-3g.40gb"))
     step = m.advance(run, m.PodsSeen(()), custom_at())
     assert isinstance(step.action, m.ReadConfigMap)
     cm = m.ConfigMapSeen(text=text, added={"migfit-7x1g.10gb": WALL - 30.0},
@@ -839,10 +986,11 @@ def test_a_named_config_migfit_wrote_lately_also_waits_out_the_sync() -> None:
     # One an operator added (not in migfit.io/configs): the label at once (after the pods).
     step = m.advance(step.run, dataclasses.replace(cm, added={}), custom_at())
     assert isinstance(step.action, m.ListPods)
-    assert isinstance(m.advance(step.run, m.PodsSeen(()), custom_at()).action, m.Patch)
+    assert isinstance(verified(m.advance(step.run, m.PodsSeen(()), custom_at()),
+                               custom_at()).action, m.Patch)
     # Without --apply-custom-configs a named config is labelled straight away, as before.
     plain = m.advance(run, m.PodsSeen(()), custom_at(settings=SETTINGS))
-    assert isinstance(plain.action, m.Patch)
+    assert isinstance(verified(plain, custom_at(settings=SETTINGS)).action, m.Patch)
 
 
 def test_a_config_text_that_would_outgrow_a_configmap_is_not_written() -> None:

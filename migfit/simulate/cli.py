@@ -12,17 +12,18 @@ without the trace. A run says first, on stderr, what it replays and about how lo
 from __future__ import annotations
 
 import argparse
-import concurrent.futures
 import math
 import multiprocessing
 import os
 import shlex
+import signal
 import sys
+import threading
 import time
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from migfit import errors, profiles
 from migfit.commands import options
@@ -357,6 +358,33 @@ def _inputs(args: argparse.Namespace, catalog: profiles.Catalog
     return nodes, pods, info
 
 
+def _worker_start() -> None:
+    """A pool worker leaves stopping to its parent, which terminates the pool: Ctrl-C to the
+    process group would otherwise print each worker's traceback, and the SIGTERM handler it
+    inherits is the parent's."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def _terminated(signum: int, _frame: object) -> NoReturn:
+    raise SystemExit(128 + signum)
+
+
+def _run_in_pool(jobs: list[Any], workers: int) -> list[engine.RunResult]:
+    """The runs on ``workers`` processes, in order. A SIGTERM to this process alone (a
+    ``kill``, a job scheduler) exits 143 and terminates the workers too: they used to run
+    on for minutes, orphaned."""
+    ctx = multiprocessing.get_context("fork")
+    main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _terminated) if main else None
+    try:
+        with ctx.Pool(workers, initializer=_worker_start) as pool:  # exit: terminate()
+            return pool.map(_run_one, jobs, chunksize=1)
+    finally:
+        if main:
+            signal.signal(signal.SIGTERM, previous)
+
+
 def start_notice(args: argparse.Namespace, info: dict[str, Any], *, runs: int) -> str:
     """One line, before the first run, on what is replayed and about how long it takes: with
     no arguments the full trace's replay took minutes with nothing said."""
@@ -600,9 +628,7 @@ def run(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     results: list[engine.RunResult] = []
     if args.jobs > 1 and len(jobs) > 1:
-        ctx = multiprocessing.get_context("fork")
-        with concurrent.futures.ProcessPoolExecutor(args.jobs, mp_context=ctx) as pool:
-            results = list(pool.map(_run_one, jobs))
+        results = _run_in_pool(jobs, args.jobs)
     else:
         for job in jobs:
             results.append(_run_one(job))

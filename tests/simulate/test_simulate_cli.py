@@ -293,3 +293,58 @@ def test_the_example_cluster_is_named_as_it_is(capsys: pytest.CaptureFixture[str
         cli.main(["simulate", "--help"])
     help_text = " ".join(capsys.readouterr().out.split())
     assert "migfit/simulate/example-cluster.yaml (26 nodes" in help_text
+
+
+def _children(pid: int) -> set[int]:
+    """The processes whose parent is ``pid`` (from /proc)."""
+    out = set()
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                out.add(int(entry.name))
+    return out
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
+def test_sigterm_to_a_parallel_run_stops_its_workers_too() -> None:
+    """``kill PID`` of a --jobs 2 run: the parent exited 143 and left both pool workers
+    running, orphaned, for minutes."""
+    import contextlib
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    workers: set[int] = set()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "migfit.cli", "simulate", "--example", "--mode", "events",
+         "--policies", "migfit+advisor", "--seeds", "6", "--jobs", "2"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stderr is not None
+        assert proc.stderr.readline().startswith("replaying ")
+        deadline = time.monotonic() + 30
+        while len(workers) < 2 and time.monotonic() < deadline:
+            workers = _children(proc.pid)
+            time.sleep(0.05)
+        assert len(workers) >= 2, workers
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 143
+        left = workers
+        while left and time.monotonic() < deadline:
+            left = {w for w in left if Path(f"/proc/{w}").exists()
+                    and "Z" not in Path(f"/proc/{w}/stat").read_text().rsplit(")", 1)[1][:3]}
+            time.sleep(0.05)
+        assert not left, f"workers still running: {left}"
+        assert "Traceback" not in proc.stderr.read()
+    finally:
+        proc.kill()
+        proc.wait()
+        for w in workers:  # on a failure, none left behind
+            with contextlib.suppress(OSError):
+                os.kill(w, signal.SIGKILL)

@@ -4,6 +4,7 @@ its line and the field, with what the field must hold."""
 from __future__ import annotations
 
 import csv
+import io
 import math
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -24,6 +25,10 @@ class Row:
 
     def error(self, message: str) -> errors.ConfigError:
         return errors.ConfigError(f"{self.path}, line {self.line}: {message}")
+
+    def has(self, name: str) -> bool:
+        """Whether the list has the column ``name``."""
+        return name in self._fields
 
     def text(self, name: str, default: str = "") -> str:
         """The field as it is (stripped); ``default`` when the list has no such column."""
@@ -58,29 +63,51 @@ class Row:
 
 
 def rows(path: Path, *, what: str, columns: tuple[str, ...]) -> Iterator[Row]:
-    """The rows of ``path``, a CSV list with a header naming at least ``columns``; a row with
-    fewer fields than the header is refused, naming the first field it lacks. ``what`` names
-    the list in messages ("the trace's pod list")."""
+    """The rows of ``path``, a CSV list with a header naming at least ``columns``, each column
+    once; a row with fewer or more fields than the header is refused, naming its line (and
+    the first field a short row lacks). ``what`` names the list in messages ("the trace's pod
+    list")."""
     shape = f"{what} ({','.join(columns)},...)"
     try:
-        # utf-8-sig: a byte-order mark (spreadsheet exports) is not part of the first column.
-        with path.open(encoding="utf-8-sig", newline="") as fh:
-            reader = csv.DictReader(fh)
-            header = reader.fieldnames or []
-            missing = [c for c in columns if c not in header]
-            if missing:
-                raise errors.ConfigError(f"{path}: not {shape}: no column "
-                                         f"{', '.join(missing)} in its header line")
-            for fields in reader:
-                if None in fields.values():
-                    lacking = next(k for k, v in fields.items() if v is None)
-                    given = sum(1 for v in fields.values() if v is not None)
-                    raise errors.ConfigError(
-                        f"{path}, line {reader.line_num}: {given} fields where the header "
-                        f"has {len(header)}: no {lacking}")
-                yield Row(path, reader.line_num, {k: v for k, v in fields.items()
-                                                  if isinstance(k, str) and v is not None})
+        data = path.read_bytes()
     except OSError as exc:
         raise errors.ConfigError(f"cannot read {what} {path}: {exc.strerror}") from None
-    except (csv.Error, UnicodeDecodeError) as exc:
-        raise errors.ConfigError(f"{path}: not {shape}: {exc}") from None
+    try:
+        # utf-8-sig: a byte-order mark (spreadsheet exports) is not part of the first column.
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        start = exc.start + (3 if data.startswith(b"\xef\xbb\xbf") else 0)
+        line = data.count(b"\n", 0, start) + 1
+        column = start - (data.rfind(b"\n", 0, start) + 1) + 1
+        raise errors.ConfigError(
+            f"{path}, line {line}, column {column}: not UTF-8 (byte "
+            f"0x{data[start]:02x}); save {what} as UTF-8") from None
+    reader = csv.DictReader(io.StringIO(text, newline=""))
+    try:
+        header = reader.fieldnames or []
+        missing = [c for c in columns if c not in header]
+        if missing:
+            raise errors.ConfigError(f"{path}: not {shape}: no column "
+                                     f"{', '.join(missing)} in its header line")
+        twice = sorted({c for c in header if header.count(c) > 1})
+        if twice:
+            raise errors.ConfigError(
+                f"{path}, line 1: the header names {', '.join(twice)} more than once; name "
+                f"each column once")
+        for fields in reader:
+            extra = fields.get(None)
+            if extra:
+                raise errors.ConfigError(
+                    f"{path}, line {reader.line_num}: {len(header) + len(extra)} fields "
+                    f"where the header has {len(header)}")
+            if None in fields.values():
+                lacking = next(k for k, v in fields.items() if v is None)
+                given = sum(1 for v in fields.values() if v is not None)
+                raise errors.ConfigError(
+                    f"{path}, line {reader.line_num}: {given} fields where the header "
+                    f"has {len(header)}: no {lacking}")
+            yield Row(path, reader.line_num, {k: v for k, v in fields.items()
+                                              if isinstance(k, str) and v is not None})
+    except csv.Error as exc:
+        raise errors.ConfigError(f"{path}, line {reader.line_num}: not {shape}: {exc}"
+                                 ) from None

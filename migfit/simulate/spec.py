@@ -173,7 +173,10 @@ def parse_model_map(text: str, catalog: profiles.Catalog) -> dict[str, profiles.
         if name in out:
             raise errors.UsageError(f"--model-map names {name} twice; give each trace model "
                                     f"once")
-        out[name] = catalog.get(mig.strip())
+        try:
+            out[name] = catalog.get(mig.strip())
+        except errors.UnknownModelError as exc:
+            raise errors.UsageError(f"--model-map {item!r}: {exc}") from None
     return out
 
 
@@ -191,7 +194,17 @@ def load_node_csv(path: Path, *, model: profiles.GpuModel, layout: str | Sequenc
     """
     mapping = dict(model_map or {})
     out: list[NodeSpec] = []
+    lines: dict[str, int] = {}  # node name -> its line
+    has_model = False
     for row in csvrows.rows(path, what="the trace's node list", columns=NODE_COLUMNS):
+        has_model = row.has("model")
+        name = row.text("sn")
+        if not name:
+            raise row.error("sn is empty: give each node a name")
+        if name in lines:
+            raise row.error(f"sn {name} is on line {lines[name]} too: give each node its own "
+                            f"name")
+        lines[name] = row.line
         gpus = row.integer("gpu", low=0)
         trace = row.text("model")
         mig = mapping.get(trace, mapping.get("*", model))
@@ -199,12 +212,18 @@ def load_node_csv(path: Path, *, model: profiles.GpuModel, layout: str | Sequenc
             lay, config = resolve_layout(mig, layout, where=str(path))
         else:
             lay, config = (), ""
-        out.append(NodeSpec(name=row.text("sn"), model=mig, gpu_layouts=(lay,) * max(0, gpus),
+        out.append(NodeSpec(name=name, model=mig, gpu_layouts=(lay,) * max(0, gpus),
                             cpu_milli=row.integer("cpu_milli", low=1),
                             memory_mib=row.integer("memory_mib", low=1), config=config,
                             trace_model=trace if gpus > 0 else ""))
     if not any(n.gpus for n in out):
         raise errors.ConfigError(f"{path}: no GPU nodes")
+    named = sorted(k for k in mapping if k != "*")
+    if named and not has_model:
+        raise errors.UsageError(
+            f"--model-map {','.join(f'{k}={mapping[k].id}' for k in named)}: the node list "
+            f"{path} has no model column, so no node has a trace model to map; add the "
+            f"column, or use --model (or --model-map *=MODEL)")
     present = sorted({n.trace_model for n in out if n.gpus})
     for name in sorted(mapping):
         if name != "*" and name not in present:

@@ -44,6 +44,10 @@ EXAMPLE_SHAPE = "26 nodes: 24 with 4 or 8 A100-80GB GPUs, 2 without GPUs"  # tes
 EXAMPLE_PODS = 600
 MIN_SAMPLES, MAX_SAMPLES = 2, 10_000  # --samples: the idle-while-pending figure needs two
 MAX_ARRIVAL_SCALE = 1e6  # --arrival-scale: a day of the trace in 2,700 years
+# Events: the replayed arrivals (after --arrival-scale) and their run times end by this
+# simulated time, about 3,170 years: the pods' timestamps hold up to the year 9999, from
+# engine.EPOCH (2026) some 7,970 years, so waits have room to spare.
+CLOCK_LIMIT_S = 1e11
 MAX_TARGET = 10.0  # --target: ten times the cluster's GPUs requested (the trace's fill: minutes)
 
 
@@ -231,7 +235,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                           f"--policies; default: "
                           f"{', '.join(DEFAULT_PICTURES)})")
     out.add_argument("--snapshot-at", type=float, default=None, metavar="T",
-                     help="events: trace time of the GPU picture (default: the last arrival)")
+                     help="events: trace time of the GPU picture, after --arrival-scale, "
+                          "from 0 to the last arrival (the default)")
     out.add_argument("--samples", type=int, default=200,
                      help=f"points per time series ({MIN_SAMPLES} to {MAX_SAMPLES:,}: the "
                           f"idle-while-pending figure integrates them, and one sample "
@@ -383,6 +388,31 @@ def _run_in_pool(jobs: list[Any], workers: int) -> list[engine.RunResult]:
     finally:
         if main:
             signal.signal(signal.SIGTERM, previous)
+
+
+def _check_clock(args: argparse.Namespace, pods: Sequence[workload.PodSpec]) -> None:
+    """Events: the replay within the simulated clock (``CLOCK_LIMIT_S``) at --arrival-scale,
+    and --snapshot-at within the replayed arrivals."""
+    if args.mode != "events" or not pods:
+        return
+    start = min(p.arrival for p in pods)
+    span = max(p.arrival for p in pods) - start
+    runs = max((p.duration for p in pods if math.isfinite(p.duration)), default=0.0)
+    if start + span * args.arrival_scale + runs > CLOCK_LIMIT_S:
+        # The pod list's times are at most workload.TIME_LIMIT_S, so the span is above 0.
+        most = math.floor((CLOCK_LIMIT_S - start - runs) / span)
+        raise errors.UsageError(
+            f"--arrival-scale {args.arrival_scale:g}: the {len(pods):,} pods replayed arrive "
+            f"over {span / 86_400:,.1f} days of trace time, which it stretches past the "
+            f"simulated clock's end ({CLOCK_LIMIT_S:.0e} s, about "
+            f"{CLOCK_LIMIT_S / 31_557_600:,.0f} years); use at most {most:,} for this pod "
+            f"list")
+    last = start + span * args.arrival_scale
+    at = args.snapshot_at
+    if at is not None and not (math.isfinite(at) and 0 <= at <= last):
+        raise errors.UsageError(
+            f"--snapshot-at {at:g}: use a trace time from 0 to the last arrival, {last:,.0f} s "
+            f"(times after --arrival-scale)")
 
 
 def start_notice(args: argparse.Namespace, info: dict[str, Any], *, runs: int) -> str:
@@ -603,6 +633,7 @@ def run(args: argparse.Namespace) -> int:
                                 f"and at most {MAX_ARRIVAL_SCALE:,.0f} (0.05 = arrivals 20 times "
                                 f"as fast)")
     nodes, pods, info = _inputs(args, catalog)
+    _check_clock(args, pods)
     options = engine.Options(
         percentage_of_nodes_to_score=args.percentage_of_nodes_to_score,
         allocation=args.allocation, gpu_weight=args.gpu_weight, busy_nodes=args.busy_nodes,

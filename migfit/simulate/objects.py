@@ -14,7 +14,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from migfit import keys, profiles
+from migfit import errors, keys, profiles
 
 NAMESPACE = "sim"
 SCHEDULER = "default-scheduler"
@@ -29,8 +29,16 @@ PRODUCTS: dict[str, str] = {
 
 
 def timestamp(epoch: float) -> str:
-    """RFC 3339 UTC, as the API server writes times."""
-    return datetime.datetime.fromtimestamp(epoch, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    """RFC 3339 UTC, as the API server writes times; a UsageError past the year 9999 (the
+    inputs' checks keep a replay well before it: ``cli.CLOCK_LIMIT_S``)."""
+    try:
+        when = datetime.datetime.fromtimestamp(epoch, datetime.UTC)
+    except (ValueError, OverflowError, OSError):
+        raise errors.UsageError(
+            f"the simulated clock reached {epoch:.4g} s after 1970, past the last time a "
+            f"Kubernetes timestamp holds (year 9999): use shorter times (--arrival-scale, "
+            f"--fill-interval, the seconds flags, the pod list's times)") from None
+    return when.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def product_label(model: profiles.GpuModel) -> str:

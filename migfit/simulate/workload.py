@@ -173,25 +173,82 @@ def explicit_pod(model: profiles.GpuModel, *, name: str, profile: str, count: in
 
 
 POD_COLUMNS = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli")
+# A time field of the pod list (seconds of trace time) is 0 to this: about 317 years, against
+# the trace's 149 days; the simulated clock (``engine.CLOCK_LIMIT_S``) has room for ten times
+# as much, waits included.
+TIME_LIMIT_S = 1e10
+
+
+def _time(row: csvrows.Row, name: str) -> float | None:
+    """A time field: None when the list has no such column or the field is empty."""
+    if not row.text(name):
+        return None
+    t = row.number(name)
+    if not 0 <= t <= TIME_LIMIT_S:
+        raise row.error(f"{name} {row.text(name)}: use 0 to {TIME_LIMIT_S:,.0f} seconds of "
+                        f"trace time")
+    return t
+
+
+def _times(row: csvrows.Row) -> tuple[float, float]:
+    """The pod's arrival and run time from creation_time, scheduled_time and deletion_time.
+
+    A list without creation_time (the trace's multigpu lists) has every pod arrive at 0; an
+    empty scheduled_time (the trace's Pending pods) is the creation time, and an empty
+    deletion_time (or no such column) a pod still running at the trace's end, which never
+    leaves. The run lasts from scheduled_time to deletion_time, at least 1 s. A creation_time
+    left empty, a deletion_time before creation_time and a scheduled_time outside the two
+    are refused."""
+    created = _time(row, "creation_time")
+    if created is None:
+        if row.has("creation_time"):
+            raise row.error("creation_time is empty: give the pod's creation time (seconds "
+                            "of trace time)")
+        created = 0.0
+    end = _time(row, "deletion_time")
+    if end is not None and end < created:
+        raise row.error(f"deletion_time {row.text('deletion_time')} is before creation_time "
+                        f"{row.text('creation_time')}")
+    start = _time(row, "scheduled_time")
+    if start is None:
+        start = created
+    elif start < created:
+        raise row.error(f"scheduled_time {row.text('scheduled_time')} is before "
+                        f"creation_time {row.text('creation_time')}")
+    elif end is not None and start > end:
+        raise row.error(f"scheduled_time {row.text('scheduled_time')} is after "
+                        f"deletion_time {row.text('deletion_time')}")
+    return created, (max(1.0, end - start) if end is not None else math.inf)
+
+
+def _gpus(row: csvrows.Row) -> tuple[int, int]:
+    """num_gpu and gpu_milli, which must agree: both 0 (a cpu-only pod) or both above 0."""
+    num_gpu = row.integer("num_gpu", low=0)
+    gpu_milli = row.integer("gpu_milli", low=0, high=1000,
+                            what=" (thousandths of a GPU, 1000 for whole GPUs)")
+    if num_gpu > 0 and gpu_milli == 0:
+        raise row.error(f"num_gpu {num_gpu} with gpu_milli 0: give the share of each GPU "
+                        f"(gpu_milli 1 to 1000), or num_gpu 0 for a cpu-only pod")
+    if num_gpu == 0 and gpu_milli > 0:
+        raise row.error(f"num_gpu 0 with gpu_milli {gpu_milli}: give the GPUs (num_gpu 1 or "
+                        f"more), or gpu_milli 0 for a cpu-only pod")
+    return num_gpu, gpu_milli
 
 
 def load_trace(path: Path, *, model: profiles.GpuModel, mapping: Mapping_) -> list[PodSpec]:
     """The trace's pod list, in creation order. A bad row is refused with its line and
-    field: a negative cpu_milli, memory_mib or num_gpu, a gpu_milli outside 0 to 1000."""
+    field: a negative cpu_milli, memory_mib or num_gpu, a gpu_milli outside 0 to 1000,
+    num_gpu and gpu_milli that disagree, times out of order or out of range (``_times``)."""
     out: list[PodSpec] = []
     for row in csvrows.rows(path, what="the trace's pod list", columns=POD_COLUMNS):
-        created = row.number("creation_time")
-        start = row.number("scheduled_time", default=created)
-        end = row.number("deletion_time")
+        created, duration = _times(row)
+        num_gpu, gpu_milli = _gpus(row)
         try:
             out.append(make_pod(
                 model, name=row.text("name"), cpu_milli=row.integer("cpu_milli", low=0),
                 memory_mib=row.integer("memory_mib", low=0),
-                num_gpu=row.integer("num_gpu", low=0),
-                gpu_milli=row.integer("gpu_milli", low=0, high=1000,
-                                      what=" (thousandths of a GPU, 1000 for whole GPUs)"),
-                arrival=created,
-                duration=max(1.0, end - start) if end else math.inf, mapping=mapping,
+                num_gpu=num_gpu, gpu_milli=gpu_milli, arrival=created,
+                duration=duration, mapping=mapping,
                 gpu_spec=parse_gpu_spec(row.text("gpu_spec"))))
         except errors.ConfigError:
             raise

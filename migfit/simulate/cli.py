@@ -551,6 +551,28 @@ def _check_outputs(args: argparse.Namespace) -> None:
             raise errors.UsageError(f"{flag} {path}: is a folder")
         if not os.access(folder, os.W_OK):
             raise errors.UsageError(f"{flag} {path}: cannot write in {folder}")
+        existed = path.exists()
+        try:  # opened to append, as it will be written, and left as it was
+            with path.open("a", encoding="utf-8"):
+                pass
+        except OSError as exc:
+            raise errors.UsageError(f"{flag} {path}: cannot write it: {exc.strerror}"
+                                    ) from None
+        if not existed:
+            path.unlink(missing_ok=True)
+    if args.json is not None and args.report is not None and (
+            args.json.resolve() == args.report.resolve()):
+        raise errors.UsageError(f"--json {args.json} and --report {args.report} are the same "
+                                f"file; give each its own")
+
+
+def _write(flag: str, path: Path, text: str) -> None:
+    """An output file written, or one usage-error line naming the flag and the path."""
+    try:
+        path.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise errors.UsageError(f"{flag} {path}: cannot write it: {exc.strerror} (the "
+                                f"results are above)") from None
 
 
 def _without_scipy(policies: list[engine.Policy], named: bool) -> list[engine.Policy]:
@@ -713,10 +735,9 @@ def run(args: argparse.Namespace) -> int:
                   "series": r.series, "snapshot": r.snapshot} for r in results],
     }
     if args.json is not None:
-        report.write_json(args.json, document)
+        _write("--json", args.json, report.json_text(document))
         print(f"wrote {args.json}")
     if args.report is not None:
-        args.report.write_text(report.html_page(document, pictures=pictures),
-                               encoding="utf-8")
+        _write("--report", args.report, report.html_page(document, pictures=pictures))
         print(f"wrote {args.report}")
     return 0

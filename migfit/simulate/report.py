@@ -13,7 +13,6 @@ import math
 import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 from migfit.simulate import metrics, policies
@@ -154,8 +153,9 @@ def markdown(summary: Mapping[str, Mapping[str, Mapping[str, float]]]) -> str:
     return "\n".join(out)
 
 
-def write_json(path: Path, document: Mapping[str, Any]) -> None:
-    path.write_text(json.dumps(document, indent=1, sort_keys=False) + "\n", encoding="utf-8")
+def json_text(document: Mapping[str, Any]) -> str:
+    """The document as ``--json`` writes it."""
+    return json.dumps(document, indent=1, sort_keys=False) + "\n"
 
 
 # ---------------------------------------------------------------- SVG

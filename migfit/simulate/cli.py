@@ -48,6 +48,7 @@ MAX_ARRIVAL_SCALE = 1e6  # --arrival-scale: a day of the trace in 2,700 years
 # simulated time, about 3,170 years: the pods' timestamps hold up to the year 9999, from
 # engine.EPOCH (2026) some 7,970 years, so waits have room to spare.
 CLOCK_LIMIT_S = 1e11
+MAX_SYNTHETIC = 1_000_000  # --synthetic: some hours of replay per policy and seed
 MAX_TARGET = 10.0  # --target: ten times the cluster's GPUs requested (the trace's fill: minutes)
 
 
@@ -61,6 +62,11 @@ def default_trace_dir() -> Path:
 
 
 DEFAULT_POLICIES = ",".join(p.name for p in engine.ALL_POLICIES)
+# Flags of one mode or one input, None unless given (so that giving them where they do
+# nothing is refused), and their values when not given.
+FILL_DEFAULTS: dict[str, Any] = {"target": 1.3, "order": "sample", "fill_interval": 1.0}
+EVENTS_DEFAULTS: dict[str, Any] = {"arrival_scale": 1.0, "snapshot_at": None}
+OTHER_DEFAULTS: dict[str, Any] = {"history_share": 0.5, "model": spec.DEFAULT_MODEL}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -78,9 +84,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                           f"small cluster, {EXAMPLE_NAME} ({EXAMPLE_SHAPE}; not "
                           f"migfit/data/example-cluster.yaml, the cluster of migfit serve), "
                           f"and {EXAMPLE_PODS} synthetic pods (--synthetic to change)")
-    src.add_argument("--model", default=spec.DEFAULT_MODEL,
-                     help="MIG model the trace's GPU models are treated as unless "
-                          "--model-map names them (not used with --cluster)")
+    src.add_argument("--model", default=None,
+                     help=f"MIG model the trace's GPU models are treated as unless "
+                          f"--model-map names them (default {spec.DEFAULT_MODEL}; for the "
+                          f"trace's node list, not --cluster or --example)")
     src.add_argument("--model-map", default="", metavar="TRACE=MIG,...",
                      help="the trace's GPU models (node list column model: P100, T4, V100M16, "
                           "V100M32, G2, G3, A10) as MIG models, e.g. "
@@ -102,14 +109,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                           "';' that the cluster's GPUs take in turn, e.g. "
                           "'7g.80gb;7g.80gb;4g.40gb,3g.40gb'. With --cluster it replaces the "
                           "spec's layouts")
-    src.add_argument("--history-share", type=float, default=0.5, metavar="F",
+    src.add_argument("--history-share", type=float, default=None, metavar="F",
                      help="--layout history: the first F of the pod list (creation order) "
-                          "sizes the layouts; the rest is replayed (between 0 and 1)")
+                          "sizes the layouts; the rest is replayed (between 0 and 1; "
+                          "default 0.5)")
     src.add_argument("--pods", type=Path, default=None, metavar="CSV",
                      help=f"the trace's pod list (default: TRACE_DIR/{POD_CSV}); a relative "
                           f"path not found here is looked up in TRACE_DIR")
     src.add_argument("--synthetic", type=int, default=None, metavar="N",
-                     help="N synthetic pods (workload.SYNTHETIC_MIX) instead of a pod list")
+                     help=f"N synthetic pods (workload.SYNTHETIC_MIX) instead of a pod list "
+                          f"(1 to {MAX_SYNTHETIC:,})")
     src.add_argument("--mapping", choices=("compute", "memory"), default="compute",
                      help="how a trace GPU share becomes a MIG request (trace README): "
                           "compute = ceil(gpu_milli×7/1000) compute slices, memory = "
@@ -129,15 +138,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     run.add_argument("--mode", choices=("fill", "events"), default="fill",
                      help="fill: arrivals only, until --target of GPU capacity is requested "
                           "(FGD's setup); events: arrivals and departures in trace time")
-    run.add_argument("--target", type=float, default=1.3,
+    run.add_argument("--target", type=float, default=None,
                      help=f"fill: stop when the trace GPUs requested reach this share of the "
-                          f"cluster's GPUs (above 0, at most {MAX_TARGET:g})")
-    run.add_argument("--order", choices=("sample", "trace"), default="sample",
+                          f"cluster's GPUs (above 0, at most {MAX_TARGET:g}; default "
+                          f"{FILL_DEFAULTS['target']:g})")
+    run.add_argument("--order", choices=("sample", "trace"), default=None,
                      help="fill: draw pods at random with replacement (by seed), or take them "
-                          "in trace order first")
-    run.add_argument("--fill-interval", type=float, default=1.0, metavar="S",
+                          "in trace order first (default sample)")
+    run.add_argument("--fill-interval", type=float, default=None, metavar="S",
                      help="fill: seconds between two arrivals (sets the pace against re-layouts; "
-                          "0 or more)")
+                          "0 or more; default 1)")
     run.add_argument("--relayout-seconds", type=float, default=180.0, metavar="S",
                      help="how long the MIG Manager takes to re-partition a node (it serves "
                           "nothing new meanwhile; 0 or more)")
@@ -197,11 +207,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                      help="+advisor: the advisor knows which GPU holds each instance in use "
                           "(the nodes' DCGM exporters: the extender's --gpu-usage-from dcgm), not "
                           "only the node's counts")
-    run.add_argument("--arrival-scale", type=float, default=1.0, metavar="F",
+    run.add_argument("--arrival-scale", type=float, default=None, metavar="F",
                      help="events: arrival times (from the first) multiplied by F; below 1 the "
                           "same pods with the same run times arrive faster, which loads the "
                           f"cluster (the trace in its own time never does); above 0, at most "
-                          f"{MAX_ARRIVAL_SCALE:,.0f} (default 1)")
+                          f"{MAX_ARRIVAL_SCALE:,.0f}, and at most what keeps the replay within "
+                          f"the simulated clock (default 1)")
     run.add_argument("--score-all-pods", action=argparse.BooleanOptionalAction, default=False,
                      help="migfit: the extender scores pods without GPU requests too (the "
                           "extender's --score-all-pods, registered without managedResources)")
@@ -285,7 +296,10 @@ def _inputs(args: argparse.Namespace, catalog: profiles.Catalog
                 f"${TRACE_ENV}), or try --example. The trace is Alibaba's "
                 f"cluster-trace-gpu-v2023 (public repository alibaba/clusterdata, folder "
                 f"cluster-trace-gpu-v2023/csv)")
-        model = catalog.get(args.model)
+        try:
+            model = catalog.get(args.model)
+        except errors.UnknownModelError as exc:
+            raise errors.UsageError(f"--model {args.model}: {exc}") from None
         model_map = spec.parse_model_map(args.model_map, catalog)
         nodes = spec.load_node_csv(path, model=model, layout="all-balanced",
                                    model_map=model_map)
@@ -309,10 +323,15 @@ def _inputs(args: argparse.Namespace, catalog: profiles.Catalog
     ref = catalog.get(max(sorted(gpu_models), key=lambda m: gpu_models[m]))
     synthetic = args.synthetic if args.synthetic is not None else (
         EXAMPLE_PODS if args.example else None)
+    if args.limit_pods is not None and args.limit_pods < 1:
+        raise errors.UsageError(f"--limit-pods {args.limit_pods}: use 1 or more pods")
     if synthetic is not None:
-        if synthetic <= 0:
-            raise errors.UsageError("--synthetic needs a positive number of pods")
-        pods = workload.synthetic(synthetic, model=ref, mapping=args.mapping, seed=args.seed)
+        if not 1 <= synthetic <= MAX_SYNTHETIC:
+            raise errors.UsageError(f"--synthetic {synthetic}: use 1 to {MAX_SYNTHETIC:,} pods")
+        # Made in turn, so the first N are the same whatever the count: --limit-pods N
+        # makes only those.
+        made = min(synthetic, args.limit_pods or synthetic)
+        pods = workload.synthetic(made, model=ref, mapping=args.mapping, seed=args.seed)
         info["workload"] = f"{synthetic} synthetic pods"
     else:
         path = args.pods or trace_dir / POD_CSV
@@ -323,11 +342,12 @@ def _inputs(args: argparse.Namespace, catalog: profiles.Catalog
             raise errors.UsageError(f"no pod list at {path}; give --trace-dir, --pods or "
                                     f"--synthetic (or set ${TRACE_ENV}), or try --example")
         pods = workload.load_trace(path, model=ref, mapping=args.mapping)
+        if not pods:
+            raise errors.UsageError(f"{path}: the pod list has no pods (a header line "
+                                    f"only); give a list with pods, or --synthetic N")
         info["workload"] = str(path)
     if args.limit_pods is not None:
-        pods = pods[: max(0, args.limit_pods)]
-    if not pods:
-        raise errors.UsageError("the workload has no pods")
+        pods = pods[: args.limit_pods]
     if args.mode == "events" and len(pods) > 1 and len({p.arrival for p in pods}) == 1:
         # Such a list (the trace's multigpu lists, which have no creation_time) would
         # arrive all at once and, without deletion_time, never leave: a fill whose
@@ -527,7 +547,17 @@ def _layouts(text: str, nodes: list[spec.NodeSpec], pods: list[workload.PodSpec]
         raise errors.UsageError(f"--layout {text!r} names one layout cycle for several GPU "
                                 f"models ({', '.join(sorted(models))}); use named configs in "
                                 f"proportions (all-balanced=50%,...) or history")
-    cycle = initial.resolve(gpu_nodes[0].model, initial.parse_option(text), where="--layout")
+    try:
+        cycle = initial.resolve(gpu_nodes[0].model, initial.parse_option(text),
+                                where="--layout")
+    except errors.UsageError as exc:
+        if str(exc).startswith("--layout"):
+            raise
+        raise errors.UsageError(
+            f"--layout {text!r}: {exc}. Use history, demand-matched, a mig-parted config "
+            f"(all-balanced, all-1g.10gb, all-3g, ...), a profile list "
+            f"(3g.40gb,2g.20gb,1g.10gb,1g.10gb), per-GPU layouts separated by ';', or "
+            f"configs in proportions (all-balanced=50%,all-7g.80gb=50%)") from None
     laid = iter(initial.assign(gpu_nodes, cycle))
     return [next(laid) if n.gpus else n for n in nodes], pods
 
@@ -595,6 +625,57 @@ def _without_scipy(policies: list[engine.Policy], named: bool) -> list[engine.Po
     return policies
 
 
+def _given(args: argparse.Namespace) -> set[str]:
+    """The mode's and inputs' flags given on the command line (their dests); those not
+    given take their defaults (``FILL_DEFAULTS``, ...)."""
+    given = set()
+    for defaults in (FILL_DEFAULTS, EVENTS_DEFAULTS, OTHER_DEFAULTS):
+        for dest, default in defaults.items():
+            if getattr(args, dest) is None:
+                setattr(args, dest, default)
+            else:
+                given.add(dest)
+    return given
+
+
+def _flag(dest: str) -> str:
+    return "--" + dest.replace("_", "-")
+
+
+def check_combinations(args: argparse.Namespace, given: set[str]) -> None:
+    """Options that would do nothing with the others given are refused, naming both."""
+    pairs = (("--example", args.example, "--pods", args.pods),
+             ("--example", args.example, "--nodes", args.nodes),
+             ("--cluster", args.cluster, "--nodes", args.nodes),
+             ("--synthetic", args.synthetic, "--pods", args.pods))
+    for one, has_one, other, has_other in pairs:
+        if has_one is not None and has_one is not False and has_other is not None:
+            raise errors.UsageError(f"{other} and {one}: {one} replaces {other}'s list; give "
+                                    f"one of them")
+    spec_cluster = "--cluster" if args.cluster is not None else (
+        "--example" if args.example else None)
+    if spec_cluster is not None:
+        if args.model_map:
+            raise errors.UsageError(f"--model-map with {spec_cluster}: the map is of the "
+                                    f"trace node list's models; the cluster spec names its "
+                                    f"MIG models itself")
+        if "model" in given:
+            raise errors.UsageError(f"--model with {spec_cluster}: --model is the MIG model "
+                                    f"of the trace's node list; the cluster spec names its "
+                                    f"models itself")
+    other_mode = EVENTS_DEFAULTS if args.mode == "fill" else FILL_DEFAULTS
+    for dest in other_mode:
+        if dest in given:
+            mode = "events" if args.mode == "fill" else "fill"
+            raise errors.UsageError(f"{_flag(dest)} with --mode {args.mode}: it is for --mode "
+                                    f"{mode}; leave it out or use --mode {mode}")
+    layout = args.layout or (HISTORY if spec_cluster is None else None)
+    if "history_share" in given and layout != HISTORY:
+        raise errors.UsageError(f"--history-share with --layout {layout or 'from the spec'}: "
+                                f"it is for --layout history; leave it out or use --layout "
+                                f"history")
+
+
 def _check_numbers(args: argparse.Namespace) -> None:
     """The numeric flags in their ranges (finite ones): one line that says the range."""
     seconds = (("--fill-interval", args.fill_interval),
@@ -622,6 +703,7 @@ def _check_numbers(args: argparse.Namespace) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    given = _given(args)
     catalog = profiles.load(args.catalog)
     policies = _without_scipy(_policies(args.policies), args.policies != DEFAULT_POLICIES)
     if args.seeds < 1:
@@ -654,6 +736,7 @@ def run(args: argparse.Namespace) -> int:
         raise errors.UsageError(f"--arrival-scale {args.arrival_scale:g}: use a factor above 0 "
                                 f"and at most {MAX_ARRIVAL_SCALE:,.0f} (0.05 = arrivals 20 times "
                                 f"as fast)")
+    check_combinations(args, given)
     nodes, pods, info = _inputs(args, catalog)
     _check_clock(args, pods)
     options = engine.Options(

@@ -435,7 +435,25 @@ def _check_clock(args: argparse.Namespace, pods: Sequence[workload.PodSpec]) -> 
             f"(times after --arrival-scale)")
 
 
-def start_notice(args: argparse.Namespace, info: dict[str, Any], *, runs: int) -> str:
+# The start notice's estimate, by the pods a run replays × nodes: the trace's fill on its
+# 1,213 nodes (some 13,000 arrivals: 16 M) takes minutes per run on 2 cores, its events
+# (4,076: 4.9 M) too, the example (about 150 × 26) a second.
+LARGE_REPLAY = 1_000_000
+SMALL_REPLAY = 100_000
+
+
+def arrivals_per_run(args: argparse.Namespace, pods: Sequence[workload.PodSpec],
+                     gpus: int) -> int:
+    """About how many pods a run replays: events, the pod list's; fill, as many as are
+    drawn (on average) until --target of the GPUs is requested."""
+    if args.mode == "events" or not pods:
+        return len(pods)
+    mean = sum(p.trace_gpus for p in pods) / len(pods)
+    return math.ceil(args.target * gpus / mean) if mean > 0 else len(pods)
+
+
+def start_notice(args: argparse.Namespace, info: dict[str, Any], *, runs: int,
+                 arrivals: int | None = None) -> str:
     """One line, before the first run, on what is replayed and about how long it takes: with
     no arguments the full trace's replay took minutes with nothing said."""
     workload = str(info["workload"])
@@ -452,10 +470,11 @@ def start_notice(args: argparse.Namespace, info: dict[str, Any], *, runs: int) -
              else f"{'the trace' if trace else 'the spec'}'s {info['nodes']:,} nodes "
                   f"({info['gpus']:,} GPUs)")
     what = f"replaying {pods} on {where}: {runs} run{'s' if runs != 1 else ''}"
-    if trace and args.synthetic is None and args.node_share == 1.0:
+    size = (replayed if arrivals is None else arrivals) * int(info["nodes"])
+    if size >= LARGE_REPLAY:
         return (f"{what}, several minutes on 2 cores (--jobs N runs N at once; --example "
                 f"for a quick run)")
-    if example and args.synthetic is None:
+    if size <= SMALL_REPLAY:
         return f"{what}, a few seconds"
     return what
 
@@ -463,13 +482,25 @@ def start_notice(args: argparse.Namespace, info: dict[str, Any], *, runs: int) -
 def unplaceable(nodes: Sequence[spec.NodeSpec], pods: Sequence[workload.PodSpec]
                 ) -> list[str]:
     """Warnings, one line each, on replayed pods that no node of the cluster can ever take:
-    more GPUs than any node has, or a ``gpu_spec`` naming only GPU models no node has. They
+    more cpu or memory than any node (any GPU node, for a GPU pod) has, more GPUs than any
+    node has, or a ``gpu_spec`` naming only GPU models no node has. They
     are replayed as they are (in a real cluster they would stay Pending too), and said once
     with their count, since they wait for ever and weigh on every policy's waits."""
     gpu_nodes = [n for n in nodes if n.gpus]
     most = max((n.gpus for n in gpu_nodes), default=0)
     present = {n.trace_model for n in gpu_nodes}
     out: list[str] = []
+    hosts = [(n.cpu_milli, n.memory_mib) for n in nodes]
+    gpu_hosts = [(n.cpu_milli, n.memory_mib) for n in gpu_nodes]
+    too_big = [p for p in pods
+               if not any(p.cpu_milli <= c and p.memory_mib <= m
+                          for c, m in (gpu_hosts if p.gpu else hosts))]
+    if too_big:
+        out.append(f"migfit simulate: warning: {len(too_big):,} of the {len(pods):,} pods "
+                   f"replayed ask for more cpu or memory (up to "
+                   f"{max(p.cpu_milli for p in too_big):,} cpu_milli, "
+                   f"{max(p.memory_mib for p in too_big):,} memory_mib) than any node that "
+                   f"could take them has: no policy can place them")
     too_many = [p for p in pods if p.gpu and p.num_gpu > most]
     if too_many:
         asked = max(p.num_gpu for p in too_many)
@@ -758,7 +789,9 @@ def run(args: argparse.Namespace) -> int:
     seeds = list(range(args.seed, args.seed + args.seeds))
     jobs = [(nodes, pods, p, s, options, catalog, s == seeds[0] and p.name in pictures)
             for s in seeds for p in policies]
-    print(start_notice(args, info, runs=len(jobs)), file=sys.stderr, flush=True)
+    print(start_notice(args, info, runs=len(jobs),
+                       arrivals=arrivals_per_run(args, pods, int(info["gpus"]))),
+          file=sys.stderr, flush=True)
     for line in unplaceable(nodes, pods):
         print(line, file=sys.stderr, flush=True)
     started = time.perf_counter()

@@ -241,9 +241,17 @@ def test_a_run_says_first_what_it_replays_and_about_how_long(
     assert cli.main(["simulate", "--trace-dir", str(tmp_path), "--policies", "default,migfit",
                      "--seeds", "2"]) == 0
     first = capsys.readouterr().err.splitlines()[0]
+    # A 1-node list was said to take "several minutes on 2 cores"; that is the trace's size.
     assert first == ("replaying 4 pods of openb_pod_list_default.csv on the trace's 1 nodes "
-                     "(1 GPUs): 4 runs, several minutes on 2 cores (--jobs N runs N at once; "
-                     "--example for a quick run)")
+                     "(1 GPUs): 4 runs, a few seconds")
+    # The trace's replayed half on its 1,213 nodes, with the same arguments:
+    args = argparse.Namespace(example=False, cluster=None, synthetic=None, mode="events")
+    info = {"workload": str(tmp_path / "openb_pod_list_default.csv"),
+            "pods_in_workload": 4076, "nodes": 1213, "gpus": 6212}
+    assert simulate_cli.start_notice(args, info, runs=9) == (
+        "replaying 4,076 pods of openb_pod_list_default.csv on the trace's 1,213 nodes (6,212 "
+        "GPUs): 9 runs, several minutes on 2 cores (--jobs N runs N at once; --example for a "
+        "quick run)")
     assert cli.main(["simulate", "--example", "--policies", "migfit"]) == 0
     first = capsys.readouterr().err.splitlines()[0]
     assert first == (f"replaying {simulate_cli.EXAMPLE_PODS} synthetic pods on "

@@ -218,6 +218,19 @@ def test_pods_no_node_can_take_are_said_once_with_their_count(
         "them"]
 
 
+def test_pods_too_big_for_any_nodes_cpu_or_memory_are_said_once_with_their_count(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # Said for GPU counts and gpu_spec, not for cpu or memory: they waited for ever unsaid.
+    big = (PODS + _pod("cpu", cpu=128000)
+           + "mem,1000,300000,1,1000,,LS,Running,9,509,9\n")
+    assert cli.main(["simulate", *_trace(tmp_path, pods=big), "--layout",
+                     "all-balanced=100%"]) == 0
+    assert capsys.readouterr().err.splitlines()[1] == (
+        "migfit simulate: warning: 2 of the 10 pods replayed ask for more cpu or memory (up "
+        "to 128,000 cpu_milli, 300,000 memory_mib) than any node that could take them has: "
+        "no policy can place them")
+
+
 SPEC = """\
 version: v1
 nodes:

@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from refusals import refused
 
 from migfit import cli
 
@@ -27,16 +28,7 @@ def _trace(tmp_path: Path, *, nodes: str | bytes = NODES, pods: str | bytes = PO
     return ["--trace-dir", str(tmp_path), "--policies", "default"]
 
 
-def _refused(argv: list[str], capsys: pytest.CaptureFixture[str], *words: str) -> str:
-    assert cli.main(["simulate", *argv]) == 2
-    captured = capsys.readouterr()
-    assert "Traceback" not in captured.err
-    lines = [line for line in captured.err.splitlines() if line.startswith("migfit: error: ")]
-    assert len(lines) == 1, captured.err
-    for word in words:
-        assert word in lines[0], (word, lines[0])
-    assert "runs in" not in captured.out
-    return lines[0]
+_refused = refused
 
 
 def test_the_small_trace_runs(tmp_path: Path) -> None:

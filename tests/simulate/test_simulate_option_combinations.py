@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 import pytest
+from refusals import refused
 
 from migfit import cli
 
@@ -27,15 +28,7 @@ def _files(tmp_path: Path) -> tuple[str, str, str]:
 
 
 def _refused(argv: list[str], capsys: pytest.CaptureFixture[str], *words: str) -> str:
-    assert cli.main(["simulate", "--policies", "default", *argv]) == 2
-    captured = capsys.readouterr()
-    assert "Traceback" not in captured.err
-    lines = [line for line in captured.err.splitlines() if line.startswith("migfit: error: ")]
-    assert len(lines) == 1, captured.err
-    for word in words:
-        assert word in lines[0], (word, lines[0])
-    assert "runs in" not in captured.out
-    return lines[0]
+    return refused(["--policies", "default", *argv], capsys, *words)
 
 
 @pytest.mark.parametrize(("argv", "words"), [

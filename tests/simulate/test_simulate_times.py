@@ -11,6 +11,7 @@ import math
 from pathlib import Path
 
 import pytest
+from refusals import refused
 
 from migfit import cli
 from migfit.simulate import cli as simulate_cli
@@ -36,15 +37,7 @@ def _trace(tmp_path: Path, pods: str = PODS) -> list[str]:
             "all-balanced=100%", "--mode", "events"]
 
 
-def _refused(argv: list[str], capsys: pytest.CaptureFixture[str], *words: str) -> str:
-    assert cli.main(["simulate", *argv]) == 2
-    captured = capsys.readouterr()
-    assert "Traceback" not in captured.err
-    lines = [line for line in captured.err.splitlines() if line.startswith("migfit: error: ")]
-    assert len(lines) == 1, captured.err
-    for word in words:
-        assert word in lines[0], (word, lines[0])
-    return lines[0]
+_refused = refused
 
 
 @pytest.mark.parametrize(("row", "words"), [

@@ -7,6 +7,9 @@ annotation ``migfit.io/relayout`` (JSON), label ``migfit.io/relayout-recommended
 (removed when no longer true), and Events ``MigRelayoutRecommended`` on the node and
 ``WaitingForMigProfile`` on each waiting pod, deduplicated and rate-limited.
 
+The advice is computed off the event loop, in a forked child (``AdviceCache.fresh``,
+``forked``): filter and prioritize never wait behind it.
+
 Every extender replica computes the advice (``GET /advice`` and the gauges answer on each), but
 only the one holding the leader Lease (``migfit.extender.leader``, the apply mode's) publishes
 it, so that two replicas neither write each Event twice nor race on the node marks. A replica
@@ -25,8 +28,10 @@ it is sent again after ``EVENT_REFRESH_S`` (50 minutes), so that once kube-apise
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import datetime
+import functools
 import hashlib
 import logging
 import time
@@ -39,8 +44,8 @@ from prometheus_client.metrics_core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from migfit import advisor, cluster, errors, keys, kube, migparted, records
+from migfit.extender import forked, relayout_machine
 from migfit.extender import leader as leadership
-from migfit.extender import relayout_machine
 from migfit.extender import usage as usage_
 
 log = logging.getLogger(__name__)
@@ -52,8 +57,31 @@ REASON_POD = "WaitingForMigProfile"
 COMPONENT = "migfit-advisor"
 
 
+Key = tuple[int, int, int, int, int]
+
+
+class AdviceUnavailable(errors.MigfitError):
+    """No advice could be computed yet (the one computation there was failed): why."""
+
+    status = 503
+
+
+#: How long one computation may run in its child before it is killed: a few times the
+#: publisher's interval (30 s). 5,000 nodes with 2,900 pods waiting take about 6 s (2 cores).
+DEFAULT_TIMEOUT_S = 120.0
+
+
 class AdviceCache:
-    """Advice for a Cluster, recomputed when its generation or the time bucket changes."""
+    """Advice for a Cluster, recomputed when its generation or the time bucket changes.
+
+    ``get`` computes on the calling thread (the CLI, tests: nothing else waits on it). A
+    server uses ``fresh`` (awaited: GET /advice, the publisher, the apply mode) and
+    ``current`` (synchronous, for the gauges: the advice last computed, never computing on
+    the loop): they compute in a forked child (``forked``), at most one at a time, so that
+    filter and prioritize never wait behind the advisor. A computation that fails (raised,
+    crashed, ran past ``timeout_s``) is logged as one line and the advice computed before is
+    kept. Where the platform cannot fork, or with ``off_loop=False``, they compute inline.
+    """
 
     def __init__(
         self,
@@ -63,6 +91,8 @@ class AdviceCache:
         bucket_s: float = 10.0,
         clock: Callable[[], float] = time.time,
         usage: usage_.UsageScraper | None = None,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        off_loop: bool = True,
     ) -> None:
         self.settings = settings or advisor.Settings()
         self.config = config
@@ -70,8 +100,16 @@ class AdviceCache:
         self.clock = clock
         # Which GPU holds each instance in use (--gpu-usage-from dcgm); None: the counts only.
         self.usage = usage
-        self._key: tuple[int, int, int, int] | None = None
+        self.timeout_s = timeout_s
+        self.off_loop = off_loop and forked.AVAILABLE
+        self._key: Key | None = None
+        self._configs = 0  # how many times the configs were set
         self._advice: advisor.Advice | None = None
+        # The computation in flight (a task reading its child), and what failed last.
+        self._flight: asyncio.Task[advisor.Advice | None] | None = None
+        self._failed: tuple[Key, str] | None = None
+        # The child computing now, for close.
+        self.child: forked.Child[advisor.Advice] | None = None
         # Hysteresis (docs/relayout.md §6): node -> when this process saw its MIG layout
         # change ((mig.config, mig.config.state) differ from the last time it looked), and
         # what it saw then. A process starting knows of no change before it.
@@ -83,19 +121,126 @@ class AdviceCache:
         """A newly read mig-parted ConfigMap (None when unreadable): invalidates the cache."""
         self.config = config
         self._key = None
+        self._configs += 1  # a computation in flight is of the configs before
+
+    def _inputs(self, state: cluster.Cluster, now: float | None
+                ) -> tuple[Key, Callable[[], Callable[[], advisor.Advice]]]:
+        """The cache key of ``state`` now, and how to compute its advice: ``prepare()`` does
+        the hysteresis bookkeeping (here, in this process, so that a child sees it) and
+        returns the computation."""
+        at = self.clock() if now is None else now
+        use = self.usage.current() if self.usage is not None else None
+        key = (id(state), state.generation, int(at // self.bucket_s),
+               use.version if use is not None else -1, self._configs)
+
+        def prepare() -> Callable[[], advisor.Advice]:
+            self._seen_layouts(state, at)
+            settings, config, recent = self.settings, self.config, self.recent
+            return functools.partial(advisor.advise, state, now=at, settings=settings,
+                                     config=config, recent=recent,
+                                     usage=use.nodes if use is not None else None)
+
+        return key, prepare
 
     def get(self, state: cluster.Cluster, *, now: float | None = None) -> advisor.Advice:
-        now = self.clock() if now is None else now
-        use = self.usage.current() if self.usage is not None else None
-        key = (id(state), state.generation, int(now // self.bucket_s),
-               use.version if use is not None else -1)
+        """The advice, computed here when the cached one is not of ``state`` now."""
+        key, prepare = self._inputs(state, now)
         if self._advice is None or key != self._key:
-            self._seen_layouts(state, now)
-            self._advice = advisor.advise(state, now=now, settings=self.settings,
-                                          config=self.config, recent=self.recent,
-                                          usage=use.nodes if use is not None else None)
+            self._advice = prepare()()
             self._key = key
         return self._advice
+
+    def last(self) -> advisor.Advice | None:
+        """The advice computed last (of whatever state and time), None before the first."""
+        return self._advice
+
+    def current(self, state: cluster.Cluster) -> advisor.Advice | None:
+        """For the gauges: the advice computed last, never computed here while an event loop
+        runs (a computation starts in the background when it is stale; None before the
+        first). Without a running loop (no server) it is computed here, as ``get``."""
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return self.get(state)
+        if not self.off_loop:  # no fork here: inline, as before
+            return self.get(state)
+        self.refresh(state)
+        return self._advice
+
+    def refresh(self, state: cluster.Cluster) -> asyncio.Task[advisor.Advice | None] | None:
+        """Start computing the advice of ``state`` now in the background when the cached one
+        is stale and nothing computes (the child is forked here, now); the computation in
+        flight (None: nothing to do)."""
+        key, prepare = self._inputs(state, None)
+        if self._flight is None and (self._advice is None or key != self._key):
+            self._start(key, prepare)
+        return self._flight
+
+    async def fresh(self, state: cluster.Cluster, *, now: float | None = None
+                    ) -> advisor.Advice:
+        """The advice of ``state`` now, computed off the loop (or the computation in flight,
+        of a moment ago). When computing fails: the advice computed before; with none,
+        AdviceUnavailable."""
+        if not self.off_loop:
+            return self.get(state, now=now)
+        key, prepare = self._inputs(state, now)
+        if self._advice is not None and key == self._key:
+            return self._advice
+        if self._flight is None:
+            self._start(key, prepare)
+        # Shielded: a caller that gives up (a client gone) leaves it to the others.
+        got = self._advice if self._flight is None else await asyncio.shield(self._flight)
+        if got is not None:
+            return got
+        why = self._failed[1] if self._failed is not None else "it was stopped"
+        raise AdviceUnavailable(f"the re-layout advice could not be computed: {why}")
+
+    def _start(self, key: Key, prepare: Callable[[], Callable[[], advisor.Advice]]) -> None:
+        """Fork the child computing the advice of ``key`` (not when that failed already)."""
+        if self._failed is not None and self._failed[0] == key:
+            return
+        try:
+            child = forked.start(prepare())
+        except forked.ChildFailed as exc:
+            self._fail(key, str(exc))
+            return
+        self.child = child
+        self._flight = asyncio.get_running_loop().create_task(
+            self._compute(key, child), name="advice")
+
+    def _fail(self, key: Key, why: str) -> None:
+        self._failed = (key, why)
+        kept = ("the advice computed before is kept" if self._advice is not None
+                else "there is no advice yet")
+        log.error("advice: computing it failed: %s; %s", why, kept)
+
+    async def _compute(self, key: Key, child: forked.Child[advisor.Advice]
+                       ) -> advisor.Advice | None:
+        """The child's advice, or when that fails the one before (None: none)."""
+        try:
+            try:
+                done = await child.result(self.timeout_s)
+            except forked.ChildFailed as exc:
+                self._fail(key, str(exc))
+                return self._advice
+            log.debug("advice: computed in %.2fs by process %d (%d MiB of its own memory; "
+                      "on the event loop: fork %.1f ms, unpickling %.1f ms)", done.seconds,
+                      done.pid, done.memory_kib // 1024, done.fork_s * 1e3, done.read_s * 1e3)
+            self._advice, self._key, self._failed = done.value, key, None
+            return done.value
+        finally:
+            self.child = None
+            self._flight = None
+
+    async def close(self) -> None:
+        """Stop the computation in flight: its child is killed and reaped."""
+        flight, child = self._flight, self.child
+        if child is not None:
+            child.kill()
+        if flight is not None:
+            flight.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await flight
 
     def _seen_layouts(self, state: cluster.Cluster, now: float) -> None:
         """Note the nodes whose ``nvidia.com/mig.config`` or its state changed since the last
@@ -132,8 +277,15 @@ class _AdviceCollector(Collector):
     def __init__(self, metrics: Metrics) -> None:
         self._metrics = metrics
 
+    def describe(self) -> Iterator[GaugeMetricFamily]:
+        """The families without values: registering the collector computes nothing."""
+        return self._families(None)
+
     def collect(self) -> Iterator[GaugeMetricFamily]:
-        advice = self._metrics.current()
+        return self._families(self._metrics.current())
+
+    @staticmethod
+    def _families(advice: advisor.Advice | None) -> Iterator[GaugeMetricFamily]:
         recs = advice.recommendations if advice is not None else ()
         disruptive = sum(r.disruptive for r in recs)
         family = GaugeMetricFamily("migfit_relayout_recommendations",
@@ -162,10 +314,12 @@ class _AdviceCollector(Collector):
 class Metrics:
     """Gauges of the advice (and counters the apply mode uses).
 
-    With ``state`` the advice gauges are computed when scraped, from ``cache`` (pass the
-    cache ``GET /advice`` reads; default: one of its own), so they agree with ``/advice``
-    whether or not a publisher runs (``migfit extender --cluster FILE`` has none); without it
-    they show the advice last passed to ``observe``.
+    With ``state`` the advice gauges show the advice ``cache`` computed last (pass the cache
+    ``GET /advice`` reads; default: one of its own), so they agree with ``/advice`` whether
+    or not a publisher runs (``migfit extender --cluster FILE`` has none). A scrape never
+    computes it on the event loop (``AdviceCache.current``): a stale one starts a computation
+    off the loop that the next scrape shows; none is shown before the first. Without
+    ``state`` they show the advice last passed to ``observe``.
     """
 
     def __init__(self, registry: prometheus_client.CollectorRegistry, *,
@@ -201,7 +355,7 @@ class Metrics:
     def current(self) -> advisor.Advice | None:
         """The advice the gauges show now."""
         if self._state is not None:
-            return self._cache.get(self._state)
+            return self._cache.current(self._state)
         return self._observed
 
 
@@ -376,7 +530,7 @@ class Publisher:
 
     async def publish_once(self) -> advisor.Advice:
         """One pass (a replica that does not lead writes nothing); the advice it was of."""
-        advice = self.cache.get(self.state)
+        advice = await self.cache.fresh(self.state)
         if self.metrics is not None:
             self.metrics.observe(advice)
         if not self.leading:

@@ -139,7 +139,10 @@ class Relayouter:
                 del self._tasks[name]
         if not self.leading:
             return []
-        advice = self.cache.get(self.state)
+        try:
+            advice = await self.cache.fresh(self.state)  # off the event loop
+        except surfaces.AdviceUnavailable:  # logged; the next pass tries again
+            return []
         now = self.clock()
         self._resting = {n: t for n, t in self._resting.items() if t > now}
         recommendations = [r for r in advice.recommendations if r.node not in self._resting]

@@ -754,8 +754,14 @@ async def _metrics_handler(request: web.Request) -> web.Response:
 
 
 async def _advice(request: web.Request) -> web.Response:
-    """Re-layout advice for the cluster (``advice.advice_json``, cached per generation)."""
-    return _json(advice.advice_json(request.app[CLUSTER], request.app[ADVICE]))
+    """Re-layout advice for the cluster (the ``migfit advise --json`` document), cached per
+    generation and computed off the event loop (``AdviceCache.fresh``): filter and
+    prioritize are answered meanwhile. 503 when none could be computed yet."""
+    try:
+        got = await request.app[ADVICE].fresh(request.app[CLUSTER])
+    except advice.AdviceUnavailable as exc:
+        return _json({"Error": exc.message}, status=exc.status)
+    return _json(got.to_json())
 
 
 def make_app(
@@ -810,7 +816,11 @@ def make_app(
     async def flush_log(app: web.Application) -> None:
         app[SCORING_LOG].flush()
 
+    async def stop_advice(app: web.Application) -> None:
+        await app[ADVICE].close()  # an advice computation in flight: its child killed
+
     app.on_cleanup.append(flush_log)
+    app.on_cleanup.append(stop_advice)
     def refused(error: Callable[[str], Any]) -> Callable[[int], web.StreamResponse]:
         return lambda length: _json(error(
             f"the request body of {length:,} bytes is larger than {settings.max_body_bytes:,}"),

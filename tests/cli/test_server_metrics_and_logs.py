@@ -152,8 +152,10 @@ def extender(tmp_path_factory: pytest.TempPathFactory) -> Scraped:
     try:
         server.wait_ready(base)
         server.post(f"{base}/prioritize", (REQUESTS / "prioritize-3g40gb.json").read_bytes())
-        text = server.get(f"{base}/metrics")
+        # /advice first: a scrape shows the advice computed last and never computes it
+        # (that would stall filter and prioritize), so it follows /advice.
         advice = json.loads(server.get(f"{base}/advice"))
+        text = server.get(f"{base}/metrics")
     finally:
         lines = server.stop()
     return Scraped(tls, text, advice, lines)
@@ -266,14 +268,15 @@ def test_serve_metrics_and_json_log(tmp_path: Path) -> None:
                                      method="POST")
         with urllib.request.urlopen(req, context=context, timeout=10):
             pass
+        # /advice first: the gauges show the advice computed last (a scrape never computes).
+        with urllib.request.urlopen(f"https://127.0.0.1:{ext_port}/advice", context=context,
+                                    timeout=10) as resp:
+            advice = json.loads(resp.read())
         texts = {}
         for name, port in (("webhook", hook_port), ("extender", ext_port)):
             with urllib.request.urlopen(f"https://127.0.0.1:{port}/metrics", context=context,
                                         timeout=10) as resp:
                 texts[name] = resp.read().decode()
-        with urllib.request.urlopen(f"https://127.0.0.1:{ext_port}/advice", context=context,
-                                    timeout=10) as resp:
-            advice = json.loads(resp.read())
     finally:
         proc.send_signal(signal.SIGINT)
         try:

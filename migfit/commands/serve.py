@@ -281,15 +281,17 @@ async def _serve_with(
             raise errors.ConfigError(
                 "the cluster view did not sync within 60s"
                 + (f": {source.last_error}" if source.last_error else "")) from None
-        print(_walkthrough(host=args.host, webhook_port=args.webhook_port,
-                           extender_port=args.extender_port, ca=ca,
-                           cluster_file=cluster_file), flush=True)
         # The whole shutdown runs under the handlers: a second Ctrl-C hurries it, a third
         # exits at once, removing the throwaway key's temporary folder (certificate_files)
         # first, since nothing else runs on that way out.
         forget = None if args.cert_dir is not None else functools.partial(
             shutil.rmtree, cert.parent, ignore_errors=True)
         with serving.on_signals(stop, hurry, before_exit=forget):
+            # "Stop with Ctrl-C" only once the handlers are in: a Ctrl-C right after it used
+            # to find Python's default one (exit 130, no shutdown line) on a busy machine.
+            print(_walkthrough(host=args.host, webhook_port=args.webhook_port,
+                               extender_port=args.extender_port, ca=ca,
+                               cluster_file=cluster_file), flush=True)
             await stop.wait()
             log.info("shutting down: the listeners close; requests in flight get %ss",
                      f"{listens[0].shutdown_timeout:g}")

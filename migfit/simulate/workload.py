@@ -238,14 +238,23 @@ def _gpus(row: csvrows.Row) -> tuple[int, int]:
 def load_trace(path: Path, *, model: profiles.GpuModel, mapping: Mapping_) -> list[PodSpec]:
     """The trace's pod list, in creation order. A bad row is refused with its line and
     field: a negative cpu_milli, memory_mib or num_gpu, a gpu_milli outside 0 to 1000,
-    num_gpu and gpu_milli that disagree, times out of order or out of range (``_times``)."""
+    num_gpu and gpu_milli that disagree, times out of order or out of range (``_times``), an
+    empty or repeated name (a list pasted twice, or two lists joined)."""
     out: list[PodSpec] = []
+    lines: dict[str, int] = {}  # pod name -> its line
     for row in csvrows.rows(path, what="the trace's pod list", columns=POD_COLUMNS):
+        name = row.text("name")
+        if not name:
+            raise row.error("name is empty: give each pod a name")
+        if name in lines:
+            raise row.error(f"name {name} is on line {lines[name]} too: give each pod its own "
+                            f"name")
+        lines[name] = row.line
         created, duration = _times(row)
         num_gpu, gpu_milli = _gpus(row)
         try:
             out.append(make_pod(
-                model, name=row.text("name"), cpu_milli=row.integer("cpu_milli", low=0),
+                model, name=name, cpu_milli=row.integer("cpu_milli", low=0),
                 memory_mib=row.integer("memory_mib", low=0),
                 num_gpu=num_gpu, gpu_milli=gpu_milli, arrival=created,
                 duration=duration, mapping=mapping,

@@ -79,6 +79,15 @@ def test_a_node_without_a_name_is_refused(
              "openb_node_list_gpu_node.csv, line 4:", "sn is empty")
 
 
+def test_a_pod_with_another_pods_name_or_none_is_refused(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # Both ran: a list pasted twice replayed every pod twice without a word.
+    _refused(_trace(tmp_path, pods=PODS + "p3,1000,1024,1,1000,,LS,Running,9,500,9\n"),
+             capsys, "openb_pod_list_default.csv, line 10:", "name p3 is on line 5 too")
+    _refused(_trace(tmp_path, pods=PODS + ",1000,1024,1,1000,,LS,Running,9,500,9\n"),
+             capsys, "openb_pod_list_default.csv, line 10:", "name is empty")
+
+
 def test_a_model_map_naming_an_unknown_mig_model_names_the_flag(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     # The message was --model's ("unknown GPU model 'NOPE'"), no flag named.

@@ -270,7 +270,3 @@ def start(compute: Callable[[], T]) -> Child[T]:
     os.close(write)
     return Child(pid, read, fork_s)
 
-
-async def run(compute: Callable[[], T], *, timeout_s: float) -> Done[T]:
-    """``compute()`` in a forked child (``start``), awaited (``Child.result``)."""
-    return await start(compute).result(timeout_s)

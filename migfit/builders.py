@@ -47,8 +47,7 @@ def mig_labels(
         labels[keys.LABEL_CONFIG_STATE] = config_state
     if strategy == "single" and instances:
         ((only, _count),) = instances.items()
-        # GFD names the MIG device with "+" as "." (k8s-device-plugin nvml-mig-device.go).
-        labels[keys.LABEL_PRODUCT] = f"{product}-MIG-{only.replace('+', '.')}"
+        labels[keys.LABEL_PRODUCT] = f"{product}-MIG-{keys.device_name(only)}"
     elif count_labels:
         for p, n in instances.items():
             labels[f"{profiles.resource_name(p)}.count"] = str(n)

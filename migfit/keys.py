@@ -50,10 +50,16 @@ Strategy = Literal["mixed", "single"]
 STRATEGIES: Final[tuple[Strategy, ...]] = ("mixed", "single")
 
 
+def device_name(profile: str) -> str:
+    """A profile as GFD and the device plugin spell it in resource names and labels: ``+`` as
+    ``.`` (``1g.10gb+me`` -> ``1g.10gb.me``; k8s-device-plugin nvml-mig-device.go, GetName)."""
+    return profile.replace("+", ".")
+
+
 def mig_memory_label(profile: str) -> str:
     """The ``nvidia.com/mig-<profile>.memory`` label key, the profile spelled as GFD and the
     device plugin spell it (``1g.10gb+me`` -> ``nvidia.com/mig-1g.10gb.me.memory``)."""
-    return f"{MIG_LABEL_PREFIX}{profile.replace('+', '.')}{MIG_MEMORY_LABEL_SUFFIX}"
+    return f"{MIG_LABEL_PREFIX}{device_name(profile)}{MIG_MEMORY_LABEL_SUFFIX}"
 
 
 # ---------------------------------------------------------------- the request contract

@@ -250,11 +250,12 @@ def parse(text: str, *, where: str = "mig-parted config") -> Config:
 
 def _load(text: str, *, where: str) -> Any:
     try:
-        return strictfiles.load_first_yaml(text, where=where)
+        return strictfiles.load_yaml(text, where=where, first=True)
     except errors.ConfigError:
         if "\t" not in text or not text.lstrip().startswith(("{", "[")):
             raise
-        return strictfiles.load_first_yaml(_outside_quotes_tabs_as_spaces(text), where=where)
+        return strictfiles.load_yaml(_outside_quotes_tabs_as_spaces(text), where=where,
+                                  first=True)
 
 
 def parse_configmap(obj: Mapping[str, Any]) -> Config:

@@ -20,7 +20,7 @@ from typing import Final, NewType
 
 import pydantic
 
-from migfit import errors, strictfiles
+from migfit import errors, keys, strictfiles
 
 ModelId = NewType("ModelId", str)
 ProfileName = NewType("ProfileName", str)
@@ -649,7 +649,7 @@ def canonical_profile(text: str) -> str:
 def resource_name(profile: str, *, shared: bool = False) -> str:
     """``1g.10gb+me`` -> ``nvidia.com/mig-1g.10gb.me`` (the name kubelet advertises;
     ``shared``: as the device plugin renames a shared one, ``….shared``)."""
-    return RESOURCE_PREFIX + profile.replace("+", ".") + (SHARED_SUFFIX if shared else "")
+    return RESOURCE_PREFIX + keys.device_name(profile) + (SHARED_SUFFIX if shared else "")
 
 
 def unshared(resource: str) -> tuple[str, bool]:

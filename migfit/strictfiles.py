@@ -32,20 +32,14 @@ def yaml_problem(exc: yaml.YAMLError) -> str:
     return text
 
 
-def load_yaml(text: str, *, where: str) -> Any:
-    """YAML (or JSON) text decoded; a ConfigError naming ``where`` when it does not parse."""
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise errors.ConfigError(f"{where}: not valid YAML {yaml_problem(exc)}") from None
+def load_yaml(text: str, *, where: str, first: bool = False) -> Any:
+    """YAML (or JSON) text decoded; a ConfigError naming ``where`` when it does not parse.
 
-
-def load_first_yaml(text: str, *, where: str) -> Any:
-    """The first YAML document of ``text`` decoded (None for none), as go-yaml's Unmarshal
-    reads it (sigs.k8s.io/yaml, which mig-parted uses): a trailing ``---`` or a second
-    document is not read; a ConfigError naming ``where`` when the first does not parse."""
+    ``first``: only the first document (None for none), as go-yaml's Unmarshal reads it
+    (sigs.k8s.io/yaml, which mig-parted uses): a trailing ``---`` or a second document is
+    not read. Otherwise a second document is an error."""
     try:
-        return next(iter(yaml.safe_load_all(text)), None)
+        return next(iter(yaml.safe_load_all(text)), None) if first else yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise errors.ConfigError(f"{where}: not valid YAML {yaml_problem(exc)}") from None
 

@@ -92,7 +92,7 @@ def profile_labels(model: profiles.GpuModel, profile: str, count: int) -> dict[s
         else "0",
         pre + keys.MIG_MEMORY_LABEL_SUFFIX: str(p.memory_mib),
         f"{pre}.multiprocessors": str(sms),
-        f"{pre}.product": f"{_product_base(model)}-MIG-{p.name.replace('+', '.')}",
+        f"{pre}.product": f"{_product_base(model)}-MIG-{keys.device_name(p.name)}",
         f"{pre}.replicas": "1",
         f"{pre}.sharing-strategy": "none",
         f"{pre}.slices.ci": str(p.compute_slices),
@@ -121,8 +121,7 @@ def node_object(spec: NodeSpec, *, rng: random.Random, full: bool = True,
     inst = instances(spec)
     single = spec.strategy == "single"
     only = spec.per_gpu[0] if spec.per_gpu else None
-    # GFD names a MIG device with "+" as "." (k8s-device-plugin nvml-mig-device.go).
-    product = spec.product + (f"-MIG-{only.replace('+', '.')}" if single and only else "")
+    product = spec.product + (f"-MIG-{keys.device_name(only)}" if single and only else "")
     labels: dict[str, str] = {
         "beta.kubernetes.io/arch": "amd64",
         "beta.kubernetes.io/os": "linux",

@@ -943,12 +943,12 @@ def fitting_in(plans: Sequence[Plan], reqs: Sequence[requests.GpuRequest], *,
 
 def single_products(bases: Iterable[str], profile: str, *, shared: bool) -> list[str]:
     """The ``nvidia.com/gpu.product`` values GPU Feature Discovery writes under the single
-    strategy for ``profile`` on GPUs named ``bases``: the MIG device's name has ``+`` as
-    ``.`` (``…-MIG-1g.10gb.me``; k8s-device-plugin internal/resource/nvml-mig-device.go,
-    GetName), and ``-SHARED`` follows when the device is time-sliced or shared with MPS
-    (internal/lm/resource.go). ``shared``: some node of the model is labelled so; the
-    sharing config outlives a re-layout, so both spellings are allowed then."""
-    label = profile.replace("+", ".")
+    strategy for ``profile`` on GPUs named ``bases``: the MIG device's name
+    (``keys.device_name``: ``…-MIG-1g.10gb.me``), and ``-SHARED`` follows when the device
+    is time-sliced or shared with MPS (k8s-device-plugin internal/lm/resource.go).
+    ``shared``: some node of the model is labelled so; the sharing config outlives a
+    re-layout, so both spellings are allowed then."""
+    label = keys.device_name(profile)
     tails = ("", "-SHARED") if shared else ("",)
     return [f"{base}-MIG-{label}{tail}" for base in bases for tail in tails]
 

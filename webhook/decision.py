@@ -216,16 +216,9 @@ def _kept_target(reqs: Sequence[requests.GpuRequest], prior: requests.DecisionRe
     name = before["container"]
     if name == reqs[0].container or name not in by_name \
             or before["request_mib"] != reqs[0].memory_mib \
-            or (name, before["resource"]) not in _held(by_name[name]):
+            or (name, before["resource"]) not in reading.own_gpus([by_name[name]], set()):
         return reqs
     return [dataclasses.replace(reqs[0], container=name)]
-
-
-def _held(c: reading.Container) -> set[tuple[str, str]]:
-    """(container, resource) for every resource ``c``'s limits or requests name."""
-    res = c.resources if isinstance(c.resources, Mapping) else {}
-    return {(c.name, str(n)) for field in ("limits", "requests")
-            if isinstance(section := res.get(field), Mapping) for n in section}
 
 
 def _decide(pod: Mapping[str, Any], *, supply: view.Supply, policy: Policy) -> Verdict:

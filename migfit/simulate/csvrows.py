@@ -34,6 +34,18 @@ class Row:
         """The field as it is (stripped); ``default`` when the list has no such column."""
         return self._fields.get(name, default).strip()
 
+    def name(self, column: str, seen: dict[str, int], what: str) -> str:
+        """The field ``column`` as the row's name: not empty, and on no line of ``seen``
+        (name -> its line; this row's is added). ``what``: the thing named, "node"."""
+        value = self.text(column)
+        if not value:
+            raise self.error(f"{column} is empty: give each {what} a name")
+        if value in seen:
+            raise self.error(f"{column} {value} is on line {seen[value]} too: give each "
+                             f"{what} its own name")
+        seen[value] = self.line
+        return value
+
     def integer(self, name: str, *, low: int | None = None, high: int | None = None,
                 what: str = "") -> int:
         """The field as a whole number, within [low, high] where given."""

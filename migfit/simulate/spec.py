@@ -198,13 +198,7 @@ def load_node_csv(path: Path, *, model: profiles.GpuModel, layout: str | Sequenc
     has_model = False
     for row in csvrows.rows(path, what="the trace's node list", columns=NODE_COLUMNS):
         has_model = row.has("model")
-        name = row.text("sn")
-        if not name:
-            raise row.error("sn is empty: give each node a name")
-        if name in lines:
-            raise row.error(f"sn {name} is on line {lines[name]} too: give each node its own "
-                            f"name")
-        lines[name] = row.line
+        name = row.name("sn", lines, "node")
         gpus = row.integer("gpu", low=0)
         trace = row.text("model")
         mig = mapping.get(trace, mapping.get("*", model))

@@ -243,13 +243,7 @@ def load_trace(path: Path, *, model: profiles.GpuModel, mapping: Mapping_) -> li
     out: list[PodSpec] = []
     lines: dict[str, int] = {}  # pod name -> its line
     for row in csvrows.rows(path, what="the trace's pod list", columns=POD_COLUMNS):
-        name = row.text("name")
-        if not name:
-            raise row.error("name is empty: give each pod a name")
-        if name in lines:
-            raise row.error(f"name {name} is on line {lines[name]} too: give each pod its own "
-                            f"name")
-        lines[name] = row.line
+        name = row.name("name", lines, "pod")
         created, duration = _times(row)
         num_gpu, gpu_milli = _gpus(row)
         try:

@@ -60,6 +60,12 @@ async def _until(check: Any, timeout: float = 30.0) -> Any:
     raise AssertionError("timed out")
 
 
+async def _marked(api: Any, name: str) -> Any:
+    """Node ``name`` once the advice publisher has marked it (its relayout annotation)."""
+    obj = await read_node(api, name)
+    return obj if "migfit.io/relayout" in obj["metadata"].get("annotations", {}) else None
+
+
 @pytest.mark.parametrize("how", ["flag", "env"])
 async def test_extender_process_serves_and_publishes_advice(
         server: kmock.KubernetesEmulator, tmp_path: pathlib.Path, how: str) -> None:
@@ -97,11 +103,7 @@ async def test_extender_process_serves_and_publishes_advice(
         assert [r["node"] for r in body["recommendations"]] == ["idle"]
         assert body["recommendations"][0]["unblocks"] == ["ml/small"]
 
-        async def marked() -> Any:
-            obj = await read_node(api, "idle")
-            return obj if "migfit.io/relayout" in obj["metadata"].get("annotations", {}) else None
-
-        obj = await _until(marked)
+        obj = await _until(lambda: _marked(api, "idle"))
         assert obj["metadata"]["labels"]["migfit.io/relayout-recommended"] == "true"
         note = json.loads(obj["metadata"]["annotations"]["migfit.io/relayout"])
         assert "1g.10gb" in note["gpus"][0]["after"]
@@ -283,8 +285,7 @@ async def test_extender_survives_an_exec_plugin_failing_at_start(
         async def marked() -> Any:
             if proc.returncode is not None:
                 raise AssertionError(f"the extender exited {proc.returncode}")
-            obj = await read_node(api, "idle")
-            return obj if "migfit.io/relayout" in obj["metadata"].get("annotations", {}) else None
+            return await _marked(api, "idle")
 
         await _until(marked)
     finally:
@@ -363,11 +364,7 @@ async def test_extender_listens_while_its_credentials_are_retried(
 
             assert (await _until(ready, timeout=60.0))[1]["ready"] is True
 
-        async def marked() -> Any:
-            obj = await read_node(api, "idle")
-            return obj if "migfit.io/relayout" in obj["metadata"].get("annotations", {}) else None
-
-        await _until(marked)
+        await _until(lambda: _marked(api, "idle"))
     finally:
         await api.close()
         if proc.returncode is None:

@@ -48,6 +48,10 @@ MAX_VALUE_LENGTH: Final = 16
 MAX_COMPUTE: Final = 999
 #: At most this many characters of client input are quoted back in a message or a log line.
 QUOTE_LIMIT: Final = 40
+#: A container's name is shown whole: Kubernetes allows a DNS label, at most 63 characters.
+#: Cut at QUOTE_LIMIT, names that differ only at the end (``worker-…-07``, ``worker-…-08``)
+#: read the same in every warning.
+NAME_LIMIT: Final = 63
 #: Keys are quoted longer: a per-container key holds a container name after the prefix.
 _KEY_LIMIT: Final = 100
 #: At most this many container names are listed in a message.
@@ -105,7 +109,7 @@ def shorten(text: str, limit: int = QUOTE_LIMIT) -> str:
 
 def quote_list(names: Sequence[str]) -> str:
     """Names for a message: each one shortened, at most a few, and how many more there are."""
-    shown = ", ".join(shorten(n) for n in names[:_LIST_LIMIT])
+    shown = ", ".join(shorten(n, NAME_LIMIT) for n in names[:_LIST_LIMIT])
     more = len(names) - _LIST_LIMIT
     return shown + (f" and {more} more" if more > 0 else "")
 

@@ -304,9 +304,19 @@ class KubernetesSource:
                     # the stream began, which a busy cluster may have compacted since (410
                     # Gone, a full re-list). After a failed list, list again (None).
                     resource_version = self._resource_versions[kind]
-                await asyncio.sleep(self._settings.backoff(self._failures[kind]))
+                await asyncio.sleep(self._retry_delay(kind, exc))
                 self._failures[kind] += 1
                 self._retries += 1
+
+    def _retry_delay(self, kind: Kind, exc: BaseException) -> float:
+        """The backoff before the next list or watch of ``kind``, and at least the server's
+        Retry-After (429 from API Priority and Fairness, which sheds load by asking clients
+        to slow down), up to the backoff's cap."""
+        delay = self._settings.backoff(self._failures[kind])
+        retry_after = exc.retry_after_s if isinstance(exc, kube.ApiError) else None
+        if retry_after is not None:
+            delay = max(delay, min(retry_after, self._settings.backoff_cap_s))
+        return delay
 
     def _record_error(self, kind: Kind, exc: BaseException) -> None:
         self._note_error(kind, f"{kind} watch", exc)
@@ -353,7 +363,8 @@ class KubernetesSource:
                     # The continue token outlived etcd compaction: start the list again.
                     raise _Expired(_describe_status(response.status, body))
                 if response.status != 200:
-                    raise api.error(response.status, body, action=f"list {kind}s")
+                    raise api.error(response.status, body, action=f"list {kind}s",
+                                    headers=response.headers)
             finally:
                 response.release()
             page = json.loads(body)
@@ -415,7 +426,8 @@ class KubernetesSource:
                 body: bytes = await response.read()
                 if response.status == 410:
                     raise _Expired(_describe_status(response.status, body))
-                raise api.error(response.status, body, action=f"watch {kind}s")
+                raise api.error(response.status, body, action=f"watch {kind}s",
+                                headers=response.headers)
             while True:
                 line: bytes = await response.content.readline()
                 if not line:

@@ -382,7 +382,7 @@ def plan(
         _warn_one_node(reqs, choices, together, supply, warnings)
     plans: list[Plan] = []
     for r, (key, value), choice in zip(reqs, asked, choices, strict=True):
-        who = f"{requests.shorten(r.container)}: " if many else ""
+        who = f"{requests.shorten(r.container, requests.NAME_LIMIT)}: " if many else ""
         _warn(choice, r, key=key, asked=value, who=who, pool=pool, supply=supply,
               policy=policy, warnings=warnings)
         plans.append(Plan(
@@ -754,7 +754,7 @@ def _asked(r: requests.GpuRequest, annotations: Mapping[str, str]) -> tuple[str,
 
 def _listed(reqs: Sequence[requests.GpuRequest], choices: Sequence[Choice]) -> str:
     """``a: 1g.5gb, b: 3g.40gb`` (at most ``_SHOWN`` containers)."""
-    shown = ", ".join(f"{requests.shorten(r.container)}: {c.profile.name}"
+    shown = ", ".join(f"{requests.shorten(r.container, requests.NAME_LIMIT)}: {c.profile.name}"
                       for r, c in list(zip(reqs, choices, strict=True))[:_SHOWN])
     return shown + (f" and {len(reqs) - _SHOWN} more" if len(reqs) > _SHOWN else "")
 

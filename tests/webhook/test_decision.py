@@ -458,3 +458,17 @@ def test_a_request_beyond_every_gpu_names_the_largest_gpu_and_a_capped_amount() 
             "; ask for at most 79Gi, or split the work over several GPUs: no GPU model in "
             "this cluster has that much memory (the largest GPU has 80Gi in all)"), \
             verdict.message
+
+
+def test_warnings_name_each_container_whole() -> None:
+    # Container names may be 63 characters (a DNS label); names that differ only at the end
+    # must read differently in each container's warning, or the user cannot tell them apart.
+    names = [f"container-with-a-rather-long-name-number-{i:02}-abcdefghij" for i in range(3)]
+    annotations = {requests.GPU_MEMORY_PREFIX + name: "1Mi" for name in names}
+    containers = [{"name": name, "image": "registry.example/train:1"} for name in names]
+    verdict = decide(s.pod(annotations, containers=containers))
+    assert verdict.allowed
+    rounding = [w for w in verdict.warnings if "was rounded up to" in w]
+    assert len(rounding) == 3
+    assert [w.split(": ", 1)[0] for w in rounding] == names
+    assert all(len(w) <= 256 for w in verdict.warnings)

@@ -171,7 +171,7 @@ class Limits:
 # What ``--max-body-in-flight`` defaults to, in the words of ``migfit webhook`` and
 # ``migfit extender``, which take ``--max-body``.
 BODY_BUDGET_DEFAULT = (f"{BUDGET_BODIES} times the largest body accepted: 128 MiB for the "
-                       "extender, 4 MiB for the webhook with their default --max-body")
+                       "extender, 12 MiB for the webhook with their default --max-body")
 
 
 def add_limit_arguments(parser: argparse.ArgumentParser | argparse._ArgumentGroup, *,

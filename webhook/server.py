@@ -45,7 +45,11 @@ log = logging.getLogger(__name__)
 MUTATE_PATH: Final = "/mutate"
 API_VERSION: Final = "admission.k8s.io/v1"
 DEFAULT_PORT: Final = 8443
-DEFAULT_MAX_BODY: Final = 1024 * 1024
+# Whatever kube-apiserver accepts: its request bodies are at most 3 MiB (--max-request-bytes'
+# default; a pod itself at most etcd's 1.5 MiB). An AdmissionReview carries the whole pod, and
+# the webhook fails closed: at 1 MiB, a valid pod of 1.1 MiB (a large inline env) was refused
+# with a 413 that kube-apiserver reports as a failed webhook call, not what to change.
+DEFAULT_MAX_BODY: Final = 3 * 1024 * 1024
 # kube-apiserver truncates warnings over 256 characters (WIRE.md §2.1).
 _WARNING_LIMIT: Final = 256
 _MAX_WARNINGS: Final = 16

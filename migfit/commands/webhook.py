@@ -23,7 +23,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     sources.add_source_arguments(parser)
     add_policy_arguments(parser)
     parser.add_argument("--max-body", type=int, default=server.DEFAULT_MAX_BODY,
-                        metavar="BYTES", help="largest accepted request body (default 1 MiB)")
+                        metavar="BYTES", help="largest accepted request body (default 3 MiB, "
+                                              "kube-apiserver's own limit)")
     parser.add_argument("--reload-interval", type=float, default=10.0, metavar="SECONDS",
                         help="how often the TLS files are checked for changes (default 10)")
     parser.add_argument("--shutdown-timeout", type=float, default=10.0, metavar="SECONDS",

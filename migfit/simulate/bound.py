@@ -264,7 +264,8 @@ def figures(nodes: Sequence[spec.NodeSpec], arrivals: Sequence[workload.PodSpec]
             prev = t
         avg = area / (last - first)
     gpu_arrived = sum(1 for s in arrivals if s.gpu)
-    zero = ("pods_pending", "fragmentation_share", "pending_p50_s", "pending_p99_s",
+    zero = ("pods_pending", "gpu_pods_pending", "fragmentation_share", "pending_p50_s",
+            "pending_p99_s",
             "gpu_pending_p50_s", "gpu_pending_p95_s", "idle_while_pending_slice_hours",
             "blocked_by_fragmentation", "relayouts", "gpus_relaid", "pods_disrupted",
             "decision_differs_from_mapping", "memory_wasted_gib", "memory_wasted_share",

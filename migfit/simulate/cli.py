@@ -119,6 +119,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     src.add_argument("--synthetic", type=int, default=None, metavar="N",
                      help=f"N synthetic pods (workload.SYNTHETIC_MIX) instead of a pod list "
                           f"(1 to {MAX_SYNTHETIC:,})")
+    src.add_argument("--synthetic-seed", type=int, default=None, metavar="S",
+                     help="the seed the synthetic pods (--synthetic, --example) are drawn with, "
+                          "once for every run (default: --seed); each run's seed then draws "
+                          "the arrivals from them (fill) or breaks ties (events), so the run "
+                          "recorded as seed N of a command is replayed alone by --seed N "
+                          "--synthetic-seed S")
     src.add_argument("--mapping", choices=("compute", "memory"), default="compute",
                      help="how a trace GPU share becomes a MIG request (trace README): "
                           "compute = ceil(gpu_milli×7/1000) compute slices, memory = "
@@ -331,8 +337,10 @@ def _inputs(args: argparse.Namespace, catalog: profiles.Catalog
         # Made in turn, so the first N are the same whatever the count: --limit-pods N
         # makes only those.
         made = min(synthetic, args.limit_pods or synthetic)
-        pods = workload.synthetic(made, model=ref, mapping=args.mapping, seed=args.seed)
+        drawn = args.seed if args.synthetic_seed is None else args.synthetic_seed
+        pods = workload.synthetic(made, model=ref, mapping=args.mapping, seed=drawn)
         info["workload"] = f"{synthetic} synthetic pods"
+        info["synthetic_seed"] = drawn
     else:
         path = args.pods or trace_dir / POD_CSV
         if (args.pods is not None and not path.exists() and not path.is_absolute()
@@ -408,6 +416,14 @@ def _run_in_pool(jobs: list[Any], workers: int) -> list[engine.RunResult]:
     finally:
         if main:
             signal.signal(signal.SIGTERM, previous)
+
+
+def _share(value: float) -> str:
+    """A share as a percentage, to the first digit that shows it (``--target 0.0001``: 0.01 %,
+    not 0 %)."""
+    if value == 0 or value >= 0.01:
+        return f"{value:.0%}"
+    return f"{value * 100:.2g}%"
 
 
 def _check_clock(args: argparse.Namespace, pods: Sequence[workload.PodSpec]) -> None:
@@ -683,6 +699,9 @@ def check_combinations(args: argparse.Namespace, given: set[str]) -> None:
         if has_one is not None and has_one is not False and has_other is not None:
             raise errors.UsageError(f"{other} and {one}: {one} replaces {other}'s list; give "
                                     f"one of them")
+    if args.synthetic_seed is not None and args.synthetic is None and not args.example:
+        raise errors.UsageError("--synthetic-seed without --synthetic or --example: it draws "
+                                "synthetic pods; add --synthetic N or leave it out")
     spec_cluster = "--cluster" if args.cluster is not None else (
         "--example" if args.example else None)
     if spec_cluster is not None:
@@ -823,6 +842,7 @@ def run(args: argparse.Namespace) -> int:
         "ahead_from": options.ahead_from, "balance": options.balance,
         "gpu_usage": options.gpu_usage, "score_all_pods": options.score_all_pods,
         "arrival_scale": options.arrival_scale, "node_share": args.node_share,
+        "snapshot_at": options.snapshot_at if options.mode == "events" else None,
         "webhook_choice": options.webhook_choice or choice.Policy().contention,
         "seeds": seeds,
         "code": adapters.sources(), "elapsed_s": round(elapsed, 2),
@@ -832,10 +852,13 @@ def run(args: argparse.Namespace) -> int:
             if "node_share_kept" in info else "")
     print(f"{info['nodes']} nodes{kept}, {info['gpus']} GPUs ({info['models']}); "
           f"{info['pods_in_workload']} pods, mapping={args.mapping}, mode={options.mode}"
-          + (f", target {options.target:.0%} of GPUs requested" if options.mode == "fill"
+          + (f", target {_share(options.target)} of GPUs requested" if options.mode == "fill"
              else "") + f"; seeds {seeds[0]}..{seeds[-1]}")
     print("code: " + ", ".join(f"{k}={v}" for k, v in adapters.sources().items()))
     print(report.table(summary))
+    if options.mode == "events":
+        for line in report.never_placed(summary):
+            print(line)
     if args.markdown:
         print()
         print(report.markdown(summary))

@@ -46,6 +46,8 @@ from migfit.simulate.world import Counters, Gpu, Node, Pod, World, node_object, 
 
 __all__ = ["ALL_POLICIES", "EPOCH", "SCORERS", "Mode", "Options", "Policy", "Scorer",
            "Simulation"]
+#: Figures of how long pods waited; in fill mode read when arrivals stop.
+WAIT_FIGURES = ("pending_p50_s", "pending_p99_s", "gpu_pending_p50_s", "gpu_pending_p95_s")
 EPOCH = 1_767_225_600.0  # simulated time 0 = 2026-01-01T00:00:00Z (pod condition timestamps)
 
 
@@ -82,6 +84,7 @@ class Simulation(World):
         self._last_advice = -math.inf
         self._advice_queued = False
         self.end_figures: dict[str, float] = {}
+        self.end_waits_by_class: dict[str, dict[str, float]] = {}
         self._no_advice = False
         self._models = list({n.model.id: n.model for n in self.nodes.values() if n.gpus}.values())
         self._profiles: dict[str, profiles.Profile | None] = {}
@@ -561,7 +564,11 @@ class Simulation(World):
             if i % every == 0:
                 self.sample()
         self._integrate()
-        self.end_figures = self.figures()  # when arrivals stop (time-averaged figures)
+        # When arrivals stop: the time-averaged figures, and the waits. Every policy's fill
+        # stops arriving at the same moment, but an advisor's re-layouts in flight, and its
+        # last queued call, run its clock on: waits read later would count that time too.
+        self.end_figures = self.figures()
+        self.end_waits_by_class = self.waits_by_class()
         self._advice_queued = True  # no new advice once arrivals stop
         self._no_advice = True
         self._run_until(math.inf)
@@ -588,20 +595,29 @@ class Simulation(World):
 
     # ------------------------------------------------------------ figures
 
-    def waits_by_class(self) -> dict[str, dict[str, float]]:
+    def _waited(self, pod: Pod, *, ended: bool) -> float:
+        """How long ``pod``, still pending, has waited: so far, or for ever (``math.inf``)
+        once the run has ``ended`` (in events mode nothing is left to happen: it is never
+        placed)."""
+        return math.inf if ended else self.now - pod.arrival
+
+    def waits_by_class(self, *, ended: bool = False) -> dict[str, dict[str, float]]:
         """How long the GPU pods of each class waited, now (``metrics.waits_by_class``)."""
         return metrics.waits_by_class(
             self.counters.gpu_waits_by_class,
-            [(metrics.class_name(p.profiles), self.now - p.arrival)
+            [(metrics.class_name(p.profiles), self._waited(p, ended=ended))
              for p in self.pending if p.spec.gpu])
 
-    def figures(self) -> dict[str, float]:
+    def figures(self, *, ended: bool = False) -> dict[str, float]:
+        """The run's figures now; ``ended``: the replay is over, and the pods still pending
+        were never placed (their waits count as ``math.inf``: a policy that never places a
+        pod does not wait less for it than one that places it late)."""
         c = self.counters
-        waits = sorted(c.waits)
-        # GPU pods still waiting count with the time waited so far (else the worst waits of
-        # a run that never places them would be missing).
+        # Pods still waiting count with the time waited so far (else the worst waits of a
+        # run that never places them would be missing).
+        waits = sorted([*c.waits, *(self._waited(p, ended=ended) for p in self.pending)])
         gpu_waits = sorted([*c.gpu_waits,
-                            *(self.now - p.arrival for p in self.pending if p.spec.gpu)])
+                            *(self._waited(p, ended=ended) for p in self.pending if p.spec.gpu)])
         span = min(self.now, self.horizon) - self.start_t
         avg_alloc = self.allocated_area / span if span > 0 else float(self.allocated_slices)
         return {
@@ -610,6 +626,7 @@ class Simulation(World):
             "pods_placed": c.placed,
             "gpu_pods_placed": c.gpu_placed,
             "pods_pending": len(self.pending),
+            "gpu_pods_pending": sum(1 for p in self.pending if p.spec.gpu),
             "pods_denied": c.denied,
             "decision_differs_from_mapping": c.mismatch,
             "requested_gpus_share": c.demand_trace_gpus / max(1, self.gpus),
@@ -706,18 +723,23 @@ def _run(nodes: Sequence[spec.NodeSpec], pods: Sequence[workload.PodSpec], *, po
         sim.run_fill(arrivals)
         figs = sim.figures()
         figs["unallocated_share_at_last_arrival"] = sim.end_figures["unallocated_share"]
+        for k in WAIT_FIGURES:  # measured when arrivals stop, the same moment for every policy
+            figs[k] = sim.end_figures[k]
+        waits = sim.end_waits_by_class
     else:
         sim.run_events(arrivals)
         figs = sim.end_figures or sim.figures()
-        final = sim.figures()
-        for k in ("pods_placed", "gpu_pods_placed", "pods_pending", "pending_p50_s",
+        final = sim.figures(ended=True)
+        for k in ("pods_placed", "gpu_pods_placed", "pods_pending", "gpu_pods_pending",
+                  "pending_p50_s",
                   "pending_p99_s", "gpu_pending_p50_s", "gpu_pending_p95_s",
                   "blocked_by_fragmentation", "relayouts", "gpus_relaid",
                   "pods_disrupted", "memory_wasted_gib", "memory_wasted_share"):
             figs[k] = final[k]
         figs["unallocated_share_at_last_arrival"] = figs["unallocated_share"]
+        waits = sim.waits_by_class(ended=True)
     figs["arrivals_end_s"] = sim.horizon
     figs["wall_s"] = time.perf_counter() - started
     return RunResult(policy=policy.name, seed=seed, figures=figs, series=sim.series,
                      snapshot=sim.snapshot if keep_snapshot else None,
-                     wall_s=figs["wall_s"], waits_by_class=sim.waits_by_class())
+                     wall_s=figs["wall_s"], waits_by_class=waits)

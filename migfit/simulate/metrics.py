@@ -18,9 +18,15 @@ Definitions (capacity = 7 compute slices per A100/H100 GPU; a GPU slice is one c
   expected share of capacity free but unusable by the next pod drawn from the mix. Free
   slices of a GPU = its compute slices − those of instances held by pods (idle instances of
   another profile and stranded slices are free but unusable for c).
-- **pending time**: start − arrival of every placed pod; p50 and p99 (nearest rank).
-  **GPU pending** p50/p95: the same for GPU pods only, pods still waiting at the end counted
-  with the time they waited so far. **GPU waits by class** (``--waits-by-class``, the
+- **pending time**: start − arrival of every pod; p50 and p99 (nearest rank). **GPU
+  pending** p50/p95: the same for GPU pods only. Every policy's waits are read over the same
+  time: in ``fill`` mode when arrivals stop (a pod still waiting counts the time it waited
+  until then; an advisor's re-layouts in flight and its last queued call no longer run its
+  clock on), in ``events`` mode once the replay is over, when a pod still waiting was never
+  placed and waits for ever (``math.inf``: "never" in the tables, ``null`` in the JSON;
+  ``gpu_pods_pending`` counts them). Before, such a pod's wait ended with its own run, and a
+  policy that placed none of them showed a lower p95 than one that placed them late, and
+  than the bound. **GPU waits by class** (``--waits-by-class``, the
   runs' ``waits_by_class`` in ``--json``): the same per class of GPU pod (the instances
   the decision gave it, ``8 × 7g.80gb``), with how many of its pods waited at least the
   run's GPU wait p95: which classes make that figure.
@@ -277,11 +283,13 @@ def _frontier(needs: Sequence[tuple[int, int]]) -> tuple[list[int], list[int]]:
 
 
 def summarise(values: Sequence[float]) -> dict[str, float]:
-    """Mean, sample standard deviation, min and max."""
+    """Mean, sample standard deviation, min and max. A wait that is ``math.inf`` (pods never
+    placed) makes the mean infinite and the deviation 0: it has none."""
     vals = [float(v) for v in values]
+    finite = all(math.isfinite(v) for v in vals)
     return {
         "mean": statistics.fmean(vals) if vals else 0.0,
-        "stdev": statistics.stdev(vals) if len(vals) > 1 else 0.0,
+        "stdev": statistics.stdev(vals) if len(vals) > 1 and finite else 0.0,
         "min": min(vals) if vals else 0.0,
         "max": max(vals) if vals else 0.0,
     }

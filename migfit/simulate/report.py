@@ -40,7 +40,13 @@ PROFILE_COLOURS = ("#1f77b4", "#9467bd", "#2ca02c", "#ff7f0e", "#d62728", "#8c56
                    "#e377c2", "#17becf", "#bcbd22", "#7f7f7f")
 
 
+#: How a wait of pods that were never placed (``math.inf``) is shown.
+NEVER = "never"
+
+
 def _fmt(value: float, kind: str) -> str:
+    if math.isinf(value):
+        return NEVER
     if kind == "pct":
         return f"{value * 100:.1f}%"
     if kind == "int":
@@ -91,6 +97,19 @@ def table(summary: Mapping[str, Mapping[str, Mapping[str, float]]]) -> str:
     return "\n".join(lines)
 
 
+def never_placed(summary: Mapping[str, Mapping[str, Mapping[str, float]]]) -> list[str]:
+    """Events mode: a line per policy that left GPU pods pending when its replay ended (no
+    departure or re-layout was left to place them), saying how their waits count."""
+    out = []
+    for policy, figs in summary.items():
+        left = figs.get("gpu_pods_pending", {}).get("mean", 0.0)
+        if left > 0:
+            out.append(f"{policy}: {_count(left)} GPU pods never placed (per run); "
+                       f"their waits count as {NEVER}, which the GPU wait percentiles show "
+                       f"once they reach those pods")
+    return out
+
+
 def _count(mean: float) -> str:
     """A mean count over seeds: whole when it is, else one decimal below 10 (0.3 pods, not
     0)."""
@@ -120,9 +139,9 @@ def waits_table(runs: Sequence[tuple[str, Mapping[str, Mapping[str, float]]]]) -
             v = classes[name]
             rows.append([policy, name, _count(sum(f["pods"] for f in v) / n),
                          _count(sum(f["waiting"] for f in v) / n),
-                         f"{sum(f['p50_s'] for f in v) / len(v):.0f}",
-                         f"{sum(f['p95_s'] for f in v) / len(v):.0f}",
-                         f"{max(f['max_s'] for f in v):.0f}",
+                         _fmt(sum(f["p50_s"] for f in v) / len(v), "int"),
+                         _fmt(sum(f["p95_s"] for f in v) / len(v), "int"),
+                         _fmt(max(f["max_s"] for f in v), "int"),
                          f"{tails[name] / total:.0%}" if total else "-"])
     widths = [max(len(r[i]) for r in [headers, *rows]) for i in range(len(headers))]
     lines = ["  ".join(h.ljust(w) if i < 2 else h.rjust(w)
@@ -153,9 +172,33 @@ def markdown(summary: Mapping[str, Mapping[str, Mapping[str, float]]]) -> str:
     return "\n".join(out)
 
 
+def _json_safe(value: Any) -> Any:
+    """``value`` with every infinite float (the wait of pods never placed) as None: JSON has
+    no infinity, and Python's ``Infinity`` is not JSON that other tools read."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, Mapping):
+        return {k: _json_safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_json_safe(v) for v in value]
+    return value
+
+
+def _picture_moment(setup: Mapping[str, Any]) -> str:
+    """When the GPU pictures were taken (``engine``: fill, once the re-layouts in flight at
+    the last arrival have finished; events, at the last arrival or ``--snapshot-at``)."""
+    if setup.get("mode") == "fill":
+        return "At the end (after the last arrival and the re-layouts then in flight)"
+    at = setup.get("snapshot_at")
+    if isinstance(at, int | float):
+        return f"At {at:,.0f} s of trace time (--snapshot-at)"
+    return "When arrivals stop"
+
+
 def json_text(document: Mapping[str, Any]) -> str:
-    """The document as ``--json`` writes it."""
-    return json.dumps(document, indent=1, sort_keys=False) + "\n"
+    """The document as ``--json`` writes it: a wait of pods never placed is ``null``."""
+    return json.dumps(_json_safe(document), indent=1, sort_keys=False,
+                      allow_nan=False) + "\n"
 
 
 # ---------------------------------------------------------------- SVG
@@ -484,10 +527,12 @@ def html_page(document: Mapping[str, Any], *, pictures: Sequence[str]) -> str:
     ]
     for policy, figs in summary.items():
         parts.append(f"<tr><td>{html.escape(policy)}</td>")
-        parts.extend(f"<td class='n'>{html.escape(cell(figs[k], kind))}</td>"
+        parts.extend(f"<td class='n'>{html.escape(_cell(policy, figs, k, kind))}</td>"
                      if k in figs else "<td></td>" for k, _, kind in COLUMNS)
         parts.append("</tr>")
     parts.append("</table>")
+    if any(policy in policies.BOUNDS for policy in summary):
+        parts.append(f"<p>{html.escape(BOUND_NOTE)}</p>")
     parts.append(f"<p>Seeds {html.escape(_value(setup['seeds']))}; figures are the mean, ± "
                  f"the sample standard deviation across seeds. Charts show seed {first_seed}. "
                  f"The bounds are LP optima, not replays: they have no time series.</p>")
@@ -513,8 +558,8 @@ def html_page(document: Mapping[str, Any], *, pictures: Sequence[str]) -> str:
     colours = profile_colours(list(snaps.values()))
     if snaps:
         parts.append("<h2>GPU instances</h2>")
-        parts.append("<p>When arrivals stop: instances per profile held by pods and idle, "
-                     "for every GPU.</p>")
+        parts.append(f"<p>{html.escape(_picture_moment(setup))}: instances per profile "
+                     "held by pods and idle, for every GPU.</p>")
         parts.append(summary_table(snaps, colours))
         parts.append(legend(colours))
         for p, snap in snaps.items():

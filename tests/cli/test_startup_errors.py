@@ -151,7 +151,7 @@ def test_the_webhook_refuses_a_body_budget_below_its_largest_body(certs: Path) -
         ["webhook", "--tls-cert", str(certs / "tls.crt"), "--tls-key", str(certs / "tls.key"),
          "--cluster", CLUSTER, "--max-body-in-flight", "100000"], code=2)
     assert "--max-body-in-flight 100000: use at least the largest body accepted " \
-           "(1,048,576 bytes)" in line
+           "(3,145,728 bytes)" in line
 
 
 def test_serve_refuses_a_body_budget_below_the_extenders_largest_body(tmp_path: Path) -> None:

@@ -31,7 +31,7 @@ def test_class_names_count_the_instances_of_each_profile() -> None:
 
 def test_one_gpu_three_pods_and_one_that_never_fits() -> None:
     # One GPU laid out 7g.80gb. Arriving ten times as fast (100, 110, 120 s), b waits 40 s
-    # for a and c 80 s for b; the 3g.40gb pod (130 s) has no instance and still waits.
+    # for a and c 80 s for b; the 3g.40gb pod (130 s) has no instance: it is never placed.
     lay, config = spec.resolve_layout(A100, "all-7g.80gb", where="test")
     nodes = [spec.NodeSpec(name="n", model=A100, gpu_layouts=(lay,), cpu_milli=8000,
                            memory_mib=32768, config=config)]
@@ -43,16 +43,17 @@ def test_one_gpu_three_pods_and_one_that_never_fits() -> None:
     seven, three = result.waits_by_class["1 × 7g.80gb"], result.waits_by_class["1 × 3g.40gb"]
     assert (seven["pods"], seven["waiting"]) == (3, 0)
     assert (seven["p50_s"], seven["p95_s"], seven["max_s"]) == (40.0, 80.0, 80.0)
-    # The 3g.40gb pod counts with the 70 s it has waited when the run ends (200 s).
-    assert (three["pods"], three["waiting"], three["max_s"]) == (1, 1, 70.0)
-    # The run's GPU wait p95 (nearest rank over 4 pods: the longest, c's 80 s) is made by
-    # the 7g.80gb class alone.
-    assert result.figures["gpu_pending_p95_s"] == 80.0
-    assert seven["in_run_p95_tail"] == 1 and three["in_run_p95_tail"] == 0
+    # The 3g.40gb pod still waits when the replay is over: it waits for ever (before, with
+    # the 70 s it had waited when its run ended, at 200 s).
+    assert (three["pods"], three["waiting"], three["max_s"]) == (1, 1, math.inf)
+    # The run's GPU wait p95 (nearest rank over 4 pods: the longest) is that pod's.
+    assert result.figures["gpu_pending_p95_s"] == math.inf
+    assert seven["in_run_p95_tail"] == 0 and three["in_run_p95_tail"] == 1
     text = report.waits_table([(result.policy, result.waits_by_class)])
     lines = text.splitlines()
     assert lines[0].split()[:3] == ["policy", "pod", "class"]
-    assert lines[2].startswith("default") and "100%" in lines[2]
+    assert lines[2].split()[1:4] == ["1", "×", "3g.40gb"] and "100%" in lines[2]
+    assert lines[2].split()[-4:] == ["never", "never", "never", "100%"]
 
 
 def test_the_command_prints_and_writes_the_waits_by_class(

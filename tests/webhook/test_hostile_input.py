@@ -153,7 +153,7 @@ async def test_a_body_too_large_is_refused_before_it_is_invited(
     length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n")
                   if line.lower().startswith(b"content-length:"))
     body = json.loads(await reader.readexactly(length))
-    assert body == {"error": "the request body is larger than 1048576 bytes", "status": 413}
+    assert body == {"error": "the request body is larger than 3145728 bytes", "status": 413}
     writer.close()
     # a body within the limit is still invited and answered
     small = json.dumps(s.review(s.pod({requests.GPU_MEMORY: "8Gi"}))).encode()

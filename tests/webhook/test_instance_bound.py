@@ -167,3 +167,18 @@ async def test_containers_that_need_different_gpus_are_listed_briefly(
     assert message.startswith("the containers need GPUs no single node has")
     assert "; and 12 more)" in message and "split the pod" in message
     assert len(message) < 1024
+
+
+async def test_a_pod_as_large_as_kube_apiserver_stores_is_decided(
+        make_client: MakeClient) -> None:
+    """etcd stores a pod of up to 1.5 MiB, and kube-apiserver takes request bodies of up to
+    3 MiB: such a pod's AdmissionReview (a large inline env) is decided, not refused with a
+    413 that the API server, the webhook failing closed, reports as a failed call."""
+    client = await make_client()
+    env = [{"name": f"SETTING_{i:04d}", "value": "x" * 1000} for i in range(1400)]
+    pod = s.pod({requests.GPU_MEMORY: "8Gi"},
+                containers=[{"name": "main", "image": "registry.example/x:1", "env": env}])
+    assert 1.3 * 2**20 < len(json.dumps(s.review(pod))) < 1.5 * 2**20
+    body, _ = await post(client, pod)
+    assert body["response"]["allowed"] is True
+    assert s.patch_of(body)

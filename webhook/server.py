@@ -547,8 +547,9 @@ async def serve(
 ) -> None:
     """Serve the webhook over HTTPS until ``stop`` is set (or SIGTERM/SIGINT).
 
-    The TLS files are polled every ``reload_interval`` s and reloaded into the live context
-    (new connections get the new certificate; open ones keep theirs). ``source_run`` (a
+    The TLS files are polled every ``reload_interval`` s and a changed pair is served from a
+    new context (``certs.reloading``: new connections get exactly the new certificate; open
+    ones keep theirs; an expired or mismatched pair is refused with a warning). ``source_run`` (a
     cluster source's ``run``) is run alongside; if it fails the webhook keeps serving from
     the fallback models. Shutdown is ``migfit.serving``'s: /readyz fails for ``drain_delay``
     seconds while requests are still served, then the listener closes and requests being

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import os
 import socket
 import subprocess
@@ -9,6 +10,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from migfit.certs import certificates
 
 ROOT = Path(__file__).resolve().parents[2]
 CLUSTER = str(ROOT / "examples" / "cluster.yaml")
@@ -182,6 +185,53 @@ def test_the_webhook_refuses_a_scheduler_name_the_api_server_would_refuse(
                                str(certs / "tls.crt"), "--tls-key", str(certs / "tls.key"),
                                f"--scheduler-name={name}"], code=2)
     assert f"--scheduler-name {name!r}: not a valid scheduler name" in line
+
+
+def _server_args(server: str, cert: Path, key: Path) -> list[str]:
+    """A server on a free port (were the certificate accepted, it would serve there)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    return [server, "--cluster", CLUSTER, "--host", "127.0.0.1", "--port", str(port),
+            "--tls-cert", str(cert), "--tls-key", str(key)]
+
+
+@pytest.mark.parametrize("server", ["webhook", "extender"])
+def test_an_expired_certificate_stops_a_server_at_start(
+        certs: Path, tmp_path: Path, server: str) -> None:
+    """It started and served it: every client refused the handshake, and with failurePolicy
+    Fail every annotated pod's creation failed, while the pod looked healthy."""
+    ca = certificates.Issued(cert_pem=(certs / "ca.crt").read_bytes(),
+                             key_pem=(certs / "ca.key").read_bytes())
+    old = datetime.datetime.now(datetime.UTC) - datetime.timedelta(days=30)
+    pair = certificates.issue_serving(ca=ca, sans=["migfit-webhook"], days=1, now=old)
+    (tmp_path / "tls.crt").write_bytes(pair.cert_pem)
+    (tmp_path / "tls.key").write_bytes(pair.key_pem)
+    line = _fails_in_one_line(_server_args(server, tmp_path / "tls.crt", tmp_path / "tls.key"),
+                              code=2)
+    assert line.startswith(f"migfit: error: the TLS certificate in {tmp_path / 'tls.crt'} "
+                           f"expired at "), line
+    assert line.endswith(": renew it (`migfit certs rotate --out DIR`, then apply the Secret; "
+                         "or let cert-manager renew it)"), line
+
+
+@pytest.mark.parametrize("server", ["webhook", "extender"])
+def test_a_key_that_is_not_the_certificates_kind_is_named_at_start(
+        certs: Path, tmp_path: Path, server: str) -> None:
+    """OpenSSL's words were NO_CERTIFICATE_ASSIGNED, and "TLS library error" for the
+    certificate given as the key."""
+    ca = certificates.Issued(cert_pem=(certs / "ca.crt").read_bytes(),
+                             key_pem=(certs / "ca.key").read_bytes())
+    rsa = certificates.issue_serving(ca=ca, sans=["migfit-webhook"], key_type="rsa")
+    (tmp_path / "rsa.key").write_bytes(rsa.key_pem)
+    cert, rsa_key = certs / "tls.crt", tmp_path / "rsa.key"
+    line = _fails_in_one_line(_server_args(server, cert, rsa_key), code=2)
+    assert line == (f"migfit: error: the key in {rsa_key} is an RSA key, the certificate in "
+                    f"{cert} holds an ECDSA key: they are not a pair; pass the key that was "
+                    f"issued with the certificate")
+    line = _fails_in_one_line(_server_args(server, cert, cert), code=2)
+    assert line == (f"migfit: error: {cert} holds no private key (it looks like a "
+                    f"certificate): pass the private key (tls.key) as the key file")
 
 
 def test_advise_refuses_a_configmap_it_would_not_read() -> None:

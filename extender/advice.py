@@ -37,7 +37,7 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from typing import Any, Protocol
 
 import prometheus_client
 from prometheus_client.metrics_core import GaugeMetricFamily
@@ -71,6 +71,17 @@ class AdviceUnavailable(errors.MigfitError):
 DEFAULT_TIMEOUT_S = 120.0
 
 
+class Advise(Protocol):
+    """What computes the advice, with ``advisor.advise``'s signature (the default): the
+    function the cache runs (in the child, off the loop)."""
+
+    def __call__(self, state: cluster.Cluster, *, now: float,
+                 settings: advisor.Settings | None = None,
+                 config: migparted.Config | None = None,
+                 recent: Mapping[str, float] | None = None,
+                 usage: Mapping[str, advisor.GpuUse] | None = None) -> advisor.Advice: ...
+
+
 class AdviceCache:
     """Advice for a Cluster, recomputed when its generation or the time bucket changes.
 
@@ -79,8 +90,11 @@ class AdviceCache:
     ``current`` (synchronous, for the gauges: the advice last computed, never computing on
     the loop): they compute in a forked child (``forked``), at most one at a time, so that
     filter and prioritize never wait behind the advisor. A computation that fails (raised,
-    crashed, ran past ``timeout_s``) is logged as one line and the advice computed before is
-    kept. Where the platform cannot fork, or with ``off_loop=False``, they compute inline.
+    crashed, ran past ``timeout_s``, gave a result that cannot be pickled) is logged as one
+    line and the advice computed before is kept. Where the platform cannot fork, or with
+    ``off_loop=False``, they compute inline.
+
+    ``advise`` is what computes it (``advisor.advise``).
     """
 
     def __init__(
@@ -93,6 +107,7 @@ class AdviceCache:
         usage: usage_.UsageScraper | None = None,
         timeout_s: float = DEFAULT_TIMEOUT_S,
         off_loop: bool = True,
+        advise: Advise = advisor.advise,
     ) -> None:
         self.settings = settings or advisor.Settings()
         self.config = config
@@ -102,6 +117,7 @@ class AdviceCache:
         self.usage = usage
         self.timeout_s = timeout_s
         self.off_loop = off_loop and forked.AVAILABLE
+        self.advise = advise
         self._key: Key | None = None
         self._configs = 0  # how many times the configs were set
         self._advice: advisor.Advice | None = None
@@ -136,7 +152,7 @@ class AdviceCache:
         def prepare() -> Callable[[], advisor.Advice]:
             self._seen_layouts(state, at)
             settings, config, recent = self.settings, self.config, self.recent
-            return functools.partial(advisor.advise, state, now=at, settings=settings,
+            return functools.partial(self.advise, state, now=at, settings=settings,
                                      config=config, recent=recent,
                                      usage=use.nodes if use is not None else None)
 

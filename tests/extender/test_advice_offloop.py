@@ -28,6 +28,7 @@ from typing import Any
 
 import aiohttp
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from migfit import advisor, cluster
 from migfit.extender import advice, server
@@ -403,3 +404,37 @@ async def test_a_child_without_a_result_keeps_the_advice_before_and_the_next_one
     assert cache.last() is second and not _advice_lines(caplog)
     assert not _children(os.getpid())
 
+
+def _histogram(text: str, name: str) -> dict[str, dict[str, float]]:
+    """Per ``step`` label, the histogram's ``count``, ``sum`` and buckets (``le``)."""
+    out: dict[str, dict[str, float]] = {}
+    for family in text_string_to_metric_families(text):
+        if family.name != name:
+            continue
+        assert family.type == "histogram"
+        for sample in family.samples:
+            row = out.setdefault(sample.labels["step"], {})
+            if sample.name.endswith("_bucket"):
+                row[sample.labels["le"]] = sample.value
+            else:
+                row[sample.name.rpartition("_")[2]] = sample.value
+    return out
+
+
+def test_metrics_say_how_long_the_loop_spent_forking_and_unpickling(
+        extender: Extender) -> None:
+    """/metrics of ``migfit extender`` shows the event loop's time per computation of the
+    advice: none before the first, then one fork and one unpickling, each some milliseconds
+    (the figures on the loop had been measured only outside the server)."""
+    base = extender.base
+    name = "migfit_extender_advice_loop_blocked_duration_seconds"
+    before = _histogram(_get(f"{base}/metrics").decode(), name)  # (starts one)
+    assert set(before) == {"fork", "unpickle"}, "no such histogram in /metrics"
+    assert all(before[s]["count"] == 0 for s in before)
+    _get(f"{base}/advice")  # awaits the one the scrape started
+    after = _histogram(_get(f"{base}/metrics").decode(), name)
+    for step in ("fork", "unpickle"):
+        assert after[step]["count"] == 1, after
+        assert 0 < after[step]["sum"] < 5, after
+        assert after[step]["+Inf"] == 1
+    assert name == advice.LOOP_BLOCKED

@@ -6,7 +6,10 @@ cluster (``examples/generate_cluster.py``) and, each round: sends back-to-back /
 with nothing else running (the floor), then sends GET /advice at the start of a new
 10-second bucket (so it computes afresh) and back-to-back /filter calls until it answers.
 Reported: per round, the floor's median and worst, the worst /filter while the advice
-computed, and how long /advice took; then the medians over the rounds.
+computed, and how long /advice took; then the medians over the rounds. Last, what the server
+says of its event loop on /metrics (``migfit_extender_advice_loop_blocked_duration_seconds``):
+per computation of the advice (the rounds' and the first, warm one), the mean time of the fork
+and of unpickling the result, and the histogram bucket that holds the slowest.
 
 Before (the advisor on the event loop), on the 2-core machine at 5,000 nodes / 50,000 pods
 (3,043 pending), a /filter sent during the computation waited 8.3 s.
@@ -30,6 +33,8 @@ import time
 import urllib.request
 from pathlib import Path
 from typing import Any
+
+from prometheus_client.parser import text_string_to_metric_families
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -59,6 +64,30 @@ def _body(path: Path) -> bytes:
     names = [o["metadata"]["name"] for o in items if o["kind"] == "Node"]
     pod = next(o for o in items if o["kind"] == "Pod" and not o["spec"].get("nodeName"))
     return json.dumps({"Pod": pod, "Nodes": None, "NodeNames": names}).encode()
+
+
+LOOP_BLOCKED = "migfit_extender_advice_loop_blocked_duration_seconds"
+
+
+def _loop_blocked(text: str) -> dict[str, tuple[int, float, str]]:
+    """Per step (fork, unpickle) of the /metrics histogram: count, sum, and the smallest
+    bucket bound that holds every observation."""
+    out: dict[str, tuple[int, float, str]] = {}
+    for family in text_string_to_metric_families(text):
+        if family.name != LOOP_BLOCKED:
+            continue
+        steps: dict[str, dict[str, Any]] = {}
+        for sample in family.samples:
+            row = steps.setdefault(sample.labels["step"], {"buckets": []})
+            if sample.name.endswith("_bucket"):
+                row["buckets"].append((float(sample.labels["le"]), sample.value))
+            else:
+                row[sample.name.rpartition("_")[2]] = sample.value
+        for step, row in steps.items():
+            count = int(row["count"])
+            bound = min((le for le, n in row["buckets"] if n >= count), default=float("inf"))
+            out[step] = (count, float(row["sum"]), f"{bound * 1e3:g} ms")
+    return out
 
 
 def _round(base: str, body: bytes, floor_calls: int) -> tuple[float, float, float, float, int]:
@@ -122,7 +151,8 @@ def main() -> int:
             pending = len(advice["waiting"])
             print(f"{path.name}: {a.nodes} nodes, {a.pods} pods; advice: "
                   f"{len(advice['recommendations'])} recommendations, {pending} waiting pods; "
-                  f"{os.cpu_count()} CPUs, Python {platform.python_version()}")
+                  f"{os.cpu_count()} CPUs, Python {platform.python_version()}; load "
+                  f"average {os.getloadavg()[0]:.1f}")
             print("round  floor p50 ms  floor max ms  worst filter during /advice ms  "
                   "/advice s  filters during")
             rows = []
@@ -134,6 +164,19 @@ def main() -> int:
             med = [statistics.median(r[k] for r in rows) for k in range(4)]
             print(f"median {med[0] * 1e3:>12.1f}  {med[1] * 1e3:>12.1f}  "
                   f"{med[2] * 1e3:>31.1f}  {med[3]:>9.2f}")
+            # After the rounds: every computation so far has ended (a stale scrape may start
+            # one; it is observed only when it ends, so not in these figures).
+            blocked = _loop_blocked(_get(f"{base}/metrics").decode())
+            print(f"load average {os.getloadavg()[0]:.1f} (others' processes share the CPUs: "
+                  f"a load above {os.cpu_count()} slows every figure)")
+            if not blocked:
+                print(f"/metrics has no {LOOP_BLOCKED} (a server before it)")
+            for step in ("fork", "unpickle"):
+                if step in blocked:
+                    count, total, bound = blocked[step]
+                    mean = f"{total / count * 1e3:.1f} ms" if count else "-"
+                    print(f"on the event loop, {step:>8}: {count} computations, mean {mean}, "
+                          f"each at most {bound} (/metrics {LOOP_BLOCKED})")
         finally:
             proc.terminate()
             proc.wait(timeout=60)

@@ -503,7 +503,7 @@ class _ScoringLogCollector(Collector):
         yield dropped
 
 
-def _metrics(index: figures.Index,
+def _metrics(index: figures.Index, advice_cache: advice.AdviceCache,
              registry: prometheus_client.CollectorRegistry | None = None) -> Metrics:
     if registry is None:
         registry = common_metrics.registry()
@@ -517,6 +517,8 @@ def _metrics(index: figures.Index,
         "migfit_extender_filtered_nodes", "Nodes filtered out, by outcome and reason code",
         ["outcome", "reason"], registry=registry)
     registry.register(_ClusterCollector(index))
+    # What computing the advice costs this server's loop (the fork, unpickling the result).
+    registry.register(advice_cache.loop_blocked)
     return Metrics(registry=registry, calls=calls, latency=latency, filtered=filtered)
 
 
@@ -803,7 +805,7 @@ def make_app(
     app[DRAINING] = asyncio.Event()
     app[WAITING] = waiting if waiting is not None else Waiting()
     app[TABLES] = answers.Tables(index, all_pods=settings.score_all_pods)
-    app[METRICS] = _metrics(index, registry)
+    app[METRICS] = _metrics(index, app[ADVICE], registry)
     app[POD_REQUESTS] = PodRequests()
     # What aiohttp's parser rejects before any handler runs (serving.JsonErrors).
     app[serving.ERROR_ANSWER] = lambda status, message: _json({"Error": message}, status)

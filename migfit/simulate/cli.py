@@ -67,6 +67,18 @@ DEFAULT_POLICIES = ",".join(p.name for p in engine.ALL_POLICIES)
 FILL_DEFAULTS: dict[str, Any] = {"target": 1.3, "order": "sample", "fill_interval": 1.0}
 EVENTS_DEFAULTS: dict[str, Any] = {"arrival_scale": 1.0, "snapshot_at": None}
 OTHER_DEFAULTS: dict[str, Any] = {"history_share": 0.5, "model": spec.DEFAULT_MODEL}
+# Flags of the +advisor policies alone (the advisor's and the MIG Manager's), in the order
+# --help lists them: given with no +advisor policy they would do nothing, so they are
+# refused (``check_advisor_flags``). --no-ahead is ``no_ahead`` here and ``ahead_from`` None
+# after ``_given``.
+ADVISOR_DEFAULTS: dict[str, Any] = {
+    "relayout_seconds": 180.0, "config_sync_seconds": 0.0, "advise_interval": 30.0,
+    "max_relayouts": options.relayout_limit("16"), "advisor": "advisor",
+    "advisor_grace": policies.SERVER_ADVISOR.grace_s,
+    "advisor_free_grace": policies.SERVER_ADVISOR.free_grace_s, "busy_nodes": False,
+    "ahead_from": policies.SERVER_ADVISOR.ahead_from,
+    "balance": policies.SERVER_ADVISOR.balance_gain is not None, "gpu_usage": False}
+NO_AHEAD = "no_ahead"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -154,33 +166,38 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     run.add_argument("--fill-interval", type=float, default=None, metavar="S",
                      help="fill: seconds between two arrivals (sets the pace against re-layouts; "
                           "0 or more; default 1)")
-    run.add_argument("--relayout-seconds", type=float, default=180.0, metavar="S",
-                     help="how long the MIG Manager takes to re-partition a node (it serves "
-                          "nothing new meanwhile; 0 or more)")
-    run.add_argument("--config-sync-seconds", type=float, default=0.0, metavar="S",
-                     help="a custom config's first re-layout starts this long after it was "
+    run.add_argument("--relayout-seconds", type=float, default=None, metavar="S",
+                     help=f"+advisor: how long the MIG Manager takes to re-partition a node "
+                          f"(it serves nothing new meanwhile; 0 or more; default "
+                          f"{ADVISOR_DEFAULTS['relayout_seconds']:g})")
+    run.add_argument("--config-sync-seconds", type=float, default=None, metavar="S",
+                     help="+advisor: a custom config's first re-layout starts this long after "
+                          "it was "
                           "first advised, as the extender's --apply-custom-configs writes it "
                           "then and starts it once the extender's --config-sync (120) has "
                           "passed; 0 (default): custom configs are in the ConfigMap already")
-    run.add_argument("--advise-interval", type=float, default=30.0, metavar="S",
-                     help="the advisor runs at most this often while pods are pending (0 or more)")
-    run.add_argument("--max-relayouts", type=options.relayout_limit, default="16",
+    run.add_argument("--advise-interval", type=float, default=None, metavar="S",
+                     help=f"+advisor: the advisor runs at most this often while pods are "
+                          f"pending (0 or more; default "
+                          f"{ADVISOR_DEFAULTS['advise_interval']:g})")
+    run.add_argument("--max-relayouts", type=options.relayout_limit, default=None,
                      metavar="N|P%",
-                     help="re-layouts in flight at once: a number, or a share of the GPU "
-                          "nodes such as 10%% (at least one), as the extender's apply mode "
-                          "takes it")
-    run.add_argument("--advisor", choices=("advisor", "planner"), default="advisor",
-                     help="advisor = migfit.advisor.advise (what the server recommends: pods "
+                     help="+advisor: re-layouts in flight at once: a number, or a share of "
+                          "the GPU nodes such as 10%% (at least one), as the extender's apply "
+                          "mode takes it (default 16)")
+    run.add_argument("--advisor", choices=("advisor", "planner"), default=None,
+                     help="+advisor: advisor = migfit.advisor.advise (the default; what the "
+                          "server recommends: pods "
                           "that no node with free instances can take, safe nodes); planner = "
                           "migfit.planner.plan_cluster on every pending pod's instances over "
                           "idle nodes (for comparison)")
-    run.add_argument("--advisor-grace", type=float, default=policies.SERVER_ADVISOR.grace_s,
-                     metavar="S",
-                     help="seconds a pod must have been unschedulable before the advisor "
-                          "counts it (0 or more; default: the server's --grace default)")
-    run.add_argument("--advisor-free-grace", type=float,
-                     default=policies.SERVER_ADVISOR.free_grace_s, metavar="S",
-                     help="seconds after which the advisor counts an unschedulable pod even "
+    run.add_argument("--advisor-grace", type=float, default=None, metavar="S",
+                     help="+advisor: seconds a pod must have been unschedulable before the "
+                          "advisor counts it (0 or more; default: the server's --grace "
+                          "default)")
+    run.add_argument("--advisor-free-grace", type=float, default=None, metavar="S",
+                     help="+advisor: seconds after which the advisor counts an unschedulable "
+                          "pod even "
                           "though free instances of its profile exist somewhere (they are of "
                           "no use to it: cpu, memory, taints); 0 or more; default: the "
                           "server's")
@@ -192,24 +209,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                      default="distributed",
                      help="the device plugin's choice of instance inside a node: from the "
                           "GPU with the fewest (distributed) or most (packed) instances in use")
-    run.add_argument("--busy-nodes", action=argparse.BooleanOptionalAction, default=False,
+    run.add_argument("--busy-nodes", action=argparse.BooleanOptionalAction, default=None,
                      help="+advisor: also re-lay out the GPUs of busy nodes that hold no "
                           "instance in use, their pods' GPUs kept exactly (the apply mode's "
                           "--apply-busy-nodes; docs/relayout.md)")
-    run.add_argument("--ahead-from", type=float, default=policies.SERVER_ADVISOR.ahead_from,
-                     metavar="SHARE",
-                     help="+advisor: re-lay out idle nodes ahead of demand, toward the "
-                          "profiles the demand mix will be short of, once a model's "
-                          "instances are this share allocated (default %(default)s, the "
-                          "server's; 0 from the start; --no-ahead: only for waiting pods)")
-    run.add_argument("--no-ahead", dest="ahead_from", action="store_const", const=None,
+    run.add_argument("--ahead-from", type=float, default=None, metavar="SHARE",
+                     help=f"+advisor: re-lay out idle nodes ahead of demand, toward the "
+                          f"profiles the demand mix will be short of, once a model's "
+                          f"instances are this share allocated (default "
+                          f"{ADVISOR_DEFAULTS['ahead_from']:g}, the server's; 0 from the start; "
+                          f"--no-ahead: only for waiting pods)")
+    run.add_argument("--no-ahead", dest=NO_AHEAD, action="store_true",
                      help="+advisor: re-lay out only for waiting pods (and no --balance)")
-    run.add_argument("--balance", action=argparse.BooleanOptionalAction,
-                     default=policies.SERVER_ADVISOR.balance_gain is not None,
+    run.add_argument("--balance", action=argparse.BooleanOptionalAction, default=None,
                      help="+advisor, with re-layouts ahead of demand: idle nodes trade GPU "
                           "layouts so that each node's cpu and memory can feed its instances "
                           "(the server's default; docs/relayout.md)")
-    run.add_argument("--gpu-usage", action=argparse.BooleanOptionalAction, default=False,
+    run.add_argument("--gpu-usage", action=argparse.BooleanOptionalAction, default=None,
                      help="+advisor: the advisor knows which GPU holds each instance in use "
                           "(the nodes' DCGM exporters: the extender's --gpu-usage-from dcgm), not "
                           "only the node's counts")
@@ -673,15 +689,18 @@ def _without_scipy(policies: list[engine.Policy], named: bool) -> list[engine.Po
 
 
 def _given(args: argparse.Namespace) -> set[str]:
-    """The mode's and inputs' flags given on the command line (their dests); those not
-    given take their defaults (``FILL_DEFAULTS``, ...)."""
-    given = set()
-    for defaults in (FILL_DEFAULTS, EVENTS_DEFAULTS, OTHER_DEFAULTS):
+    """The mode's, inputs' and advisor's flags given on the command line (their dests);
+    those not given take their defaults (``FILL_DEFAULTS``, ...). --no-ahead leaves
+    ``ahead_from`` None."""
+    given = {NO_AHEAD} if getattr(args, NO_AHEAD) else set()
+    for defaults in (FILL_DEFAULTS, EVENTS_DEFAULTS, OTHER_DEFAULTS, ADVISOR_DEFAULTS):
         for dest, default in defaults.items():
             if getattr(args, dest) is None:
                 setattr(args, dest, default)
             else:
                 given.add(dest)
+    if NO_AHEAD in given:
+        args.ahead_from = None
     return given
 
 
@@ -691,6 +710,10 @@ def _flag(dest: str) -> str:
 
 def check_combinations(args: argparse.Namespace, given: set[str]) -> None:
     """Options that would do nothing with the others given are refused, naming both."""
+    if NO_AHEAD in given and "ahead_from" in given:
+        raise errors.UsageError("--ahead-from and --no-ahead: --no-ahead turns off the "
+                                "re-layouts ahead of demand that --ahead-from starts; give "
+                                "one of them")
     pairs = (("--example", args.example, "--pods", args.pods),
              ("--example", args.example, "--nodes", args.nodes),
              ("--cluster", args.cluster, "--nodes", args.nodes),
@@ -724,6 +747,32 @@ def check_combinations(args: argparse.Namespace, given: set[str]) -> None:
         raise errors.UsageError(f"--history-share with --layout {layout or 'from the spec'}: "
                                 f"it is for --layout history; leave it out or use --layout "
                                 f"history")
+
+
+def check_advisor_flags(args: argparse.Namespace, given: set[str],
+                        chosen: Sequence[engine.Policy]) -> None:
+    """The advisor's flags (``ADVISOR_DEFAULTS``, --no-ahead) given with no +advisor policy
+    among ``chosen`` would change nothing: refused, naming them and what to add."""
+    if any(p.advisor for p in chosen):
+        return
+    dests = [d for dest in ADVISOR_DEFAULTS
+             for d in ((dest, NO_AHEAD) if dest == "ahead_from" else (dest,))]
+    named = [_given_flag(args, dest) for dest in dests if dest in given]
+    if not named:
+        return
+    them = " ".join(named) if len(named) == 1 else ", ".join(named[:-1]) + " and " + named[-1]
+    pronoun = "it is" if len(named) == 1 else "they are"
+    raise errors.UsageError(
+        f"{them} with --policies {','.join(p.name for p in chosen)}: {pronoun} for the "
+        f"advisor's re-layouts, which only +advisor policies make; add one (such as "
+        f"migfit+advisor) to --policies, or leave {'it' if len(named) == 1 else 'them'} out")
+
+
+def _given_flag(args: argparse.Namespace, dest: str) -> str:
+    """The flag that gave ``dest`` as it was spelt: --no-X for a switch turned off."""
+    if getattr(args, dest) is False:
+        return "--no-" + dest.replace("_", "-")
+    return _flag(dest)
 
 
 def _check_numbers(args: argparse.Namespace) -> None:
@@ -787,6 +836,7 @@ def run(args: argparse.Namespace) -> int:
                                 f"and at most {MAX_ARRIVAL_SCALE:,.0f} (0.05 = arrivals 20 times "
                                 f"as fast)")
     check_combinations(args, given)
+    check_advisor_flags(args, given, policies)
     nodes, pods, info = _inputs(args, catalog)
     _check_clock(args, pods)
     options = engine.Options(

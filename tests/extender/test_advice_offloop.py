@@ -11,6 +11,7 @@ advisor takes about a second, and observe the child (``/proc/PID/task/PID/childr
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
 import os
@@ -27,6 +28,7 @@ from typing import Any
 
 import aiohttp
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from migfit import advisor, cluster
 from migfit.extender import advice, server
@@ -328,3 +330,111 @@ async def test_a_computation_that_raises_is_one_line(
     assert line.exc_info is None and "TypeError" in line.getMessage()
     with pytest.raises(TypeError):
         advice.AdviceCache(clock=lambda: T, settings=broken).get(model)  # the same, inline
+
+
+class _Unsendable(str):
+    """A pod key of a class pickle cannot name (it is not reachable from its module by
+    name, as a class defined in a function is not): an advice holding it cannot be sent."""
+
+
+_Unsendable.__qualname__ = "nowhere.Unsendable"
+
+# What the child's computation does, read by the child at the fork (the parent sets it).
+_SEND, _UNSENDABLE, _RAISE = "send", "unsendable", "raise"
+
+
+def _advise_as(how: list[str]) -> advice.Advise:
+    """``advisor.advise``, whose result is, as ``how[0]`` says when the child is forked: sent
+    back, unsendable (it cannot be pickled), or an exception."""
+
+    def advise(state: cluster.Cluster, *, now: float, settings: advisor.Settings | None = None,
+               config: Any = None, recent: Any = None, usage: Any = None) -> advisor.Advice:
+        if how[0] == _RAISE:
+            raise RuntimeError("the catalog has no\nsuch model")
+        got = advisor.advise(state, now=now, settings=settings, config=config, recent=recent,
+                             usage=usage)
+        if how[0] == _UNSENDABLE:
+            return dataclasses.replace(got, unserved=(_Unsendable("ns/pod"),))
+        return got
+
+    return advise
+
+
+@pytest.mark.parametrize(("how", "said"), [
+    (_UNSENDABLE, "the result cannot be sent back (PicklingError: Can't pickle"),
+    (_RAISE, "RuntimeError: the catalog has no such model"),
+])
+async def test_a_child_without_a_result_keeps_the_advice_before_and_the_next_one_works(
+        how: str, said: str, model: cluster.Cluster, caplog: pytest.LogCaptureFixture,
+        capfd: pytest.CaptureFixture[str]) -> None:
+    """A computation whose result cannot be pickled, or that raises, in its child: one line
+    says why (no traceback, here or on the child's stderr), the advice computed before is
+    kept (GET /advice, the gauges), the child is reaped, and the next computation (the next
+    time bucket) is computed and served."""
+    now, behaviour = [T], [_SEND]
+    cache = advice.AdviceCache(clock=lambda: now[0], advise=_advise_as(behaviour))
+    first = await cache.fresh(model)
+    assert first.waiting
+    now[0] += cache.bucket_s
+    behaviour[0] = how
+    caplog.clear()
+    pending = asyncio.create_task(cache.fresh(model))
+    while cache.child is None:
+        await asyncio.sleep(0)
+    child = cache.child.pid
+    assert await pending is first
+    assert cache.current(model) is first and cache.child is None  # not tried again
+    (line,) = _advice_lines(caplog)
+    assert line.levelno == logging.ERROR and line.exc_info is None
+    message = line.getMessage()
+    assert "\n" not in message and said in message, message
+    assert "the advice computed before is kept" in message
+    assert all(r.exc_info is None and "Traceback" not in r.getMessage()
+               for r in caplog.records)
+    assert "Traceback" not in capfd.readouterr().err
+    with pytest.raises(ChildProcessError):
+        os.waitpid(child, os.WNOHANG)  # reaped: no zombie
+    assert not _children(os.getpid())
+    now[0] += cache.bucket_s
+    behaviour[0] = _SEND
+    caplog.clear()
+    second = await cache.fresh(model)
+    assert second is not first
+    assert second == advice.AdviceCache(clock=lambda: now[0], off_loop=False).get(model)
+    assert cache.last() is second and not _advice_lines(caplog)
+    assert not _children(os.getpid())
+
+
+def _histogram(text: str, name: str) -> dict[str, dict[str, float]]:
+    """Per ``step`` label, the histogram's ``count``, ``sum`` and buckets (``le``)."""
+    out: dict[str, dict[str, float]] = {}
+    for family in text_string_to_metric_families(text):
+        if family.name != name:
+            continue
+        assert family.type == "histogram"
+        for sample in family.samples:
+            row = out.setdefault(sample.labels["step"], {})
+            if sample.name.endswith("_bucket"):
+                row[sample.labels["le"]] = sample.value
+            else:
+                row[sample.name.rpartition("_")[2]] = sample.value
+    return out
+
+
+def test_metrics_say_how_long_the_loop_spent_forking_and_unpickling(
+        extender: Extender) -> None:
+    """/metrics of ``migfit extender`` shows the event loop's time per computation of the
+    advice: none before the first, then one fork and one unpickling, each some milliseconds
+    (the figures on the loop had been measured only outside the server)."""
+    base = extender.base
+    name = "migfit_extender_advice_loop_blocked_duration_seconds"
+    before = _histogram(_get(f"{base}/metrics").decode(), name)  # (starts one)
+    assert set(before) == {"fork", "unpickle"}, "no such histogram in /metrics"
+    assert all(before[s]["count"] == 0 for s in before)
+    _get(f"{base}/advice")  # awaits the one the scrape started
+    after = _histogram(_get(f"{base}/metrics").decode(), name)
+    for step in ("fork", "unpickle"):
+        assert after[step]["count"] == 1, after
+        assert 0 < after[step]["sum"] < 5, after
+        assert after[step]["+Inf"] == 1
+    assert name == advice.LOOP_BLOCKED

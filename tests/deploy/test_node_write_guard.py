@@ -157,3 +157,17 @@ def test_the_policy_is_bound_to_deny_and_matches_only_node_updates() -> None:
     account = deployment["spec"]["template"]["spec"]["serviceAccountName"]
     namespace = deployment["metadata"]["namespace"]
     assert f"system:serviceaccount:{namespace}:{account}" == EXTENDER
+
+
+@pytest.mark.parametrize("overlay", ["base", "overlays/second-scheduler",
+                                     "overlays/default-scheduler", "overlays/cert-manager",
+                                     "overlays/prometheus-operator",
+                                     "overlays/apply-custom-configs"])
+def test_every_install_confines_the_extenders_node_writes(overlay: str) -> None:
+    # The base grants `patch` on nodes (the advice's marks): every overlay carries the guard
+    # and its binding, not only the apply mode's.
+    objects = render(overlay)
+    find(objects, "ValidatingAdmissionPolicy", "migfit-extender-node-writes")
+    binding = next(o for o in objects if o["kind"] == "ValidatingAdmissionPolicyBinding")
+    assert binding["spec"]["policyName"] == "migfit-extender-node-writes"
+    assert binding["spec"]["validationActions"] == ["Deny"]

@@ -174,6 +174,9 @@ class World:
         self.capacity_memory = max(1, sum(n.total_memory for n in self.nodes.values()))
         self.gpus = sum(len(n.gpus) for n in self.nodes.values())
         self.free_hist: Counter[int] = Counter()
+        # Positions of the nodes that ``hist`` saw change, in turn (the scheduler's kept
+        # filters read what changed since their last use, and clear it now and then).
+        self.changed: list[int] = []
         for n in self.nodes.values():
             if n.gpus:
                 self.free_hist[n.free_compute] += 1
@@ -190,6 +193,7 @@ class World:
     def hist(self, n: Node, sign: int) -> None:
         """Keep ``free_hist`` (free compute slices -> GPU nodes not being re-laid out)."""
         n.version += 1
+        self.changed.append(n.position)
         if n.busy_until is None and n.gpus:
             self.free_hist[n.free_compute] += sign
             if not self.free_hist[n.free_compute]:

@@ -190,10 +190,16 @@ class World:
         # across the samples, recomputed for a node that changed since
         self.idle_summaries: dict[str, tuple[Any, ...]] = {}
 
-    def hist(self, n: Node, sign: int) -> None:
-        """Keep ``free_hist`` (free compute slices -> GPU nodes not being re-laid out)."""
+    def touch(self, n: Node) -> None:
+        """Record a change to ``n`` (its cpu or memory used, its taint, its instances): its
+        version moves and ``changed`` lists it. Every such change goes through here
+        (``hist`` calls it), which is what the kept per-node answers rely on."""
         n.version += 1
         self.changed.append(n.position)
+
+    def hist(self, n: Node, sign: int) -> None:
+        """Keep ``free_hist`` (free compute slices -> GPU nodes not being re-laid out)."""
+        self.touch(n)
         if n.busy_until is None and n.gpus:
             self.free_hist[n.free_compute] += sign
             if not self.free_hist[n.free_compute]:

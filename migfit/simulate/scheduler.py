@@ -109,6 +109,16 @@ class _Passing:
         self.synced = 0  # ``World.changed`` up to here is applied
 
 
+class _Spread:
+    """LeastAllocated + BalancedAllocation per node for one pod cpu and memory."""
+
+    __slots__ = ("synced", "table")
+
+    def __init__(self) -> None:
+        self.table: dict[str, int] = {}
+        self.synced = 0  # ``World.changed`` up to here is applied
+
+
 class KubeScheduler:
     """Schedules one pod at a time on a ``World``'s nodes."""
 
@@ -125,8 +135,8 @@ class KubeScheduler:
         self.position = {name: i for i, name in enumerate(state.order)}
         self.to_find = nodes_to_find(options.percentage_of_nodes_to_score, len(state.order))
         self.next_start = 0
-        # (cpu, memory) -> node -> (its version, LeastAllocated + BalancedAllocation)
-        self._spread: dict[tuple[int, int], dict[str, tuple[int, int]]] = {}
+        # (cpu, memory) -> node -> LeastAllocated + BalancedAllocation (``_spread_of``)
+        self._spread: dict[tuple[int, int], _Spread] = {}
         # (profile or "" for a pod without GPUs, cpu, memory) -> the nodes that pass, kept
         # in order across cycles and brought up to date from ``World.changed`` (``_passing``)
         self._passing: dict[tuple[str, int, int], _Passing] = {}
@@ -160,6 +170,7 @@ class KubeScheduler:
         if len(state.changed) > CHANGES_KEPT:  # every kept list rebuilds on its next use
             state.changed.clear()
             self._passing.clear()
+            self._spread.clear()
         if pod.spec.gpu and not state.on_demand:
             first = pod.profiles[0]  # pod.wants' first entry, without building the Counter
             k = pod.profiles.count(first)
@@ -339,15 +350,26 @@ class KubeScheduler:
         else:
             ext = [0] * len(names)
         factor = self.weight * (MAX_NODE_SCORE // MAX_EXTENDER_PRIORITY)
-        spread = self._spread.get((cpu, mem))
-        if spread is None:
-            spread = self._spread[(cpu, mem)] = {}
+        spread = self._spread_of(cpu, mem)
         totals: list[float] = []
         for name, e in zip(names, ext, strict=True):
-            n = nodes[name]
-            hit = spread.get(name)
-            if hit is None or hit[0] != n.version:
-                hit = spread[name] = (n.version, least_allocated(n, cpu, mem)
-                                      + balanced(n, cpu, mem))
-            totals.append(hit[1] + e * factor)
+            value = spread.get(name)
+            if value is None:
+                n = nodes[name]
+                value = spread[name] = least_allocated(n, cpu, mem) + balanced(n, cpu, mem)
+            totals.append(value + e * factor)
         return totals
+
+    def _spread_of(self, cpu: int, mem: int) -> dict[str, int]:
+        """LeastAllocated + BalancedAllocation per node for a pod of ``cpu`` and ``mem``, as
+        kept: the nodes changed since its last use (``World.changed``) dropped."""
+        changed = self.world.changed
+        kept = self._spread.get((cpu, mem))
+        if kept is None or len(changed) - kept.synced > len(self._by_position) // 4:
+            kept = self._spread[(cpu, mem)] = _Spread()
+        elif kept.synced < len(changed):
+            table, order = kept.table, self.world.order
+            for p in set(changed[kept.synced:]):
+                table.pop(order[p], None)
+        kept.synced = len(changed)
+        return kept.table

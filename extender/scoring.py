@@ -313,8 +313,6 @@ def score_nodes(
     my_cpu = me.cpu_milli if me is not None else request.cpu_milli
     my_mem = me.memory_bytes if me is not None else request.memory_bytes
     shape = (my_cpu, my_mem)
-    last_key: str | None = None  # nodes of one model come in runs: its scarcity at hand
-    scarce = 0.0
     for name in unique:
         fig = figs.get(name)
         if fig is None:
@@ -326,24 +324,20 @@ def score_nodes(
         # pod cpu/memory besides; a scarcity that moved only re-adds the terms. A part is
         # kept only for a node that passed the filter with these very figures (``check``
         # reads the figures and the wants only), so a kept one needs no filter lookup.
-        key = fig.model_key
-        if key != last_key:  # per model: once per call, whatever the branch
-            got = scarcity.get(key)
-            if got is None:
-                got = scarcity[key] = model_term(index, request, key)
-            last_key, scarce = key, got
+        scarce = scarcity.get(fig.model_key)  # per model: once per call, whatever the branch
+        if scarce is None:
+            scarce = scarcity[fig.model_key] = model_term(index, request, fig.model_key)
         done = scored.get(name)
         if done is not None and done[0] is fig and done[1] is mix:
-            results = done[3]
+            part, results = done[2], done[3]
             kept = results.get(shape)
             if kept is not None:
                 if kept.scarce != scarce:  # only the model-wide term moved
                     kept = results[shape] = _assemble(
-                        name, fig, done[2], scarce, kept.strand, kept.host, kept.frag,
+                        name, fig, part, scarce, kept.strand, kept.host, kept.frag,
                         kept.mismatch, kept.floor)
                 append(kept)
                 continue
-            part = done[2]
         else:
             hit = memo.get(name)
             if hit is not None and hit[0] is fig:

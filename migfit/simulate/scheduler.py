@@ -94,6 +94,31 @@ def balanced(n: world.Node, cpu: int, mem: int) -> int:
     return int((1 - std) * MAX_NODE_SCORE)
 
 
+# Node changes ``World.changed`` holds before it is cleared and every kept list rebuilt.
+CHANGES_KEPT = 65_536
+
+
+class _Passing:
+    """Nodes that pass kube-scheduler's filters for one pod shape, in ``World.order``."""
+
+    __slots__ = ("names", "positions", "synced")
+
+    def __init__(self) -> None:
+        self.positions: list[int] = []  # ascending
+        self.names: list[str] = []  # the node at each position
+        self.synced = 0  # ``World.changed`` up to here is applied
+
+
+class _Spread:
+    """LeastAllocated + BalancedAllocation per node for one pod cpu and memory."""
+
+    __slots__ = ("synced", "table")
+
+    def __init__(self) -> None:
+        self.table: dict[str, int] = {}
+        self.synced = 0  # ``World.changed`` up to here is applied
+
+
 class KubeScheduler:
     """Schedules one pod at a time on a ``World``'s nodes."""
 
@@ -110,8 +135,12 @@ class KubeScheduler:
         self.position = {name: i for i, name in enumerate(state.order)}
         self.to_find = nodes_to_find(options.percentage_of_nodes_to_score, len(state.order))
         self.next_start = 0
-        # (cpu, memory) -> node -> (its version, LeastAllocated + BalancedAllocation)
-        self._spread: dict[tuple[int, int], dict[str, tuple[int, int]]] = {}
+        # (cpu, memory) -> node -> LeastAllocated + BalancedAllocation (``_spread_of``)
+        self._spread: dict[tuple[int, int], _Spread] = {}
+        # (profile or "" for a pod without GPUs, cpu, memory) -> the nodes that pass, kept
+        # in order across cycles and brought up to date from ``World.changed`` (``_passing``)
+        self._passing: dict[tuple[str, int, int], _Passing] = {}
+        self._by_position = [state.nodes[name] for name in state.order]
 
     def _sample(self, feasible: list[str]) -> list[str]:
         """The first ``to_find`` feasible nodes from ``next_start`` on; advances it."""
@@ -138,6 +167,10 @@ class KubeScheduler:
         state = self.world
         nodes = state.nodes
         cpu, mem = pod.spec.cpu_milli, pod.spec.memory_mib
+        if len(state.changed) > CHANGES_KEPT:  # every kept list rebuilds on its next use
+            state.changed.clear()
+            self._passing.clear()
+            self._spread.clear()
         if pod.spec.gpu and not state.on_demand:
             first = pod.profiles[0]  # pod.wants' first entry, without building the Counter
             k = pod.profiles.count(first)
@@ -155,15 +188,72 @@ class KubeScheduler:
                     name for name, f in free.items()
                     if f >= k and (n := nodes[name]).busy_until is None
                     and n.cpu_used + cpu <= n.cpu_alloc and n.mem_used + mem <= n.mem_alloc]
-            return self._sample_positions([  # the same, as positions to sort
-                n.position for name, f in free.items()
-                if f >= k and (n := nodes[name]).busy_until is None
-                and n.cpu_used + cpu <= n.cpu_alloc and n.mem_used + mem <= n.mem_alloc])
-        if not pod.spec.gpu:  # _passes, inlined: positions in order, as nodes are kept
-            return self._sample_positions([
-                n.position for n in nodes.values() if n.busy_until is None
-                and n.cpu_used + cpu <= n.cpu_alloc and n.mem_used + mem <= n.mem_alloc])
+            # The same nodes (k is 1 here: every node in ``free`` has one), kept in order.
+            kept = self._passing_nodes(first, free, cpu, mem)
+            if len(kept.positions) < self.to_find:  # every node examined: as listed
+                return [name for name, f in free.items()
+                        if f >= k and (n := nodes[name]).busy_until is None
+                        and n.cpu_used + cpu <= n.cpu_alloc and n.mem_used + mem <= n.mem_alloc]
+            return self._sample_kept(kept)
+        if not pod.spec.gpu:  # _passes, inlined: the nodes in order, as they are kept
+            kept = self._passing_nodes("", None, cpu, mem)
+            if len(kept.positions) < self.to_find:  # a full round, the start stays
+                return list(kept.names)
+            return self._sample_kept(kept)
         return self._sample([name for name, n in nodes.items() if self._passes(pod, n)])
+
+    def _passing_nodes(self, profile: str, free: Mapping[str, int] | None, cpu: int,
+                       mem: int) -> _Passing:
+        """The nodes that pass the filters of a pod of one ``profile`` instance (none: "",
+        ``free`` None), ``cpu`` and ``mem``, in ``World.order``: kept per (profile, cpu,
+        memory) and updated for the nodes that changed since its last use (every change to
+        a node's cpu, memory, taint or free instances goes through ``World.hist``)."""
+        state = self.world
+        changed = state.changed
+        key = (profile, cpu, mem)
+        kept = self._passing.get(key)
+        if kept is None or len(changed) - kept.synced > len(self._by_position) // 4:
+            kept = self._passing[key] = _Passing()
+            for n in self._by_position:
+                if (n.busy_until is None and n.cpu_used + cpu <= n.cpu_alloc
+                        and n.mem_used + mem <= n.mem_alloc
+                        and (free is None or n.name in free)):
+                    kept.positions.append(n.position)
+                    kept.names.append(n.name)
+        elif kept.synced < len(changed):
+            positions, names = kept.positions, kept.names
+            for p in set(changed[kept.synced:]):
+                n = self._by_position[p]
+                passes = (n.busy_until is None and n.cpu_used + cpu <= n.cpu_alloc
+                          and n.mem_used + mem <= n.mem_alloc
+                          and (free is None or n.name in free))
+                i = bisect.bisect_left(positions, p)
+                there = i < len(positions) and positions[i] == p
+                if passes and not there:
+                    positions.insert(i, p)
+                    names.insert(i, n.name)
+                elif there and not passes:
+                    del positions[i]
+                    del names[i]
+        kept.synced = len(changed)
+        return kept
+
+    def _sample_kept(self, kept: _Passing) -> list[str]:
+        """``_sample_positions`` of kept nodes (at least ``to_find`` of them, in order)."""
+        positions = kept.positions
+        want = self.to_find
+        start = self.next_start
+        cut = bisect.bisect_left(positions, start)
+        after = len(positions) - cut
+        if after >= want:
+            last = positions[cut + want - 1]
+            chosen = kept.names[cut:cut + want]
+        else:
+            last = positions[want - after - 1]
+            chosen = kept.names[cut:] + kept.names[:want - after]
+        total = len(self.world.order)
+        self.next_start = (start + (last - start) % total + 1) % total
+        return chosen
 
     def _passes(self, pod: world.Pod, n: world.Node) -> bool:
         """The filters other than the free-instance count of the pod's first profile."""
@@ -260,15 +350,26 @@ class KubeScheduler:
         else:
             ext = [0] * len(names)
         factor = self.weight * (MAX_NODE_SCORE // MAX_EXTENDER_PRIORITY)
-        spread = self._spread.get((cpu, mem))
-        if spread is None:
-            spread = self._spread[(cpu, mem)] = {}
+        spread = self._spread_of(cpu, mem)
         totals: list[float] = []
         for name, e in zip(names, ext, strict=True):
-            n = nodes[name]
-            hit = spread.get(name)
-            if hit is None or hit[0] != n.version:
-                hit = spread[name] = (n.version, least_allocated(n, cpu, mem)
-                                      + balanced(n, cpu, mem))
-            totals.append(hit[1] + e * factor)
+            value = spread.get(name)
+            if value is None:
+                n = nodes[name]
+                value = spread[name] = least_allocated(n, cpu, mem) + balanced(n, cpu, mem)
+            totals.append(value + e * factor)
         return totals
+
+    def _spread_of(self, cpu: int, mem: int) -> dict[str, int]:
+        """LeastAllocated + BalancedAllocation per node for a pod of ``cpu`` and ``mem``, as
+        kept: the nodes changed since its last use (``World.changed``) dropped."""
+        changed = self.world.changed
+        kept = self._spread.get((cpu, mem))
+        if kept is None or len(changed) - kept.synced > len(self._by_position) // 4:
+            kept = self._spread[(cpu, mem)] = _Spread()
+        elif kept.synced < len(changed):
+            table, order = kept.table, self.world.order
+            for p in set(changed[kept.synced:]):
+                table.pop(order[p], None)
+        kept.synced = len(changed)
+        return kept.table

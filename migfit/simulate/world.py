@@ -174,6 +174,9 @@ class World:
         self.capacity_memory = max(1, sum(n.total_memory for n in self.nodes.values()))
         self.gpus = sum(len(n.gpus) for n in self.nodes.values())
         self.free_hist: Counter[int] = Counter()
+        # Positions of the nodes that ``hist`` saw change, in turn (the scheduler's kept
+        # filters read what changed since their last use, and clear it now and then).
+        self.changed: list[int] = []
         for n in self.nodes.values():
             if n.gpus:
                 self.free_hist[n.free_compute] += 1
@@ -187,9 +190,16 @@ class World:
         # across the samples, recomputed for a node that changed since
         self.idle_summaries: dict[str, tuple[Any, ...]] = {}
 
+    def touch(self, n: Node) -> None:
+        """Record a change to ``n`` (its cpu or memory used, its taint, its instances): its
+        version moves and ``changed`` lists it. Every such change goes through here
+        (``hist`` calls it), which is what the kept per-node answers rely on."""
+        n.version += 1
+        self.changed.append(n.position)
+
     def hist(self, n: Node, sign: int) -> None:
         """Keep ``free_hist`` (free compute slices -> GPU nodes not being re-laid out)."""
-        n.version += 1
+        self.touch(n)
         if n.busy_until is None and n.gpus:
             self.free_hist[n.free_compute] += sign
             if not self.free_hist[n.free_compute]:

@@ -60,6 +60,7 @@ def test_the_sample_is_upstreams_loop_for_cpu_only_and_gpu_pods() -> None:
         for n in sim.nodes.values():  # a different set of nodes with room each round
             n.cpu_used = rng.choice((0, 0, 8000, 15000))
             n.busy_until = 1.0 if rng.random() < 0.05 else None
+            sim.touch(n)  # as bind, depart and a re-layout do: kept filters read it
         pod = _pod(f"p{round_}", rng.choice((1000, 4000)),
                    "1g.10gb" if round_ % 2 else None)
         start = sim.kube.next_start

@@ -438,10 +438,12 @@ _FIXES: Final = {
     "placement": "widen the pod's nodeSelector or required node affinity to such a node",
     "wide": "split the pod into pods that ask for fewer instances",
     "busy": "wait for an instance to be freed (it runs then)",
+    "record": "recreate the pod with a migfit.io/gpu-memory such a node's instances hold, or "
+              "add nodes of a GPU model its request fits",
     "layout": "lay out such a node with GPU instance profiles of its model's catalog, on "
               "GPUs of that one model (migfit status names what it advertises)",
 }
-_FIX_ORDER: Final = ("taint", "room", "placement", "wide", "layout", "busy")
+_FIX_ORDER: Final = ("taint", "room", "placement", "record", "wide", "layout", "busy")
 #: How ``_idle_refusals`` starts the refusal of a node whose layout migfit cannot read.
 _UNKNOWN_LAYOUT: Final = "its layout is unknown to migfit"
 
@@ -457,6 +459,8 @@ def _cause(refusal: str | None) -> str:
         return "wide"  # fewer free on the node than the pod's instances
     if text.startswith(_UNKNOWN_LAYOUT):
         return "layout"
+    if text.startswith(_RECORD_REFUSALS):
+        return "record"
     return "placement"
 
 
@@ -1287,6 +1291,51 @@ def unselected(node: records.NodeRecord, constraints: records.PodConstraints) ->
     return None
 
 
+#: How ``record_refusal`` begins its reasons (``_cause`` reads them).
+_RECORD_REFUSALS: Final = ("its request fits only on ", "its request does not fit: ")
+# The webhook's record, read as the extender's filter reads it (extender/figures.py, ``Want``):
+# per profile, the largest request (MiB) of the containers given it and the models all of them
+# fit (lower-case; None: every model that has the profile).
+RecordedNeeds = tuple[tuple[str, int, frozenset[str] | None], ...]
+
+
+@functools.lru_cache(maxsize=4096)
+def _recorded(decision: str | None) -> RecordedNeeds:
+    record = None if decision is None else keys.decision_of({keys.DECISION: decision})
+    out: dict[str, tuple[int, frozenset[str] | None]] = {}
+    for c in [] if record is None else record["containers"]:
+        p = profiles.canonical_profile(c["profile"])
+        mib, models = out.get(p, (0, None))
+        if c["models"]:
+            these = frozenset(m.lower() for m in c["models"])
+            models = these if models is None else models & these
+        out[p] = (max(mib, c["request_mib"]), models)
+    return tuple((p, mib, models) for p, (mib, models) in sorted(out.items()))
+
+
+def recorded_needs(pod: records.PodRecord | None) -> RecordedNeeds:
+    """What the webhook recorded that ``pod``'s instances must hold (``RecordedNeeds``);
+    () without a record."""
+    return () if pod is None else _recorded(pod.annotations.get(keys.DECISION))
+
+
+def record_refusal(needs: RecordedNeeds, model: profiles.GpuModel,
+                   wanted: Sequence[str] | None = None) -> str | None:
+    """Why instances of ``model`` cannot serve a pod with ``needs`` (of the profiles in
+    ``wanted``, else all): the model is not one its request fits, or the profile's memory
+    on it is below the request; None when they can. The extender's filter refuses such a
+    node after any re-layout, so none is planned for the pod there."""
+    for p, mib, models in needs:
+        if wanted is not None and p not in wanted:
+            continue
+        if models is not None and model.id.lower() not in models:
+            return f"{_RECORD_REFUSALS[0]}{', '.join(sorted(models))}, not {model.id}"
+        if model.has_profile(p) and model.profile(p).memory_mib < mib:
+            return (f"{_RECORD_REFUSALS[1]}{p} on {model.id} has "
+                    f"{model.profile(p).memory_mib} MiB, below the {mib} MiB requested")
+    return None
+
+
 def excludes(node: records.NodeRecord, constraints: records.PodConstraints) -> str | None:
     """Why a pod with ``constraints`` cannot run on ``node`` (selectors, affinity, taints),
     or None. Host room is checked apart (it changes as pods are planned there)."""
@@ -1392,10 +1441,21 @@ def advise(
             disruptive.append(planner.NodeSupply(name=v.name, model=v.model, gpus=v.gpus,
                                                  disruption=len(v.pods)))
 
+    present = sorted({rec.model for rec in records_.values() if rec.model is not None})
+
+    @functools.cache
+    def refused(needs: RecordedNeeds) -> frozenset[tuple[str, str]]:
+        """(profile, model) pairs whose instances the webhook's record rules out: a handful
+        of models, so pods of many request sizes still share a class."""
+        return frozenset((p, m) for m in present for p, _, _ in needs
+                         if record_refusal(needs, state.catalog.get(m), (p,)) is not None)
+
     def eligible(node: str, unit: planner.Unit) -> bool:
         w = by_key[unit.pod]
         cons = w.pod.constraints if w.pod is not None else records.NO_CONSTRAINTS
         if excludes(records_[node], cons) is not None:
+            return False
+        if (unit.profile, records_[node].model) in refused(recorded_needs(w.pod)):
             return False
         since = recent.get(node)
         if since is not None and now - since < settings.cooldown_s:
@@ -1409,7 +1469,7 @@ def advise(
     for w in waiting:
         cons = w.pod.constraints if w.pod is not None else records.NO_CONSTRAINTS
         since = w.pod.unschedulable_since if recent and w.pod is not None else None
-        cls = classes.setdefault((cons, since), len(classes))
+        cls = classes.setdefault((cons, since, refused(recorded_needs(w.pod))), len(classes))
         needs = () if w.pod is None else (w.pod.cpu_milli, w.pod.memory_bytes)
         units.extend(planner.Unit(pod=w.key, profile=p, weight=w.weight, needs=needs, cls=cls)
                      for p, n in w.requests.items() for _ in range(n))
@@ -1657,7 +1717,8 @@ def _idle_refusals(state: cluster.Cluster, pod: records.PodRecord,
         if not all(model.has_profile(p) for p in blocked) or any(
                 _on_gpus(p) for p in state.pods_on(rec.name)):
             continue
-        why = excludes(rec, pod.constraints)
+        why = excludes(rec, pod.constraints) or record_refusal(recorded_needs(pod), model,
+                                                                blocked)
         if why is None and view(state, ns, None) is None:
             odd = profiles.unknown_profiles_note(model, rec.allocatable, catalog=state.catalog,
                                                  labels=rec.all_labels)

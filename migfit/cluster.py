@@ -22,7 +22,14 @@ from typing import Any, Literal
 
 from migfit import errors, fields, keys, profiles
 from migfit.decoding import RequestMaps, host_use, node_from_api, pod_from_api, uid_of
-from migfit.records import NodeRecord, NodeState, PodConstraints, PodRecord, ProfileStats
+from migfit.records import (
+    HostUse,
+    NodeRecord,
+    NodeState,
+    PodConstraints,
+    PodRecord,
+    ProfileStats,
+)
 
 log = logging.getLogger(__name__)
 
@@ -261,8 +268,10 @@ class Cluster:
     def mark_synced(self) -> None:
         self.synced = True
 
-    def load_records(self, nodes: Iterable[NodeRecord], pods: Iterable[PodRecord]) -> None:
-        """Like ``replace`` for both kinds, from records already decoded (the file source)."""
+    def load_records(self, nodes: Iterable[NodeRecord], pods: Iterable[PodRecord],
+                     others: Iterable[tuple[str, HostUse]] = ()) -> None:
+        """Like ``replace`` for both kinds, from records already decoded (the file source);
+        ``others``: (uid, ``decoding.host_use``) of the bound pods without GPU requests."""
         node_list = list(nodes)
         names = {n.name for n in node_list}
         for name in [n for n in self._nodes if n not in names]:
@@ -275,6 +284,12 @@ class Cluster:
             self._remove_pod(uid)
         for pod in pod_list:
             self._set_pod(pod)
+        other_list = list(others)
+        kept = {uid for uid, _ in other_list}
+        for uid in [u for u in self._others if u not in kept]:
+            self._set_other(uid, None)
+        for uid, use in other_list:
+            self._set_other(uid, use)
 
     # ------------------------------------------------------------ mutation
 

@@ -15,6 +15,8 @@ from migfit import keys, profiles
 
 TERMINATED_PHASES = frozenset({"Succeeded", "Failed"})
 _NO_LABELS: Mapping[str, str] = MappingProxyType({})
+#: What a bound pod without GPU requests takes on its node: (node, cpu milli, memory bytes).
+HostUse = tuple[str, int, int]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

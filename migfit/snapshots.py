@@ -43,7 +43,8 @@ class Sink(Protocol):
     """What the file source feeds (cluster.Cluster): whole contents as decoded records."""
 
     def load_records(self, nodes: Iterable[records.NodeRecord],
-                     pods: Iterable[records.PodRecord]) -> None: ...
+                     pods: Iterable[records.PodRecord],
+                     others: Iterable[tuple[str, records.HostUse]] = ()) -> None: ...
 
     def mark_synced(self) -> None: ...
 
@@ -55,6 +56,9 @@ class Snapshot:
     node_records: list[records.NodeRecord]
     pod_records: list[records.PodRecord]
     digest: str
+    # (uid, its use) of the bound pods without GPU requests (``decoding.host_use``): their cpu
+    # and memory take room on GPU nodes as the watch source counts it
+    other_pods: tuple[tuple[str, records.HostUse], ...] = ()
     # PodDisruptionBudgets and the bound GPU pods' labels and owners (``decode(...,
     # disruption=True)``, for ``migfit advise --defrag``); None when not asked for
     disruption: records.Disruption | None = None
@@ -247,21 +251,29 @@ def _describe(obj: Any) -> str:
     return f"{kind} {ns}/{name}" if ns else f"{kind} {name}"
 
 
+# cpu and memory are read for the room a re-layout needs: a typo ("63 cores") read as 0 made
+# a full node look empty.
+_HOST_RESOURCES = frozenset({"cpu", "memory"})
+
+
 def _check_quantities(obj: Mapping[str, Any], kind: str) -> None:
-    """GPU resource quantities must parse: the model would read a typo as 0 instances."""
+    """GPU, cpu and memory quantities must parse: the model would read a typo as 0."""
     def check(where: str, values: Any) -> None:
         if not isinstance(values, dict):
             if values is not None:
                 raise errors.ConfigError(f"{where} is not a mapping")
             return
         for res, value in values.items():
-            if not decoding.is_gpu_resource(str(res)):
+            gpu = decoding.is_gpu_resource(str(res))
+            if not gpu and res not in _HOST_RESOURCES:
                 continue
             try:
                 amount = quantity.parse(value)
             except errors.QuantityError as exc:
                 raise errors.ConfigError(f"{where}[{res!r}]: {exc}") from None
-            if amount < 0 or amount.denominator != 1:
+            if amount < 0:
+                raise errors.ConfigError(f"{where}[{res!r}] is {value!r}; use 0 or more")
+            if gpu and amount.denominator != 1:
                 raise errors.ConfigError(
                     f"{where}[{res!r}] is {value!r}; extended resources are whole numbers >= 0")
 
@@ -350,6 +362,7 @@ def _decode_objects(objects: Iterator[Any], *, where: str, catalog: profiles.Cat
                     digest: str, disruption: bool = False) -> Snapshot:
     node_records: list[records.NodeRecord] = []
     pod_records: list[records.PodRecord] = []
+    others: list[tuple[str, records.HostUse]] = []
     pdbs: list[records.PdbRecord] = []
     facts: dict[str, records.PodFacts] = {}
     seen: dict[tuple[str, str], int] = {}
@@ -394,6 +407,10 @@ def _decode_objects(objects: Iterator[Any], *, where: str, catalog: profiles.Cat
                     pod_records.append(record)
                     if disruption and record.holds_instances and record.requests:
                         facts[record.key] = decoding.pod_facts(obj)
+                else:
+                    use = decoding.host_use(obj)
+                    if use is not None:
+                        others.append((decoding.uid_of(obj), use))
                 pods += 1
             if key in seen:
                 raise errors.ConfigError(f"a second copy of item {seen[key]}")
@@ -415,7 +432,7 @@ def _decode_objects(objects: Iterator[Any], *, where: str, catalog: profiles.Cat
     kept = (records.Disruption(pdbs=tuple(pdbs), pods=MappingProxyType(facts))
             if disruption else None)
     return Snapshot(node_records=node_records, pod_records=pod_records, digest=digest,
-                    disruption=kept)
+                    other_pods=tuple(others), disruption=kept)
 
 
 def read(path: str | os.PathLike[str], *, catalog: profiles.Catalog | None = None,
@@ -433,7 +450,7 @@ def read(path: str | os.PathLike[str], *, catalog: profiles.Catalog | None = Non
 
 def install(sink: Sink, snapshot: Snapshot) -> None:
     """Replace the sink's contents with the snapshot's records."""
-    sink.load_records(snapshot.node_records, snapshot.pod_records)
+    sink.load_records(snapshot.node_records, snapshot.pod_records, snapshot.other_pods)
 
 
 def load(path: str | os.PathLike[str], *,

@@ -427,3 +427,28 @@ def test_explain_names_the_nearest_node_for_a_pod_of_many_instances() -> None:
     one = advisor.explain(build(*scene[:-1], pod("w", "7g.80gb", count=1)), "default", "w",
                           now=NOW)
     assert "room for it (a, b, small)" in one and "nearest" not in one
+
+
+def test_the_webhooks_recorded_request_is_honoured() -> None:
+    # 9900Mi fits the H100's 1g.10gb (9984 MiB), not the A100's (9728): the webhook records it
+    # with `models: []` when only H100s were there. The extender's filter refuses an A100
+    # node for it after any re-layout, so the advisor must not re-lay one out for it.
+    a100 = node("a100", alloc={"3g.40gb": 2})
+    h100 = node("h100", alloc={"3g.40gb": 2}, product=H100)
+    waiting = _decided(pod("p", "1g.10gb"), "1g.10gb", 9900, "smallest fitting")
+    advice = advisor.advise(build(a100, waiting), now=NOW)
+    assert advice.recommendations == () and advice.unserved == ("default/p",)
+    assert _nodes_for(build(a100, h100, waiting)) == ["h100"]
+    text = advisor.explain(build(a100, waiting), "default", "p", now=NOW)
+    assert ("a100: its request does not fit: 1g.10gb on A100-80GB has 9728 MiB, below the "
+            "9900 MiB requested") in text
+    assert "Recreate the pod with a migfit.io/gpu-memory such a node's instances hold" in text
+    # A record naming the models the request fits: no other model's node is re-laid out.
+    only = _decided(pod("q", "1g.10gb"), "1g.10gb", 8000, "smallest fitting")
+    record = keys.decode_decision(only["metadata"]["annotations"][keys.DECISION])
+    record["containers"][0]["models"] = ["H100-80GB"]
+    only["metadata"]["annotations"][keys.DECISION] = keys.encode_decision(record)
+    assert _nodes_for(build(a100, only)) == []
+    assert _nodes_for(build(a100, h100, only)) == ["h100"]
+    # Without a record (a pod that asked for the resource itself) any model serves.
+    assert _nodes_for(build(a100, pod("r", "1g.10gb"))) == ["a100"]

@@ -3,9 +3,13 @@ node (``NodeState.other_*``), and the demand mix counts the GPU pods by class.""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
-from migfit import cluster
+import pytest
+
+from migfit import cluster, errors, snapshots
 from tests.migfit.test_cluster import container, mig, node, pod
 
 
@@ -75,3 +79,38 @@ def test_the_demand_mix_counts_pending_and_bound_gpu_pods_by_class() -> None:
     model.apply("Pod", "MODIFIED", pod("c", phase="Succeeded"))
     assert model.classes_generation != before
     assert sum(model.pod_classes().values()) == 2
+
+
+def _file(tmp_path: Path, objects: list[dict[str, Any]]) -> Path:
+    path = tmp_path / "cluster.json"
+    path.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": objects}))
+    return path
+
+
+def test_a_cluster_file_counts_cpu_pods_as_the_watch_does(tmp_path: Path) -> None:
+    # The file source (--cluster FILE: advise, explain, serve) kept only the GPU pods: a node
+    # filled by ordinary pods looked empty, and re-layouts were advised for pods it could not
+    # hold. The same objects now give the same sums either way, and a reload drops a pod.
+    objects = [node("n1"), cpu_pod("a", "4", "8Gi"), cpu_pod("b", "500m", "1Gi"), pod("g"),
+               cpu_pod("done", phase="Succeeded"), cpu_pod("p", node_name=None)]
+    watched = cluster.Cluster()
+    watched.replace("Node", [node("n1")])
+    watched.replace("Pod", objects[1:])
+    loaded = snapshots.load(_file(tmp_path, objects))
+    assert state(loaded) == state(watched) == (4500, 9 * 2**30)
+    snapshots.install(loaded, snapshots.read(_file(tmp_path, objects[:2] + objects[3:])))
+    assert state(loaded) == (4000, 8 * 2**30)
+
+
+@pytest.mark.parametrize(("where", "value"), [("pod", "63 cores"), ("pod", "-1"),
+                                              ("node", "lots")])
+def test_a_cluster_file_with_a_cpu_that_is_no_quantity_is_refused(
+        tmp_path: Path, where: str, value: str) -> None:
+    # Read as 0 before: a node full of "63 cores" of pods took re-layouts it had no room for.
+    objects = [node("n1"), cpu_pod("a", "4")]
+    if where == "pod":
+        objects[1] = cpu_pod("a", value)
+    else:
+        objects[0]["status"]["allocatable"]["cpu"] = value
+    with pytest.raises(errors.ConfigError, match=r"\['cpu'\]"):
+        snapshots.read(_file(tmp_path, objects))

@@ -368,6 +368,12 @@ def _load_into(context: ssl.SSLContext, material: _Material) -> None:
     if material.client_ca is not None:
         context.load_verify_locations(cadata=material.client_ca.decode("ascii", "replace"))
         context.verify_mode = ssl.CERT_REQUIRED
+        # No session tickets: a resumed session skips the client certificate, and a ticket's
+        # keys outlive every reload, so a client whose CA was removed from the file got in
+        # by resuming. kube-scheduler opens few, long-lived connections: a full handshake
+        # each time costs nothing worth keeping tickets for.
+        context.options |= ssl.OP_NO_TICKET
+        context.num_tickets = 0
 
 
 @contextlib.contextmanager

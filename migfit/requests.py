@@ -93,6 +93,11 @@ def quote(text: str, limit: int = QUOTE_LIMIT) -> str:
     return f"{text[:limit]!r}… ({len(text)} characters)"
 
 
+def quote_name(name: str) -> str:
+    """A container's name quoted for a message, whole up to ``NAME_LIMIT`` characters."""
+    return quote(name, NAME_LIMIT)
+
+
 def cut(text: str, limit: int = QUOTE_LIMIT) -> str:
     """``text`` whole up to ``limit`` characters, else cut there and marked ``… (N
     characters)``; nothing escaped (for a JSON string, whose encoder escapes)."""
@@ -179,8 +184,8 @@ def parse(
             return
         if name in init_containers:
             raise RequestError(
-                f"{shorten(key, _KEY_LIMIT)} names init container {quote(name)}; GPU memory "
-                f"can be given to regular containers only ({quote_list(containers)})"
+                f"{shorten(key, _KEY_LIMIT)} names init container {quote_name(name)}; GPU "
+                f"memory can be given to regular containers only ({quote_list(containers)})"
             )
         raise RequestError(
             f"{shorten(key, _KEY_LIMIT)} names no container of this pod; use one of: "

@@ -1079,9 +1079,32 @@ class Interrupted(Exception):
     KeyboardInterrupt for it, which the command line answers with exit status 130."""
 
 
+def _unraisable(default: Callable[[Any], object]) -> Callable[[Any], object]:
+    """A ``sys.unraisablehook`` that turns the ssl module's failure to decode a client's
+    server name (SNI) into one debug line, and hands anything else to ``default``.
+
+    With an SNI callback set (the certificate reloader's), Python decodes the name as ASCII
+    before calling it; a name that is not (RFC 6066 allows ASCII host names only) fails the
+    handshake, as it should, but Python prints that error with a traceback to stderr, past
+    the log's format: one multi-line block per connection any peer could open."""
+    def hook(args: Any) -> object:
+        exc = args.exc_value
+        if (isinstance(exc, UnicodeDecodeError) and exc.encoding == "ascii"
+                and isinstance(args.object, bytes)):
+            log.debug("TLS handshake refused: the client's server name (SNI) is not ASCII")
+            return None
+        return default(args)
+    return hook
+
+
 def run(main: Coroutine[Any, Any, _T]) -> _T:
     """``asyncio.run(main)`` on the loop ``loop_factory`` chooses; ``Interrupted`` becomes
-    KeyboardInterrupt once the loop is closed."""
+    KeyboardInterrupt once the loop is closed. A TLS server name that is not ASCII is one
+    debug line (``_unraisable``)."""
+    if not getattr(sys.unraisablehook, "migfit", False):
+        hook = _unraisable(sys.unraisablehook)
+        hook.migfit = True  # type: ignore[attr-defined]
+        sys.unraisablehook = hook
     try:
         factory = loop_factory()
     except BaseException:

@@ -991,7 +991,7 @@ def affinity_values(
     common = set.intersection(*(v for _, v in sets))
     if not common:
         # At most _SHOWN containers: a pod may have up to reading.MAX_INSTANCES of them.
-        detail = "; ".join(f"{requests.shorten(c)}: {', '.join(sorted(v))}"
+        detail = "; ".join(f"{requests.shorten(c, requests.NAME_LIMIT)}: {', '.join(sorted(v))}"
                            for c, v in sets[:_SHOWN])
         if len(sets) > _SHOWN:
             detail += f"; and {len(sets) - _SHOWN} more"

@@ -163,7 +163,7 @@ def _warn_own_gpus(containers: list[reading.Container], chosen: set[str],
     own = reading.own_gpus(containers, chosen)
     if not own:
         return
-    named = ", ".join(f"{requests.quote(name)} ({requests.shorten(resource, 60)})"
+    named = ", ".join(f"{requests.quote_name(name)} ({requests.shorten(resource, 60)})"
                       for name, resource in own[:3]) + (
         f" and {len(own) - 3} more" if len(own) > 3 else "")
     if len(own) == 1:
@@ -187,7 +187,7 @@ def _warn_init_gpus(inits: list[reading.Container], warnings: list[str]) -> None
     own = reading.own_gpus(inits, set())
     if not own:
         return
-    named = ", ".join(f"{requests.quote(name)} ({requests.shorten(resource, 60)})"
+    named = ", ".join(f"{requests.quote_name(name)} ({requests.shorten(resource, 60)})"
                       for name, resource in own[:3]) + (
         f" and {len(own) - 3} more" if len(own) > 3 else "")
     who = (f"init container {named} asks for a GPU resource itself" if len(own) == 1

@@ -911,7 +911,7 @@ def run(args: argparse.Namespace) -> int:
             print(line)
     if args.markdown:
         print()
-        print(report.markdown(summary))
+        print(report.markdown(summary, events=options.mode == "events"))
     if args.waits_by_class:
         print()
         print(report.waits_table([(r.policy, r.waits_by_class) for r in results

@@ -284,12 +284,15 @@ def _frontier(needs: Sequence[tuple[int, int]]) -> tuple[list[int], list[int]]:
 
 def summarise(values: Sequence[float]) -> dict[str, float]:
     """Mean, sample standard deviation, min and max. A wait that is ``math.inf`` (pods never
-    placed) makes the mean infinite and the deviation 0: it has none."""
+    placed) makes the mean infinite; the deviation is then 0 where every seed's is, and NaN
+    (``null`` in the JSON) where the seeds disagree."""
     vals = [float(v) for v in values]
     finite = all(math.isfinite(v) for v in vals)
+    agree = finite or all(v == vals[0] for v in vals)
     return {
         "mean": statistics.fmean(vals) if vals else 0.0,
-        "stdev": statistics.stdev(vals) if len(vals) > 1 and finite else 0.0,
+        "stdev": (statistics.stdev(vals) if len(vals) > 1 and finite
+                  else 0.0 if agree else math.nan),
         "min": min(vals) if vals else 0.0,
         "max": max(vals) if vals else 0.0,
     }

@@ -104,7 +104,8 @@ def never_placed(summary: Mapping[str, Mapping[str, Mapping[str, float]]]) -> li
     for policy, figs in summary.items():
         left = figs.get("gpu_pods_pending", {}).get("mean", 0.0)
         if left > 0:
-            out.append(f"{policy}: {_count(left)} GPU pods never placed (per run); "
+            pods = "GPU pod" if left == 1 else "GPU pods"
+            out.append(f"{policy}: {_count(left)} {pods} never placed (per run); "
                        f"their waits count as {NEVER}, which the GPU wait percentiles show "
                        f"once they reach those pods")
     return out
@@ -153,7 +154,9 @@ def waits_table(runs: Sequence[tuple[str, Mapping[str, Mapping[str, float]]]]) -
     return "\n".join(lines)
 
 
-def markdown(summary: Mapping[str, Mapping[str, Mapping[str, float]]]) -> str:
+def markdown(summary: Mapping[str, Mapping[str, Mapping[str, float]]], *,
+             events: bool = False) -> str:
+    """The table in Markdown; ``events``: with ``never_placed``'s lines under it."""
     headers = ["policy", "GPU pods placed", "unallocated at end", "FGD's unit",
                "time-averaged", "fragmentation", "idle while pending (slice-h)",
                "GPU wait p50 s", "GPU wait p95 s", "re-layouts", "disrupted"]
@@ -169,6 +172,8 @@ def markdown(summary: Mapping[str, Mapping[str, Mapping[str, float]]]) -> str:
                    + " |")
     if any(policy in policies.BOUNDS for policy in summary):
         out += ["", BOUND_NOTE]
+    never = never_placed(summary) if events else []
+    out += ["", *never] if never else []
     return "\n".join(out)
 
 
@@ -533,6 +538,8 @@ def html_page(document: Mapping[str, Any], *, pictures: Sequence[str]) -> str:
     parts.append("</table>")
     if any(policy in policies.BOUNDS for policy in summary):
         parts.append(f"<p>{html.escape(BOUND_NOTE)}</p>")
+    if not fill:
+        parts.extend(f"<p>{html.escape(line)}</p>" for line in never_placed(summary))
     parts.append(f"<p>Seeds {html.escape(_value(setup['seeds']))}; figures are the mean, ± "
                  f"the sample standard deviation across seeds. Charts show seed {first_seed}. "
                  f"The bounds are LP optima, not replays: they have no time series.</p>")

@@ -7,6 +7,7 @@ import datetime
 import logging
 import os
 import shutil
+import socket
 import ssl
 from pathlib import Path
 
@@ -461,3 +462,33 @@ async def test_the_certificate_given_as_the_key_is_refused_on_reload_saying_so(
         reloading.CertificateReloader(cert_file=paths.ca_key, key_file=paths.ca_key)
     assert str(info.value).startswith(f"{paths.ca_key} holds no certificate (it looks like a "
                                       f"private key)")
+
+
+def _resumed(port: int, context: ssl.SSLContext, session: ssl.SSLSession | None
+             ) -> tuple[ssl.SSLSession | None, bool]:
+    """One echo over a new connection offering ``session``: the session the server left the
+    client (its TLS 1.3 tickets come after the handshake, with the echo) and whether the
+    server resumed the one offered."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as raw, \
+            context.wrap_socket(raw, server_hostname=HOST, session=session) as tls:
+        tls.sendall(b"ping\n")
+        assert tls.recv(64) == b"ping\n"
+        return tls.session, tls.session_reused
+
+
+async def test_with_a_client_ca_no_session_is_resumed(cert_dir: Path, tmp_path: Path) -> None:
+    """A resumed session skips the client certificate, and a ticket's keys outlive a reload:
+    a client whose CA was taken out of the file got in again by resuming. The server issues
+    no tickets when it checks client certificates."""
+    ca = certificates.create_ca(common_name="client CA")
+    pair = certificates.issue_client(ca=ca, common_name="kube-scheduler")
+    (tmp_path / "c.crt").write_bytes(pair.cert_pem)
+    (tmp_path / "c.key").write_bytes(pair.key_pem)
+    (tmp_path / "client-ca.crt").write_bytes(ca.cert_pem)
+    context = client_context(cafile=cert_dir / store.CA_BUNDLE)
+    context.load_cert_chain(tmp_path / "c.crt", tmp_path / "c.key")
+    reloader = reloader_for(cert_dir, client_ca=tmp_path / "client-ca.crt")
+    async with tls_server(reloader.context) as port:
+        session, _ = await asyncio.to_thread(_resumed, port, context, None)
+        _, reused = await asyncio.to_thread(_resumed, port, context, session)
+        assert not reused

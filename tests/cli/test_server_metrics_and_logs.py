@@ -10,6 +10,7 @@ import datetime
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import ssl
@@ -54,12 +55,13 @@ class Tls:
 class Server:
     """A running command; ``stop()`` ends it and returns what it logged on stderr."""
 
-    def __init__(self, args: list[str], *, tls: Tls, log: Path) -> None:
+    def __init__(self, args: list[str], *, tls: Tls, log: Path,
+                 env: dict[str, str] | None = None) -> None:
         self.tls, self.log = tls, log
         self._err = log.open("w")
         self.proc = subprocess.Popen(["migfit", *args], cwd=ROOT, stdout=subprocess.DEVNULL,
                                      stderr=self._err, text=True,
-                                     env={**os.environ, "PYTHONUNBUFFERED": "1"})
+                                     env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})})
 
     def wait_ready(self, base: str, timeout: float = 60) -> None:
         deadline = time.monotonic() + timeout
@@ -318,3 +320,29 @@ def test_the_extenders_debug_log_has_each_refused_nodes_free_counts(
     assert verdicts["gpu-h100-0"] == ("every 1g.10gb instance is in use "
                                       "(free 1g.10gb 0/4, 2g.20gb 0/2, 3g.40gb 1/2)")
     assert verdicts["gpu-a100-0"].endswith("(see migfit advise) (free 3g.40gb 2/2)")
+
+
+@pytest.mark.skipif(not shutil.which("openssl"), reason="needs the openssl command")
+@pytest.mark.parametrize("loop", ["uvloop", "asyncio"])
+def test_a_server_name_that_is_not_ascii_is_no_traceback(tmp_path: Path, tls: Tls,
+                                                          loop: str) -> None:
+    # With the certificate reloader's SNI callback, Python fails such a handshake (RFC 6066:
+    # host names are ASCII) and printed the decoding error with a traceback on stderr, past
+    # the JSON log, once per connection any peer could open.
+    port = _free_port()
+    base = f"https://127.0.0.1:{port}"
+    server = Server(["webhook", "--cluster", str(CLUSTER), "--host", "127.0.0.1",
+                     "--port", str(port), "--tls-cert", str(tls.cert), "--tls-key",
+                     str(tls.key), "--log-format", "json", "--drain-delay", "0"],
+                    tls=tls, log=tmp_path / "err", env={"MIGFIT_EVENT_LOOP": loop})
+    try:
+        server.wait_ready(base)
+        for _ in range(3):
+            subprocess.run(["openssl", "s_client", "-connect", f"127.0.0.1:{port}",
+                            "-servername", b"caf\xc3\xa9.example".decode("utf-8")],
+                           input=b"", capture_output=True, timeout=20, check=False)
+        assert server.get(f"{base}/readyz")  # still serving
+    finally:
+        lines = server.stop()
+    assert not [line for line in lines if not line.startswith("{")], lines
+    assert "Traceback" not in "\n".join(lines)

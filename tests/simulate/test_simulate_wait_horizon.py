@@ -109,8 +109,8 @@ def test_the_tables_say_never_and_the_json_null(
     printed = capsys.readouterr().out
     row = next(line for line in printed.splitlines() if line.startswith("default "))
     assert row.split()[7:9] == ["never", "never"]  # GPU wait p50 s, p95 s
-    assert ("default: 18 GPU pods never placed (per run); their waits count as never"
-            in printed)
+    never = "default: 18 GPU pods never placed (per run); their waits count as never"
+    assert printed.count(never) == 2  # under the table and under its Markdown
     assert "default+advisor: " not in printed
     assert "| default | 0 |" in printed and "| never | never |" in printed
 
@@ -124,3 +124,11 @@ def test_the_tables_say_never_and_the_json_null(
     assert document["summary"]["default"]["gpu_pending_p95_s"]["mean"] is None
     served = next(r for r in document["runs"] if r["policy"] == "default+advisor")
     assert served["figures"]["gpu_pending_p95_s"] > 0
+
+
+def test_seeds_that_disagree_on_never_have_no_deviation() -> None:
+    from migfit.simulate import metrics
+
+    assert metrics.summarise([math.inf, math.inf])["stdev"] == 0.0
+    mixed = metrics.summarise([math.inf, 100.0, 120.0])
+    assert mixed["mean"] == math.inf and math.isnan(mixed["stdev"])

@@ -1685,6 +1685,19 @@ def dumps(advice: Advice) -> str:
 # ---------------------------------------------------------------- explain
 
 
+def _barred(state: cluster.Cluster, pod: records.PodRecord, name: str, profile: str
+            ) -> str | None:
+    """Why ``pod`` could not use an instance of ``profile`` on node ``name`` even once one is
+    free (its selectors, affinity, taints, or the request the webhook recorded), or None."""
+    ns = state.node(name)
+    if ns is None:
+        return "not in migfit's view"
+    why = excludes(ns.node, pod.constraints)
+    if why is None and ns.node.model is not None:
+        why = record_refusal(recorded_needs(pod), state.catalog.get(ns.node.model), (profile,))
+    return why
+
+
 def _target_has(state: cluster.Cluster, name: str, profile: ProfileName,
                 config: migparted.Config | None) -> bool | None:
     """Whether the layout node ``name`` is being re-partitioned to (its nvidia.com/mig.config)
@@ -1822,10 +1835,18 @@ def explain(
         moving = sorted(s.name for s in advertising if s.repartitioning)
         cordoned = sorted(s.name for s in advertising
                           if s.node.unschedulable and not s.repartitioning)
-        if busy:
+        barred = {n: why for n in busy if (why := _barred(state, pod, n, p)) is not None}
+        if busy and len(barred) == len(busy):
+            # A freed instance there would not serve it either: say why, not "wait".
+            causes.update(_cause(why) for why in barred.values())
+            shown = "; ".join(f"{n}: {why}" for n, why in list(barred.items())[:5])
+            more = f"; and {len(barred) - 5} more" if len(barred) > 5 else ""
+            lines.append(f"- {p}: advertised only by node(s) it cannot use ({shown}{more}).")
+        elif busy:
             causes.add("busy")
+            usable = [n for n in busy if n not in barred]
             lines.append(f"- {p}: every instance is in use on the node(s) that advertise it "
-                         f"({_names(busy)}); it runs when "
+                         f"and that it may use ({_names(usable)}); it runs when "
                          f"{'one is freed' if reqs[p] == 1 else 'enough are'}.")
             if reqs[p] > 1:
                 lines.append(_wide(state, pod, p, reqs[p]))

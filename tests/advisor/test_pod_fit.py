@@ -408,8 +408,8 @@ def test_explain_names_the_nearest_node_for_a_pod_of_many_instances() -> None:
     full = [_eight("a"), *[pod(f"a{i}", "7g.80gb", node="a") for i in range(8)],
             pod("w", "7g.80gb", count=8)]
     text = advisor.explain(build(*full), "default", "w", now=NOW)
-    assert "every instance is in use on the node(s) that advertise it (a); it runs when " \
-           "enough are." in text
+    assert "every instance is in use on the node(s) that advertise it and that it may use " \
+           "(a); it runs when enough are." in text
     assert "the nearest, a, has 0 of its 8 free; the rest are held by default/a0" in text
     # No node it may use could ever hold eight: say so, and what to change.
     small = [node("small", gpus=2, alloc={"7g.80gb": 2}), _eight("tainted", taints=[taint]),
@@ -452,3 +452,21 @@ def test_the_webhooks_recorded_request_is_honoured() -> None:
     assert _nodes_for(build(a100, h100, only)) == ["h100"]
     # Without a record (a pod that asked for the resource itself) any model serves.
     assert _nodes_for(build(a100, pod("r", "1g.10gb"))) == ["a100"]
+
+
+def test_explain_does_not_say_wait_for_an_instance_the_pod_cannot_use() -> None:
+    # The only node advertising 1g.10gb has it in use, and the pod's selector excludes that
+    # node: a freed instance would not serve it either, so "it runs when one is freed" (and
+    # the fix "wait") was wrong.
+    busy = node("busy", alloc={"1g.10gb": 1}, labels={"pool": "x"})
+    holder = pod("h", "1g.10gb", node="busy", phase="Running")
+    picky = pod("p", "1g.10gb", spec={"nodeSelector": {"pool": "y"}})
+    text = advisor.explain(build(busy, holder, picky), "default", "p", now=NOW)
+    assert "- 1g.10gb: advertised only by node(s) it cannot use (busy: nodeSelector pool=y)." \
+        in text
+    assert "runs when one is freed" not in text and "Wait for an instance" not in text
+    assert "Widen the pod's nodeSelector or required node affinity" in text
+    # A pod that may go there still waits for the instance.
+    text = advisor.explain(build(busy, holder, pod("q", "1g.10gb")), "default", "q", now=NOW)
+    assert ("every instance is in use on the node(s) that advertise it and that it may use "
+            "(busy); it runs when one is freed") in text

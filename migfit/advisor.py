@@ -1685,6 +1685,28 @@ def dumps(advice: Advice) -> str:
 # ---------------------------------------------------------------- explain
 
 
+def _unpatched(pod: records.PodRecord) -> str | None:
+    """For a pod annotated with GPU memory that asks for no GPU resource (the webhook did not
+    patch it when it was created): why, as far as the annotation can say; None when it has
+    no such annotation."""
+    asked = sorted((k, v) for k, v in pod.annotations.items()
+                   if k == keys.GPU_MEMORY or k.startswith(keys.GPU_MEMORY_PREFIX))
+    if not asked:
+        return None
+    shown = ", ".join(f"{requests.shorten(k, 100)}={requests.quote(v)}" for k, v in asked[:3])
+    head = f"is annotated {shown} but asks for no GPU resource: the webhook did not patch it"
+    for k, v in asked:
+        try:
+            requests.parse_memory(k, v)
+        except requests.RequestError as exc:
+            return (f"{head}, and would refuse it: {exc.message}. Fix the annotation and "
+                    f"create the pod again.")
+    return (f"{head} when it was created. Pods are patched only then: check that migfit's "
+            f"MutatingWebhookConfiguration is installed and reaches namespace "
+            f"{pod.namespace} (kube-system, migfit-system and namespaces labelled "
+            f"migfit.io/webhook=skip are left out), then create the pod again.")
+
+
 def _barred(state: cluster.Cluster, pod: records.PodRecord, name: str, profile: str
             ) -> str | None:
     """Why ``pod`` could not use an instance of ``profile`` on node ``name`` even once one is
@@ -1791,10 +1813,20 @@ def explain(
     reqs = pod.mig_requests
     if not reqs:
         gpu = pod.requests.get(profiles.GPU_RESOURCE)
+        record = keys.decision_of(pod.annotations)
+        if gpu and record is not None and record["strategy"] == "single":
+            chosen = ", ".join(c["profile"] for c in record["containers"])
+            return (f"{key} requests {gpu} × {profiles.GPU_RESOURCE}, as the webhook decided "
+                    f"for single-strategy nodes ({chosen}); "
+                    f"migfit advises on mixed-strategy MIG resources (nvidia.com/mig-*) "
+                    f"only: a single-strategy node lays all its GPUs out as one profile.")
         if gpu:
             return (f"{key} requests {gpu} × {profiles.GPU_RESOURCE}, not a MIG profile; "
                     f"migfit advises on mixed-strategy MIG resources (nvidia.com/mig-*). "
                     f"To ask for memory instead, annotate it with {keys.GPU_MEMORY}.")
+        unpatched = _unpatched(pod)
+        if unpatched is not None:
+            return f"{key} {unpatched}"
         return f"{key} requests no MIG profile; migfit has nothing to say about it."
     lines: list[str] = []
     want = ", ".join(f"{n} × {p}" for p, n in sorted(reqs.items()))

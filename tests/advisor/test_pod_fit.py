@@ -470,3 +470,22 @@ def test_explain_does_not_say_wait_for_an_instance_the_pod_cannot_use() -> None:
     text = advisor.explain(build(busy, holder, pod("q", "1g.10gb")), "default", "q", now=NOW)
     assert ("every instance is in use on the node(s) that advertise it and that it may use "
             "(busy); it runs when one is freed") in text
+
+
+def _annotated(memory: str) -> dict[str, Any]:
+    """A pending pod carrying ``migfit.io/gpu-memory`` that the webhook never patched."""
+    p = builders.pod("p", [{"cpu": "1"}], unschedulable_since=None, image="x",
+                     container_names=["main"])
+    p["metadata"].setdefault("annotations", {})[keys.GPU_MEMORY] = memory
+    return p
+
+
+def test_explain_says_an_annotated_pod_was_not_patched_and_why() -> None:
+    a = node("a", alloc={"3g.40gb": 2})
+    text = advisor.explain(build(a, _annotated("8Gi")), "default", "p", now=NOW)
+    assert text.startswith("default/p is annotated migfit.io/gpu-memory='8Gi' but asks for "
+                           "no GPU resource: the webhook did not patch it when it was created.")
+    assert "reaches namespace default" in text and "nothing to say" not in text
+    text = advisor.explain(build(a, _annotated("12GB")), "default", "p", now=NOW)
+    assert "the webhook did not patch it, and would refuse it: " in text
+    assert 'did you mean "G" (10^9) or "Gi" (2^30)?' in text

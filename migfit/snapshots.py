@@ -251,6 +251,37 @@ def _describe(obj: Any) -> str:
     return f"{kind} {ns}/{name}" if ns else f"{kind} {name}"
 
 
+# What a node selector requirement's operator may be (Kubernetes' NodeSelectorOperator).
+_OPERATORS = frozenset({"In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"})
+
+
+def _check_shapes(obj: Mapping[str, Any]) -> None:
+    """Labels and annotations are string maps, and required node affinity names operators
+    Kubernetes has: the model read a string as no labels, and an unknown operator as a term
+    no node matches, without a word."""
+    meta = obj.get("metadata")
+    for field in ("labels", "annotations"):
+        values = meta.get(field) if isinstance(meta, dict) else None
+        if values is not None and not isinstance(values, dict):
+            raise errors.ConfigError(f"metadata.{field} is not a mapping")
+    spec = obj.get("spec")
+    affinity = spec.get("affinity") if isinstance(spec, dict) else None
+    node_aff = affinity.get("nodeAffinity") if isinstance(affinity, dict) else None
+    required = (node_aff.get("requiredDuringSchedulingIgnoredDuringExecution")
+                if isinstance(node_aff, dict) else None)
+    terms = required.get("nodeSelectorTerms") if isinstance(required, dict) else None
+    for i, term in enumerate(terms if isinstance(terms, list) else []):
+        for part in ("matchExpressions", "matchFields"):
+            items = term.get(part) if isinstance(term, dict) else None
+            for j, item in enumerate(items if isinstance(items, list) else []):
+                op = item.get("operator") if isinstance(item, dict) else None
+                if op not in _OPERATORS:
+                    raise errors.ConfigError(
+                        f"spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuring"
+                        f"Execution.nodeSelectorTerms[{i}].{part}[{j}].operator is {op!r}; "
+                        f"use one of {', '.join(sorted(_OPERATORS))}")
+
+
 # cpu and memory are read for the room a re-layout needs: a typo ("63 cores") read as 0 made
 # a full node look empty.
 _HOST_RESOURCES = frozenset({"cpu", "memory"})
@@ -389,12 +420,17 @@ def _decode_objects(objects: Iterator[Any], *, where: str, catalog: profiles.Cat
                 if not isinstance(kind, str) or not kind:
                     raise errors.ConfigError(
                         "no 'kind'; every object needs kind: Node or kind: Pod")
+                spelt = {k.lower(): k for k in _KINDS}.get(kind.lower())
+                if spelt is not None:  # dropped silently before, and the pod went unseen
+                    raise errors.ConfigError(f"kind {kind!r}: kinds are case-sensitive; "
+                                             f"write kind: {spelt}")
                 continue
             meta = obj.get("metadata")
             if not isinstance(meta, dict) or not isinstance(meta.get("name"), str) \
                     or not meta["name"]:
                 raise errors.ConfigError("no metadata.name")
             _check_quantities(obj, kind)
+            _check_shapes(obj)
             if kind == "Node":
                 key = ("Node", meta["name"])
                 node_records.append(decoding.node_from_api(obj, catalog))

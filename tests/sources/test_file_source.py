@@ -126,6 +126,13 @@ def test_a_rewrite_with_the_same_content_is_not_a_change(path: pathlib.Path) -> 
     assert model.generation == generation
 
 
+def _with_affinity(obj: dict[str, Any], operator: str) -> dict[str, Any]:
+    obj["spec"]["affinity"] = {"nodeAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": "pool", "operator": operator, "values": ["a"]}]}]}}}
+    return obj
+
+
 @pytest.mark.parametrize(
     ("broken", "expected"),
     [
@@ -136,6 +143,14 @@ def test_a_rewrite_with_the_same_content_is_not_a_change(path: pathlib.Path) -> 
         (as_list(node("n1"), {"metadata": {"name": "x"}}), "item 2 (object x): no 'kind'"),
         (as_list(node("n1"), node("n1")), "item 2 (Node n1): a second copy of item 1"),
         (as_list(node("n1"), "just text"), "item 2 (str): a str, not a Kubernetes object"),
+        # These were read silently: the pod dropped, no labels, a term no node matches.
+        (as_list(node("n1"), {**pod("p"), "kind": "pod"}),
+         "item 2 (pod gpu/p): kind 'pod': kinds are case-sensitive; write kind: Pod"),
+        (as_list({**node("n2"), "metadata": {"name": "n2", "labels": "oops"}}),
+         "item 1 (Node n2): metadata.labels is not a mapping"),
+        (as_list(node("n1"), _with_affinity(pod("p"), "Inn")),
+         "nodeSelectorTerms[0].matchExpressions[0].operator is 'Inn'; use one of "
+         "DoesNotExist, Exists, Gt, In, Lt, NotIn"),
     ],
 )
 def test_a_broken_file_keeps_the_last_good_state_and_names_the_object(

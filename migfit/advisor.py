@@ -438,12 +438,15 @@ _FIXES: Final = {
     "placement": "widen the pod's nodeSelector or required node affinity to such a node",
     "wide": "split the pod into pods that ask for fewer instances",
     "busy": "wait for an instance to be freed (it runs then)",
+    "state": "wait for such a node to finish its change or be Ready, or uncordon it or clear "
+             "its failed re-layout (migfit status names its state)",
     "record": "recreate the pod with a migfit.io/gpu-memory such a node's instances hold, or "
               "add nodes of a GPU model its request fits",
     "layout": "lay out such a node with GPU instance profiles of its model's catalog, on "
               "GPUs of that one model (migfit status names what it advertises)",
 }
-_FIX_ORDER: Final = ("taint", "room", "placement", "record", "wide", "layout", "busy")
+_FIX_ORDER: Final = ("taint", "room", "placement", "record", "state", "wide", "layout",
+                     "busy")
 #: How ``_idle_refusals`` starts the refusal of a node whose layout migfit cannot read.
 _UNKNOWN_LAYOUT: Final = "its layout is unknown to migfit"
 
@@ -461,6 +464,8 @@ def _cause(refusal: str | None) -> str:
         return "layout"
     if text.startswith(_RECORD_REFUSALS):
         return "record"
+    if text.startswith(_NODE_STATE):
+        return "state"
     return "placement"
 
 
@@ -1291,6 +1296,8 @@ def unselected(node: records.NodeRecord, constraints: records.PodConstraints) ->
     return None
 
 
+#: How ``_idle_refusals`` begins the refusal of a node no re-layout may start on now.
+_NODE_STATE: Final = "no re-layout can start there now: "
 #: How ``record_refusal`` begins its reasons (``_cause`` reads them).
 _RECORD_REFUSALS: Final = ("its request fits only on ", "its request does not fit: ")
 # The webhook's record, read as the extender's filter reads it (extender/figures.py, ``Want``):
@@ -1746,14 +1753,16 @@ def _idle_refusals(state: cluster.Cluster, pod: records.PodRecord,
     out = []
     for ns in sorted(state.nodes(), key=lambda n: n.name):
         rec = ns.node
-        if rec.model is None or excluded(ns) is not None:
+        if rec.model is None:
             continue
         model = state.catalog.get(rec.model)
         if not all(model.has_profile(p) for p in blocked) or any(
                 _on_gpus(p) for p in state.pods_on(rec.name)):
             continue
-        why = excludes(rec, pod.constraints) or record_refusal(recorded_needs(pod), model,
-                                                                blocked)
+        state_why = excluded(ns)
+        why = (f"{_NODE_STATE}{state_why}" if state_why is not None
+               else excludes(rec, pod.constraints)
+               or record_refusal(recorded_needs(pod), model, blocked))
         if why is None and view(state, ns, None) is None:
             odd = profiles.unknown_profiles_note(model, rec.allocatable, catalog=state.catalog,
                                                  labels=rec.all_labels)
@@ -1917,7 +1926,9 @@ def explain(
     rec = advice.for_pod(key)
     if rec is None or rec.disrupts:
         # Idle nodes would serve it without disrupting a pod, but it cannot go there.
-        refused = _idle_refusals(state, pod, blocked, memo)
+        # (a cordoned node that advertises the profile is named above already)
+        refused = [(n, why) for n, why in _idle_refusals(state, pod, blocked, memo)
+                   if n not in cordoned_at]
         if refused:
             causes.update(_cause(why) for _n, why in refused)
             shown = "; ".join(f"{n}: {why}" for n, why in refused[:5])

@@ -489,3 +489,11 @@ def test_explain_says_an_annotated_pod_was_not_patched_and_why() -> None:
     text = advisor.explain(build(a, _annotated("12GB")), "default", "p", now=NOW)
     assert "the webhook did not patch it, and would refuse it: " in text
     assert 'did you mean "G" (10^9) or "Gi" (2^30)?' in text
+
+
+def test_explain_names_idle_nodes_no_re_layout_may_start_on() -> None:
+    # The only idle node is cordoned: explain said only "add capacity", with no reason.
+    cordoned = node("c", alloc={"3g.40gb": 2}, unschedulable=True)
+    text = advisor.explain(build(cordoned, pod("p", "1g.10gb")), "default", "p", now=NOW)
+    assert "(c: no re-layout can start there now: cordoned)" in text
+    assert "Wait for such a node to finish its change or be Ready, or uncordon it" in text

@@ -1748,8 +1748,9 @@ def _idle_refusals(state: cluster.Cluster, pod: records.PodRecord,
                    blocked: Sequence[str], memo: dict[str, tuple[int, int]]
                    ) -> list[tuple[str, str]]:
     """The idle nodes (no pod on their GPUs) whose GPU model has every profile of
-    ``blocked``, which a re-layout could serve the pod from, but which cannot take it (its
-    selection, a taint, cpu or memory): name and why, by name."""
+    ``blocked``, which a re-layout could serve the pod from, but which cannot take it (no
+    re-layout may start there now, ``excluded``; its selection, a taint, the request the
+    webhook recorded, cpu or memory): name and why, by name."""
     out = []
     for ns in sorted(state.nodes(), key=lambda n: n.name):
         rec = ns.node

@@ -12,16 +12,17 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import difflib
 import hashlib
 import json
 import logging
 import os
 import re
 import time
-from collections.abc import Generator, Iterable, Iterator, Mapping
+from collections.abc import Generator, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 import yaml
 
@@ -255,10 +256,48 @@ def _describe(obj: Any) -> str:
 _OPERATORS = frozenset({"In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"})
 
 
+# The fields migfit reads, per part of an object: a key that is not one of them but reads
+# almost like one the object lacks (``status.allocatible``, ``spec.nodeSelecter``) is a typo
+# that made the model see no instances, or no selector. Other unknown keys are left alone: a
+# newer Kubernetes adds fields.
+_READ: Final[dict[str, dict[str, tuple[str, ...]]]] = {
+    "Node": {"metadata": ("name", "labels", "annotations"),
+             "spec": ("unschedulable", "taints"),
+             "status": ("allocatable", "capacity", "conditions")},
+    "Pod": {"metadata": ("name", "namespace", "labels", "annotations"),
+            "spec": ("containers", "initContainers", "nodeName", "nodeSelector", "affinity",
+                     "tolerations", "overhead", "schedulerName"),
+            "status": ("phase", "conditions")},
+}
+_READ_IN_CONTAINERS: Final = {"": ("name", "resources"), "resources": ("requests", "limits")}
+
+
+def _check_typos(where: str, part: Any, read: Sequence[str]) -> None:
+    if not isinstance(part, dict):
+        return
+    for key in part:
+        if not isinstance(key, str) or key in read:
+            continue
+        near = difflib.get_close_matches(key, read, n=1, cutoff=0.8)
+        if near and near[0] not in part:
+            raise errors.ConfigError(f"{where}{key}: no such field; did you mean {near[0]}?")
+
+
 def _check_shapes(obj: Mapping[str, Any]) -> None:
     """Labels and annotations are string maps, and required node affinity names operators
     Kubernetes has: the model read a string as no labels, and an unknown operator as a term
-    no node matches, without a word."""
+    no node matches, without a word. Fields spelt almost like one migfit reads are refused
+    (``_READ``)."""
+    for section, read in _READ.get(str(obj.get("kind")), {}).items():
+        _check_typos(f"{section}.", obj.get(section), read)
+    spec = obj.get("spec")
+    for group in ("containers", "initContainers"):
+        containers = spec.get(group) if isinstance(spec, dict) else None
+        for i, c in enumerate(containers if isinstance(containers, list) else []):
+            _check_typos(f"spec.{group}[{i}].", c, _READ_IN_CONTAINERS[""])
+            res = c.get("resources") if isinstance(c, dict) else None
+            _check_typos(f"spec.{group}[{i}].resources.", res,
+                         _READ_IN_CONTAINERS["resources"])
     meta = obj.get("metadata")
     for field in ("labels", "annotations"):
         values = meta.get(field) if isinstance(meta, dict) else None

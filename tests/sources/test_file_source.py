@@ -126,6 +126,11 @@ def test_a_rewrite_with_the_same_content_is_not_a_change(path: pathlib.Path) -> 
     assert model.generation == generation
 
 
+def _with_field(obj: dict[str, Any], key: str, value: Any) -> dict[str, Any]:
+    obj["spec"][key] = value
+    return obj
+
+
 def _with_affinity(obj: dict[str, Any], operator: str) -> dict[str, Any]:
     obj["spec"]["affinity"] = {"nodeAffinity": {
         "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
@@ -148,6 +153,10 @@ def _with_affinity(obj: dict[str, Any], operator: str) -> dict[str, Any]:
          "item 2 (pod gpu/p): kind 'pod': kinds are case-sensitive; write kind: Pod"),
         (as_list({**node("n2"), "metadata": {"name": "n2", "labels": "oops"}}),
          "item 1 (Node n2): metadata.labels is not a mapping"),
+        (as_list({**node("n2"), "status": {"allocatible": {"nvidia.com/mig-3g.40gb": "2"}}}),
+         "item 1 (Node n2): status.allocatible: no such field; did you mean allocatable?"),
+        (as_list(node("n1"), _with_field(pod("p"), "nodeSelecter", {"pool": "a"})),
+         "item 2 (Pod gpu/p): spec.nodeSelecter: no such field; did you mean nodeSelector?"),
         (as_list(node("n1"), _with_affinity(pod("p"), "Inn")),
          "nodeSelectorTerms[0].matchExpressions[0].operator is 'Inn'; use one of "
          "DoesNotExist, Exists, Gt, In, Lt, NotIn"),

@@ -179,21 +179,12 @@ def _wants(gpu_items: tuple[tuple[str, int], ...], decision_text: str | None
     gpu_requests = dict(gpu_items)
     decision = (None if decision_text is None
                 else requests.decision_of({keys.DECISION: decision_text}))
-    recorded: dict[str, list[requests.DecisionContainer]] = {}
-    if decision is not None:
-        for c in decision["containers"]:
-            recorded.setdefault(profiles.canonical_profile(c["profile"]), []).append(c)
+    needs = {p: (mib, models) for p, mib, models in requests.recorded_needs(decision_text)}
 
     def make(profile: str, resource: str, count: int) -> Want:
-        mib: int | None = None
-        models: set[str] | None = None
-        for c in recorded.get(profile, ()):
-            mib = c["request_mib"] if mib is None else max(mib, c["request_mib"])
-            if c["models"]:
-                these = {m.lower() for m in c["models"]}
-                models = these if models is None else models & these
+        mib, models = needs.get(profile, (None, None))
         return Want(profile=profiles.ProfileName(profile), resource=resource, count=count,
-                    request_mib=mib, models=None if models is None else frozenset(models))
+                    request_mib=mib, models=models)
 
     out: list[Want] = []
     for res, n in sorted(gpu_requests.items()):
@@ -202,15 +193,15 @@ def _wants(gpu_items: tuple[tuple[str, int], ...], decision_text: str | None
             out.append(make(p, res, n))
     gpus = gpu_requests.get(profiles.GPU_RESOURCE, 0)
     if not out and gpus > 0 and decision is not None and decision["strategy"] == "single":
-        names = list(dict.fromkeys(profiles.canonical_profile(c["profile"])
-                                   for c in decision["containers"]))
-        if len(names) == 1:
-            out.append(make(names[0], profiles.GPU_RESOURCE, gpus))
+        counts = Counter(profiles.canonical_profile(c["profile"])
+                         for c in decision["containers"])
+        if len(counts) == 1:
+            out.append(make(next(iter(counts)), profiles.GPU_RESOURCE, gpus))
         else:
             # Several profiles under single can never share one node (it has one profile);
             # keep them all so that every node reports what it lacks.
-            for name in names:
-                out.append(make(name, profiles.GPU_RESOURCE, len(recorded[name])))
+            for name, n in counts.items():
+                out.append(make(name, profiles.GPU_RESOURCE, n))
     return tuple(out)
 
 

@@ -1300,30 +1300,13 @@ def unselected(node: records.NodeRecord, constraints: records.PodConstraints) ->
 _NODE_STATE: Final = "no re-layout can start there now: "
 #: How ``record_refusal`` begins its reasons (``_cause`` reads them).
 _RECORD_REFUSALS: Final = ("its request fits only on ", "its request does not fit: ")
-# The webhook's record, read as the extender's filter reads it (extender/figures.py, ``Want``):
-# per profile, the largest request (MiB) of the containers given it and the models all of them
-# fit (lower-case; None: every model that has the profile).
-RecordedNeeds = tuple[tuple[str, int, frozenset[str] | None], ...]
-
-
-@functools.lru_cache(maxsize=4096)
-def _recorded(decision: str | None) -> RecordedNeeds:
-    record = None if decision is None else keys.decision_of({keys.DECISION: decision})
-    out: dict[str, tuple[int, frozenset[str] | None]] = {}
-    for c in [] if record is None else record["containers"]:
-        p = profiles.canonical_profile(c["profile"])
-        mib, models = out.get(p, (0, None))
-        if c["models"]:
-            these = frozenset(m.lower() for m in c["models"])
-            models = these if models is None else models & these
-        out[p] = (max(mib, c["request_mib"]), models)
-    return tuple((p, mib, models) for p, (mib, models) in sorted(out.items()))
+RecordedNeeds = requests.RecordedNeeds
 
 
 def recorded_needs(pod: records.PodRecord | None) -> RecordedNeeds:
-    """What the webhook recorded that ``pod``'s instances must hold (``RecordedNeeds``);
-    () without a record."""
-    return () if pod is None else _recorded(pod.annotations.get(keys.DECISION))
+    """What the webhook recorded that ``pod``'s instances must hold
+    (``requests.recorded_needs``, as the extender's filter reads it); () without a record."""
+    return () if pod is None else requests.recorded_needs(pod.annotations.get(keys.DECISION))
 
 
 def record_refusal(needs: RecordedNeeds, model: profiles.GpuModel,
@@ -1714,16 +1697,14 @@ def _unpatched(pod: records.PodRecord) -> str | None:
             f"migfit.io/webhook=skip are left out), then create the pod again.")
 
 
-def _barred(state: cluster.Cluster, pod: records.PodRecord, name: str, profile: str
-            ) -> str | None:
-    """Why ``pod`` could not use an instance of ``profile`` on node ``name`` even once one is
-    free (its selectors, affinity, taints, or the request the webhook recorded), or None."""
-    ns = state.node(name)
-    if ns is None:
-        return "not in migfit's view"
-    why = excludes(ns.node, pod.constraints)
-    if why is None and ns.node.model is not None:
-        why = record_refusal(recorded_needs(pod), state.catalog.get(ns.node.model), (profile,))
+def _barred(state: cluster.Cluster, pod: records.PodRecord, node: records.NodeRecord,
+            wanted: Sequence[str]) -> str | None:
+    """Why ``pod`` could not use instances of the ``wanted`` profiles on ``node`` even once
+    they are free (its selectors, affinity, taints, or the request the webhook recorded), or
+    None."""
+    why = excludes(node, pod.constraints)
+    if why is None and node.model is not None:
+        why = record_refusal(recorded_needs(pod), state.catalog.get(node.model), wanted)
     return why
 
 
@@ -1762,8 +1743,7 @@ def _idle_refusals(state: cluster.Cluster, pod: records.PodRecord,
             continue
         state_why = excluded(ns)
         why = (f"{_NODE_STATE}{state_why}" if state_why is not None
-               else excludes(rec, pod.constraints)
-               or record_refusal(recorded_needs(pod), model, blocked))
+               else _barred(state, pod, rec, blocked))
         if why is None and view(state, ns, None) is None:
             odd = profiles.unknown_profiles_note(model, rec.allocatable, catalog=state.catalog,
                                                  labels=rec.all_labels)
@@ -1877,7 +1857,9 @@ def explain(
         moving = sorted(s.name for s in advertising if s.repartitioning)
         cordoned = sorted(s.name for s in advertising
                           if s.node.unschedulable and not s.repartitioning)
-        barred = {n: why for n in busy if (why := _barred(state, pod, n, p)) is not None}
+        nodes_of = {s.name: s.node for s in advertising}
+        barred = {n: why for n in busy
+                  if (why := _barred(state, pod, nodes_of[n], (p,))) is not None}
         if busy and len(barred) == len(busy):
             # A freed instance there would not serve it either: say why, not "wait".
             causes.update(_cause(why) for why in barred.values())

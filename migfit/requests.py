@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import dataclasses
 import decimal
+import functools
 from collections.abc import Mapping, Sequence
 from typing import Final
 
-from migfit import errors, keys, logs, quantity
+from migfit import errors, keys, logs, profiles, quantity
 
 # ---------------------------------------------------------------- annotation keys
 # Spelled in migfit.keys, the one home of every key; re-exported here under the names the
@@ -316,3 +317,24 @@ def decode_decision(text: str) -> DecisionRecord:
         return keys.decode_decision(text)
     except keys.AnnotationError as exc:
         raise RequestError(exc.message) from None
+
+
+#: The webhook's record of a pod, as the extender's filter and the advisor read it: per
+#: profile (canonical), the largest request (MiB) of the containers given it and the models
+#: all of them fit (lower-case; None: every model that has the profile).
+RecordedNeeds = tuple[tuple[str, int, frozenset[str] | None], ...]
+
+
+@functools.lru_cache(maxsize=4096)
+def recorded_needs(decision: str | None) -> RecordedNeeds:
+    """``RecordedNeeds`` of a ``migfit.io/decision`` value; () without a valid record."""
+    record = None if decision is None else keys.decision_of({keys.DECISION: decision})
+    out: dict[str, tuple[int, frozenset[str] | None]] = {}
+    for c in [] if record is None else record["containers"]:
+        p = profiles.canonical_profile(c["profile"])
+        mib, models = out.get(p, (0, None))
+        if c["models"]:
+            these = frozenset(m.lower() for m in c["models"])
+            models = these if models is None else models & these
+        out[p] = (max(mib, c["request_mib"]), models)
+    return tuple((p, mib, models) for p, (mib, models) in sorted(out.items()))

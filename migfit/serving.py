@@ -1079,6 +1079,9 @@ class Interrupted(Exception):
     KeyboardInterrupt for it, which the command line answers with exit status 130."""
 
 
+_UNRAISABLE_HOOKED = False  # ``run`` wraps sys.unraisablehook once per process
+
+
 def _unraisable(default: Callable[[Any], object]) -> Callable[[Any], object]:
     """A ``sys.unraisablehook`` that turns the ssl module's failure to decode a client's
     server name (SNI) into one debug line, and hands anything else to ``default``.
@@ -1101,10 +1104,10 @@ def run(main: Coroutine[Any, Any, _T]) -> _T:
     """``asyncio.run(main)`` on the loop ``loop_factory`` chooses; ``Interrupted`` becomes
     KeyboardInterrupt once the loop is closed. A TLS server name that is not ASCII is one
     debug line (``_unraisable``)."""
-    if not getattr(sys.unraisablehook, "migfit", False):
-        hook = _unraisable(sys.unraisablehook)
-        hook.migfit = True  # type: ignore[attr-defined]
-        sys.unraisablehook = hook
+    global _UNRAISABLE_HOOKED
+    if not _UNRAISABLE_HOOKED:
+        sys.unraisablehook = _unraisable(sys.unraisablehook)
+        _UNRAISABLE_HOOKED = True
     try:
         factory = loop_factory()
     except BaseException:

@@ -46,7 +46,8 @@ from migfit.simulate.world import Counters, Gpu, Node, Pod, World, node_object, 
 
 __all__ = ["ALL_POLICIES", "EPOCH", "SCORERS", "Mode", "Options", "Policy", "Scorer",
            "Simulation"]
-#: Figures of how long pods waited; in fill mode read when arrivals stop.
+#: Figures of how long pods waited: in fill mode read when arrivals stop, in events mode once
+#: the replay is over.
 WAIT_FIGURES = ("pending_p50_s", "pending_p99_s", "gpu_pending_p50_s", "gpu_pending_p95_s")
 EPOCH = 1_767_225_600.0  # simulated time 0 = 2026-01-01T00:00:00Z (pod condition timestamps)
 
@@ -731,9 +732,7 @@ def _run(nodes: Sequence[spec.NodeSpec], pods: Sequence[workload.PodSpec], *, po
         figs = sim.end_figures or sim.figures()
         final = sim.figures(ended=True)
         for k in ("pods_placed", "gpu_pods_placed", "pods_pending", "gpu_pods_pending",
-                  "pending_p50_s",
-                  "pending_p99_s", "gpu_pending_p50_s", "gpu_pending_p95_s",
-                  "blocked_by_fragmentation", "relayouts", "gpus_relaid",
+                  *WAIT_FIGURES, "blocked_by_fragmentation", "relayouts", "gpus_relaid",
                   "pods_disrupted", "memory_wasted_gib", "memory_wasted_share"):
             figs[k] = final[k]
         figs["unallocated_share_at_last_arrival"] = figs["unallocated_share"]

@@ -53,6 +53,21 @@ async def _relayouter(api: k8s.ApiClient, elector: leader.LeaseElector | None = 
     return await relayouter(api, settings=settings, elector=elector, client=client)
 
 
+async def _one_relayout(api: k8s.ApiClient, *, client: kube.KubeClient | None = None
+                        ) -> tuple[relayout.Outcome, MigManager]:
+    """One pass of a fresh relayouter re-laying out node ``idle`` beside a MIG Manager that
+    succeeds: its one outcome, and the MIG Manager (stopped) to read what it applied."""
+    mm = MigManager(api, "idle", layouts=LAYOUTS, mode="success")
+    mm.start()
+    try:
+        r = await _relayouter(api, client=client)
+        assert await r.step() == ["idle"]
+        (outcome,) = await r.wait()
+    finally:
+        await mm.stop()
+    return outcome, mm
+
+
 def _record(obj: dict[str, Any]) -> dict[str, Any] | None:
     text = obj["metadata"].get("annotations", {}).get(keys.ANNOTATION_RELAYOUT)
     return None if text is None else dict(json.loads(text))
@@ -155,15 +170,8 @@ async def test_a_tainted_node_keeps_its_record_when_the_label_and_failure_writes
     assert record is not None and record["state"] == "tainted"
     assert record["target"] == "all-1g.10gb"
     # Whichever replica leads next adopts it (here a fresh one) and finishes it.
-    mm = MigManager(api, "idle", layouts=LAYOUTS, mode="success")
-    mm.start()
-    try:
-        again = await _relayouter(api)
-        assert await again.step() == ["idle"]
-        (done,) = await again.wait()
-        assert done.result == "success", done.reason
-    finally:
-        await mm.stop()
+    done, mm = await _one_relayout(api)
+    assert done.result == "success", done.reason
     obj = await read_node(api, "idle")
     assert taints(obj) == [] and _record(obj) is None
     assert mm.applied == ["all-1g.10gb"]
@@ -175,17 +183,10 @@ async def test_a_lost_answer_to_the_taint_is_confirmed_and_the_relayout_goes_on(
 ) -> None:
     seed(server)
     server.fail(NODES, "idle", adds_taint(keys.TAINT_RELAYOUT), status=503, after_write=True)
-    mm = MigManager(api, "idle", layouts=LAYOUTS, mode="success")
-    mm.start()
-    try:
-        # No retries inside the client: the 503 reaches the re-layout.
-        client = kube.as_client(api, connection=kube.Connection(retries=0))
-        r = await _relayouter(api, client=client)
-        assert await r.step() == ["idle"]
-        (outcome,) = await r.wait()
-        assert outcome.result == "success", outcome.reason
-    finally:
-        await mm.stop()
+    # No retries inside the client: the 503 reaches the re-layout.
+    outcome, mm = await _one_relayout(
+        api, client=kube.as_client(api, connection=kube.Connection(retries=0)))
+    assert outcome.result == "success", outcome.reason
     assert mm.applied == ["all-1g.10gb"]
     assert taints(await read_node(api, "idle")) == []
 
@@ -201,14 +202,7 @@ async def test_a_gpu_pod_bound_after_the_taint_aborts_before_the_label(
     seed(server)
     server.after(NODES, "idle", adds_taint(keys.TAINT_RELAYOUT),
                  lambda: store(server, pod("runner", "3g.40gb", namespace="t", node="idle")))
-    mm = MigManager(api, "idle", layouts=LAYOUTS, mode="success")
-    mm.start()
-    try:
-        r = await _relayouter(api)
-        assert await r.step() == ["idle"]
-        (outcome,) = await r.wait()
-    finally:
-        await mm.stop()
+    outcome, mm = await _one_relayout(api)
     assert outcome.result == "aborted" and "t/runner" in outcome.reason, outcome
     assert mm.applied == []
     obj = await read_node(api, "idle")
@@ -227,14 +221,7 @@ async def test_a_pod_whose_profile_the_relayout_removes_is_never_a_success(
     seed(server)
     server.after(NODES, "idle", sets_label(keys.LABEL_CONFIG),
                  lambda: store(server, pod("runner", "3g.40gb", namespace="t", node="idle")))
-    mm = MigManager(api, "idle", layouts=LAYOUTS, mode="success")
-    mm.start()
-    try:
-        r = await _relayouter(api)
-        assert await r.step() == ["idle"]
-        (outcome,) = await r.wait()
-    finally:
-        await mm.stop()
+    outcome, _ = await _one_relayout(api)
     assert outcome.result == "failed", outcome
     assert "t/runner (3g.40gb)" in outcome.reason
     obj = await read_node(api, "idle")
@@ -388,14 +375,7 @@ async def test_an_unrelated_write_before_the_label_is_read_again_then_labelled(
     seed(server)
     server.after(NODES, "idle", adds_taint(keys.TAINT_RELAYOUT), lambda: server.race(
         NODES, None, "idle", {"metadata": {"labels": {"example.com/other": "x"}}}))
-    mm = MigManager(api, "idle", layouts=LAYOUTS, mode="success")
-    mm.start()
-    try:
-        r = await _relayouter(api)
-        assert await r.step() == ["idle"]
-        (outcome,) = await r.wait()
-    finally:
-        await mm.stop()
+    outcome, mm = await _one_relayout(api)
     assert outcome.result == "success", outcome
     assert mm.applied == ["all-1g.10gb"]
     labels = (await read_node(api, "idle"))["metadata"]["labels"]

@@ -238,27 +238,29 @@ def test_a_killed_server_takes_its_child_along(extender: Extender) -> None:
     assert not _running(child)
 
 
-async def _serving(model: cluster.Cluster, cache: advice.AdviceCache
-                   ) -> tuple[asyncio.Task[None], asyncio.Event, str]:
+async def _get_advice(model: cluster.Cluster, cache: advice.AdviceCache
+                      ) -> tuple[int, Any]:
+    """``GET /advice`` once from a real extender serving ``model`` with ``cache``, then
+    stopped: the status and the JSON body."""
     stop = asyncio.Event()
     port: asyncio.Future[int] = asyncio.get_running_loop().create_future()
     task = asyncio.create_task(server.serve(
         server.ExtenderSettings(host="127.0.0.1", port=0), model, advice_cache=cache,
         stop=stop, on_started=port.set_result))
-    return task, stop, f"http://127.0.0.1:{await port}"
+    try:
+        async with aiohttp.ClientSession() as session, \
+                session.get(f"http://127.0.0.1:{await port}/advice") as resp:
+            return resp.status, await resp.json()
+    finally:
+        stop.set()
+        await task
 
 
 async def test_get_advice_equals_the_synchronous_advice(model: cluster.Cluster) -> None:
     """What the child computed and sent back is what ``AdviceCache.get`` computes here."""
     cache = advice.AdviceCache(clock=lambda: T)
-    task, stop, base = await _serving(model, cache)
-    try:
-        async with aiohttp.ClientSession() as session, session.get(f"{base}/advice") as resp:
-            assert resp.status == 200
-            served = await resp.json()
-    finally:
-        stop.set()
-        await task
+    status, served = await _get_advice(model, cache)
+    assert status == 200
     assert cache.child is None
     expected = advice.AdviceCache(clock=lambda: T, off_loop=False).get(model)
     assert expected.recommendations and expected.waiting
@@ -301,14 +303,8 @@ async def test_a_child_past_its_timeout_is_killed_and_no_advice_is_an_error(
     """With no advice before, a computation past the timeout leaves none: /advice says so
     (503), the gauges show nothing, and the child is killed and reaped."""
     cache = advice.AdviceCache(clock=lambda: T, timeout_s=0.2)
-    task, stop, base = await _serving(model, cache)
-    try:
-        async with aiohttp.ClientSession() as session, session.get(f"{base}/advice") as resp:
-            assert resp.status == 503
-            body = await resp.json()
-    finally:
-        stop.set()
-        await task
+    status, body = await _get_advice(model, cache)
+    assert status == 503
     assert "took longer than 0.2s (killed)" in body["Error"]
     assert cache.current(model) is None and cache.child is None
     (line,) = _advice_lines(caplog)

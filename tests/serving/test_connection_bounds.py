@@ -51,22 +51,6 @@ async def server(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterato
     await runner.cleanup()
 
 
-async def _closed_within(reader: asyncio.StreamReader, seconds: float) -> bytes:
-    """Everything the server sends until it closes the connection; fails if it stays open."""
-    data = b""
-    deadline = time.monotonic() + seconds
-    while True:
-        left = deadline - time.monotonic()
-        assert left > 0, f"connection still open after {seconds}s (got {data[:80]!r})"
-        try:
-            chunk = await asyncio.wait_for(reader.read(65536), left)
-        except (ConnectionError, ssl.SSLError):
-            return data
-        if not chunk:
-            return data
-        data += chunk
-
-
 def _request(body: bytes) -> bytes:
     return (b"POST /echo HTTP/1.1\r\nHost: localhost\r\nContent-Length: "
             + str(len(body)).encode() + b"\r\n\r\n" + body)
@@ -93,7 +77,7 @@ async def test_a_large_body_arrives_whole_through_the_small_tls_buffer(server: S
 async def test_an_idle_connection_is_closed_after_the_keepalive_timeout(server: Server) -> None:
     reader, writer = await server.open()
     start = time.monotonic()
-    await _closed_within(reader, LIMITS.keepalive_timeout + SLACK)
+    await tls_app.closed_within(reader, LIMITS.keepalive_timeout + SLACK)
     assert time.monotonic() - start >= LIMITS.keepalive_timeout * 0.8
     writer.close()
 
@@ -102,7 +86,7 @@ async def test_an_idle_connection_after_a_response_is_closed(server: Server) -> 
     reader, writer = await server.open()
     writer.write(_request(b"x"))
     await reader.readuntil(b"\r\n\r\n")
-    await _closed_within(reader, LIMITS.keepalive_timeout + SLACK)
+    await tls_app.closed_within(reader, LIMITS.keepalive_timeout + SLACK)
     writer.close()
 
 
@@ -118,7 +102,7 @@ async def test_slow_headers_are_cut_off(server: Server) -> None:
                 await asyncio.sleep(0.1)
 
     task = asyncio.create_task(trickle())
-    await _closed_within(reader, LIMITS.keepalive_timeout + SLACK)
+    await tls_app.closed_within(reader, LIMITS.keepalive_timeout + SLACK)
     task.cancel()
     writer.close()
 
@@ -126,7 +110,7 @@ async def test_slow_headers_are_cut_off(server: Server) -> None:
 async def test_a_slow_body_gets_408_and_the_connection_is_closed(server: Server) -> None:
     reader, writer = await server.open()
     writer.write(_request(b"0123456789" * 10)[:-90])  # headers and 10 of 100 bytes
-    data = await _closed_within(reader, LIMITS.body_timeout + serving.LINGER_S + SLACK)
+    data = await tls_app.closed_within(reader, LIMITS.body_timeout + serving.LINGER_S + SLACK)
     assert data.startswith(b"HTTP/1.1 408")
     writer.close()
 
@@ -139,7 +123,7 @@ async def test_connections_beyond_the_cap_are_refused_and_the_rest_still_served(
     extra_reader, extra_writer = await server.open() if server.client_tls is None else (
         None, None)
     if extra_reader is not None:
-        assert await _closed_within(extra_reader, 1.0) == b""
+        assert await tls_app.closed_within(extra_reader, 1.0) == b""
         extra_writer.close()  # type: ignore[union-attr]
     else:  # over TLS the refused handshake itself fails
         with pytest.raises((ConnectionError, ssl.SSLError, asyncio.IncompleteReadError)):
@@ -179,7 +163,7 @@ async def test_one_client_address_cannot_take_every_slot(tls: bool, tmp_path: Pa
         assert server.started.open_connections == 3
         for reader, _ in flood[3:]:  # the ones beyond its share: closed, nothing read
             with contextlib.suppress(ConnectionResetError):
-                assert await _closed_within(reader, SLACK) == b""
+                assert await tls_app.closed_within(reader, SLACK) == b""
         assert server.started.refused_connections == 3
         # another client (127.0.0.1) still gets in, up to its own share
         held = [await server.open() for _ in range(3)]
@@ -209,9 +193,9 @@ async def test_failed_and_stalled_tls_handshakes_free_their_slots(server: Server
     for _, w in garbage:
         w.write(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")  # plain HTTP to a TLS port
     for r, _ in garbage:
-        await _closed_within(r, SLACK)
+        await tls_app.closed_within(r, SLACK)
     for r, _ in stalled:  # no ClientHello: cut off by the handshake timeout
-        await _closed_within(r, LIMITS.handshake_timeout + SLACK)
+        await tls_app.closed_within(r, LIMITS.handshake_timeout + SLACK)
     await asyncio.sleep(0.2)
     assert server.started.open_connections == 0
     # every slot is free again: the cap's worth of real clients still gets in
@@ -228,7 +212,7 @@ async def test_malformed_http_is_one_warning_line(
     caplog.set_level(logging.DEBUG)
     reader, writer = await server.open()
     writer.write(b"POST /echo HTTP/1.1\r\nHost: localhost\r\nContent-Length: nope\r\n\r\n")
-    data = await _closed_within(reader, 2.0)
+    data = await tls_app.closed_within(reader, 2.0)
     assert data.split(b" ")[1] == b"400"
     writer.close()
     await asyncio.sleep(0.1)

@@ -14,8 +14,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import ssl
-import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -85,22 +83,6 @@ CASES: list[tuple[str, bytes, int, str]] = [
 ]
 
 
-async def _until_closed(reader: asyncio.StreamReader, seconds: float = 3.0) -> bytes:
-    """Everything the server sends until it closes; fails if the connection stays open."""
-    data = b""
-    deadline = time.monotonic() + seconds
-    while True:
-        left = deadline - time.monotonic()
-        assert left > 0, f"connection still open after {seconds}s (got {data[:80]!r})"
-        try:
-            chunk = await asyncio.wait_for(reader.read(65536), left)
-        except (ConnectionError, ssl.SSLError):
-            return data
-        if not chunk:
-            return data
-        data += chunk
-
-
 def _parse(answer: bytes) -> tuple[int, dict[str, str], Any]:
     head, _, body = answer.partition(b"\r\n\r\n")
     lines = head.decode("latin-1").split("\r\n")
@@ -117,7 +99,7 @@ async def test_a_malformed_request_gets_the_apps_json_error(
     caplog.set_level(logging.DEBUG)
     reader, writer = await server.open()
     writer.write(data)
-    answer = await _until_closed(reader)  # Connection: close, and closed
+    answer = await tls_app.closed_within(reader)  # Connection: close, and closed
     writer.close()
     code, headers, body = _parse(answer)
     assert code == status, answer[:200]
@@ -145,7 +127,7 @@ async def test_tls_sent_to_a_plain_http_port_is_told_so(
     try:
         reader, writer = await asyncio.open_connection("127.0.0.1", started.port)
         writer.write(b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03" + MARK)
-        answer = await _until_closed(reader)
+        answer = await tls_app.closed_within(reader)
         writer.close()
     finally:
         await runner.cleanup()
@@ -169,7 +151,7 @@ async def test_the_connection_before_a_malformed_request_is_served_as_usual(
     assert first.startswith(b"HTTP/1.1 200")
     assert await reader.readexactly(2) == b"ok"
     writer.write(_post(b"Bad Header: v\r\n"))
-    code, headers, body = _parse(await _until_closed(reader))
+    code, headers, body = _parse(await tls_app.closed_within(reader))
     writer.close()
     assert code == 400 and headers["connection"] == "close"
     assert body["Problem"].startswith("malformed header line")
@@ -180,7 +162,7 @@ async def test_an_error_past_the_parser_is_in_the_apps_shape_too(server: Server)
     answer theirs): aiohttp's 500, in the application's JSON, with no traceback."""
     reader, writer = await server.open()
     writer.write(b"GET /boom HTTP/1.1\r\nHost: localhost\r\n\r\n")
-    code, headers, body = _parse(await _until_closed(reader))
+    code, headers, body = _parse(await tls_app.closed_within(reader))
     writer.close()
     assert code == 500 and headers["connection"] == "close"
     assert body == {"Problem": "internal error; see the server's log", "code": 500}

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import socket
 import ssl
+import time
 from pathlib import Path
 
 from aiohttp import web
@@ -51,3 +52,20 @@ class Client:
         return await asyncio.open_connection(
             sock=sock, ssl=self.client_tls,
             server_hostname="localhost" if self.client_tls else None)
+
+
+async def closed_within(reader: asyncio.StreamReader, seconds: float = 3.0) -> bytes:
+    """Everything the server sends until it closes the connection; fails if it stays open
+    ``seconds`` longer."""
+    data = b""
+    deadline = time.monotonic() + seconds
+    while True:
+        left = deadline - time.monotonic()
+        assert left > 0, f"connection still open after {seconds}s (got {data[:80]!r})"
+        try:
+            chunk = await asyncio.wait_for(reader.read(65536), left)
+        except (ConnectionError, ssl.SSLError):
+            return data
+        if not chunk:
+            return data
+        data += chunk

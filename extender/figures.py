@@ -150,6 +150,8 @@ class Want:
     count: int
     request_mib: int | None  # the largest request recorded by the webhook for this profile
     models: frozenset[str] | None  # lower-cased model ids it may use; None: any
+    #: those models as the webhook recorded them (``A100-40GB``), for messages
+    model_names: tuple[str, ...] = ()
 
     @property
     def single(self) -> bool:
@@ -180,11 +182,15 @@ def _wants(gpu_items: tuple[tuple[str, int], ...], decision_text: str | None
     decision = (None if decision_text is None
                 else requests.decision_of({keys.DECISION: decision_text}))
     needs = {p: (mib, models) for p, mib, models in requests.recorded_needs(decision_text)}
+    # The record's own spelling of each model, for messages (matching is case-insensitive).
+    spelt = {m.lower(): m for c in (decision["containers"] if decision is not None else ())
+             for m in c["models"]}
 
     def make(profile: str, resource: str, count: int) -> Want:
         mib, models = needs.get(profile, (None, None))
+        names = () if models is None else tuple(sorted(spelt.get(m, m) for m in models))
         return Want(profile=profiles.ProfileName(profile), resource=resource, count=count,
-                    request_mib=mib, models=models)
+                    request_mib=mib, models=models, model_names=names)
 
     out: list[Want] = []
     for res, n in sorted(gpu_requests.items()):

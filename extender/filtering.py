@@ -192,7 +192,7 @@ def check(fig: figures.NodeFigures | None, request: PodRequest) -> tuple[Reason,
         if w.models is not None and fig.model_key not in w.models:
             reason = _reason(code=Code.MODEL_NOT_ALLOWED, profile=p,
                              model=fig.model.id if fig.model else "",
-                             models=tuple(sorted(w.models)), request_mib=w.request_mib)
+                             models=w.model_names, request_mib=w.request_mib)
         elif w.single != fig.single and state.node.strategy in ("single", "mixed"):
             # (a node without a MIG strategy is one without MIG instances: said below)
             reason = _reason(code=Code.STRATEGY_MISMATCH, profile=p, detail=w.resource,

@@ -217,9 +217,10 @@ class Recommendation:
         # Into the ConfigMap the ClusterPolicy's migManager.config.name names: one of the
         # operator's own (the GPU Operator creates its default-mig-parted-config from its
         # assets), or the extender's --apply-custom-configs does it (docs/relayout.md §5).
-        return (f"add config {self.target} (mig_parted) to the ConfigMap that the "
-                "ClusterPolicy's migManager.config.name names (a copy of "
-                f"{migparted.DEFAULT_CONFIGMAP}, not that one; or let the extender's "
+        return (f"add config {self.target} (printed by migfit advise; mig_parted in GET "
+                "/advice) to the ConfigMap that the ClusterPolicy's migManager.config.name "
+                f"names (a copy of {migparted.DEFAULT_CONFIGMAP}, not that one; or let the "
+                "extender's "
                 f"--apply-custom-configs do it), then: {label}")
 
     @property

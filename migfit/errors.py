@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 
 class MigfitError(Exception):
     """Base of every error migfit reports to a user.
@@ -34,3 +36,19 @@ class QuantityError(UsageError):
 
 class ConfigError(UsageError):
     """A configuration file (catalog override, mig-parted config, cluster spec) is invalid."""
+
+
+def not_a_file(path: str | os.PathLike[str]) -> str | None:
+    """Why ``path`` cannot be read as a file (for "--flag PATH: <why>"), or None when it can.
+
+    A Secret's mount folder, or /dev/null, is a plausible mistake: "no such file" for a path
+    that exists sends the operator looking for the wrong thing.
+    """
+    if os.path.isfile(path):
+        return None
+    if os.path.isdir(path):
+        return "a directory, not a file; name the file in it (e.g. tls.crt, tls.key)"
+    if os.path.lexists(path):
+        return ("not a regular file (a device, pipe or socket, or a link to nothing); "
+                "name a PEM file")
+    return "no such file"

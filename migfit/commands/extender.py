@@ -115,8 +115,9 @@ def settings_from(args: argparse.Namespace) -> server.ExtenderSettings:
         raise errors.UsageError(f"--max-body {args.max_body}: use at least 1024 bytes")
     for path, flag in ((args.tls_cert, "--tls-cert"), (args.tls_key, "--tls-key"),
                        (args.client_ca, "--client-ca")):
-        if path is not None and not path.is_file():
-            raise errors.UsageError(f"{flag} {path}: no such file")
+        why = None if path is None else errors.not_a_file(path)
+        if why is not None:
+            raise errors.UsageError(f"{flag} {path}: {why}")
     if (args.tls_cert is None) != (args.tls_key is None):
         raise errors.UsageError("give both --tls-cert and --tls-key for HTTPS")
     if args.client_ca is not None and args.tls_cert is None:

@@ -114,8 +114,9 @@ def run(args: argparse.Namespace) -> NoReturn:
     logs.configure(level=args.log_level, style=args.log_format, access_log=args.access_log)
     catalog, policy = policy_from(args)
     for path, what in ((args.tls_cert, "--tls-cert"), (args.tls_key, "--tls-key")):
-        if not path.is_file():
-            raise errors.UsageError(f"{what} {path}: no such file")
+        why = errors.not_a_file(path)
+        if why is not None:
+            raise errors.UsageError(f"{what} {path}: {why}")
     if not 0 < args.port < 65536:
         raise errors.UsageError(f"--port {args.port}: use 1..65535")
     try:

@@ -359,3 +359,18 @@ def test_a_cluster_directory_is_said_to_be_one(certs: Path, tmp_path: Path,
                         str(certs / "tls.key")],
             "extender": ["--port", "18997", "--no-publish"]}[command]
     assert _fails_in_one_line([command, *args, "--cluster", str(tmp_path)], code=2) == status
+
+
+@pytest.mark.parametrize("server", ["webhook", "extender"])
+@pytest.mark.parametrize("which", ["cert", "key"])
+def test_a_tls_path_that_is_a_folder_or_a_device_is_said_to_be_one(
+        certs: Path, tmp_path: Path, server: str, which: str) -> None:
+    """`--tls-cert /etc/tls` (a Secret's mount folder) and `--tls-cert /dev/null` said
+    "no such file" for a path that exists (an outside check)."""
+    cert, key = certs / "tls.crt", certs / "tls.key"
+    for bad, why in ((tmp_path, "a directory, not a file; name the file in it"),
+                     (Path("/dev/null"), "not a regular file")):
+        args = _server_args(server, bad if which == "cert" else cert,
+                            bad if which == "key" else key)
+        line = _fails_in_one_line(args, code=2)
+        assert f"--tls-{which} {bad}: {why}" in line, line

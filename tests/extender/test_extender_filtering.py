@@ -139,6 +139,18 @@ def test_model_outside_the_decision_is_unresolvable() -> None:
     assert result.unresolvable["a100"][0].code is Code.MODEL_NOT_ALLOWED
 
 
+def test_model_refusal_names_the_models_as_the_webhook_spelt_them() -> None:
+    # Matching is case-insensitive, but the message an operator reads (kubectl describe
+    # pod) spells the models as everywhere else: an outside check saw "a100-40gb, h100-80gb".
+    model = build([node("a100", {"1g.10gb": 7}),
+                   node("h100", {"1g.10gb": 7}, model="H100-80GB")])
+    annotated = pod("p", annotations={"migfit.io/decision": decision(
+        [("c0", "1g.10gb", 9800, ["H100-80GB", "A100-40GB"])])})
+    result = _verdicts(model, annotated, ["a100", "h100"])
+    text = filtering.message(result.unresolvable["a100"][0])
+    assert text.endswith("fits 1g.10gb only on A100-40GB, H100-80GB"), text
+
+
 def test_single_strategy_uses_the_decision_profile() -> None:
     model = build([
         node("single-1g", {"1g.5gb": 7}, model="A100-40GB", strategy="single"),

@@ -1271,6 +1271,23 @@ async def start(app: web.Application, listen: Listen) -> tuple[web.AppRunner, St
     return runner, Started(int(port), site)
 
 
+def check_free(listen: Listen) -> None:
+    """Raise ``cannot_listen``'s error now if ``listen``'s port cannot be listened on (in use,
+    a host this machine lacks, a privileged port), binding it a moment and letting it go.
+
+    For a command that writes files before it listens (``migfit serve --cert-dir``): a
+    second ``migfit serve`` on the ports of a running one rewrote that one's certificate
+    files, then failed on the port. Port 0 (any free port) always passes."""
+    if listen.port == 0:
+        return
+    try:
+        socks = _listen_sockets(listen.host, listen.port, reuse_port=False, backlog=1)
+    except OSError as exc:
+        raise cannot_listen(exc, listen) from None
+    for sock in socks:
+        sock.close()
+
+
 def cannot_listen(exc: OSError, listen: Listen) -> errors.MigfitError:
     """One line for a failure to listen where ``listen`` says, with the flag to change.
 

@@ -212,6 +212,11 @@ async def _serve(args: argparse.Namespace) -> None:
     source = sources.open_source(model, cluster_file=cluster_file, kubeconfig=args.kubeconfig,
                                  in_cluster=False, context=args.context,
                                  request_timeout_s=args.request_timeout)
+    # The ports first: nothing is written to --cert-dir for a server that cannot start (one
+    # on the ports of a running `migfit serve` rewrote that one's certificate files).
+    for port, flag in ((args.webhook_port, "--webhook-port"),
+                       (args.extender_port, "--extender-port")):
+        serving.check_free(serving.Listen(host=args.host, port=port, port_flag=flag))
     with certificate_files(args.cert_dir) as (cert, key, ca):
         await _serve_with(args, model=model, source=source, policy=policy,
                           cluster_file=cluster_file, cert=cert, key=key, ca=ca)

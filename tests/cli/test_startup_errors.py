@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from migfit.certs import certificates
+from migfit.commands import serve
 
 ROOT = Path(__file__).resolve().parents[2]
 CLUSTER = str(ROOT / "examples" / "cluster.yaml")
@@ -77,6 +78,24 @@ def test_serve_on_a_port_in_use(busy_port: int, tmp_path: Path, flag: str, loop:
                           env={**os.environ, "MIGFIT_EVENT_LOOP": loop})
     assert done.returncode == 2, done.stderr
     assert done.stderr.splitlines() == [_in_use(busy_port, flag)]
+    assert not (tmp_path / "c").exists()  # nothing written for a server that cannot start
+
+
+def test_serve_on_a_running_ones_ports_leaves_its_certificates_alone(
+        busy_port: int, tmp_path: Path) -> None:
+    """A second `migfit serve --cert-dir D` on the ports of a running one rewrote D's
+    throwaway CA, then failed on the port: the first one's curl commands failed until it
+    reloaded the new files (an outside check)."""
+    cert_dir = tmp_path / "c"
+    with serve.certificate_files(cert_dir):  # what the running one wrote (kept)
+        pass
+    before = {f.name: f.read_bytes() for f in cert_dir.iterdir()}
+    done = subprocess.run(["migfit", "serve", "--extender-port", str(busy_port),
+                           "--host", "0.0.0.0", "--cert-dir", str(cert_dir)],
+                          capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.splitlines() == [_in_use(busy_port, "--extender-port")]
+    assert {f.name: f.read_bytes() for f in cert_dir.iterdir()} == before
 
 
 def test_serve_with_one_port_for_both_servers(tmp_path: Path) -> None:

@@ -230,8 +230,9 @@ def _awaiting(advice: advisor.Advice) -> list[str]:
     if not advice.awaiting:
         return []
     shown = [f"{k} ({n})" for k, n in sorted(advice.awaiting.items())]
-    return [f"{len(shown)} waiting pod(s) will run on a node being re-laid out now, once its "
-            f"change is done: {', '.join(shown[:10])}" + (" ..." if len(shown) > 10 else "")]
+    return [f"{len(shown)} waiting pod(s) can run on a node being re-laid out now once its "
+            f"change is done, so no other node is re-laid out for them: {', '.join(shown[:10])}"
+            + (" ..." if len(shown) > 10 else "")]
 
 
 def render_text(advice: advisor.Advice, *, details: bool = True) -> str:

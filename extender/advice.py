@@ -336,7 +336,7 @@ class _AdviceCollector(Collector):
             value=len(advice.waiting) if advice is not None else 0)
         yield GaugeMetricFamily(
             "migfit_relayout_unserved_pods",
-            "Waiting pods that no recommended re-layout would unblock",
+            "Waiting pods that no recommended re-layout would unblock nor one in flight serves",
             value=len(advice.unserved) if advice is not None else 0)
         held = GaugeMetricFamily(
             "migfit_relayout_burst_reserve_instances",
@@ -621,9 +621,13 @@ class Publisher:
             ns, _, pod_name = w.key.partition("/")
             helps = advice.for_pod(w.key)
             wants = ", ".join(f"{n} × {p}" for p, n in sorted(w.requests.items()))
+            coming = advice.awaiting.get(w.key)
             if helps is not None:
                 msg = (f"Waiting for {wants}: no node has one free. Re-laying out node "
                        f"{helps.node} to {helps.target} would serve it (migfit explain {w.key}).")
+            elif coming is not None:
+                msg = (f"Waiting for {wants}: no node has one free. Node {coming} is being "
+                       f"re-laid out to a layout that will serve it (migfit explain {w.key}).")
             else:
                 msg = (f"Waiting for {wants}: no node has one free and no idle GPU can be "
                        f"re-laid out for it (migfit explain {w.key}).")

@@ -11,6 +11,13 @@ advice from the cluster model:
 - supply: schedulable, ready MIG nodes of a known model that are not being re-partitioned,
   with their layout per GPU (from the mig-parted config when the ConfigMap is readable and
   agrees with the allocatable, else inferred from the allocatable, and said so);
+- re-layouts in flight (``incoming``): a node being re-partitioned whose target is known (the
+  extender's ``migfit.io/relayout`` record while its own re-layout runs, else the config its
+  ``nvidia.com/mig.config`` names in the ConfigMap) offers its target's instances less those
+  its bound pods hold. The waiting pods those cover whole, where the node can take them (as
+  below; migfit's own re-layout taint aside), await that node (``Advice.awaiting``): no other
+  node is planned for them, and they are not ``unserved``. A target not known counts as
+  nothing. Before, a pod a node was being re-laid out for was advised a second node;
 - a node is safe when no bound, non-terminated pod uses a MIG instance on it. On a busy node
   (``Settings.busy_nodes``) only the GPUs that cannot hold an instance in use may change:
   the API does not say which GPU the device plugin gave a pod, so a GPU is taken as busy
@@ -282,18 +289,24 @@ class AdviceJson(TypedDict):
     recommendations: list[RecommendationJson]
     waiting: list[str]
     unserved: list[str]
+    awaiting: dict[str, str]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Advice:
-    """The recommendations, the demand they were computed for, and what stays unserved."""
+    """The recommendations, the demand they were computed for, the pods a re-layout in flight
+    will serve, and what stays unserved."""
 
     recommendations: tuple[Recommendation, ...]
     waiting: tuple[Waiting, ...]
-    unserved: tuple[str, ...]  # pod keys in the demand that no recommendation unblocks
+    # pod keys in the demand that no recommendation unblocks and no re-layout in flight serves
+    unserved: tuple[str, ...]
     generation: int = 0
     # per GPU model, what the demand mix will lack (``shortfall``): the ahead demand
     ahead: Mapping[profiles.ModelId, Shortfall] = dataclasses.field(default_factory=dict)
+    # pod key in the demand -> the node being re-partitioned whose target layout will serve it
+    # (``incoming``): no other node is re-laid out for it
+    awaiting: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
     def for_node(self, name: str) -> Recommendation | None:
         for r in self.recommendations:
@@ -310,7 +323,7 @@ class Advice:
     def to_json(self) -> AdviceJson:
         return AdviceJson(recommendations=[r.to_json() for r in self.recommendations],
                           waiting=[w.key for w in self.waiting],
-                          unserved=list(self.unserved))
+                          unserved=list(self.unserved), awaiting=dict(self.awaiting))
 
 
 # ---------------------------------------------------------------- demand
@@ -1358,6 +1371,107 @@ def host_room(state: cluster.Cluster, node: records.NodeRecord) -> tuple[int, in
     return max(cpu, 0), max(mem, 0)
 
 
+# ---------------------------------------------------------------- re-layouts in flight
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Incoming:
+    """A node being re-partitioned to a layout migfit can read: what it offers once done.
+
+    Counted as supply so that a pod its change serves is not advised a second node too (the
+    change in flight was most often advised for that very pod)."""
+
+    name: str
+    target: str  # the config it is being re-laid out to
+    offers: Mapping[ProfileName, int]  # the target's instances less those in use there
+
+
+def _in_flight_target(state: cluster.Cluster, node: records.NodeState,
+                      config: migparted.Config | None
+                      ) -> tuple[str, Mapping[ProfileName, int]] | None:
+    """The config ``node`` is being re-laid out to and its instances per profile, or None when
+    that is not known: the extender's own record while its re-layout is in flight (it sets
+    the label only after tainting the node, so the record names the target first), else the
+    ``nvidia.com/mig.config`` label while the MIG Manager works, resolved in ``config``."""
+    rec = node.node
+    mark = keys.relayout_of(rec.annotations)
+    if mark is not None and mark.active:
+        totals = Counter({ProfileName(p): n for p, n in mark.expected.items() if n > 0})
+        if not totals:
+            totals = Counter(ProfileName(p) for g in mark.gpus for p in g.after)
+        return (mark.target, dict(totals)) if mark.target and totals else None
+    if (rec.config_state not in keys.REPARTITIONING_STATES or config is None
+            or not rec.config or rec.model is None):
+        return None
+    try:
+        layout = _labelled_layout(config, rec, state.catalog.get(rec.model))
+    except errors.ConfigError:
+        return None
+    return rec.config, {p: n for p, n in layout.totals().items() if n > 0}
+
+
+def incoming(state: cluster.Cluster, config: migparted.Config | None) -> list[Incoming]:
+    """The nodes being re-partitioned whose target layout is known (``_in_flight_target``),
+    by name, with the instances each will offer: its target's less those its bound pods
+    hold. A node whose target is not known offers nothing, nor does a cordoned one (it takes
+    no pod once done either), one of the single strategy or one whose re-layout failed."""
+    out: list[Incoming] = []
+    for node in sorted(state.nodes(), key=lambda s: s.name):
+        rec = node.node
+        if (not node.repartitioning or rec.model is None or rec.unschedulable
+                or rec.strategy == "single" or ANNOTATION_RELAYOUT_FAILED in rec.annotations):
+            continue
+        found = _in_flight_target(state, node, config)
+        if found is None:
+            continue
+        target, totals = found
+        offers = {p: n - node.used.get(p, 0) for p, n in sorted(totals.items())
+                  if n > node.used.get(p, 0)}
+        if offers:
+            out.append(Incoming(name=rec.name, target=target, offers=offers))
+    return out
+
+
+def _awaiting(state: cluster.Cluster, waiting: Sequence[Waiting],
+              coming: Sequence[Incoming]) -> dict[str, str]:
+    """Waiting pod -> the node being re-laid out that will serve it, for the pods whose every
+    instance ``coming`` offers on one node (a pod's instances must all be on one node),
+    heaviest first as the planner takes them, each on the first node by name that can take
+    it: its selectors, affinity and taints (migfit's own re-layout taint aside: it goes when
+    the change is done), the request the webhook recorded, and its cpu and memory within the
+    node's room less what the pods before it were given there."""
+    out: dict[str, str] = {}
+    if not coming:
+        return out
+    left = {c.name: Counter(c.offers) for c in coming}
+    nodes: dict[str, records.NodeRecord] = {}
+    room: dict[str, list[int]] = {}
+    for c in coming:
+        ns = state.node(c.name)
+        assert ns is not None
+        nodes[c.name] = dataclasses.replace(ns.node, taints=tuple(
+            t for t in ns.node.taints if t.key != keys.TAINT_RELAYOUT))
+        room[c.name] = list(host_room(state, ns.node) or (1 << 62, 1 << 62))
+    for w in waiting:
+        cons = w.pod.constraints if w.pod is not None else records.NO_CONSTRAINTS
+        needs = recorded_needs(w.pod)
+        cpu, mem = (0, 0) if w.pod is None else (w.pod.cpu_milli, w.pod.memory_bytes)
+        for c in coming:
+            have, rec, free = left[c.name], nodes[c.name], room[c.name]
+            if (any(have[p] < n for p, n in w.requests.items())
+                    or cpu > free[0] or mem > free[1]
+                    or excludes(rec, cons) is not None or rec.model is None
+                    or record_refusal(needs, state.catalog.get(rec.model),
+                                      tuple(w.requests)) is not None):
+                continue
+            have.subtract(w.requests)
+            free[0] -= cpu
+            free[1] -= mem
+            out[w.key] = c.name
+            break
+    return out
+
+
 # ---------------------------------------------------------------- advice
 
 
@@ -1386,11 +1500,14 @@ def advise(
     trading = (None if mixed is None or settings.balance_gain is None
                or mixed.pods < max(settings.ahead_min_pods, settings.balance_min_pods)
                else (mixed, settings.balance_gain))
-    if not waiting and not ahead and trading is None:
-        return Advice(recommendations=(), waiting=(), unserved=(),
-                      generation=state.generation)
+    # Pods a node being re-laid out will serve once done: planned for no other node.
+    awaiting = _awaiting(state, waiting, incoming(state, config)) if waiting else {}
+    planned = [w for w in waiting if w.key not in awaiting]
+    if not planned and not ahead and trading is None:
+        return Advice(recommendations=(), waiting=tuple(waiting), unserved=(),
+                      generation=state.generation, awaiting=awaiting)
     recent = recent or {}
-    wanted = {p for w in waiting for p in w.requests}
+    wanted = {p for w in planned for p in w.requests}
     wanted.update(p for fall in ahead.values() for p in fall.short)
     if trading is not None:
         wanted.update(trading[0].instances)
@@ -1457,7 +1574,7 @@ def advise(
     # Pods alike for every node share a class: the planner asks ``eligible`` once per class.
     classes: dict[tuple[object, ...], int] = {}
     units: list[planner.Unit] = []
-    for w in waiting:
+    for w in planned:
         cons = w.pod.constraints if w.pod is not None else records.NO_CONSTRAINTS
         since = w.pod.unschedulable_since if recent and w.pod is not None else None
         cls = classes.setdefault((cons, since, refused(recorded_needs(w.pod))), len(classes))
@@ -1518,9 +1635,9 @@ def advise(
                 recs.append(dataclasses.replace(
                     recommendation(change, views[change.name], (), by_key), ahead=True,
                     balance=why))
-    unserved = tuple(sorted(w.key for w in waiting if w.key not in unblocked))
+    unserved = tuple(sorted(w.key for w in planned if w.key not in unblocked))
     return Advice(recommendations=tuple(recs), waiting=tuple(waiting), unserved=unserved,
-                  generation=state.generation, ahead=ahead)
+                  generation=state.generation, ahead=ahead, awaiting=awaiting)
 
 
 def _ahead_changes(pool: Sequence[planner.NodeSupply],
@@ -1908,6 +2025,14 @@ def explain(
         return "\n".join(lines)
     advice = advice or advise(state, now=now, settings=settings, config=config)
     rec = advice.for_pod(key)
+    coming = advice.awaiting.get(key)
+    if rec is None and coming is not None:
+        target = next((c.target for c in incoming(state, config) if c.name == coming), None)
+        to = "" if target is None else f" ({keys.LABEL_CONFIG}={target})"
+        lines.append(f"Node {coming} is being re-laid out{to} to a layout that will serve it: "
+                     f"it can run there once the change is done (migfit status names the "
+                     f"node's state). No other node needs re-laying out for it.")
+        return "\n".join(lines)
     if rec is None or rec.disrupts:
         # Idle nodes would serve it without disrupting a pod, but it cannot go there.
         # (a cordoned node that advertises the profile is named above already)

@@ -224,6 +224,17 @@ def _held(advice: advisor.Advice) -> list[str]:
             "demand leave them): " + "; ".join(held) + "."]
 
 
+def _awaiting(advice: advisor.Advice) -> list[str]:
+    """The waiting pods a re-layout in flight will serve (no node is advised for them), as one
+    line or none."""
+    if not advice.awaiting:
+        return []
+    shown = [f"{k} ({n})" for k, n in sorted(advice.awaiting.items())]
+    return [f"{len(shown)} waiting pod(s) can run on a node being re-laid out now once its "
+            f"change is done, so no other node is re-laid out for them: {', '.join(shown[:10])}"
+            + (" ..." if len(shown) > 10 else "")]
+
+
 def render_text(advice: advisor.Advice, *, details: bool = True) -> str:
     """The advice for people: every node in full (``details``), or a summary table."""
     if not advice.waiting and not advice.recommendations:
@@ -231,6 +242,7 @@ def render_text(advice: advisor.Advice, *, details: bool = True) -> str:
                           "to re-lay out.", *_held(advice)])
     if not details:
         lines = _summary(advice)
+        lines.extend(_awaiting(advice))
         if advice.unserved:
             lines.append(f"{len(advice.unserved)} waiting pod(s) no re-layout can serve now: "
                          f"{', '.join(advice.unserved[:10])}"
@@ -261,6 +273,7 @@ def render_text(advice: advisor.Advice, *, details: bool = True) -> str:
         lines.extend(_config_lines(rec.mig_parted))
         lines.append(f"  apply: kubectl label node {rec.node} "
                      f"{advisor.LABEL_CONFIG}={rec.target} --overwrite")
+    lines.extend(_awaiting(advice))
     if advice.unserved:
         lines.append(f"{len(advice.unserved)} waiting pod(s) no re-layout can serve now: "
                      f"{', '.join(advice.unserved[:10])}"

@@ -115,6 +115,8 @@ def run(args: argparse.Namespace) -> int:
             "pending": found is not None and found.node is None and found.phase == "Pending",
             "explanation": text,
             "recommendation": rec.to_json() if rec is not None else None,
+            # the node being re-laid out whose target layout will serve it, or None
+            "awaiting": advice.awaiting.get(f"{ns}/{name}"),
         }, args.output)
     else:
         print(text)

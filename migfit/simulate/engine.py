@@ -382,7 +382,8 @@ class Simulation(World):
 
         Like an apply loop with a bound on nodes changed at once, a recommendation is taken
         only while the pending pods still need instances that in-flight re-layouts will not
-        bring (the advisor itself does not count nodes being re-partitioned as supply).
+        bring. The advisor counts a node being re-laid out as supply too (its label names
+        the target, ``world.node_object``), and so advises no node for a pod one serves.
         """
         if self._no_advice:
             return
@@ -486,6 +487,14 @@ class Simulation(World):
         self.hist(n, -1)
         n.busy_until = self.now + self.options.relayout_seconds
         n.pending_plan = rec
+        # The target is in the ConfigMap before the label names it (the extender's
+        # --apply-custom-configs writes it first), so the advisor can read what the node
+        # will offer while it is re-laid out.
+        after: list[tuple[str, ...]] = [tuple(g) for g in n.layouts()]
+        for g in rec.gpus:
+            if g.index < len(after):
+                after[g.index] = tuple(g.after)
+        self._register(rec.target, n.model, after)
         self.in_flight[n.name] = rec
         self.cluster.apply("Node", "MODIFIED", self._node_object(n))
         self._push(n.busy_until, "relayout-done", n.name)

@@ -127,9 +127,12 @@ class Pod:
 def node_object(n: Node) -> dict[str, Any]:
     """The Node object of ``n`` as the API server shows it now."""
     busy = n.busy_until is not None
+    # While the MIG Manager works, nvidia.com/mig.config names the target (setting it is what
+    # starts the change): the advisor reads it to count the node's coming instances.
+    target = n.pending_plan.target if busy and n.pending_plan is not None else n.config
     return objects.node_object(
         name=n.name, model=n.model if n.gpus else None, gpu_layouts=n.layouts(),
-        cpu_milli=n.cpu_alloc, memory_mib=n.mem_alloc, config=n.config,
+        cpu_milli=n.cpu_alloc, memory_mib=n.mem_alloc, config=target,
         config_state="pending" if busy else "success",
         taints=(RELAYOUT_TAINT,) if busy else (), trace_model=n.trace_model)
 

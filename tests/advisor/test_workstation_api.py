@@ -122,6 +122,7 @@ async def test_explain_reads_only_the_pod_and_the_nodes_it_could_use(
     doc = json.loads(done.stdout)
     assert doc["pod"] == "ml/small" and doc["pending"] is True
     assert doc["recommendation"]["node"] == "idle"
+    assert doc["awaiting"] is None  # no node being re-laid out serves it
     assert "Fix: re-partition node idle" in doc["explanation"]
     assert not list(server[kmock.action.WATCH])
     gets = [str(r.url) for r in server[kmock.method.GET]]

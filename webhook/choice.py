@@ -42,6 +42,9 @@ _NOMINAL: Final = re.compile(r"\.(\d+)gb")
 ANY_GPU: Final = "use a whole GPU (nvidia.com/gpu) instead"
 #: Containers a message lists by name at most (the rest are counted).
 _SHOWN: Final = 8
+#: kube-apiserver may cut a warning longer than this (WIRE.md §2.1): a warning about several
+#: containers names no more of them than leave its text whole.
+WARNING_CHARS: Final = 256
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -336,10 +339,13 @@ def plan(
     policy: Policy,
     warnings: list[str],
     host: Host = NO_HOST,
+    node_name: str | None = None,
 ) -> tuple[list[Plan], requests.Strategy, bool]:
     """A profile per requesting container, the strategy to ask for it under (``host``:
     the pod's cpu and memory, which ``usable`` reads), and whether the supply's snapshot
     (its sums per profile) decided it: False when the plan read nodes one by one.
+    ``node_name``: the pod's spec.nodeName (it skips the scheduler: the warnings say what
+    the kubelet does instead of waiting).
 
     One node serves a whole pod: when no one node advertises all the containers' choices
     (``_together``), they are made again among each kind of node (``_rechoose``), and the
@@ -379,12 +385,13 @@ def plan(
                 warnings.append(f"the smallest fitting profiles ({before}): {was}; chose "
                                 f"{_listed(reqs, choices)} on {model} nodes under the "
                                 f"{strategy} strategy: {now}")
-        _warn_one_node(reqs, choices, together, supply, warnings)
+        _warn_one_node(reqs, choices, together, supply, warnings, strategy=strategy,
+                       pinned=node_name is not None)
     plans: list[Plan] = []
+    # Each warning text once, with the containers it is about (a pod of 64 containers
+    # asking alike would otherwise get 64 lines, and kube-apiserver may drop some).
+    about: dict[str, list[str]] = {}
     for r, (key, value), choice in zip(reqs, asked, choices, strict=True):
-        who = f"{requests.shorten(r.container, requests.NAME_LIMIT)}: " if many else ""
-        _warn(choice, r, key=key, asked=value, who=who, pool=pool, supply=supply,
-              policy=policy, warnings=warnings)
         plans.append(Plan(
             container=by_name[r.container],
             request_mib=r.memory_mib,
@@ -393,7 +400,51 @@ def plan(
             fit_models=choice.fit_models,
             reason=choice.reason,
         ))
+        res = (resource(choice.profile.name, strategy,
+                        renamed=renamed(plans[-1], supply, strategy))
+               if node_name is not None else "")  # named only for a pinned pod's kubelet
+        for text in _warn(choice, r, key=key, asked=value, pool=pool, supply=supply,
+                          policy=policy, strategy=strategy, resource_name=res,
+                          pinned=node_name is not None):
+            about.setdefault(text, []).append(r.container)
+    for text, containers in about.items():
+        warnings.append(_about(text, containers) if many
+                        else _about_one(text, containers[0]))
     return plans, strategy, not reads.by_node
+
+
+#: Stands for the container's name in the annotation keys a warning names (``_warn``), so
+#: that the warnings of containers asking alike read the same (no valid name has ``<``).
+_CONTAINER: Final = "<container>"
+
+
+def _about(text: str, containers: Sequence[str]) -> str:
+    """``c1, c2 and c3: text``, its annotation keys those of the one container, or
+    ``…<container>`` for several; as many names as leave ``text`` whole (``_some``)."""
+    body = _about_one(text, containers[0] if len(containers) == 1 else None)
+    names = [requests.shorten(c, requests.NAME_LIMIT) for c in containers]
+    return f"{_some(names, room=WARNING_CHARS - len(body) - 2)}: {body}"
+
+
+def _about_one(text: str, container: str | None) -> str:
+    """``text`` with the annotation keys of ``container`` (as they are for None)."""
+    if container is None:
+        return text
+    for prefix in (requests.GPU_MEMORY_PREFIX, requests.GPU_COMPUTE_PREFIX):
+        text = text.replace(prefix + _CONTAINER, requests.shorten(prefix + container, 100))
+    return text
+
+
+def _some(names: Sequence[str], *, room: int | None = None) -> str:
+    """``a, b, c``: at most ``_SHOWN`` names, and no more than fit in ``room`` characters
+    (one at least), then ``and N more``."""
+    shown = min(len(names), _SHOWN)
+    while True:
+        out = ", ".join(names[:shown]) + (
+            f" and {len(names) - shown} more" if len(names) > shown else "")
+        if shown <= 1 or room is None or len(out) <= room:
+            return out
+        shown -= 1
 
 
 @dataclasses.dataclass(slots=True)
@@ -709,10 +760,12 @@ def _short(choices: Sequence[Choice], supply: view.Supply) -> set[str]:
 
 
 def _warn_one_node(reqs: Sequence[requests.GpuRequest], choices: Sequence[Choice],
-                   together: _Together, supply: view.Supply, warnings: list[str]) -> None:
+                   together: _Together, supply: view.Supply, warnings: list[str], *,
+                   strategy: requests.Strategy, pinned: bool) -> None:
     """Warn when no one node could hold, advertises, or has free now, all the instances the
     pod's containers were given. Not "advertises" when a container's profile is advertised
-    nowhere (its own warning says so), nor "free" when one has no free instance at all."""
+    nowhere (its own warning says so), nor "free" when one has no free instance at all.
+    ``pinned``: the pod has spec.nodeName (the kubelet refuses it at once, no waiting)."""
     need = Counter(c.profile.name for c in choices)
     what = ", ".join(f"{n} × {p}" if n > 1 else p for p, n in need.items())
     if together.gpus is not None:
@@ -731,17 +784,21 @@ def _warn_one_node(reqs: Sequence[requests.GpuRequest], choices: Sequence[Choice
         return
     if together.free or not all(c.advertised for c in choices):
         return
-    one = supply.scope.startswith("node ")  # the pod's spec.nodeName
+    one = pinned and bool(supply.scope)  # decided for the pod's spec.nodeName alone
     nodes = supply.scope if one else f"none of {supply.scope}" if supply.scope else "no node"
+    kubelet = f"; {_FAILS} (never retried): "
     if not together.advertised:
         verb = "does not advertise" if one else "advertises"
-        warnings.append(f"{nodes} {verb} all of the pod's instances ({what}) together; "
-                        f"the pod stays Pending until a GPU is re-partitioned (see migfit "
-                        f"advise), or split the pod")
+        profile = choices[0].profile.name  # under single, they are one profile
+        then = (kubelet + _pinned_fix("that has them all free", split=True) if pinned
+                else f"; the pod stays Pending until {_relayout(strategy, profile)}, or split "
+                     f"the pod")
+        warnings.append(f"{nodes} {verb} all of the pod's instances ({what}) together{then}")
     elif all(c.free > 0 for c in choices):
         verb = "does not have" if one else "has"
-        warnings.append(f"{nodes} {verb} all of the pod's instances ({what}) free now; the "
-                        f"pod waits until {'it does' if one else 'one node does'}")
+        then = (kubelet + _pinned_fix("that has them all free") if pinned
+                else f"; the pod waits until {'it does' if one else 'one node does'}")
+        warnings.append(f"{nodes} {verb} all of the pod's instances ({what}) free now{then}")
 
 
 def _asked(r: requests.GpuRequest, annotations: Mapping[str, str]) -> tuple[str, str]:
@@ -754,9 +811,8 @@ def _asked(r: requests.GpuRequest, annotations: Mapping[str, str]) -> tuple[str,
 
 def _listed(reqs: Sequence[requests.GpuRequest], choices: Sequence[Choice]) -> str:
     """``a: 1g.5gb, b: 3g.40gb`` (at most ``_SHOWN`` containers)."""
-    shown = ", ".join(f"{requests.shorten(r.container, requests.NAME_LIMIT)}: {c.profile.name}"
-                      for r, c in list(zip(reqs, choices, strict=True))[:_SHOWN])
-    return shown + (f" and {len(reqs) - _SHOWN} more" if len(reqs) > _SHOWN else "")
+    return _some([f"{requests.shorten(r.container, requests.NAME_LIMIT)}: {c.profile.name}"
+                  for r, c in zip(reqs, choices, strict=True)])
 
 
 def _widened(c: Choice, r: requests.GpuRequest, *, pool: Sequence[profiles.GpuModel],
@@ -769,34 +825,77 @@ def _widened(c: Choice, r: requests.GpuRequest, *, pool: Sequence[profiles.GpuMo
                                reason=reason)
 
 
+#: Where a pod with spec.nodeName lacks its instances: it skips the scheduler, and the
+#: kubelet does not wait for them but fails the pod at once (kubernetes/kubernetes#44438).
+_FAILS: Final = "the kubelet fails the pod at once"
+
+
+def _pinned_fix(what: str, *, split: bool = False) -> str:
+    """What to change in a pod with spec.nodeName whose node lacks ``what`` (``split``:
+    splitting the pod would do too)."""
+    if split:
+        return f"remove spec.nodeName, name a node {what}, or split the pod"
+    return f"remove spec.nodeName or name a node {what}"
+
+
+def _relayout(strategy: requests.Strategy, name: str) -> str:
+    """What the pod waits for when no node advertises ``name``: ``migfit advise`` plans
+    re-layouts of mixed-strategy nodes only; a single-strategy node lays out all its GPUs
+    as one profile, as its ``nvidia.com/mig.config`` label says."""
+    if strategy == "single":
+        return (f"a single-strategy node's GPUs are re-partitioned as {name} (its "
+                f"nvidia.com/mig.config label)")
+    return "a GPU is re-partitioned (see migfit advise)"
+
+
 def _warn(
     choice: Choice,
     req: requests.GpuRequest,
     *,
     key: str,
     asked: str,
-    who: str,
     pool: Sequence[profiles.GpuModel],
     supply: view.Supply,
     policy: Policy,
-    warnings: list[str],
-) -> None:
+    strategy: requests.Strategy,
+    resource_name: str,
+    pinned: bool,
+) -> list[str]:
+    """The warnings about one container's choice, its per-container annotation keys named
+    with ``_CONTAINER`` for its name. ``pinned``: the pod has spec.nodeName; ``strategy``
+    and ``resource_name``: what the pod asks for."""
+    out: list[str] = []
     name = choice.profile.name
     on = f" on {supply.scope}" if supply.scope else ""
+    shown = (key if key == requests.GPU_MEMORY
+             else requests.GPU_MEMORY_PREFIX + _CONTAINER)  # named by the caller
     if supply.available and not choice.advertised:
         nobody = f"{name} is not advertised{on}" if on else f"no node advertises {name}"
-        warnings.append(f"{who}{nobody} now; the pod stays Pending until a "
-                        f"GPU is re-partitioned (see migfit advise)")
+        if pinned:
+            out.append(f"{nobody} now; {_FAILS} (never retried), or starts it without one if "
+                       f"the node has no {resource_name}: "
+                       f"{_pinned_fix(f'with a free {name}')}")
+        else:
+            out.append(f"{nobody} now; the pod stays Pending until "
+                       f"{_relayout(strategy, name)}")
     elif supply.available and choice.free <= 0:
-        warnings.append(f"{who}every {name} instance{on} is in use now or asked for by pods "
-                        f"already waiting; the pod waits for one to be freed"
-                        + _free_alternative(choice, req, key=key, pool=pool, supply=supply,
-                                            policy=policy))
+        busy = (f"every {name} instance{on} is in use now or asked for by pods already "
+                f"waiting")
+        alternative = _free_alternative(choice, req, key=key, shown=shown, pool=pool,
+                                        supply=supply, policy=policy)
+        if pinned:  # a line of its own: with the alternative, one would be cut at 256
+            out.append(busy + alternative)
+            out.append(f"a pod with spec.nodeName skips the scheduler and does not wait: "
+                       f"{_FAILS} if no {name} is free there (OutOf{resource_name}, never "
+                       f"retried); {_pinned_fix(f'with a free {name}')}")
+        else:
+            out.append(f"{busy}; the pod waits for one to be freed{alternative}")
     unused = 1 - req.memory_mib / choice.usable
     if unused > policy.waste_warning:
-        warnings.append(f"{who}{requests.shorten(asked)} was rounded up to {name} "
-                        f"({quantity.format_mib(choice.usable)}): {int(unused * 100)}% of its "
-                        f"memory unused")
+        out.append(f"{requests.shorten(asked)} was rounded up to {name} "
+                   f"({quantity.format_mib(choice.usable)}): {int(unused * 100)}% of its "
+                   f"memory unused")
+    return out
 
 
 def _free_alternative(
@@ -804,6 +903,7 @@ def _free_alternative(
     req: requests.GpuRequest,
     *,
     key: str,
+    shown: str,
     pool: Sequence[profiles.GpuModel],
     supply: view.Supply,
     policy: Policy,
@@ -811,6 +911,7 @@ def _free_alternative(
     """``; 1g.18gb (16Gi) also fits and has 5 free: ask for it with migfit.io/gpu-memory:
     10Gi``,
     or "" when no free advertised profile holds the request (or no hint would get it).
+    ``key`` is the annotation the request came from, ``shown`` that key as the hint names it.
 
     The hint is checked: asked that way, ``choose`` really picks the free profile (a compute
     hint when the free one has more slices, else the least larger request that gets it).
@@ -824,7 +925,8 @@ def _free_alternative(
     _, alt, alt_usable = min(free, key=_order)
     count = _free(_fit_models(req, alt.name, pool=pool, supply=supply, policy=policy),
                   alt.name, supply)
-    container = key[len(requests.GPU_MEMORY_PREFIX):] if key != requests.GPU_MEMORY else None
+    container = (shown[len(requests.GPU_MEMORY_PREFIX):] if shown != requests.GPU_MEMORY
+                 else None)
     hints: list[tuple[str, requests.GpuRequest]] = []
     if alt.compute_slices > choice.profile.compute_slices:
         ckey = (requests.GPU_COMPUTE if container is None
@@ -834,7 +936,7 @@ def _free_alternative(
     gib = -(-(choice.usable + 1) // 1024) * 1024  # the next whole GiB above the chosen one
     for mib in dict.fromkeys((gib, alt_usable)):
         if req.memory_mib < mib <= alt_usable:
-            hints.append((f"{requests.shorten(key, 100)}: {quantity.format_mib(mib)}",
+            hints.append((f"{requests.shorten(shown, 100)}: {quantity.format_mib(mib)}",
                           dataclasses.replace(req, memory_bytes=mib * 2**20)))
     for text, hinted in hints:
         got = choose(hinted, key=key, value="", pool=pool, supply=supply, policy=policy)

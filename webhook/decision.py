@@ -246,12 +246,16 @@ def _decide(pod: Mapping[str, Any], *, supply: view.Supply, policy: Policy) -> V
     else:
         spec = pod.get("spec")
         whole = supply
-        if supply.within is not None and isinstance(spec, Mapping) and reading.placed(spec):
-            supply = scoped(reading.placement_of(pod), supply, warnings)
+        placement = (reading.placement_of(pod)
+                     if isinstance(spec, Mapping) and reading.placed(spec) else None)
+        if supply.within is not None and placement is not None:
+            supply = scoped(placement, supply, warnings)
         plans, strategy, exact = choice.plan(reqs, by_name, annotations=annotations,
                                       supply=supply, policy=policy, warnings=warnings,
                                       host=host_of(pod) if policy.contention == "usable"
-                                      else choice.NO_HOST)
+                                      else choice.NO_HOST,
+                                      node_name=None if placement is None
+                                      else placement.node_name)
         if supply is not whole:
             # The models a request fits are those of the cluster (DESIGN §4), not only of
             # the nodes it may go to now: a node relabelled into its selection later

@@ -51,7 +51,7 @@ DEFAULT_PORT: Final = 8443
 # with a 413 that kube-apiserver reports as a failed webhook call, not what to change.
 DEFAULT_MAX_BODY: Final = 3 * 1024 * 1024
 # kube-apiserver truncates warnings over 256 characters (WIRE.md §2.1).
-_WARNING_LIMIT: Final = 256
+_WARNING_LIMIT: Final = choice.WARNING_CHARS
 _MAX_WARNINGS: Final = 16
 
 

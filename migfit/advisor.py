@@ -1815,6 +1815,53 @@ def _unpatched(pod: records.PodRecord) -> str | None:
             f"migfit.io/webhook=skip are left out), then create the pod again.")
 
 
+def _never_fits(state: cluster.Cluster, pod: records.PodRecord,
+                reqs: Mapping[ProfileName, int]) -> list[str] | None:
+    """``explain``'s lines for a pod that no node it may use can ever hold, whatever its
+    layout: more instances of a profile than the node's GPUs hold laid out for nothing else
+    (a pod's instances are all on one node); None when some node could, or when a node it
+    may use has a model or GPU count migfit does not know.
+
+    Waiting, or re-partitioning a node, cannot help such a pod (an outside check saw
+    ``explain`` tell a pod of 8 × 7g.80gb to wait for a 1-GPU node's change)."""
+    for p, need in sorted(reqs.items()):
+        if need <= 1:
+            continue
+        best: tuple[int, str, int, int] | None = None  # (most, node, GPUs, per GPU)
+        for s in state.nodes():
+            rec = s.node
+            if _barred(state, pod, rec, (p,)) is not None:
+                continue
+            if rec.model is None or rec.gpu_count <= 0:
+                if rec.allocatable.get(p, 0) > 0 or rec.model is not None:
+                    return None  # a MIG node whose capacity is not known
+                continue
+            model = state.catalog.get(rec.model)
+            if not model.has_profile(p):
+                continue
+            per = model.profile(p).max_instances
+            most = _most(rec, model, p)
+            if best is None or (-most, s.name) < (-best[0], best[1]):
+                best = (most, s.name, rec.gpu_count, per)
+        if best is None or best[0] >= need:
+            continue
+        most, node, gpus, per = best
+        return [f"- {p}: no node it may use can ever hold {need} of it, whatever its layout: "
+                f"the most is {most}, on {node} ({gpus} GPU(s) × {per} per GPU), and a pod's "
+                f"instances must all be on one node. Waiting or re-partitioning cannot help.",
+                f"Fix: it can never be scheduled as it is: split the work into pods that ask "
+                f"for at most {most} × {p} each, or add a node with more GPUs of a model that "
+                f"has {p}."]
+    return None
+
+
+def _most(node: records.NodeRecord, model: profiles.GpuModel, profile: ProfileName) -> int:
+    """The most instances of ``profile`` ``node`` could hold, every GPU laid out for it (what
+    it advertises, if more: a GPU count label that lags)."""
+    per = model.profile(profile).max_instances if model.has_profile(profile) else 0
+    return max(node.gpu_count * per, node.allocatable.get(profile, 0))
+
+
 def _barred(state: cluster.Cluster, pod: records.PodRecord, node: records.NodeRecord,
             wanted: Sequence[str]) -> str | None:
     """Why ``pod`` could not use instances of the ``wanted`` profiles on ``node`` even once
@@ -1859,6 +1906,10 @@ def _idle_refusals(state: cluster.Cluster, pod: records.PodRecord,
         if not all(model.has_profile(p) for p in blocked) or any(
                 _on_gpus(p) for p in state.pods_on(rec.name)):
             continue
+        if rec.gpu_count > 0 and any(
+                _most(rec, model, ProfileName(p)) < pod.mig_requests.get(ProfileName(p), 1)
+                for p in blocked):
+            continue  # too few GPUs to hold it in any layout: not worth waiting for
         state_why = excluded(ns)
         why = (f"{_NODE_STATE}{state_why}" if state_why is not None
                else _barred(state, pod, rec, blocked))
@@ -1939,6 +1990,10 @@ def explain(
     lines: list[str] = []
     want = ", ".join(f"{n} × {p}" for p, n in sorted(reqs.items()))
     lines.append(f"{key} is pending and needs {want}.")
+    never = _never_fits(state, pod, reqs)
+    if never is not None:
+        lines.extend(never)
+        return "\n".join(lines)
     blocked: list[str] = []
     causes: set[str] = set()  # what keeps it off: _FIXES' keys
     cordoned_at: list[str] = []

@@ -415,8 +415,23 @@ def test_explain_names_the_nearest_node_for_a_pod_of_many_instances() -> None:
     small = [node("small", gpus=2, alloc={"7g.80gb": 2}), _eight("tainted", taints=[taint]),
              pod("w", "7g.80gb", count=8)]
     text = advisor.explain(build(*small), "default", "w", now=NOW)
-    assert ("No node it may use advertises 8 × 7g.80gb (the most is 2, on small), and a "
-            "pod's instances must all be on one node") in text
+    assert text.splitlines()[1:] == [
+        "- 7g.80gb: no node it may use can ever hold 8 of it, whatever its layout: the most "
+        "is 2, on small (2 GPU(s) × 1 per GPU), and a pod's instances must all be on one "
+        "node. Waiting or re-partitioning cannot help.",
+        "Fix: it can never be scheduled as it is: split the work into pods that ask for at "
+        "most 2 × 7g.80gb each, or add a node with more GPUs of a model that has 7g.80gb."]
+    # Before, an idle 1-GPU node being re-partitioned was named as one to wait for (an
+    # outside check): neither for a pod no node can hold, nor for one a busy node could.
+    moving = node("moving", gpus=1, alloc={"3g.40gb": 2},
+                  labels={"nvidia.com/mig.config.state": "pending"})
+    text = advisor.explain(build(*small, moving), "default", "w", now=NOW)
+    assert "moving" not in text and "can never be scheduled" in text
+    big = [_eight("a"), *[pod(f"a{i}", "7g.80gb", node="a") for i in range(8)], moving,
+           pod("w", "7g.80gb", count=2)]
+    text = advisor.explain(build(*big), "default", "w", now=NOW)
+    assert "moving" not in text and "Wait for such a node" not in text, text
+    assert "can never be scheduled" not in text
     # Eight free but too little cpu: the refusal above says why, no "nearest" is named.
     cramped = [_eight("a", cpu="2"), pod("w", "7g.80gb", count=8, cpu="4")]
     text = advisor.explain(build(*cramped), "default", "w", now=NOW)

@@ -155,6 +155,9 @@ class Waiting:
     waited_s: float
     weight: float
     pod: records.PodRecord | None = None
+    #: a schedulable node it may use has as many free instances as it asks for, and room
+    #: for its cpu and memory: it waits for something migfit does not model
+    fits_free: bool = False
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -362,11 +365,12 @@ def demand(state: cluster.Cluster, *, now: float, settings: Settings) -> list[Wa
         waited = now - pod.unschedulable_since
         if waited < settings.grace_s:
             continue
-        if waited < settings.free_grace_s and rooms.takes(pod, reqs):
+        fits = rooms.takes(pod, reqs)
+        if waited < settings.free_grace_s and fits:
             continue  # a node with a free instance could take it: kube-scheduler's turn
         weight = 1.0 + max(waited, 0.0) / 3600.0 * settings.weight_per_hour
         out.append(Waiting(key=pod.key, requests=reqs, waited_s=waited, weight=weight,
-                           pod=pod))
+                           pod=pod, fits_free=fits))
     out.sort(key=lambda w: (-w.weight, w.key))
     return out
 
@@ -458,9 +462,11 @@ _FIXES: Final = {
               "add nodes of a GPU model its request fits",
     "layout": "lay out such a node with GPU instance profiles of its model's catalog, on "
               "GPUs of that one model (migfit status names what it advertises)",
+    "kept": "find out what keeps the pods those instances fit off them (migfit explain and "
+            "kubectl describe pod on them): once they run or go, the node can be re-laid out",
 }
 _FIX_ORDER: Final = ("taint", "room", "placement", "record", "state", "wide", "layout",
-                     "busy")
+                     "kept", "busy")
 #: How ``_idle_refusals`` starts the refusal of a node whose layout migfit cannot read.
 _UNKNOWN_LAYOUT: Final = "its layout is unknown to migfit"
 
@@ -1855,6 +1861,37 @@ def _never_fits(state: cluster.Cluster, pod: records.PodRecord,
     return None
 
 
+def _kept_for_others(state: cluster.Cluster, pod: records.PodRecord, blocked: Sequence[str],
+                     advice: Advice, skip: set[str]) -> list[tuple[str, tuple[str, ...]]]:
+    """Idle nodes (not in ``skip``) that could be re-laid out for ``pod`` but whose free
+    instances fit other waiting pods of ``advice``: node, and those pods (by name).
+
+    The planner does not take instances from a waiting pod that they fit for one that
+    waited less; such a pod waits beside them for something migfit does not model (its
+    ``explain`` says so). Without this line, ``explain`` said "no idle GPU can be re-laid
+    out" next to an idle node (an outside check)."""
+    out: list[tuple[str, tuple[str, ...]]] = []
+    others = [w for w in advice.waiting if w.pod is not None and w.key != pod.key]
+    if not others:
+        return out
+    for ns in sorted(state.nodes(), key=lambda n: n.name):
+        rec = ns.node
+        if rec.name in skip or rec.model is None or ns.repartitioning:
+            continue
+        model = state.catalog.get(rec.model)
+        if not all(model.has_profile(p) for p in blocked) or any(
+                _on_gpus(q) for q in state.pods_on(rec.name)):
+            continue
+        if excludes(rec, pod.constraints) is not None:
+            continue
+        fit = tuple(sorted(w.key for w in others if w.pod is not None
+                           and all(ns.free.get(p, 0) >= n for p, n in w.requests.items())
+                           and _barred(state, w.pod, rec, tuple(w.requests)) is None))
+        if fit:
+            out.append((rec.name, fit))
+    return out
+
+
 def _most(node: records.NodeRecord, model: profiles.GpuModel, profile: ProfileName) -> int:
     """The most instances of ``profile`` ``node`` could hold, every GPU laid out for it (what
     it advertises, if more: a GPU count label that lags)."""
@@ -2099,6 +2136,16 @@ def explain(
             more = f"; and {len(refused) - 5} more" if len(refused) > 5 else ""
             lines.append(f"- Idle node(s) a re-layout could give it from cannot take it "
                          f"({shown}{more}).")
+        if rec is None:
+            kept = _kept_for_others(state, pod, blocked, advice,
+                                    {n for n, _ in refused} | set(cordoned_at))
+            if kept:
+                causes.add("kept")
+                shown = "; ".join(f"{n}: {_names(list(ws), 3)}" for n, ws in kept[:5])
+                more = f"; and {len(kept) - 5} more" if len(kept) > 5 else ""
+                lines.append(f"- Idle node(s) a re-layout could give it from keep their layout: "
+                             f"their free instances fit other waiting pods, which the advisor "
+                             f"does not take them from ({shown}{more}).")
     if rec is None:
         models = sorted({m.id for m in state.models_present()
                          if all(m.has_profile(p) for p in blocked)})
@@ -2111,7 +2158,9 @@ def explain(
                             f"uncordon {names[0]})")
         fixes += ["add capacity", "ask for another profile"]
         text = f"{'; '.join(fixes[:-1])}; or {fixes[-1]}"
-        lines.append(f"Fix: no idle GPU can be re-laid out to provide it now ({where}). "
+        but = (" without taking free instances that other waiting pods fit"
+               if "kept" in causes else "")
+        lines.append(f"Fix: no idle GPU can be re-laid out to provide it now{but} ({where}). "
                      f"{text[0].upper()}{text[1:]}.")
         return "\n".join(lines)
     changed = [g for g in rec.gpus if g.changed]

@@ -168,7 +168,8 @@ def _summary(advice: advisor.Advice) -> list[str]:
     served = len({k for r in recs for k in r.unblocks})
     ahead = sum(r.ahead for r in recs)
     traded = sum(bool(r.balance) for r in recs)
-    lines = [f"{len(advice.waiting)} pod(s) wait for a MIG instance no node can give them; "
+    short = sum(not w.fits_free for w in advice.waiting)
+    lines = [f"{short} pod(s) wait for a MIG instance no node can give them; "
              f"{len(recs) - ahead} re-layout(s) ({len(recs) - ahead - disruptive - busy} "
              "safe, " + (f"{busy} of busy nodes' idle GPUs, " if busy else "")
              + f"{disruptive} disruptive) would unblock {served} of them."
@@ -224,6 +225,25 @@ def _held(advice: advisor.Advice) -> list[str]:
             "demand leave them): " + "; ".join(held) + "."]
 
 
+def _unserved(advice: advisor.Advice) -> list[str]:
+    """The waiting pods no re-layout serves, as up to two lines: those that fit free
+    instances already (waiting for something migfit does not model; before, they were
+    counted among the pods "no node can give" an instance), and the rest."""
+    fits = {w.key for w in advice.waiting if w.fits_free}
+    lines = []
+    for keys_, text in (
+            ([k for k in advice.unserved if k in fits],
+             "waiting pod(s) fit free instances on a node they may use, yet kube-scheduler "
+             "has not placed them: something migfit does not model keeps them off (pod "
+             "affinity, topology spread, volumes; migfit explain POD)"),
+            ([k for k in advice.unserved if k not in fits],
+             "waiting pod(s) no re-layout can serve now")):
+        if keys_:
+            lines.append(f"{len(keys_)} {text}: {', '.join(keys_[:10])}"
+                         + (" ..." if len(keys_) > 10 else ""))
+    return lines
+
+
 def _awaiting(advice: advisor.Advice) -> list[str]:
     """The waiting pods a re-layout in flight will serve (no node is advised for them), as one
     line or none."""
@@ -243,10 +263,7 @@ def render_text(advice: advisor.Advice, *, details: bool = True) -> str:
     if not details:
         lines = _summary(advice)
         lines.extend(_awaiting(advice))
-        if advice.unserved:
-            lines.append(f"{len(advice.unserved)} waiting pod(s) no re-layout can serve now: "
-                         f"{', '.join(advice.unserved[:10])}"
-                         + (" ..." if len(advice.unserved) > 10 else ""))
+        lines.extend(_unserved(advice))
         return "\n".join(lines)
     lines = []
     for rec in advice.recommendations:
@@ -274,10 +291,7 @@ def render_text(advice: advisor.Advice, *, details: bool = True) -> str:
         lines.append(f"  apply: kubectl label node {rec.node} "
                      f"{advisor.LABEL_CONFIG}={rec.target} --overwrite")
     lines.extend(_awaiting(advice))
-    if advice.unserved:
-        lines.append(f"{len(advice.unserved)} waiting pod(s) no re-layout can serve now: "
-                     f"{', '.join(advice.unserved[:10])}"
-                     + (" ..." if len(advice.unserved) > 10 else ""))
+    lines.extend(_unserved(advice))
     lines.extend(_held(advice))
     return "\n".join(lines)
 

@@ -9,6 +9,7 @@ from advisor_scene import T0, build, node, pod
 from migmanager_sim import CONFIG
 
 from migfit import advisor, builders, decoding, keys, profiles, records
+from migfit.commands import advise as advise_cmd
 from migfit.commands import status
 
 NOW = T0 + 600
@@ -512,3 +513,30 @@ def test_explain_names_idle_nodes_no_re_layout_may_start_on() -> None:
     text = advisor.explain(build(cordoned, pod("p", "1g.10gb")), "default", "p", now=NOW)
     assert "(c: no re-layout can start there now: cordoned)" in text
     assert "Wait for such a node to finish its change or be Ready, or uncordon it" in text
+
+
+def test_an_idle_node_kept_for_a_pod_its_instances_fit_is_named() -> None:
+    # The outside check's case: an idle node's two free 3g.40gb fit a pod that has waited past
+    # the free-instance grace (so something migfit does not model keeps it off them), and the
+    # advisor does not take them from it for a 1g.10gb pod. `explain` said "no idle GPU can
+    # be re-laid out" beside that idle node, and `advise` counted the first pod among those
+    # "no node can give" an instance.
+    later = NOW + 1000  # both past the grace; `two` past the free-instance grace too
+    scene = build(node("idle", alloc={"3g.40gb": 2}), node("full", alloc={"1g.10gb": 7}),
+                  *[pod(f"f{i}", "1g.10gb", node="full") for i in range(7)],
+                  pod("two", "3g.40gb", count=2), pod("small", "1g.10gb"))
+    advice = advisor.advise(scene, now=later)
+    assert advice.recommendations == ()
+    assert {w.key: w.fits_free for w in advice.waiting} == {"default/two": True,
+                                                            "default/small": False}
+    text = advisor.explain(scene, "default", "small", now=later)
+    assert ("- Idle node(s) a re-layout could give it from keep their layout: their free "
+            "instances fit other waiting pods, which the advisor does not take them from "
+            "(idle: default/two).") in text, text
+    assert "without taking free instances that other waiting pods fit" in text
+    lines = advise_cmd.render_text(advice, details=False).splitlines()
+    assert lines[0].startswith("1 pod(s) wait for a MIG instance no node can give them")
+    assert lines[1].startswith("1 waiting pod(s) fit free instances on a node they may use, "
+                               "yet kube-scheduler has not placed them")
+    assert lines[1].endswith(": default/two")
+    assert lines[2] == "1 waiting pod(s) no re-layout can serve now: default/small"

@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import heapq
+import json
 import zlib
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -43,7 +44,7 @@ class NodeFigures:
     model: profiles.GpuModel | None
     model_key: str  # lower-cased model id, "" when unknown
     single: bool  # mig.strategy=single: every MIG device is nvidia.com/gpu
-    schedulable: bool  # not cordoned, ready, not being re-partitioned
+    schedulable: bool  # not cordoned, ready, not being re-partitioned, no failed re-layout
     memory: Mapping[profiles.ProfileName, int]  # usable MiB per advertised profile
     slices: Mapping[profiles.ProfileName, int]  # memory slices of one instance
     total_slices: int  # memory slices of every advertised instance
@@ -54,6 +55,9 @@ class NodeFigures:
     advertised: tuple[tuple[profiles.ProfileName, int, int], ...]  # (profile, alloc, free)
     tie: float  # a stable per-name number in [0, 1) for deterministic tie-breaks
     repartitioning: str | None  # why the node is being re-partitioned, when it is
+    #: the result of migfit's failed re-layout of a node still carrying its taint, when so:
+    #: the node waits for an operator, not for a change to finish
+    relayout_failed: str | None = None
 
     @property
     def fragmentation(self) -> float:
@@ -61,6 +65,12 @@ class NodeFigures:
         if self.free_slices <= 0:
             return 0.0
         return 1.0 - self.largest_free_slices / self.free_slices
+
+
+def tie_of(name: str) -> float:
+    """The node's tie-break in [0, 1): a stable hash of its name (``scoring``'s formula adds
+    0.1·(tie − 0.5) before rounding; the scoring log writes it)."""
+    return (zlib.crc32(name.encode(errors="surrogatepass")) & 0xFFFFFFFF) / 2**32
 
 
 def _figures(state: records.NodeState, models: Mapping[str, profiles.GpuModel]) -> NodeFigures:
@@ -97,13 +107,15 @@ def _figures(state: records.NodeState, models: Mapping[str, profiles.GpuModel]) 
     advertised.sort(key=lambda t: (order.get(t[0], len(order)), t[0]))
     # Each bound instance sits on at most one GPU, so at least gpu_count - used GPUs are idle.
     idle_gpus = max(0, record.gpu_count - state.used_total)
-    why = _repartitioning(state)
+    failure = relayout_failure(record)
+    why = None if failure is not None else _repartitioning(state)
     return NodeFigures(
         state=state,
         model=model,
         model_key=model.id.lower() if model is not None else "",
         single=record.strategy == "single",
-        schedulable=not record.unschedulable and record.ready and why is None,
+        schedulable=(not record.unschedulable and record.ready and why is None
+                     and failure is None),
         memory=memory,
         slices=slices,
         total_slices=total,
@@ -112,14 +124,50 @@ def _figures(state: records.NodeState, models: Mapping[str, profiles.GpuModel]) 
         largest_free_slices=largest,
         idle_gpus=idle_gpus,
         advertised=tuple(advertised),
-        tie=(zlib.crc32(record.name.encode()) & 0xFFFFFFFF) / 2**32,
+        tie=tie_of(record.name),
         repartitioning=why,
+        relayout_failed=failure,
     )
 
 
 # States of the ``migfit.io/relayout`` record that mean the advisor's apply mode is changing
 # the node's layout right now (DESIGN.md 6): the state machine's in-flight states.
 RELAYOUT_ACTIVE_STATES = keys.ACTIVE_STATES
+
+
+def relayout_failure(record: records.NodeRecord) -> str | None:
+    """The result of migfit's failed re-layout of a node that still carries its taint
+    (``timeout``, ``failed``, …; ``unknown`` when neither mark names one), or None.
+
+    Such a node keeps the taint until an operator removes it and both annotations (README,
+    the apply mode): waiting never clears it, so it is told apart from a change in flight.
+    Failed is what the apply mode reads as failed: the ``migfit.io/relayout-failed``
+    annotation, or the record's ``state: failed``.
+    """
+    if not record.relayout_tainted:
+        return None
+    mark = keys.relayout_of(record.annotations)
+    mark_failed = mark is not None and mark.state is keys.RelayoutState.FAILED
+    text = record.annotations.get(keys.ANNOTATION_RELAYOUT_FAILED)
+    if not mark_failed and text is None:
+        return None
+    if mark is not None and mark_failed and mark.result:
+        return mark.result
+    return _failure_result(text) or "unknown"
+
+
+def _failure_result(text: str | None) -> str:
+    """The result a ``migfit.io/relayout-failed`` value names: its JSON ``result``
+    (``keys.encode_failure``) or the bare word; "" when it names none."""
+    if not text:
+        return ""
+    try:
+        doc = json.loads(text)
+    except (ValueError, RecursionError):
+        doc = text
+    if isinstance(doc, dict):
+        doc = doc.get("result")
+    return doc[:40] if isinstance(doc, str) else ""
 
 
 def _repartitioning(state: records.NodeState) -> str | None:
@@ -505,10 +553,12 @@ class Index:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class RelayoutChance:
-    """Whether some valid layout of a model holds a profile that serves a request."""
+    """Whether some valid layout of a model holds a profile that serves a request, and how
+    many instances of it one GPU of the model holds at most (0 when none)."""
 
     possible: bool
     why_not: str
+    per_gpu: int = 0
 
 
 # Keyed on the model itself, not its id: a catalog override may give the same id other
@@ -517,15 +567,17 @@ class RelayoutChance:
 def relayout_chance(
     model: profiles.GpuModel, profile: str, request_mib: int | None
 ) -> RelayoutChance:
-    """Cached per (model, profile, request): valid layouts are computed, not listed."""
+    """Cached per (model, profile, request): valid layouts are computed, not listed.
+
+    Of one instance: how many a node's GPUs can hold is the caller's (``per_gpu`` × GPUs).
+    """
     if not model.has_profile(profile):
-        out = RelayoutChance(False, f"its GPU model {model.id} has no {profile} profile")
-    elif request_mib is not None and model.profile(profile).memory_mib < request_mib:
-        out = RelayoutChance(False, f"{profile} on {model.id} has "
-                                    f"{model.profile(profile).memory_mib} MiB, "
-                                    f"below the {request_mib} MiB requested")
-    elif any(lay.count(profile) for lay in layouts.of(model).all):
-        out = RelayoutChance(True, "")
-    else:
-        out = RelayoutChance(False, f"no valid layout of {model.id} holds {profile}")
-    return out
+        return RelayoutChance(False, f"its GPU model {model.id} has no {profile} profile")
+    if request_mib is not None and model.profile(profile).memory_mib < request_mib:
+        return RelayoutChance(False, f"{profile} on {model.id} has "
+                                     f"{model.profile(profile).memory_mib} MiB, "
+                                     f"below the {request_mib} MiB requested")
+    most = max((lay.count(profile) for lay in layouts.of(model).all), default=0)
+    if most:
+        return RelayoutChance(True, "", most)
+    return RelayoutChance(False, f"no valid layout of {model.id} holds {profile}")

@@ -8,8 +8,8 @@ code and structured fields; they become the extender's strings only at the HTTP 
 - ``UNRESOLVABLE`` (``FailedAndUnresolvableNodes``): preemption cannot help — the node does
   not advertise the profile at all (the scheduler never splits an idle 3g.40gb into 1g.10gb,
   DESIGN.md 1.4), advertises fewer instances than the pod needs, uses the other MIG strategy,
-  is being re-partitioned, is unknown to the cache, or its instance (or model) is too small
-  for the request the webhook recorded.
+  is being re-partitioned (or migfit's re-layout of it failed), is unknown to the cache, or
+  its instance (or model) is too small for the request the webhook recorded.
 - ``FAILED`` (``FailedNodes``): the profile is advertised but not enough instances are free;
   evicting pods could free them.
 """
@@ -19,10 +19,11 @@ from __future__ import annotations
 import dataclasses
 import enum
 import functools
+import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from migfit import decoding, keys, records
+from migfit import decoding, errors, keys, quantity, records, requests
 from migfit.extender import figures
 
 
@@ -35,6 +36,7 @@ class Outcome(enum.StrEnum):
 class Code(enum.StrEnum):
     UNKNOWN_NODE = "unknown-node"
     REPARTITIONING = "repartitioning"
+    RELAYOUT_FAILED = "relayout-failed"
     NOT_ADVERTISED = "not-advertised"
     TOO_FEW_ADVERTISED = "too-few-advertised"
     STRATEGY_MISMATCH = "strategy-mismatch"
@@ -49,6 +51,8 @@ class Relayout(enum.StrEnum):
     IDLE = "idle"  # yes, on GPUs that hold no pod
     DISRUPTIVE = "disruptive"  # yes, but only by stopping pods on the node's GPUs
     IMPOSSIBLE = "impossible"  # no layout of the node's model serves the request
+    TOO_MANY = "too-many"  # a layout holds it, but no layout of the node's GPUs holds enough
+    GPUS_UNKNOWN = "gpus-unknown"  # one GPU holds too few, and the node's GPU count is unknown
     UNKNOWN_MODEL = "unknown-model"  # the node's GPU model is not known
 
 
@@ -65,6 +69,7 @@ class Reason:
     relayout: Relayout | None = None
     idle_gpus: int = 0
     gpus: int = 0
+    per_gpu: int = 0  # the most instances of ``profile`` one GPU of the node's model holds
     memory_mib: int | None = None
     request_mib: int | None = None
     model: str = ""
@@ -111,16 +116,115 @@ def _dict(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
+class BadPod(ValueError):
+    """The Pod kube-scheduler sent holds a GPU request no API server would have admitted
+    (the extender answers 400 with this message: which container, which resource, what to
+    send)."""
+
+
+_WHOLE = 'send a whole number of instances, e.g. "1"'
+
+
+def _check_gpu_requests(spec: Mapping[str, Any]) -> None:
+    """BadPod when a container's MIG (``nvidia.com/mig-*``) or ``nvidia.com/gpu`` request or
+    limit is not a non-negative whole-number quantity, or the containers are not a list of
+    objects: read loosely, such a request would count as none and pass every node.
+
+    Other resources (cpu, memory) are read as the cache reads them: a malformed value counts
+    as none (``decoding.effective_requests``).
+    """
+    for field in ("containers", "initContainers"):
+        where = f"Pod.spec.{field}"
+        listed = spec.get(field)
+        if listed is None:
+            continue
+        if not isinstance(listed, list):
+            raise BadPod(f"{where} is a {_kind(listed)}; send a list of containers")
+        for i, c in enumerate(listed):
+            if not isinstance(c, dict):
+                raise BadPod(f"{where}[{i}] is a {_kind(c)}; send a container object")
+            name = c.get("name")
+            at = f"{where}[{i}]" + (f" ({_quoted(name)})" if isinstance(name, str)
+                                    else "")
+            resources = c.get("resources")
+            if resources is None:
+                continue
+            if not isinstance(resources, dict):
+                raise BadPod(f"{at}.resources is a {_kind(resources)}; send an object with "
+                             "requests and limits")
+            for part in ("limits", "requests"):
+                values = resources.get(part)
+                if values is None:
+                    continue
+                if not isinstance(values, dict):
+                    raise BadPod(f"{at}.resources.{part} is a {_kind(values)}; send an object "
+                                 "of resource name to quantity")
+                for res, value in values.items():
+                    if isinstance(res, str) and decoding.is_gpu_resource(res):
+                        why = _not_whole(value)
+                        if why:
+                            raise BadPod(f"{at}.resources.{part}[{_quoted(res)}] "
+                                         f"{why}; {_WHOLE}")
+
+
+def _quoted(text: str) -> str:
+    """A name or value from the request for a message: JSON-quoted, cut after 100
+    characters."""
+    return json.dumps(requests.cut(text, 100))
+
+
+def _kind(value: Any) -> str:
+    """A JSON value's type for a message: ``string``, ``number``, ``list``, ``object``..."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int | float):
+        return "number"
+    if isinstance(value, dict):
+        return "object"
+    if isinstance(value, str):
+        return "string"
+    return "list" if isinstance(value, list) else type(value).__name__
+
+
+def _not_whole(value: Any) -> str:
+    """Why ``value`` is not a non-negative whole-number quantity; "" when it is one."""
+    if value is None:
+        return "is null, not a quantity"
+    if not isinstance(value, str | int | float) or isinstance(value, bool):
+        return f"is a {_kind(value)}, not a quantity"
+    shown = _quoted(value) if isinstance(value, str) else repr(value)
+    try:
+        amount = quantity.parse(value)
+    except errors.QuantityError as exc:
+        return f"is {shown}, not a Kubernetes quantity ({_cause(str(exc))})"
+    if amount < 0:
+        return f"is {shown}, a negative count"
+    if amount.denominator != 1:
+        return f"is {shown}, not a whole number (MIG instances and GPUs are not divisible)"
+    return ""
+
+
+def _cause(text: str) -> str:
+    """The part of a QuantityError's message in parentheses (what is wrong), or all of it."""
+    start, end = text.find("("), text.find("):")
+    return text[start + 1:end] if 0 <= start < end else text
+
+
 def decode_pod(pod: Mapping[str, Any]) -> PodRequest:
     """The MIG request of a v1.Pod as kube-scheduler sends it (``ExtenderArgs.Pod``).
 
     Container requests follow Kubernetes' effective-request rules (``cluster.
     effective_requests``: sum of containers and sidecars, max with init containers; an
-    extended resource's request defaults to its limit).
+    extended resource's request defaults to its limit). BadPod when a GPU request is not a
+    non-negative whole number (``_check_gpu_requests``).
     """
     meta = _dict(pod.get("metadata"))
     annotations = {str(k): str(v) for k, v in _dict(meta.get("annotations")).items()}
-    gpu, _per_container, cpu, mem = decoding.effective_requests(_dict(pod.get("spec")))
+    spec = _dict(pod.get("spec"))
+    _check_gpu_requests(spec)
+    gpu, _per_container, cpu, mem = decoding.effective_requests(spec)
     namespace = str(meta.get("namespace") or "default")
     name = str(meta.get("name") or meta.get("generateName") or "")
     return PodRequest(
@@ -162,16 +266,25 @@ _UNKNOWN: tuple[Reason, ...] = (_reason(code=Code.UNKNOWN_NODE),)
 _NO_REASONS: tuple[Reason, ...] = ()
 
 
-def _relayout(fig: figures.NodeFigures, want: figures.Want) -> tuple[Relayout, str]:
+def _relayout(fig: figures.NodeFigures, want: figures.Want) -> tuple[Relayout, str, int]:
+    """Whether a re-layout of the node could give ``want`` (all its instances), why not, and
+    the most instances of its profile one GPU of the model holds."""
     if fig.model is None:
         return Relayout.UNKNOWN_MODEL, fig.state.node.model_error or (
-            f"no {keys.LABEL_PRODUCT} label")
+            f"no {keys.LABEL_PRODUCT} label"), 0
     chance = figures.relayout_chance(fig.model, want.profile, want.request_mib)
     if not chance.possible:
-        return Relayout.IMPOSSIBLE, chance.why_not
-    if fig.state.used_total == 0 or fig.idle_gpus > 0:
-        return Relayout.IDLE, ""
-    return Relayout.DISRUPTIVE, ""
+        return Relayout.IMPOSSIBLE, chance.why_not, 0
+    per_gpu = chance.per_gpu
+    gpus = fig.state.node.gpu_count
+    needed = -(-want.count // per_gpu)  # GPUs the instances need at the least
+    if needed > 1 and gpus <= 0:
+        return Relayout.GPUS_UNKNOWN, "", per_gpu
+    if needed > gpus > 0:
+        return Relayout.TOO_MANY, "", per_gpu
+    if fig.state.used_total == 0 or fig.idle_gpus >= needed:
+        return Relayout.IDLE, "", per_gpu
+    return Relayout.DISRUPTIVE, "", per_gpu
 
 
 def check(fig: figures.NodeFigures | None, request: PodRequest) -> tuple[Reason, ...]:
@@ -181,15 +294,24 @@ def check(fig: figures.NodeFigures | None, request: PodRequest) -> tuple[Reason,
     """
     if fig is None:
         return _UNKNOWN
+    if fig.relayout_failed is not None:
+        return (_reason(code=Code.RELAYOUT_FAILED, detail=fig.relayout_failed),)
     if fig.repartitioning is not None:
         return (_reason(code=Code.REPARTITIONING, detail=fig.repartitioning),)
     state = fig.state
+    # a node without any MIG GPU (no model, no GPUs, nothing advertised): says so first
+    no_gpu = fig.model is None and not fig.advertised and not state.node.gpu_count
     out: list[Reason] | None = None
     for w in request.wants:
         p = w.profile
         reason: Reason | None = None
         alloc = state.node.allocatable.get(p, 0)
-        if w.models is not None and fig.model_key not in w.models:
+        if no_gpu:
+            # (before the decision's models: a CPU node is not "an unknown GPU model")
+            relayout, detail, _per = _relayout(fig, w)
+            reason = _reason(code=Code.NOT_ADVERTISED, profile=p, need=w.count,
+                             relayout=relayout, detail=detail, request_mib=w.request_mib)
+        elif w.models is not None and fig.model_key not in w.models:
             reason = _reason(code=Code.MODEL_NOT_ALLOWED, profile=p,
                              model=fig.model.id if fig.model else "",
                              models=w.model_names, request_mib=w.request_mib)
@@ -198,10 +320,11 @@ def check(fig: figures.NodeFigures | None, request: PodRequest) -> tuple[Reason,
             reason = _reason(code=Code.STRATEGY_MISMATCH, profile=p, detail=w.resource,
                              model="single" if fig.single else "mixed")
         elif alloc <= 0:
-            relayout, detail = _relayout(fig, w)
+            relayout, detail, per_gpu = _relayout(fig, w)
             reason = _reason(code=Code.NOT_ADVERTISED, profile=p, need=w.count,
                              advertised=fig.advertised, relayout=relayout, detail=detail,
                              idle_gpus=fig.idle_gpus, gpus=state.node.gpu_count,
+                             per_gpu=per_gpu, model=fig.model.id if fig.model else "",
                              request_mib=w.request_mib)
         elif alloc < w.count:
             reason = _reason(code=Code.TOO_FEW_ADVERTISED, profile=p, need=w.count,
@@ -291,6 +414,14 @@ def message(reason: Reason) -> str:
         return "node is unknown to migfit's cache (not yet seen, or deleted)"
     if c is Code.REPARTITIONING:
         return f"node's MIG layout is being changed ({reason.detail}); wait for it to finish"
+    if c is Code.RELAYOUT_FAILED:
+        return (f"migfit's re-layout of this node failed (result: {reason.detail}; the "
+                f"reason is in its {keys.ANNOTATION_RELAYOUT} annotation), so it keeps the "
+                f"taint {keys.TAINT_RELAYOUT}: fix the node, then remove the taint and the "
+                f"annotations {keys.ANNOTATION_RELAYOUT} and "
+                f"{keys.ANNOTATION_RELAYOUT_FAILED} (kubectl taint node NODE "
+                f"{keys.TAINT_RELAYOUT}- && kubectl annotate node NODE "
+                f"{keys.ANNOTATION_RELAYOUT}- {keys.ANNOTATION_RELAYOUT_FAILED}-)")
     if c is Code.MODEL_NOT_ALLOWED:
         have = reason.model or "an unknown GPU model"
         return (f"node has {have}; the request ({reason.request_mib} MiB) fits "
@@ -304,19 +435,37 @@ def message(reason: Reason) -> str:
             return f"node has no MIG GPU ({reason.detail})"
         head = (f"{_advertised(reason.advertised)} but no {reason.profile}" if reason.advertised
                 else f"node advertises no MIG instances, so no {reason.profile}")
+        # GPUs the pod's instances need at the least (one GPU holds ``per_gpu``)
+        needed = -(-reason.need // reason.per_gpu) if reason.per_gpu else 1
+        them = "it" if reason.need <= 1 else f"{_count(reason.need)} {reason.profile}"
         if r is Relayout.IDLE:
-            if reason.idle_gpus >= reason.gpus and reason.gpus > 1:
+            if needed > 1 and needed >= reason.gpus:
+                which = "its idle GPUs"
+            elif needed > 1:
+                which = f"{needed} of its idle GPUs"
+            elif reason.idle_gpus >= reason.gpus and reason.gpus > 1:
                 which = "its idle GPUs"
             elif reason.gpus > 1:
                 which = "one of its idle GPUs"
             else:
                 which = "its idle GPU"
-            return f"{head}; a re-layout of {which} could provide it (see migfit advise)"
+            return f"{head}; a re-layout of {which} could provide {them} (see migfit advise)"
         if r is Relayout.DISRUPTIVE:
-            return (f"{head}; a re-layout could provide it, but only after the pods on its "
-                    f"GPUs stop (see migfit advise)")
+            return (f"{head}; a re-layout could provide {them}, but only after the pods on "
+                    f"its GPUs stop (see migfit advise)")
         if r is Relayout.IMPOSSIBLE:
             return f"{head}; no re-layout can provide it: {reason.detail}"
+        if r is Relayout.TOO_MANY:
+            gpus = f"{reason.gpus} GPUs" if reason.gpus > 1 else "1 GPU"
+            return (f"{head}; no re-layout of this node can give {them}: the most is "
+                    f"{reason.gpus * reason.per_gpu} ({gpus} × {reason.per_gpu} "
+                    f"{reason.profile} per {reason.model}); the pod needs a node with "
+                    f"{_count(needed)} or more GPUs, or fewer {reason.profile} per pod")
+        if r is Relayout.GPUS_UNKNOWN:
+            return (f"{head}; a re-layout could provide {them} only on {_count(needed)} or "
+                    f"more GPUs "
+                    f"({reason.per_gpu} {reason.profile} per {reason.model}), and the node's "
+                    f"GPU count is unknown (no {keys.LABEL_GPU_COUNT} label)")
         return f"{head}; its GPU model is unknown ({reason.detail})"
     if c is Code.TOO_FEW_ADVERTISED:
         return (f"node advertises {reason.allocatable} {reason.profile} in all; the pod "

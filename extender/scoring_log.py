@@ -3,9 +3,12 @@
 The JSON line carries the pod, its profile, the formula's ``weights`` (``scoring.WEIGHTS``,
 the terms with a weight only), each node's score with those terms' values before weighting
 (``terms``) and the figures behind them (``scoring.NodeScore``), and the call's duration:
-``raw = Σ weights[t] · terms[t]`` can be
-recomputed from the line alone. The human line names, per node, the terms that weigh most
-(weight × value). kube-scheduler may send thousands of nodes,
+``raw = Σ weights[t] · terms[t]`` and, with the node's ``tie`` (a hash of its name,
+``figures.tie_of``), ``score = clamp(⌊10·raw + 0.5 + 0.1·(tie − 0.5)⌋, 0, 10)`` can be
+recomputed from the line alone (up to the rounding of the written figures). The human line
+names, per node, the terms that weigh most (weight × value) and its tie. A call for a pod
+without MIG requests (without ``--score-all-pods``) gets lines saying why every node scored
+0 (``UNSCORED``) instead. kube-scheduler may send thousands of nodes,
 so at most ``max_nodes`` of the best are written in full (0: all), with a histogram of all
 scores and the number left out. The server hands calls over through ``submit``: a bounded
 queue written on the event loop's next turn, after the response, from answer tables ranked
@@ -30,7 +33,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Final, Literal, Protocol
 
 from migfit import logs, requests
-from migfit.extender import filtering, scoring
+from migfit.extender import figures, filtering, scoring
 
 LogFormat = Literal["json", "text", "both"]
 LOG_FORMATS: tuple[LogFormat, ...] = ("json", "text", "both")
@@ -80,7 +83,7 @@ def _figures(s: scoring.NodeScore, weighted: dict[str, float]) -> dict[str, Any]
         return {"node": bounded(s.node), "score": s.score, "fits": False}
     values = scoring.terms(s)
     return {"node": bounded(s.node), "score": s.score, "fits": True, "raw": _r4(s.raw),
-            "terms": {t: _r4(values[t]) for t in weighted},
+            "tie": _r4(figures.tie_of(s.node)), "terms": {t: _r4(values[t]) for t in weighted},
             "strand": _r3(s.strand), "host": _r3(s.host), "pack": _r3(s.pack),
             "fresh": s.fresh, "scarce": _r3(s.scarce), "tight": _r3(s.tight),
             "slack": _r3(s.slack), "frag": _r4(s.frag),
@@ -88,12 +91,13 @@ def _figures(s: scoring.NodeScore, weighted: dict[str, float]) -> dict[str, Any]
 
 
 def _deciding(s: scoring.NodeScore, weighted: dict[str, float], shown: int = 3) -> str:
-    """``raw 0.955 = 0.60×no_strand 1.00 + 0.30×host_free 0.85 + …``: the largest terms."""
+    """``raw 0.955 = 0.60×no_strand 1.00 + 0.30×host_free 0.85 + …; tie 0.41``: the largest
+    terms, and the node's tie-break (the score is ⌊10·raw + 0.5 + 0.1·(tie − 0.5)⌋)."""
     values = scoring.terms(s)
     top = sorted(weighted, key=lambda t: (-weighted[t] * values[t], t))
     parts = [f"{weighted[t]:.2f}×{t} {values[t]:.2f}" for t in top[:shown]]
     more = " + …" if len(top) > shown else ""
-    return f"raw {s.raw:.3f} = {' + '.join(parts)}{more}"
+    return f"raw {s.raw:.3f} = {' + '.join(parts)}{more}; tie {figures.tie_of(s.node):.2f}"
 
 
 def _described(s: scoring.NodeScore, weighted: dict[str, float]) -> str:
@@ -162,6 +166,13 @@ def summarize(scores: Sequence[scoring.NodeScore], n: int) -> Summary:
 
 QUEUE = 64  # prioritize calls waiting for their lines; more are dropped and counted
 
+UNSCORED: Final = (
+    "the pod requests no MIG instance (nvidia.com/mig-<profile>, or nvidia.com/gpu with "
+    "migfit's single-strategy decision), so every node scores 0 and kube-scheduler's own "
+    "scores decide; migfit extender --score-all-pods scores such pods on cpu and memory")
+"""Why every node of a call scored 0 (a pod without MIG requests, without
+``--score-all-pods``): what the call's lines say instead of per-node figures."""
+
 
 class ScoringLog:
     """Writes the lines of each prioritize call in the chosen format.
@@ -172,9 +183,11 @@ class ScoringLog:
     """
 
     def __init__(self, *, log_format: LogFormat = "both", max_nodes: int = 50,
-                 target: logging.Logger = logger, queue: int = QUEUE) -> None:
+                 target: logging.Logger = logger, queue: int = QUEUE,
+                 all_pods: bool = False) -> None:
         self.format = log_format
         self.max_nodes = max_nodes
+        self.all_pods = all_pods  # --score-all-pods: pods without MIG requests are scored
         self.logger = target
         self.queue = queue
         self.dropped = 0
@@ -185,7 +198,8 @@ class ScoringLog:
                   summary: Summary | None = None,
                   render: Callable[[scoring.NodeScore], str] | None = None) -> str:
         summary = summary or summarize(scores, self.max_nodes)
-        weighted = weights(request)
+        unscored = self.unscored(request)
+        weighted = {} if unscored else weights(request)
 
         def plain(s: scoring.NodeScore) -> str:
             return _dumps(_figures(s, weighted))
@@ -193,9 +207,12 @@ class ScoringLog:
         when = (now or datetime.datetime.now(datetime.UTC)).isoformat(timespec="milliseconds")
         # The bytes json.dumps(separators=(",", ":")) writes for the record {time, level,
         # logger, event, pod, uid, profile, nodes, fit, duration_ms, weights, scores,
-        # omitted, histogram}, put together from its parts (a test holds it to that): the
-        # node entries come rendered (and kept by the answer tables), the rest is short.
+        # omitted, histogram[, unscored]}, put together from its parts (a test holds it to
+        # that): the node entries come rendered (and kept by the answer tables), the rest
+        # is short.
         best = summary.best if self.max_nodes <= 0 else summary.best[:self.max_nodes]
+        if unscored:  # no node has figures to show: the line says why they all scored 0
+            best = []
         if summary.json is not None:
             parts: Sequence[str] = summary.json[:len(best)]
         else:
@@ -211,12 +228,17 @@ class ScoringLog:
             ',"duration_ms":', float.__repr__(round(duration_s * 1000, 3)),
             ',"weights":', _weights_json(tuple(weighted.items())),
             ',"scores":[', ",".join(parts), '],"omitted":', str(summary.nodes - len(best)),
-            ',"histogram":{', histogram, "}}"))
+            ',"histogram":{', histogram, "}",
+            ',"unscored":' + _dumps(UNSCORED) if unscored else "", "}"))
 
     def text_line(self, request: filtering.PodRequest, scores: Sequence[scoring.NodeScore],
                   duration_s: float, *, summary: Summary | None = None) -> str:
         summary = summary or summarize(scores, TEXT_NODES)
         fit = summary.fit
+        if self.unscored(request):
+            return (f"prioritize {requests.shorten(request.key, KEY_LIMIT)} "
+                    f"{requests.shorten(request.describe(), NAME_LIMIT)}: {UNSCORED} — "
+                    f"{summary.nodes} nodes, {duration_s * 1000:.2f} ms")
         if summary.text is not None:
             parts: Sequence[str] = summary.text[:TEXT_NODES]
         else:
@@ -227,6 +249,11 @@ class ScoringLog:
                 f"{requests.shorten(request.describe(), NAME_LIMIT)}: {top} — "
                 f"{summary.nodes} nodes, "
                 f"{fit} fit, {duration_s * 1000:.2f} ms")
+
+    def unscored(self, request: filtering.PodRequest) -> bool:
+        """Every node of a call for ``request`` scores 0 without figures: a pod without MIG
+        requests, without ``--score-all-pods`` (``scoring.score_nodes``)."""
+        return not request.mig and not self.all_pods
 
     def _wanted(self) -> int:
         return TEXT_NODES if self.format == "text" else (
@@ -286,6 +313,9 @@ class ScoringLog:
             def describe(s: scoring.NodeScore, weighted: dict[str, float] = weighted) -> str:
                 return _described(s, weighted)
 
-            summary = call.summary(self._wanted(), render if json_wanted else None,
-                                   describe if text_wanted else None)
+            if self.unscored(call.request):  # counts only: no node's figures are written
+                summary = call.summary(1)
+            else:
+                summary = call.summary(self._wanted(), render if json_wanted else None,
+                                       describe if text_wanted else None)
             self._write(call.request, call.duration_s, summary, render)

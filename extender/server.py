@@ -209,6 +209,14 @@ def _pod_object(raw: bytes) -> Mapping[str, Any]:
     return pod
 
 
+def _decoded(pod: Mapping[str, Any]) -> filtering.PodRequest:
+    """``filtering.decode_pod``; WireError (a 400) for a GPU request no API server admits."""
+    try:
+        return filtering.decode_pod(pod)
+    except filtering.BadPod as exc:
+        raise WireError(str(exc)) from None
+
+
 class PodRequests:
     """Pods' MIG requests by the bytes of the Pod as sent: kube-scheduler sends the same Pod
     to filter and then to prioritize in each scheduling cycle, so the second call skips
@@ -222,14 +230,14 @@ class PodRequests:
 
     def of(self, args: Args) -> filtering.PodRequest:
         """``filtering.decode_pod(args.pod)``, from the table when the same bytes came
-        before; WireError as ``decode_pod`` raises it."""
+        before; WireError as ``args.pod`` raises it, or for ``decode_pod``'s BadPod."""
         raw = args.pod_raw
         if raw is None or len(raw) > self.max_bytes:
-            return filtering.decode_pod(args.pod)
+            return _decoded(args.pod)
         known = self._known
         hit = known.pop(raw, None)
         if hit is None:
-            hit = filtering.decode_pod(args.pod)
+            hit = _decoded(args.pod)
             while len(known) >= self.entries:
                 del known[next(iter(known))]
         known[raw] = hit
@@ -719,14 +727,13 @@ def _free_counts(fig: figures.NodeFigures | None) -> str:
 
 async def _prioritize(request: web.Request) -> web.Response:
     tables, scoring_log_ = request.app[TABLES], request.app[SCORING_LOG]
-    settings_ = request.app[SETTINGS]
 
     def answer(args: Args, pod: filtering.PodRequest, start: float) -> web.Response:
         done = tables.prioritize(pod, args.names)
         response = _bytes(done.body)
-        if pod.mig or settings_.score_all_pods:
-            done.duration_s = time.perf_counter() - start
-            scoring_log_.submit(done)  # written after the response
+        # every call gets its lines (one for a pod without MIG requests says why all are 0)
+        done.duration_s = time.perf_counter() - start
+        scoring_log_.submit(done)  # written after the response
         return response
 
     return await _verb(request, verb="prioritize", error=lambda m: {"Error": m}, answer=answer)
@@ -812,7 +819,8 @@ def make_app(
     if certificate is not None:
         cert_metrics.register(app[METRICS].registry, server="extender", source=certificate)
     app[SCORING_LOG] = scoring_log.ScoringLog(log_format=settings.log_format,
-                                              max_nodes=settings.log_nodes)
+                                              max_nodes=settings.log_nodes,
+                                              all_pods=settings.score_all_pods)
     app[METRICS].registry.register(_ScoringLogCollector(app[SCORING_LOG]))
 
     async def flush_log(app: web.Application) -> None:

@@ -6,7 +6,7 @@ from typing import Any
 
 from extender_builders import build, decision, node, pod
 
-from migfit import cluster
+from migfit import builders, cluster
 from migfit.extender import figures, filtering
 from migfit.extender.filtering import Code, Outcome, Relayout
 
@@ -207,3 +207,122 @@ def test_nodes_in_the_same_situation_get_the_same_message() -> None:
     assert messages["a"] != "" and messages["c"] == messages["d"]
     # a and b differ only in what is free right now (b is busy: a re-layout would disrupt it)
     assert messages["a"].split(";")[0] == messages["b"].split(";")[0]
+
+
+# ------------------------------------------------ an outside check: failed re-layouts, counts
+
+
+_RELAYOUT_TAINT = {"key": "migfit.io/relayout", "value": "pending", "effect": "NoSchedule"}
+
+
+def test_failed_relayout_says_it_failed_and_what_to_remove_not_to_wait() -> None:
+    # It said "node's MIG layout is being changed (taint migfit.io/relayout ...); wait for it
+    # to finish": a failed node keeps its taint until an operator clears it, waiting never does.
+    record = ('{"v": 1, "state": "failed", "target": "all-1g.10gb", "result": "timeout", '
+              '"reason": "nvidia.com/mig.config.state stayed pending for 1200 s"}')
+    model = build([
+        node("failed", {"3g.40gb": 2}, taints=[_RELAYOUT_TAINT], annotations={
+            "migfit.io/relayout": record, "migfit.io/relayout-failed": "timeout"}),
+        # only the failure annotation (the record unreadable): still failed, result from it
+        node("marked", {"3g.40gb": 2}, taints=[_RELAYOUT_TAINT], annotations={
+            "migfit.io/relayout-failed": '{"reason": "x", "result": "wedged"}'}),
+        # cleared taint: the node is back in service (the record alone blocks nothing)
+        node("cleared", {"1g.10gb": 7}, annotations={"migfit.io/relayout": record}),
+        node("in-flight", {"1g.10gb": 7}, taints=[_RELAYOUT_TAINT], annotations={
+            "migfit.io/relayout": '{"v": 1, "state": "applying"}'}),
+    ])
+    result = _verdicts(model, pod("want"), ["failed", "marked", "cleared", "in-flight"])
+    assert result.passed == ["cleared"]
+    (reason,) = result.unresolvable["failed"]
+    assert (reason.code, reason.detail) == (Code.RELAYOUT_FAILED, "timeout")
+    text = filtering.message(reason)
+    assert "wait" not in text and "being changed" not in text
+    assert text.startswith("migfit's re-layout of this node failed (result: timeout;")
+    assert text.endswith("kubectl taint node NODE migfit.io/relayout- && kubectl annotate "
+                         "node NODE migfit.io/relayout- migfit.io/relayout-failed-)")
+    assert result.unresolvable["marked"][0].detail == "wedged"
+    assert result.unresolvable["in-flight"][0].code is Code.REPARTITIONING
+
+
+def _one(model: cluster.Cluster, pod_obj: dict[str, Any], name: str) -> filtering.Reason:
+    (reason,) = _verdicts(model, pod_obj, [name]).unresolvable[name]
+    return reason
+
+
+def test_relayout_chance_counts_the_instances_and_the_gpus() -> None:
+    # It said "a re-layout of its idle GPU could provide it" for 8 × 1g.10gb on one A100-80GB
+    # (7 at most), 3 × 7g.80gb on 2 GPUs, 3 × 2g.12gb on one A30 (2 at most).
+    model = build([
+        node("a100", {"3g.40gb": 2}),
+        node("a100x2", {"3g.40gb": 4}, gpus=2),
+        node("a30", {"1g.6gb": 4}, model="A30-24GB"),
+    ])
+    eight = pod("eight", [{"1g.10gb": 8}])
+    reason = _one(model, eight, "a100")
+    assert (reason.relayout, reason.per_gpu) == (Relayout.TOO_MANY, 7)
+    assert filtering.message(reason) == (
+        "node advertises 3g.40gb×2 but no 1g.10gb; no re-layout of this node can give "
+        "8 1g.10gb: the most is 7 (1 GPU × 7 1g.10gb per A100-80GB); the pod needs a node "
+        "with 2 or more GPUs, or fewer 1g.10gb per pod")
+    three_7g = _one(model, pod("big", [{"7g.80gb": 3}]), "a100x2")
+    assert three_7g.relayout is Relayout.TOO_MANY
+    assert "the most is 2 (2 GPUs × 1 7g.80gb per A100-80GB)" in filtering.message(three_7g)
+    assert _one(model, pod("two", [{"7g.80gb": 2}]), "a100").relayout is Relayout.TOO_MANY
+    a30 = _one(model, pod("a30", [{"2g.12gb": 3}]), "a30")
+    assert "no re-layout of this node can give 3 2g.12gb: the most is 2" in (
+        filtering.message(a30))
+    # what fits the node's GPUs is still a re-layout away: both idle GPUs, or one of them
+    both = _one(model, eight, "a100x2")
+    assert both.relayout is Relayout.IDLE
+    assert filtering.message(both).endswith(
+        "a re-layout of its idle GPUs could provide 8 1g.10gb (see migfit advise)")
+    seven = _one(model, pod("seven", [{"1g.10gb": 7}]), "a100x2")
+    assert filtering.message(seven).endswith(
+        "a re-layout of its idle GPUs could provide 7 1g.10gb (see migfit advise)")
+    three = build([node("a100x3", {"3g.40gb": 6}, gpus=3)])
+    assert filtering.message(_one(three, pod("nine", [{"1g.10gb": 9}]), "a100x3")).endswith(
+        "a re-layout of 2 of its idle GPUs could provide 9 1g.10gb (see migfit advise)")
+
+
+def test_busy_node_relayout_counts_its_idle_gpus() -> None:
+    model = build([node("busy2", {"3g.40gb": 4}, gpus=2),
+                   pod("big", [{"3g.40gb": 1}], node_name="busy2")])
+    # one GPU is idle: 7 fit there; 8 need both, and one holds a pod
+    assert _one(model, pod("seven", [{"1g.10gb": 7}]), "busy2").relayout is Relayout.IDLE
+    reason = _one(model, pod("eight", [{"1g.10gb": 8}]), "busy2")
+    assert reason.relayout is Relayout.DISRUPTIVE
+    assert filtering.message(reason).endswith(
+        "a re-layout could provide 8 1g.10gb, but only after the pods on its GPUs stop "
+        "(see migfit advise)")
+    # more than both GPUs hold: no stopping of pods helps
+    assert _one(model, pod("15", [{"1g.10gb": 15}]), "busy2").relayout is Relayout.TOO_MANY
+
+
+def test_relayout_with_an_unknown_gpu_count_says_what_it_needs() -> None:
+    unknown = node("nocount", {"3g.40gb": 2})
+    del unknown["metadata"]["labels"]["nvidia.com/gpu.count"]
+    model = build([unknown])
+    assert model.node("nocount") is not None
+    assert model.node("nocount").node.gpu_count == 0  # type: ignore[union-attr]
+    reason = _one(model, pod("eight", [{"1g.10gb": 8}]), "nocount")
+    assert reason.relayout is Relayout.GPUS_UNKNOWN
+    assert filtering.message(reason).endswith(
+        "a re-layout could provide 8 1g.10gb only on 2 or more GPUs (7 1g.10gb per "
+        "A100-80GB), and the node's GPU count is unknown (no nvidia.com/gpu.count label)")
+    # one GPU's worth: as before
+    assert _one(model, pod("one"), "nocount").relayout is Relayout.IDLE
+
+
+def test_cpu_node_with_a_decision_record_says_it_has_no_mig_gpu() -> None:
+    # It said "node has an unknown GPU model; the request (9800 MiB) fits 1g.10gb only on
+    # H100-80GB": the decision's models were checked before the node's lack of any GPU.
+    cpu_node = builders.node("cpu-0", labels={}, resources={})
+    model = build([cpu_node, node("h100", {"1g.10gb": 7}, model="H100-80GB")])
+    annotated = pod("p", annotations={
+        "migfit.io/decision": decision([("c0", "1g.10gb", 9800, ["H100-80GB"])])})
+    result = _verdicts(model, annotated, ["cpu-0", "h100"])
+    assert result.passed == ["h100"]
+    (reason,) = result.unresolvable["cpu-0"]
+    assert reason.code is Code.NOT_ADVERTISED
+    assert filtering.message(reason) == (
+        "node has no MIG GPU (no nvidia.com/gpu.product label)")

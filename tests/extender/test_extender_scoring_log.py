@@ -5,11 +5,12 @@ from __future__ import annotations
 import datetime
 import json
 import logging
+import math
 from pathlib import Path
 from typing import Any
 
 import pytest
-from extender_builders import build, node, pod
+from extender_builders import build, mig_pod, node, pod
 
 from migfit import errors, snapshots
 from migfit.commands import extender as cli
@@ -205,3 +206,95 @@ def test_json_line_is_what_json_dumps_writes_for_its_record(max_nodes: int) -> N
         assert list(json.loads(line)) == [
             "time", "level", "logger", "event", "pod", "uid", "profile", "nodes", "fit",
             "duration_ms", "weights", "scores", "omitted", "histogram"]
+
+
+# ------------------------------------------------ an outside check: the tie, unscored calls
+
+
+def _recomputed(raw: float, tie: float) -> int:
+    """The score of scoring.py's formula from a logged line's figures."""
+    return max(0, min(10, math.floor(10 * raw + 0.5 + 0.1 * (tie - 0.5))))
+
+
+async def test_lines_carry_the_tie_so_that_every_score_recomputes(
+        aiohttp_client: Any, caplog: pytest.LogCaptureFixture) -> None:
+    # The JSON line said "raw":0.7507,"score":7 with nothing to tell why: the hidden
+    # 0.1·(tie − 0.5) of the formula had pulled it to 7.
+    app = server.make_app(settings=server.ExtenderSettings(log_format="both", log_nodes=0),
+                          cluster=snapshots.load(snapshots.EXAMPLE_CLUSTER))
+    client = await aiohttp_client(app)
+    body = json.loads((REQUESTS / "prioritize-3g40gb.json").read_bytes())
+    body["NodeNames"] = ["gpu-a100-0", "gpu-a100-1", "gpu-h100-0", "gpu-h100-1", "gpu-h200-0",
+                         "gpu-a100-40-0", "gpu-a30-0"]
+    with caplog.at_level(logging.INFO, logger="migfit.scoring"):
+        resp = await client.post("/prioritize", json=body)
+        assert resp.status == 200
+        answered = {h["Host"]: h["Score"] for h in await resp.json()}
+    text_line, json_line = (r.getMessage() for r in caplog.records)
+    fitting = [s for s in json.loads(json_line)["scores"] if s["fits"]]
+    assert len(fitting) >= 2
+    for s in fitting:
+        assert s["tie"] == pytest.approx(figures.tie_of(s["node"]), abs=1e-4)
+        assert _recomputed(s["raw"], s["tie"]) == s["score"] == answered[s["node"]], s
+    best = max(fitting, key=lambda s: (s["score"], s["raw"]))
+    assert f"; tie {best['tie']:.2f})" in text_line, text_line
+
+
+def test_the_tie_is_what_moves_a_score_at_a_rounding_boundary() -> None:
+    # Among equal nodes, those whose 10·raw + 0.5 sits just under a step are split by the tie:
+    # the logged raw alone would give the same score to all of them.
+    names = [f"n{i}" for i in range(16)]
+    model = build([o for n in names for o in (
+        node(n, {"1g.10gb": 7}), *[pod(f"{n}-{j}", node_name=n) for j in range(4)])])
+    request = filtering.decode_pod(mig_pod("want", cpu="8"))  # raw 0.7501 on every node
+    scores = scoring.score_nodes(figures.Index(model), request, names)
+    log = scoring_log.ScoringLog(log_format="json", max_nodes=0)
+    record = json.loads(log.json_line(request, scores, 0.001))
+    assert len({s["raw"] for s in record["scores"]}) == 1
+    assert {s["score"] for s in record["scores"]} == {7, 8}  # the tie split them
+    for s in record["scores"]:
+        assert _recomputed(s["raw"], s["tie"]) == s["score"]
+
+
+async def test_a_pod_without_mig_requests_gets_a_line_saying_why_every_node_scores_0(
+        aiohttp_client: Any, caplog: pytest.LogCaptureFixture) -> None:
+    # README: "For every prioritize call the extender writes one JSON line"; a pod asking for
+    # nvidia.com/gpu without a decision record got all 0 and no line at all.
+    app = server.make_app(settings=server.ExtenderSettings(log_format="both", log_nodes=1),
+                          cluster=snapshots.load(snapshots.EXAMPLE_CLUSTER))
+    client = await aiohttp_client(app)
+    whole = {"Pod": {"metadata": {"name": "whole-gpu", "namespace": "default", "uid": "u"},
+                     "spec": {"containers": [{"name": "c", "resources": {
+                         "limits": {"nvidia.com/gpu": "1"}}}]}},
+             "Nodes": None, "NodeNames": ["gpu-a100-0", "gpu-a100-40-0", "cpu-0"]}
+    with caplog.at_level(logging.INFO, logger="migfit.scoring"):
+        resp = await client.post("/prioritize", json=whole)
+        assert resp.status == 200
+        assert {h["Score"] for h in await resp.json()} == {0}
+    text_line, json_line = (r.getMessage() for r in caplog.records)
+    record = json.loads(json_line)
+    assert (record["pod"], record["profile"], record["nodes"]) == ("default/whole-gpu", "-", 3)
+    assert (record["scores"], record["omitted"], record["histogram"]) == ([], 3, {"0": 3})
+    assert record["weights"] == {}
+    assert record["unscored"] == scoring_log.UNSCORED
+    assert "--score-all-pods" in record["unscored"]
+    assert text_line.startswith("prioritize default/whole-gpu -: the pod requests no MIG "
+                                "instance (")
+    assert "so every node scores 0" in text_line and "— 3 nodes, " in text_line
+
+
+async def test_with_score_all_pods_a_pod_without_mig_requests_is_logged_with_figures(
+        aiohttp_client: Any, caplog: pytest.LogCaptureFixture) -> None:
+    settings = server.ExtenderSettings(log_format="json", log_nodes=2, score_all_pods=True)
+    app = server.make_app(settings=settings, cluster=snapshots.load(snapshots.EXAMPLE_CLUSTER))
+    client = await aiohttp_client(app)
+    plain = {"Pod": {"metadata": {"name": "cpu", "namespace": "default", "uid": "u2"},
+                     "spec": {"containers": [{"name": "c", "resources": {
+                         "requests": {"cpu": "2"}}}]}},
+             "Nodes": None, "NodeNames": ["gpu-a100-0", "gpu-h100-0", "cpu-0"]}
+    with caplog.at_level(logging.INFO, logger="migfit.scoring"):
+        assert (await client.post("/prioritize", json=plain)).status == 200
+    (line,) = (r.getMessage() for r in caplog.records)
+    record = json.loads(line)
+    assert "unscored" not in record
+    assert len(record["scores"]) == 2 and record["omitted"] == 1

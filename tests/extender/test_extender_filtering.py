@@ -7,6 +7,7 @@ from typing import Any
 from extender_builders import build, decision, node, pod
 
 from migfit import builders, cluster
+from migfit.commands import status
 from migfit.extender import figures, filtering
 from migfit.extender.filtering import Code, Outcome, Relayout
 
@@ -242,6 +243,14 @@ def test_failed_relayout_says_it_failed_and_what_to_remove_not_to_wait() -> None
                          "node NODE migfit.io/relayout- migfit.io/relayout-failed-)")
     assert result.unresolvable["marked"][0].detail == "wedged"
     assert result.unresolvable["in-flight"][0].code is Code.REPARTITIONING
+    # `migfit status` said "migfit re-layout in progress" for the failed ones too.
+    notes = {line.split()[0]: line for line in status.render_table(model).splitlines()
+             if line.strip()}
+    assert ("migfit re-layout failed (timeout): fix the node, then remove the taint "
+            "migfit.io/relayout and the annotations") in notes["failed"]
+    assert "migfit re-layout failed (wedged)" in notes["marked"]
+    assert "in progress" not in notes["failed"] + notes["marked"]
+    assert "migfit re-layout in progress" in notes["in-flight"]
 
 
 def _one(model: cluster.Cluster, pod_obj: dict[str, Any], name: str) -> filtering.Reason:

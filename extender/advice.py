@@ -622,12 +622,17 @@ class Publisher:
             helps = advice.for_pod(w.key)
             wants = ", ".join(f"{n} × {p}" for p, n in sorted(w.requests.items()))
             coming = advice.awaiting.get(w.key)
+            short = ("free instances fit it on a node it may use, yet kube-scheduler has not "
+                     "placed it: something migfit does not model keeps it off (pod affinity, "
+                     "topology spread, volumes)" if w.fits_free else "no node has one free")
             if helps is not None:
-                msg = (f"Waiting for {wants}: no node has one free. Re-laying out node "
+                msg = (f"Waiting for {wants}: {short}. Re-laying out node "
                        f"{helps.node} to {helps.target} would serve it (migfit explain {w.key}).")
             elif coming is not None:
-                msg = (f"Waiting for {wants}: no node has one free. Node {coming} is being "
+                msg = (f"Waiting for {wants}: {short}. Node {coming} is being "
                        f"re-laid out to a layout that will serve it (migfit explain {w.key}).")
+            elif w.fits_free:
+                msg = f"Waiting for {wants}: {short} (migfit explain {w.key})."
             else:
                 msg = (f"Waiting for {wants}: no node has one free and no idle GPU can be "
                        f"re-laid out for it (migfit explain {w.key}).")

@@ -17,7 +17,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import heapq
-import json
 import zlib
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -107,7 +106,7 @@ def _figures(state: records.NodeState, models: Mapping[str, profiles.GpuModel]) 
     advertised.sort(key=lambda t: (order.get(t[0], len(order)), t[0]))
     # Each bound instance sits on at most one GPU, so at least gpu_count - used GPUs are idle.
     idle_gpus = max(0, record.gpu_count - state.used_total)
-    failure = relayout_failure(record)
+    failure = records.relayout_failure(record)
     why = None if failure is not None else _repartitioning(state)
     return NodeFigures(
         state=state,
@@ -133,41 +132,6 @@ def _figures(state: records.NodeState, models: Mapping[str, profiles.GpuModel]) 
 # States of the ``migfit.io/relayout`` record that mean the advisor's apply mode is changing
 # the node's layout right now (DESIGN.md 6): the state machine's in-flight states.
 RELAYOUT_ACTIVE_STATES = keys.ACTIVE_STATES
-
-
-def relayout_failure(record: records.NodeRecord) -> str | None:
-    """The result of migfit's failed re-layout of a node that still carries its taint
-    (``timeout``, ``failed``, …; ``unknown`` when neither mark names one), or None.
-
-    Such a node keeps the taint until an operator removes it and both annotations (README,
-    the apply mode): waiting never clears it, so it is told apart from a change in flight.
-    Failed is what the apply mode reads as failed: the ``migfit.io/relayout-failed``
-    annotation, or the record's ``state: failed``.
-    """
-    if not record.relayout_tainted:
-        return None
-    mark = keys.relayout_of(record.annotations)
-    mark_failed = mark is not None and mark.state is keys.RelayoutState.FAILED
-    text = record.annotations.get(keys.ANNOTATION_RELAYOUT_FAILED)
-    if not mark_failed and text is None:
-        return None
-    if mark is not None and mark_failed and mark.result:
-        return mark.result
-    return _failure_result(text) or "unknown"
-
-
-def _failure_result(text: str | None) -> str:
-    """The result a ``migfit.io/relayout-failed`` value names: its JSON ``result``
-    (``keys.encode_failure``) or the bare word; "" when it names none."""
-    if not text:
-        return ""
-    try:
-        doc = json.loads(text)
-    except (ValueError, RecursionError):
-        doc = text
-    if isinstance(doc, dict):
-        doc = doc.get("result")
-    return doc[:40] if isinstance(doc, str) else ""
 
 
 def _repartitioning(state: records.NodeState) -> str | None:

@@ -227,8 +227,8 @@ class Recommendation:
         # Into the ConfigMap the ClusterPolicy's migManager.config.name names: one of the
         # operator's own (the GPU Operator creates its default-mig-parted-config from its
         # assets), or the extender's --apply-custom-configs does it (docs/relayout.md §5).
-        return (f"add config {self.target} (printed by migfit advise; mig_parted in GET "
-                "/advice) to the ConfigMap that the ClusterPolicy's migManager.config.name "
+        return (f"add config {self.target} (printed by migfit advise --details; mig_parted in "
+                "GET /advice) to the ConfigMap that the ClusterPolicy's migManager.config.name "
                 f"names (a copy of {migparted.DEFAULT_CONFIGMAP}, not that one; or let the "
                 "extender's "
                 f"--apply-custom-configs do it), then: {label}")
@@ -943,7 +943,7 @@ def excluded(state: records.NodeState) -> str | None:
         return "being re-partitioned"
     if rec.config_state == FAILED_STATE:
         return "the MIG Manager reported mig.config.state=failed"
-    if ANNOTATION_RELAYOUT_FAILED in rec.annotations:
+    if keys.relayout_failed(rec.annotations):
         return "a migfit re-layout failed here; an operator must clear it"
     if rec.unschedulable:
         return "cordoned"
@@ -1425,7 +1425,7 @@ def incoming(state: cluster.Cluster, config: migparted.Config | None) -> list[In
     for node in sorted(state.nodes(), key=lambda s: s.name):
         rec = node.node
         if (not node.repartitioning or rec.model is None or rec.unschedulable
-                or rec.strategy == "single" or ANNOTATION_RELAYOUT_FAILED in rec.annotations):
+                or rec.strategy == "single" or keys.relayout_failed(rec.annotations)):
             continue
         found = _in_flight_target(state, node, config)
         if found is None:
@@ -1836,7 +1836,11 @@ def _never_fits(state: cluster.Cluster, pod: records.PodRecord,
         best: tuple[int, str, int, int] | None = None  # (most, node, GPUs, per GPU)
         for s in state.nodes():
             rec = s.node
-            if _barred(state, pod, rec, (p,)) is not None:
+            # Selectors, affinity and the webhook's record only: a taint may be short-lived
+            # (migfit's own re-layout taint, not-ready) or lifted; "never" must not rest on it.
+            if unselected(rec, pod.constraints) is not None or (
+                    rec.model is not None and record_refusal(
+                        recorded_needs(pod), state.catalog.get(rec.model), (p,)) is not None):
                 continue
             if rec.model is None or rec.gpu_count <= 0:
                 if rec.allocatable.get(p, 0) > 0 or rec.model is not None:
@@ -1876,11 +1880,9 @@ def _kept_for_others(state: cluster.Cluster, pod: records.PodRecord, blocked: Se
         return out
     for ns in sorted(state.nodes(), key=lambda n: n.name):
         rec = ns.node
-        if rec.name in skip or rec.model is None or ns.repartitioning:
+        if rec.name in skip or ns.repartitioning:
             continue
-        model = state.catalog.get(rec.model)
-        if not all(model.has_profile(p) for p in blocked) or any(
-                _on_gpus(q) for q in state.pods_on(rec.name)):
+        if _idle_candidate(state, ns, pod, blocked) is None:
             continue
         if excludes(rec, pod.constraints) is not None:
             continue
@@ -1890,6 +1892,25 @@ def _kept_for_others(state: cluster.Cluster, pod: records.PodRecord, blocked: Se
         if fit:
             out.append((rec.name, fit))
     return out
+
+
+def _idle_candidate(state: cluster.Cluster, ns: records.NodeState, pod: records.PodRecord,
+                    blocked: Sequence[str]) -> profiles.GpuModel | None:
+    """The GPU model of ``ns`` when it is an idle node (no pod on its GPUs) that a re-layout
+    could serve ``pod``'s ``blocked`` profiles from (its model has them, and its GPUs can
+    hold as many as the pod asks for), else None; whether the pod may go there is apart."""
+    rec = ns.node
+    if rec.model is None:
+        return None
+    model = state.catalog.get(rec.model)
+    if not all(model.has_profile(p) for p in blocked) or any(
+            _on_gpus(q) for q in state.pods_on(rec.name)):
+        return None
+    if rec.gpu_count > 0 and any(
+            _most(rec, model, ProfileName(p)) < pod.mig_requests.get(ProfileName(p), 1)
+            for p in blocked):
+        return None  # too few GPUs to hold it in any layout: not worth waiting for
+    return model
 
 
 def _most(node: records.NodeRecord, model: profiles.GpuModel, profile: ProfileName) -> int:
@@ -1937,16 +1958,9 @@ def _idle_refusals(state: cluster.Cluster, pod: records.PodRecord,
     out = []
     for ns in sorted(state.nodes(), key=lambda n: n.name):
         rec = ns.node
-        if rec.model is None:
+        model = _idle_candidate(state, ns, pod, blocked)
+        if model is None:
             continue
-        model = state.catalog.get(rec.model)
-        if not all(model.has_profile(p) for p in blocked) or any(
-                _on_gpus(p) for p in state.pods_on(rec.name)):
-            continue
-        if rec.gpu_count > 0 and any(
-                _most(rec, model, ProfileName(p)) < pod.mig_requests.get(ProfileName(p), 1)
-                for p in blocked):
-            continue  # too few GPUs to hold it in any layout: not worth waiting for
         state_why = excluded(ns)
         why = (f"{_NODE_STATE}{state_why}" if state_why is not None
                else _barred(state, pod, rec, blocked))

@@ -337,6 +337,16 @@ def relayout_of(annotations: Mapping[str, str]) -> RelayoutRecord | None:
         return None
 
 
+def relayout_failed(annotations: Mapping[str, str]) -> bool:
+    """Whether migfit's re-layout of the node failed and awaits an operator: the
+    ``migfit.io/relayout-failed`` annotation, or the record's ``state: failed`` (the one rule
+    for the advisor, the extender's filter and ``migfit status``)."""
+    if ANNOTATION_RELAYOUT_FAILED in annotations:
+        return True
+    mark = relayout_of(annotations)
+    return mark is not None and mark.state is RelayoutState.FAILED
+
+
 class NewerRecord(TypedDict):
     """What can be read of a re-layout record a newer migfit wrote: its version, and the
     config it names (kept in use: not pruned from the custom configs' ConfigMap)."""

@@ -8,6 +8,7 @@ objects into these records lives in ``migfit.decoding``.
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Mapping
 from types import MappingProxyType
 
@@ -289,3 +290,34 @@ class Disruption:
     pdbs: tuple[PdbRecord, ...] = ()
     pods: Mapping[str, PodFacts] = dataclasses.field(
         default_factory=lambda: MappingProxyType({}))
+
+
+def relayout_failure(record: NodeRecord) -> str | None:
+    """The result of migfit's failed re-layout of a node that still carries its taint
+    (``timeout``, ``failed``, …; ``unknown`` when neither mark names one), or None.
+
+    Such a node keeps the taint until an operator removes it and both annotations (README,
+    the apply mode): waiting never clears it, so it is told apart from a change in flight.
+    Failed is what the apply mode reads as failed: the ``migfit.io/relayout-failed``
+    annotation, or the record's ``state: failed``.
+    """
+    if not record.relayout_tainted or not keys.relayout_failed(record.annotations):
+        return None
+    mark = keys.relayout_of(record.annotations)
+    if mark is not None and mark.state is keys.RelayoutState.FAILED and mark.result:
+        return mark.result
+    return _failure_result(record.annotations.get(keys.ANNOTATION_RELAYOUT_FAILED)) or "unknown"
+
+
+def _failure_result(text: str | None) -> str:
+    """The result a ``migfit.io/relayout-failed`` value names: its JSON ``result``
+    (``keys.encode_failure``) or the bare word; "" when it names none."""
+    if not text:
+        return ""
+    try:
+        doc = json.loads(text)
+    except (ValueError, RecursionError):
+        doc = text
+    if isinstance(doc, dict):
+        doc = doc.get("result")
+    return doc[:40] if isinstance(doc, str) else ""

@@ -1277,11 +1277,13 @@ def check_free(listen: Listen) -> None:
 
     For a command that writes files before it listens (``migfit serve --cert-dir``): a
     second ``migfit serve`` on the ports of a running one rewrote that one's certificate
-    files, then failed on the port. Port 0 (any free port) always passes."""
+    files, then failed on the port. Port 0 (any free port) always passes; with
+    ``limits.reuse_port`` a port other ``--reuse-port`` processes serve passes too."""
     if listen.port == 0:
         return
     try:
-        socks = _listen_sockets(listen.host, listen.port, reuse_port=False, backlog=1)
+        socks = _listen_sockets(listen.host, listen.port,
+                                reuse_port=listen.limits.reuse_port, backlog=1)
     except OSError as exc:
         raise cannot_listen(exc, listen) from None
     for sock in socks:

@@ -165,11 +165,14 @@ def _summary(advice: advisor.Advice) -> list[str]:
     recs = advice.recommendations
     disruptive = sum(r.disruptive for r in recs)
     busy = sum(bool(r.running) for r in recs)
-    served = len({k for r in recs for k in r.unblocks})
+    # Of the pods no node can give an instance: not those that fit free ones already
+    # (``_unserved`` names them) nor those a change in flight serves (``_awaiting``).
+    short_keys = {w.key for w in advice.waiting
+                  if not w.fits_free and w.key not in advice.awaiting}
+    served = len({k for r in recs for k in r.unblocks if k in short_keys})
     ahead = sum(r.ahead for r in recs)
     traded = sum(bool(r.balance) for r in recs)
-    short = sum(not w.fits_free for w in advice.waiting)
-    lines = [f"{short} pod(s) wait for a MIG instance no node can give them; "
+    lines = [f"{len(short_keys)} pod(s) wait for a MIG instance no node can give them; "
              f"{len(recs) - ahead} re-layout(s) ({len(recs) - ahead - disruptive - busy} "
              "safe, " + (f"{busy} of busy nodes' idle GPUs, " if busy else "")
              + f"{disruptive} disruptive) would unblock {served} of them."

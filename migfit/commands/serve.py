@@ -216,7 +216,9 @@ async def _serve(args: argparse.Namespace) -> None:
     # on the ports of a running `migfit serve` rewrote that one's certificate files).
     for port, flag in ((args.webhook_port, "--webhook-port"),
                        (args.extender_port, "--extender-port")):
-        serving.check_free(serving.Listen(host=args.host, port=port, port_flag=flag))
+        serving.check_free(serving.Listen(
+            host=args.host, port=port, port_flag=flag,
+            limits=serving.Limits(reuse_port=bool(getattr(args, "reuse_port", False)))))
     with certificate_files(args.cert_dir) as (cert, key, ca):
         await _serve_with(args, model=model, source=source, policy=policy,
                           cluster_file=cluster_file, cert=cert, key=key, ca=ca)

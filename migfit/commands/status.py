@@ -13,7 +13,6 @@ from typing import TypedDict
 
 from migfit import advisor, cluster, keys, migparted, profiles, records, sources
 from migfit.commands import workstation
-from migfit.extender import figures
 
 
 class ProfileJson(TypedDict):
@@ -82,7 +81,7 @@ def _notes(state: records.NodeState) -> str:
         notes.append("cordoned")
     if node.config_state in keys.REPARTITIONING_STATES:
         notes.append(f"re-partitioning ({node.config_state})")
-    elif (failure := figures.relayout_failure(node)) is not None:
+    elif (failure := records.relayout_failure(node)) is not None:
         # It keeps the taint until an operator clears it: not "in progress" (README, the
         # apply mode's "Failed" state).
         notes.append(f"migfit re-layout failed ({failure}): fix the node, then remove the "

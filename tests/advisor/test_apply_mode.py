@@ -578,3 +578,19 @@ def test_newer_relayout_reads_only_a_newer_version() -> None:
                  '{"v": 2.0}', "[2]", "not json", "[" * 100_000):
         assert keys.newer_relayout({note: text}) is None, text
     assert keys.newer_relayout({}) is None
+
+
+async def test_a_pod_that_fits_free_instances_is_not_told_none_is_free(
+    server: kmock.KubernetesEmulator, api: k8s.ApiClient,
+) -> None:
+    # A review: a pod unschedulable past the free-instance grace beside free instances that
+    # fit it was told "no node has one free" in its Event, as advise and explain no longer say.
+    seed(server, pod("stuck", "3g.40gb", namespace="ml", since="2023-11-14T20:00:00Z"))
+    pub = advice.Publisher(await snapshot(api), api, cache=advice_cache())
+    await pub.publish_once()
+    said = {e["involvedObject"]["name"]: e["message"] for e in await events(api)
+            if e["reason"] == advice.REASON_POD}
+    assert said["stuck"].startswith(
+        "Waiting for 1 × 3g.40gb: free instances fit it on a node it may use, yet "
+        "kube-scheduler has not placed it: something migfit does not model keeps it off"), said
+    assert "no node has one free" in said["small"]

@@ -416,6 +416,15 @@ def test_explain_names_the_nearest_node_for_a_pod_of_many_instances() -> None:
     small = [node("small", gpus=2, alloc={"7g.80gb": 2}), _eight("tainted", taints=[taint]),
              pod("w", "7g.80gb", count=8)]
     text = advisor.explain(build(*small), "default", "w", now=NOW)
+    # A taint can be lifted: the tainted 8-GPU node could still hold it.
+    assert "can never be scheduled" not in text
+    assert ("No node it may use advertises 8 × 7g.80gb (the most is 2, on small), and a "
+            "pod's instances must all be on one node") in text
+    # Selectors and affinity are the pod's own: an 8-GPU node it does not select cannot.
+    small = [node("small", gpus=2, alloc={"7g.80gb": 2}, labels={"pool": "mine"}),
+             _eight("elsewhere", labels={"pool": "other"}),
+             pod("w", "7g.80gb", count=8, spec={"nodeSelector": {"pool": "mine"}})]
+    text = advisor.explain(build(*small), "default", "w", now=NOW)
     assert text.splitlines()[1:] == [
         "- 7g.80gb: no node it may use can ever hold 8 of it, whatever its layout: the most "
         "is 2, on small (2 GPU(s) × 1 per GPU), and a pod's instances must all be on one "
@@ -540,3 +549,21 @@ def test_an_idle_node_kept_for_a_pod_its_instances_fit_is_named() -> None:
                                "yet kube-scheduler has not placed them")
     assert lines[1].endswith(": default/two")
     assert lines[2] == "1 waiting pod(s) no re-layout can serve now: default/small"
+
+
+def test_never_rests_on_what_lasts_and_kept_nodes_can_hold_the_pod() -> None:
+    # A review: migfit's own re-layout taint (gone when the change is done) made `explain` say
+    # a 2 × 7g.80gb pod "can never be scheduled" beside a 2-GPU node; and a 1-GPU node was
+    # named as kept for another pod, "re-laid out once they run or go", for that same pod.
+    relayout = {"key": keys.TAINT_RELAYOUT, "value": "pending", "effect": "NoSchedule"}
+    scene = build(node("big", gpus=2, alloc={"3g.40gb": 4}, taints=[relayout]),
+                  node("small", alloc={"7g.80gb": 1}),
+                  pod("held", "7g.80gb", node="small"), pod("w", "7g.80gb", count=2))
+    assert "can never be scheduled" not in advisor.explain(scene, "default", "w", now=NOW)
+    later = NOW + 1000
+    scene = build(node("big", gpus=2, alloc={"7g.80gb": 2}),
+                  *[pod(f"b{i}", "7g.80gb", node="big") for i in range(2)],
+                  node("one-gpu", alloc={"1g.10gb": 7}), pod("o", "1g.10gb"),
+                  pod("w", "7g.80gb", count=2))
+    text = advisor.explain(scene, "default", "w", now=later)
+    assert "one-gpu" not in text and "keep their layout" not in text, text

@@ -43,8 +43,9 @@ def test_idle_node_is_flagged_with_a_layout_providing_the_profile() -> None:
     assert rec.command.endswith(
         f"kubectl label node a nvidia.com/mig.config={rec.target} --overwrite")
     # It says where to find the config, in words an operator reads (not a field name alone).
-    assert rec.command.startswith(f"add config {rec.target} (printed by migfit advise; "
-                                  "mig_parted in GET /advice) to the ConfigMap"), rec.command
+    assert rec.command.startswith(f"add config {rec.target} (printed by migfit advise "
+                                  "--details; mig_parted in GET /advice) to the ConfigMap"), \
+        rec.command
     js = advice.to_json()["recommendations"][0]
     assert set(js) >= {"node", "config", "mig_parted", "gpus", "unblocks", "disrupts"}
 

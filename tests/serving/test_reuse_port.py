@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from migfit import errors, serving
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -66,3 +68,21 @@ def test_two_processes_serve_one_port(two_servers: tuple[int, list[subprocess.Po
     first.terminate()
     first.wait(timeout=15)
     _ready(port)  # the second process still serves the port
+
+
+def test_the_port_check_before_start_lets_reuse_port_share() -> None:
+    """`migfit serve` checks its ports before writing --cert-dir (``serving.check_free``); with
+    --reuse-port a port that another --reuse-port process serves is not "in use" (the check
+    had bound without SO_REUSEPORT, so a second `serve --reuse-port` exited 2)."""
+    with socket.socket() as other:
+        other.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        other.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        other.bind(("127.0.0.1", 0))
+        other.listen()
+        port = int(other.getsockname()[1])
+        shared = serving.Listen(host="127.0.0.1", port=port, port_flag="--webhook-port",
+                                limits=serving.Limits(reuse_port=True))
+        serving.check_free(shared)  # no error
+        alone = serving.Listen(host="127.0.0.1", port=port, port_flag="--webhook-port")
+        with pytest.raises(errors.UsageError, match="another process listens there"):
+            serving.check_free(alone)

@@ -387,6 +387,12 @@ def plan(
                                 f"{strategy} strategy: {now}")
         _warn_one_node(reqs, choices, together, supply, warnings, strategy=strategy,
                        pinned=node_name is not None)
+        # Told it can never be scheduled as it is (too few GPUs on any node, or profiles
+        # no one node could hold): its containers' warnings promise no re-layout or freed
+        # instance that would place it.
+        never = not together.possible
+    else:
+        never = False
     plans: list[Plan] = []
     # Each warning text once, with the containers it is about (a pod of 64 containers
     # asking alike would otherwise get 64 lines, and kube-apiserver may drop some).
@@ -405,7 +411,7 @@ def plan(
                if node_name is not None else "")  # named only for a pinned pod's kubelet
         for text in _warn(choice, r, key=key, asked=value, pool=pool, supply=supply,
                           policy=policy, strategy=strategy, resource_name=res,
-                          pinned=node_name is not None):
+                          pinned=node_name is not None, never=never):
             about.setdefault(text, []).append(r.container)
     for text, containers in about.items():
         warnings.append(_about(text, containers) if many
@@ -765,7 +771,8 @@ def _warn_one_node(reqs: Sequence[requests.GpuRequest], choices: Sequence[Choice
     """Warn when no one node could hold, advertises, or has free now, all the instances the
     pod's containers were given. Not "advertises" when a container's profile is advertised
     nowhere (its own warning says so), nor "free" when one has no free instance at all.
-    ``pinned``: the pod has spec.nodeName (the kubelet refuses it at once, no waiting)."""
+    ``pinned``: the pod has spec.nodeName (the kubelet refuses it at once, no waiting; but
+    only for want of instances unallocated there, not of those waiting pods ask for)."""
     need = Counter(c.profile.name for c in choices)
     what = ", ".join(f"{n} × {p}" if n > 1 else p for p, n in need.items())
     if together.gpus is not None:
@@ -795,10 +802,27 @@ def _warn_one_node(reqs: Sequence[requests.GpuRequest], choices: Sequence[Choice
                      f"the pod")
         warnings.append(f"{nodes} {verb} all of the pod's instances ({what}) together{then}")
     elif all(c.free > 0 for c in choices):
+        if pinned and _free_but_claimed(need, supply):
+            # The kubelet counts only the pods bound to the node, not those waiting to be:
+            # it fails the pod only if one of them is bound there first.
+            where = supply.scope if one else "a node"
+            warnings.append(f"{where} has the pod's instances ({what}) free, but waiting "
+                            f"pods ask for some; {_FAILS} if they are not free when it "
+                            f"arrives: {_pinned_fix('with them all free')}")
+            return
         verb = "does not have" if one else "has"
         then = (kubelet + _pinned_fix("that has them all free") if pinned
                 else f"; the pod waits until {'it does' if one else 'one node does'}")
         warnings.append(f"{nodes} {verb} all of the pod's instances ({what}) free now{then}")
+
+
+def _free_but_claimed(need: Mapping[profiles.ProfileName, int], supply: view.Supply) -> bool:
+    """Whether, profile by profile, a node has ``need`` (instances per profile) free,
+    counting the instances that waiting pods ask for (``Offer.claimed``) as free, as the
+    kubelet does: for a pod's spec.nodeName alone, whether that node has them unallocated."""
+    return all(any(min(o.most_free, o.free + o.claimed) >= n
+                   for (_m, q), o in supply.offers.items() if q == p)
+               for p, n in need.items())
 
 
 def _asked(r: requests.GpuRequest, annotations: Mapping[str, str]) -> tuple[str, str]:
@@ -860,10 +884,12 @@ def _warn(
     strategy: requests.Strategy,
     resource_name: str,
     pinned: bool,
+    never: bool = False,
 ) -> list[str]:
     """The warnings about one container's choice, its per-container annotation keys named
     with ``_CONTAINER`` for its name. ``pinned``: the pod has spec.nodeName; ``strategy``
-    and ``resource_name``: what the pod asks for."""
+    and ``resource_name``: what the pod asks for; ``never``: the pod was told it can never
+    be scheduled as it is, so no re-layout or freed instance is said to place it."""
     out: list[str] = []
     name = choice.profile.name
     on = f" on {supply.scope}" if supply.scope else ""
@@ -875,6 +901,8 @@ def _warn(
             out.append(f"{nobody} now; {_FAILS} (never retried), or starts it without one if "
                        f"the node has no {resource_name}: "
                        f"{_pinned_fix(f'with a free {name}')}")
+        elif never:
+            out.append(f"{nobody} now")
         else:
             out.append(f"{nobody} now; the pod stays Pending until "
                        f"{_relayout(strategy, name)}")
@@ -888,6 +916,8 @@ def _warn(
             out.append(f"a pod with spec.nodeName skips the scheduler and does not wait: "
                        f"{_FAILS} if no {name} is free there (OutOf{resource_name}, never "
                        f"retried); {_pinned_fix(f'with a free {name}')}")
+        elif never:
+            out.append(busy + alternative)
         else:
             out.append(f"{busy}; the pod waits for one to be freed{alternative}")
     unused = 1 - req.memory_mib / choice.usable

@@ -14,7 +14,7 @@ from typing import Any
 import webhook_scenery as s
 from webhook_scenery import MakeClient
 
-from migfit import requests, sources
+from migfit import profiles, requests, sources
 from migfit.webhook import decision
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -107,6 +107,56 @@ def test_a_node_name_pod_whose_node_lacks_them_together_is_told_to_move_or_split
         "spec.nodeName, name a node that has them all free, or split the pod",)
 
 
+def waiting(name: str, profile: str) -> dict[str, Any]:
+    """A pod admitted earlier, asking for one ``profile`` instance, that kube-scheduler has
+    not bound yet."""
+    resource = profiles.resource_name(profile)
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": "ml", "uid": f"uid-{name}"},
+            "spec": {"containers": [{"name": "c", "resources": {
+                "limits": {resource: "1"}, "requests": {resource: "1"}}}]},
+            "status": {"phase": "Pending"}}
+
+
+def test_a_node_name_pod_short_only_by_waiting_pods_claims_is_not_told_it_fails() -> None:
+    """The kubelet counts the pods bound to the node, not those waiting to be: where the
+    named node has the pod's instances unallocated and only waiting pods' claims leave it
+    short, the kubelet fails the pod only if they are taken first."""
+    view = s.make_cluster(s.mig_node("a80-1", allocatable={"3g.40gb": 2}),
+                          waiting("w", "3g.40gb"))
+    two = s.pod({requests.GPU_MEMORY_PREFIX + "a": "30Gi",
+                 requests.GPU_MEMORY_PREFIX + "b": "30Gi"},
+                containers=[{"name": "a"}, {"name": "b"}])
+    two["spec"]["nodeName"] = "a80-1"
+    verdict = decision.decide_pod(two, supply=s.supply_of(view), policy=s.POLICY)
+    assert verdict.allowed and verdict.profiles == ("3g.40gb", "3g.40gb")
+    assert verdict.warnings == (
+        "node a80-1 (the pod's spec.nodeName) has the pod's instances (2 × 3g.40gb) free, but "
+        "waiting pods ask for some; the kubelet fails the pod at once if they are not free "
+        "when it arrives: remove spec.nodeName or name a node with them all free",)
+    # One of them bound there: the kubelet does fail it.
+    view = s.make_cluster(s.mig_node("a80-1", allocatable={"3g.40gb": 2}),
+                          s.bound_pod("a80-1", uid="u0", profile="3g.40gb"))
+    verdict = decision.decide_pod(two, supply=s.supply_of(view), policy=s.POLICY)
+    assert verdict.warnings == (
+        "node a80-1 (the pod's spec.nodeName) does not have all of the pod's instances (2 × "
+        "3g.40gb) free now; the kubelet fails the pod at once (never retried): remove "
+        "spec.nodeName or name a node that has them all free",)
+    # One container, its one instance claimed: the kubelet's answer is conditional too.
+    view = s.make_cluster(s.mig_node("a80-1", allocatable={"3g.40gb": 1}),
+                          waiting("w", "3g.40gb"))
+    one = s.pod({requests.GPU_MEMORY: "30Gi"})
+    one["spec"]["nodeName"] = "a80-1"
+    verdict = decision.decide_pod(one, supply=s.supply_of(view), policy=s.POLICY)
+    assert verdict.allowed and verdict.profiles == ("3g.40gb",)
+    assert verdict.warnings == (
+        "every 3g.40gb instance on node a80-1 (the pod's spec.nodeName) is in use now or "
+        "asked for by pods already waiting",
+        "a pod with spec.nodeName skips the scheduler and does not wait: the kubelet fails "
+        "the pod at once if no 3g.40gb is free there (OutOfnvidia.com/mig-3g.40gb, never "
+        "retried); remove spec.nodeName or name a node with a free 3g.40gb")
+
+
 async def test_a_single_strategy_choice_is_not_pointed_at_migfit_advise(
         make_client: MakeClient) -> None:
     warnings = await warnings_of(make_client, create(
@@ -130,20 +180,41 @@ def test_a_single_strategy_pod_no_node_holds_is_not_pointed_at_migfit_advise() -
 
 
 async def test_nine_containers_asking_alike_share_one_warning(make_client: MakeClient) -> None:
+    """Nine 70Gi where the most GPUs on a node is 2: told the pod can never be scheduled,
+    its containers are not told it stays Pending until a GPU is re-partitioned."""
     nine = {f"{requests.GPU_MEMORY_PREFIX}c{i}": "70Gi" for i in range(9)}
     assert await warnings_of(make_client, create(nine, containers=9)) == [
         "no node has GPUs enough for all of the pod's instances (9 × 7g.80gb: at least 9 GPUs; "
         "the most on one node is 2): the pod can never be scheduled; split it into pods of at "
         "most 2 GPUs' worth of instances",
-        "c0, c1, c2, c3, c4, c5, c6, c7 and 1 more: no node advertises 7g.80gb now; the pod "
-        "stays Pending until a GPU is re-partitioned (see migfit advise)"]
+        "c0, c1, c2, c3, c4, c5, c6, c7 and 1 more: no node advertises 7g.80gb now"]
+    # Under the single strategy GFD counts MIG devices, not GPUs: the GPUs a pod needs are
+    # not bounded there, so no "never" warning, and a re-layout is still what it waits for.
     sixteen = {f"{requests.GPU_MEMORY_PREFIX}c{i}": "30Gi" for i in range(16)}
     warnings = await warnings_of(make_client, create(sixteen, containers=16))
     assert len(warnings) == 2
+    assert "can never be scheduled" not in warnings[0]
     assert warnings[1] == (
         "c0, c1, c2, c3, c4, c5, c6, c7 and 8 more: no node advertises 7g.40gb now; the pod "
         "stays Pending until a single-strategy node's GPUs are re-partitioned as 7g.40gb (its "
         "nvidia.com/mig.config label)")
+
+
+def test_a_pod_that_can_never_be_scheduled_is_not_told_it_waits_for_a_freed_one() -> None:
+    """Told it can never be scheduled, a pod's containers are not told either that it
+    waits for a busy instance to be freed: no freed instance places it."""
+    view = s.make_cluster(s.mig_node("a80-0", allocatable={"3g.40gb": 2}, gpus=1),
+                          *[s.bound_pod("a80-0", uid=f"u{i}", profile="3g.40gb")
+                            for i in range(2)])
+    three = s.pod({requests.GPU_MEMORY_PREFIX + n: "30Gi" for n in "abc"},
+                  containers=[{"name": n} for n in "abc"])
+    verdict = decision.decide_pod(three, supply=s.supply_of(view), policy=s.POLICY)
+    assert verdict.allowed
+    assert verdict.warnings == (
+        "no node has GPUs enough for all of the pod's instances (3 × 3g.40gb: at least 2 "
+        "GPUs; the most on one node is 1): the pod can never be scheduled; split it into "
+        "pods of at most 1 GPU's worth of instances",
+        "a, b, c: every 3g.40gb instance is in use now or asked for by pods already waiting")
 
 
 def test_a_shared_warning_names_the_key_of_each_container_and_one_alone_its_own() -> None:

@@ -939,12 +939,14 @@ def excluded(state: records.NodeState) -> str | None:
         return rec.model_error or "no known MIG-capable GPU model"
     if rec.strategy == "single":
         return "single strategy (re-layouts are planned for the mixed strategy)"
+    # A failed migfit re-layout keeps its taint, which reads as "being re-partitioned": said
+    # first, since waiting never clears it (an outside check).
+    if keys.relayout_failed(rec.annotations):
+        return "a migfit re-layout failed here; an operator must clear it"
     if state.repartitioning:
         return "being re-partitioned"
     if rec.config_state == FAILED_STATE:
         return "the MIG Manager reported mig.config.state=failed"
-    if keys.relayout_failed(rec.annotations):
-        return "a migfit re-layout failed here; an operator must clear it"
     if rec.unschedulable:
         return "cordoned"
     if not rec.ready:
@@ -2091,11 +2093,19 @@ def explain(
             more = f"; and {len(barred) - 5} more" if len(barred) > 5 else ""
             lines.append(f"- {p}: advertised only by node(s) it cannot use ({shown}{more}).")
         elif busy:
-            causes.add("busy")
             usable = [n for n in busy if n not in barred]
-            lines.append(f"- {p}: every instance is in use on the node(s) that advertise it "
-                         f"and that it may use ({_names(usable)}); it runs when "
-                         f"{'one is freed' if reqs[p] == 1 else 'enough are'}.")
+            if any(nodes_of[n].allocatable.get(p, 0) >= reqs[p] for n in usable):
+                causes.add("busy")
+                lines.append(f"- {p}: every instance is in use on the node(s) that advertise "
+                             f"it and that it may use ({_names(usable)}); it runs when "
+                             f"{'one is freed' if reqs[p] == 1 else 'enough are'}.")
+            else:
+                # None of them advertises as many as it asks for: freed instances do not
+                # place it, so it is not told to wait for them (an outside check).
+                causes.add("wide")
+                lines.append(f"- {p}: every instance is in use on the node(s) that advertise "
+                             f"it and that it may use ({_names(usable)}), and none of them "
+                             f"advertises {reqs[p]}.")
             if reqs[p] > 1:
                 lines.append(_wide(state, pod, p, reqs[p]))
         elif moving or cordoned:

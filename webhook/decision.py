@@ -166,18 +166,20 @@ def _warn_own_gpus(containers: list[reading.Container], chosen: set[str],
     named = ", ".join(f"{requests.quote_name(name)} ({requests.shorten(resource, 60)})"
                       for name, resource in own[:3]) + (
         f" and {len(own) - 3} more" if len(own) > 3 else "")
-    if len(own) == 1:
-        how = (f"to have migfit choose for it, remove the resource and annotate the pod "
+    # The fix first: kube-apiserver may cut a warning over 256 characters (WIRE.md 2.1), and
+    # long container names cut the fix off the end (an outside check).
+    if len(own) == 1:  # the annotation's key names the container
+        how = (f"for migfit to choose, remove it and annotate the pod "
                f"{requests.shorten(requests.GPU_MEMORY_PREFIX + own[0][0], 100)}")
-        who = f"container {named} asks for a GPU resource itself"
+        who = f"a container asks for {requests.shorten(own[0][1], 60)} itself"
     else:
-        how = (f"to have migfit choose for them, remove the resources and annotate the pod "
+        how = (f"for migfit to choose, remove them and annotate the pod "
                f"{requests.GPU_MEMORY_PREFIX}<container> for each")
         who = f"containers {named} ask for a GPU resource themselves"
-    whole = (" (nvidia.com/gpu under the mixed strategy is a GPU with MIG off)"
+    whole = (" (under the mixed strategy a whole GPU, MIG off)"
              if any(resource == "nvidia.com/gpu" for _, resource in own) else "")
-    warnings.append(f"{who}: the pod's one node must have it too{whole}, and migfit's "
-                    f"choice does not count it; {how}")
+    warnings.append(f"{who}{whole}; {how}: migfit does not count it, and the pod's one node "
+                    f"must have it too")
 
 
 def _warn_init_gpus(inits: list[reading.Container], warnings: list[str]) -> None:
@@ -192,10 +194,9 @@ def _warn_init_gpus(inits: list[reading.Container], warnings: list[str]) -> None
         f" and {len(own) - 3} more" if len(own) > 3 else "")
     who = (f"init container {named} asks for a GPU resource itself" if len(own) == 1
            else f"init containers {named} ask for GPU resources themselves")
-    warnings.append(f"{who}: the pod's one node must have it too, and migfit's choice, "
-                    f"made for the pod's containers only, does not count it; give it a "
-                    f"resource of the GPU model the containers' profiles are on, or "
-                    f"remove it")
+    warnings.append(f"{who}; give it a resource of the GPU model the containers' profiles "
+                    f"are on, or remove it: migfit chooses for the containers only, and the "
+                    f"pod's one node must have it too")
 
 
 def _kept_target(reqs: Sequence[requests.GpuRequest], prior: requests.DecisionRecord | None,

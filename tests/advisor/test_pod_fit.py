@@ -567,3 +567,28 @@ def test_never_rests_on_what_lasts_and_kept_nodes_can_hold_the_pod() -> None:
                   pod("w", "7g.80gb", count=2))
     text = advisor.explain(scene, "default", "w", now=later)
     assert "one-gpu" not in text and "keep their layout" not in text, text
+
+
+def test_explain_says_a_failed_relayout_failed_not_that_it_is_under_way() -> None:
+    # An outside check: a node whose migfit re-layout failed keeps its taint, which read as
+    # "being re-partitioned" (wait), while status and the filter say it failed.
+    relayout = {"key": keys.TAINT_RELAYOUT, "value": "pending", "effect": "NoSchedule"}
+    failed = node("a", alloc={"3g.40gb": 2}, taints=[relayout],
+                  annotations={keys.ANNOTATION_RELAYOUT_FAILED: "timeout"})
+    text = advisor.explain(build(failed, pod("p", "1g.10gb")), "default", "p", now=NOW)
+    assert ("(a: no re-layout can start there now: a migfit re-layout failed here; an "
+            "operator must clear it)") in text, text
+    assert "being re-partitioned" not in text
+
+
+def test_a_pod_no_busy_node_could_hold_is_not_told_to_wait_for_freed_ones() -> None:
+    # An outside check: 8 × 1g.10gb where the only node advertises 7, all in use, was told
+    # "it runs when enough are" and "wait for an instance to be freed".
+    scene = build(node("a", gpus=2, alloc={"1g.10gb": 7, "7g.80gb": 1}),
+                  *[pod(f"h{i}", "1g.10gb", node="a") for i in range(7)],
+                  pod("big", "7g.80gb", node="a"), pod("w", "1g.10gb", count=8))
+    text = advisor.explain(scene, "default", "w", now=NOW)
+    assert ("- 1g.10gb: every instance is in use on the node(s) that advertise it and that it "
+            "may use (a), and none of them advertises 8.") in text, text
+    assert "runs when" not in text and "wait for an instance to be freed" not in text.lower()
+    assert "Split the pod into pods that ask for fewer instances" in text

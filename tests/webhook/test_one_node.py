@@ -161,10 +161,19 @@ def test_a_gpu_another_container_asks_for_itself_is_named() -> None:
     verdict = decide(p, c)
     assert verdict.allowed and verdict.profiles == ("3g.40gb",)
     assert verdict.warnings == (
-        "container 'side' (nvidia.com/gpu) asks for a GPU resource itself: the pod's one node "
-        "must have it too (nvidia.com/gpu under the mixed strategy is a GPU with MIG off), and "
-        "migfit's choice does not count it; to have migfit choose for it, remove the "
-        "resource and annotate the pod migfit.io/gpu-memory.side",)
+        "a container asks for nvidia.com/gpu itself (under the mixed strategy a whole GPU, "
+        "MIG off); for migfit to choose, remove it and annotate the pod "
+        "migfit.io/gpu-memory.side: migfit does not count it, and the pod's one node must "
+        "have it too",)
+    # The fix comes first and fits kube-apiserver's 256 characters with the longest names
+    # (63 characters each): it was cut off the end (an outside check).
+    long = "s" * 63
+    p_long = s.pod({requests.GPU_MEMORY: "30Gi"}, containers=[
+        {"name": "main"},
+        {"name": long, "resources": {"limits": {"nvidia.com/gpu": "1"}}}])
+    (warning,) = decide(p_long, c).warnings
+    fix = f"remove it and annotate the pod migfit.io/gpu-memory.{long}"
+    assert fix in warning and warning.index(fix) + len(fix) <= 256, warning
     # None of it: not a request.
     zero = s.pod({requests.GPU_MEMORY: "30Gi"}, containers=[
         {"name": "main"}, {"name": "side", "resources": {"limits": {"nvidia.com/gpu": "0"}}}])
@@ -176,8 +185,9 @@ def test_a_gpu_another_container_asks_for_itself_is_named() -> None:
     (warning,) = decide(many, c).warnings
     assert warning.startswith("containers 's0' (nvidia.com/mig-1g.10gb), 's1' "
                               "(nvidia.com/mig-1g.10gb), 's2' (nvidia.com/mig-1g.10gb) and 2 "
-                              "more ask for a GPU resource themselves: the pod's one "
-                              "node must have it too, and")
+                              "more ask for a GPU resource themselves; for migfit to "
+                              "choose, remove them and annotate the pod "
+                              "migfit.io/gpu-memory.<container> for each")
 
 
 def test_a_single_strategy_node_never_holds_two_profiles() -> None:
@@ -420,10 +430,10 @@ def test_a_gpu_an_init_or_sidecar_container_asks_for_itself_is_named() -> None:
         verdict = decide(p, c)
         assert verdict.profiles == ("3g.40gb",)
         assert verdict.warnings == (
-            "init container 'helper' (nvidia.com/mig-1g.5gb) asks for a GPU resource itself: "
-            "the pod's one node must have it too, and migfit's choice, made for the pod's "
-            "containers only, does not count it; give it a resource of the GPU model the "
-            "containers' profiles are on, or remove it",)
+            "init container 'helper' (nvidia.com/mig-1g.5gb) asks for a GPU resource itself; "
+            "give it a resource of the GPU model the containers' profiles are on, or remove "
+            "it: migfit chooses for the containers only, and the pod's one node must have it "
+            "too",)
         helper["resources"]["limits"]["nvidia.com/mig-1g.5gb"] = "0"
         assert decide(p, c).warnings == ()
 

@@ -202,9 +202,20 @@ def _response_fields(verdict: decision.Verdict) -> dict[str, Any]:
         response["status"] = {"code": verdict.code, "message": verdict.message,
                               "reason": "BadRequest" if verdict.code == 400 else "Forbidden"}
     if verdict.warnings:
-        response["warnings"] = [w if len(w) <= _WARNING_LIMIT else w[:_WARNING_LIMIT - 1] + "…"
-                                for w in verdict.warnings[:_MAX_WARNINGS]]
+        response["warnings"] = [_fit_warning(w) for w in verdict.warnings[:_MAX_WARNINGS]]
     return response
+
+
+def _fit_warning(text: str) -> str:
+    """``text`` cut to at most ``_WARNING_LIMIT`` bytes of UTF-8, ending "..." when cut.
+
+    Bytes, not characters: kube-apiserver's Go code measures strings in bytes, and a cut
+    made in characters with a "…" (three bytes) went 2 bytes over, for it to cut inside that
+    character (an outside check measured 258 bytes)."""
+    raw = text.encode()
+    if len(raw) <= _WARNING_LIMIT:
+        return text
+    return raw[:_WARNING_LIMIT - 3].decode("utf-8", "ignore") + "..."
 
 
 # Every encoded review starts so; the uid follows, then an Answer's tail.

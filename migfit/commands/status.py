@@ -148,8 +148,9 @@ def render_table(model: cluster.Cluster) -> str:
                                          else "")
         lines.append(
             f"{len(beside)} of them wait beside free instances of their profiles that no node "
-            f"they can go to has (cpu, memory, selectors, taints): {shown}; migfit explain "
-            f"says why and names a larger free profile with room")
+            f"they can go to has (cpu, memory, selectors, taints, or not as many free on one "
+            f"node as they ask for): {shown}; migfit explain POD says why, and names a larger "
+            f"free profile with room where there is one")
     return "\n".join(lines)
 
 

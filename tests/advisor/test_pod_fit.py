@@ -381,8 +381,16 @@ def test_status_counts_the_pods_waiting_beside_free_instances() -> None:
     table = status.render_table(c)
     assert table.splitlines()[-1] == (
         "1 of them wait beside free instances of their profiles that no node they can go to "
-        "has (cpu, memory, selectors, taints): default/p; migfit explain says why and names a "
-        "larger free profile with room")
+        "has (cpu, memory, selectors, taints, or not as many free on one node as they ask "
+        "for): default/p; migfit explain POD says why, and names a larger free profile with "
+        "room where there is one")
+    # A pod of two 3g.40gb where no node has two free is among them: the note names the
+    # count as a cause, and says the larger profile is named only where there is one (an
+    # outside check read "(cpu, memory, selectors, taints)" for it).
+    two = build(node("a", alloc={"3g.40gb": 2}), pod("held", "3g.40gb", node="a"),
+                node("b", alloc={"3g.40gb": 2}), pod("held2", "3g.40gb", node="b"),
+                pod("w", "3g.40gb", count=2))
+    assert advisor.stranded(two) == ["default/w"]
     assert "wait beside" not in status.render_table(build(short, whole, pod("q", "4g.40gb")))
 
 

@@ -377,10 +377,15 @@ def render_defrag(result: defrag.Defrag, *, details: bool = True) -> str:
                 lines.append(f"  GPU {g.index}: {' '.join(g.before) or '(none)'} -> "
                              f"{' '.join(g.after) or '(none)'}{mark}")
             lines.extend(_config_lines(rec.mig_parted))
-        lines.append(f"  steps: kubectl cordon {d.node}; evict the pods above (the eviction "
-                     f"API honours their PDBs); once no MIG pod runs there: kubectl label "
-                     f"node {d.node} {advisor.LABEL_CONFIG}={rec.target} --overwrite; after "
-                     f"{advisor.LABEL_CONFIG}.state=success: kubectl uncordon {d.node}")
+        # A custom target must be in the MIG Manager's ConfigMap before the label names it,
+        # or the node fails (an outside check: only the plain summary said so).
+        first = ("" if rec.config else
+                 f"add config {rec.target} (printed by migfit advise --defrag --details) to "
+                 f"the ConfigMap the ClusterPolicy's migManager.config.name names; ")
+        lines.append(f"  steps: {first}kubectl cordon {d.node}; evict the pods above (the "
+                     f"eviction API honours their PDBs); once no MIG pod runs there: kubectl "
+                     f"label node {d.node} {advisor.LABEL_CONFIG}={rec.target} --overwrite; "
+                     f"after {advisor.LABEL_CONFIG}.state=success: kubectl uncordon {d.node}")
     for b in result.blocked:
         lines.append(f"not drained: {b.node}: {b.reason}")
     if result.unserved:

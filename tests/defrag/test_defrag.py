@@ -127,8 +127,9 @@ drain node gpu-a (A100-80GB): move 2 pod(s), then -> migfit-f6b1519759 (custom c
   move ml/train-b (3g.40gb) -> free instance on gpu-b (PDB ml/train)
   PDB ml/train: allows 2 disruption(s), the advice uses 2
   unblocks: ml/big
-  steps: kubectl cordon gpu-a; evict the pods above (the eviction API honours their PDBs); \
-once no MIG pod runs there: kubectl label node gpu-a nvidia.com/mig.config=migfit-f6b1519759 \
+  steps: add config migfit-f6b1519759 (printed by migfit advise --defrag --details) to the \
+ConfigMap the ClusterPolicy's migManager.config.name names; kubectl cordon gpu-a; evict the pods \
+above (the eviction API honours their PDBs); once no MIG pod runs there: kubectl label node gpu-a nvidia.com/mig.config=migfit-f6b1519759 \
 --overwrite; after nvidia.com/mig.config.state=success: kubectl uncordon gpu-a
 """
 

@@ -129,7 +129,8 @@ drain node gpu-a (A100-80GB): move 2 pod(s), then -> migfit-f6b1519759 (custom c
   unblocks: ml/big
   steps: add config migfit-f6b1519759 (printed by migfit advise --defrag --details) to the \
 ConfigMap the ClusterPolicy's migManager.config.name names; kubectl cordon gpu-a; evict the pods \
-above (the eviction API honours their PDBs); once no MIG pod runs there: kubectl label node gpu-a nvidia.com/mig.config=migfit-f6b1519759 \
+above (the eviction API honours their PDBs); once no MIG pod runs there: kubectl label node \
+gpu-a nvidia.com/mig.config=migfit-f6b1519759 \
 --overwrite; after nvidia.com/mig.config.state=success: kubectl uncordon gpu-a
 """
 

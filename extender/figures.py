@@ -541,7 +541,6 @@ def relayout_chance(
         return RelayoutChance(False, f"{profile} on {model.id} has "
                                      f"{model.profile(profile).memory_mib} MiB, "
                                      f"below the {request_mib} MiB requested")
-    most = max((lay.count(profile) for lay in layouts.of(model).all), default=0)
-    if most:
-        return RelayoutChance(True, "", most)
+    if any(lay.count(profile) for lay in layouts.of(model).all):
+        return RelayoutChance(True, "", model.profile(profile).max_instances)
     return RelayoutChance(False, f"no valid layout of {model.id} holds {profile}")

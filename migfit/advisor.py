@@ -230,8 +230,7 @@ class Recommendation:
         return (f"add config {self.target} (printed by migfit advise --details; mig_parted in "
                 "GET /advice) to the ConfigMap that the ClusterPolicy's migManager.config.name "
                 f"names (a copy of {migparted.DEFAULT_CONFIGMAP}, not that one; or let the "
-                "extender's "
-                f"--apply-custom-configs do it), then: {label}")
+                f"extender's --apply-custom-configs do it), then: {label}")
 
     @property
     def sentence(self) -> str:
@@ -1453,10 +1452,12 @@ def _awaiting(state: cluster.Cluster, waiting: Sequence[Waiting],
         return out
     left = {c.name: Counter(c.offers) for c in coming}
     nodes: dict[str, records.NodeRecord] = {}
+    models: dict[str, profiles.GpuModel] = {}
     room: dict[str, list[int]] = {}
     for c in coming:
         ns = state.node(c.name)
-        assert ns is not None
+        assert ns is not None and ns.node.model is not None  # as ``incoming`` keeps them
+        models[c.name] = state.catalog.get(ns.node.model)
         nodes[c.name] = dataclasses.replace(ns.node, taints=tuple(
             t for t in ns.node.taints if t.key != keys.TAINT_RELAYOUT))
         room[c.name] = list(host_room(state, ns.node) or (1 << 62, 1 << 62))
@@ -1468,8 +1469,8 @@ def _awaiting(state: cluster.Cluster, waiting: Sequence[Waiting],
             have, rec, free = left[c.name], nodes[c.name], room[c.name]
             if (any(have[p] < n for p, n in w.requests.items())
                     or cpu > free[0] or mem > free[1]
-                    or excludes(rec, cons) is not None or rec.model is None
-                    or record_refusal(needs, state.catalog.get(rec.model),
+                    or excludes(rec, cons) is not None
+                    or record_refusal(needs, models[c.name],
                                       tuple(w.requests)) is not None):
                 continue
             have.subtract(w.requests)
@@ -1832,6 +1833,7 @@ def _never_fits(state: cluster.Cluster, pod: records.PodRecord,
 
     Waiting, or re-partitioning a node, cannot help such a pod (an outside check saw
     ``explain`` tell a pod of 8 × 7g.80gb to wait for a 1-GPU node's change)."""
+    needs = recorded_needs(pod)
     for p, need in sorted(reqs.items()):
         if need <= 1:
             continue
@@ -1842,7 +1844,7 @@ def _never_fits(state: cluster.Cluster, pod: records.PodRecord,
             # (migfit's own re-layout taint, not-ready) or lifted; "never" must not rest on it.
             if unselected(rec, pod.constraints) is not None or (
                     rec.model is not None and record_refusal(
-                        recorded_needs(pod), state.catalog.get(rec.model), (p,)) is not None):
+                        needs, state.catalog.get(rec.model), (p,)) is not None):
                 continue
             if rec.model is None or rec.gpu_count <= 0:
                 if rec.allocatable.get(p, 0) > 0 or rec.model is not None:
@@ -1888,8 +1890,9 @@ def _kept_for_others(state: cluster.Cluster, pod: records.PodRecord, blocked: Se
             continue
         if excludes(rec, pod.constraints) is not None:
             continue
-        fit = tuple(sorted(w.key for w in others if w.pod is not None
-                           and all(ns.free.get(p, 0) >= n for p, n in w.requests.items())
+        fit = tuple(sorted(w.key for w in others
+                           if all(ns.free.get(p, 0) >= n for p, n in w.requests.items())
+                           and w.pod is not None
                            and _barred(state, w.pod, rec, tuple(w.requests)) is None))
         if fit:
             out.append((rec.name, fit))
@@ -1982,6 +1985,13 @@ def _idle_refusals(state: cluster.Cluster, pod: records.PodRecord,
     return out
 
 
+def _per_node(items: Sequence[tuple[str, str | None]], limit: int = 5) -> str:
+    """``a: why; b: why; and 3 more``: the first ``limit`` nodes with what ``explain`` says of
+    each."""
+    shown = "; ".join(f"{n}: {why}" for n, why in items[:limit])
+    return shown + (f"; and {len(items) - limit} more" if len(items) > limit else "")
+
+
 def _names(nodes: Sequence[str], limit: int = 5) -> str:
     shown = ", ".join(nodes[:limit])
     return shown + (f" and {len(nodes) - limit} more" if len(nodes) > limit else "")
@@ -2067,10 +2077,8 @@ def explain(
         blocked.append(p)
         if free:
             causes.update(_cause(refusals[n]) for n in free)
-            shown = "; ".join(f"{n}: {refusals[n]}" for n in free[:5])
-            more = f"; and {len(free) - 5} more" if len(free) > 5 else ""
             lines.append(f"- {p}: {len(free)} schedulable node(s) have a free instance, but "
-                         f"none can take it ({shown}{more}).")
+                         f"none can take it ({_per_node([(n, refusals[n]) for n in free])}).")
             if reqs[p] > 1:
                 lines.append(_wide(state, pod, p, reqs[p]))
             larger = _larger_free(state, pod, p, reqs, memo)
@@ -2089,9 +2097,8 @@ def explain(
         if busy and len(barred) == len(busy):
             # A freed instance there would not serve it either: say why, not "wait".
             causes.update(_cause(why) for why in barred.values())
-            shown = "; ".join(f"{n}: {why}" for n, why in list(barred.items())[:5])
-            more = f"; and {len(barred) - 5} more" if len(barred) > 5 else ""
-            lines.append(f"- {p}: advertised only by node(s) it cannot use ({shown}{more}).")
+            lines.append(f"- {p}: advertised only by node(s) it cannot use "
+                         f"({_per_node(list(barred.items()))}).")
         elif busy:
             usable = [n for n in busy if n not in barred]
             if any(nodes_of[n].allocatable.get(p, 0) >= reqs[p] for n in usable):
@@ -2143,8 +2150,9 @@ def explain(
     rec = advice.for_pod(key)
     coming = advice.awaiting.get(key)
     if rec is None and coming is not None:
-        target = next((c.target for c in incoming(state, config) if c.name == coming), None)
-        to = "" if target is None else f" ({keys.LABEL_CONFIG}={target})"
+        node = state.node(coming)
+        found = None if node is None else _in_flight_target(state, node, config)
+        to = "" if found is None else f" ({keys.LABEL_CONFIG}={found[0]})"
         lines.append(f"Node {coming} is being re-laid out{to} to a layout that will serve it: "
                      f"it can run there once the change is done (migfit status names the "
                      f"node's state). No other node needs re-laying out for it.")
@@ -2156,20 +2164,17 @@ def explain(
                    if n not in cordoned_at]
         if refused:
             causes.update(_cause(why) for _n, why in refused)
-            shown = "; ".join(f"{n}: {why}" for n, why in refused[:5])
-            more = f"; and {len(refused) - 5} more" if len(refused) > 5 else ""
             lines.append(f"- Idle node(s) a re-layout could give it from cannot take it "
-                         f"({shown}{more}).")
+                         f"({_per_node(refused)}).")
         if rec is None:
             kept = _kept_for_others(state, pod, blocked, advice,
                                     {n for n, _ in refused} | set(cordoned_at))
             if kept:
                 causes.add("kept")
-                shown = "; ".join(f"{n}: {_names(list(ws), 3)}" for n, ws in kept[:5])
-                more = f"; and {len(kept) - 5} more" if len(kept) > 5 else ""
                 lines.append(f"- Idle node(s) a re-layout could give it from keep their layout: "
                              f"their free instances fit other waiting pods, which the advisor "
-                             f"does not take them from ({shown}{more}).")
+                             f"does not take them from "
+                             f"({_per_node([(n, _names(list(ws), 3)) for n, ws in kept])}).")
     if rec is None:
         models = sorted({m.id for m in state.models_present()
                          if all(m.has_profile(p) for p in blocked)})

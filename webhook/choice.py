@@ -42,8 +42,9 @@ _NOMINAL: Final = re.compile(r"\.(\d+)gb")
 ANY_GPU: Final = "use a whole GPU (nvidia.com/gpu) instead"
 #: Containers a message lists by name at most (the rest are counted).
 _SHOWN: Final = 8
-#: kube-apiserver may cut a warning longer than this (WIRE.md §2.1): a warning about several
-#: containers names no more of them than leave its text whole.
+#: kube-apiserver may cut a warning longer than this (WIRE.md §2.1), in bytes of UTF-8 (its
+#: Go code measures bytes; the server cuts by them): a warning about several containers
+#: names no more of them than leave its text whole.
 WARNING_CHARS: Final = 256
 
 
@@ -429,7 +430,7 @@ def _about(text: str, containers: Sequence[str]) -> str:
     ``…<container>`` for several; as many names as leave ``text`` whole (``_some``)."""
     body = _about_one(text, containers[0] if len(containers) == 1 else None)
     names = [requests.shorten(c, requests.NAME_LIMIT) for c in containers]
-    return f"{_some(names, room=WARNING_CHARS - len(body) - 2)}: {body}"
+    return f"{_some(names, room=WARNING_CHARS - len(body.encode()) - 2)}: {body}"
 
 
 def _about_one(text: str, container: str | None) -> str:
@@ -442,13 +443,13 @@ def _about_one(text: str, container: str | None) -> str:
 
 
 def _some(names: Sequence[str], *, room: int | None = None) -> str:
-    """``a, b, c``: at most ``_SHOWN`` names, and no more than fit in ``room`` characters
-    (one at least), then ``and N more``."""
+    """``a, b, c``: at most ``_SHOWN`` names, and no more than fit in ``room`` bytes of
+    UTF-8 (one at least), then ``and N more``."""
     shown = min(len(names), _SHOWN)
     while True:
         out = ", ".join(names[:shown]) + (
             f" and {len(names) - shown} more" if len(names) > shown else "")
-        if shown <= 1 or room is None or len(out) <= room:
+        if shown <= 1 or room is None or len(out.encode()) <= room:
             return out
         shown -= 1
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -228,6 +228,11 @@ def _held(advice: advisor.Advice) -> list[str]:
             "demand leave them): " + "; ".join(held) + "."]
 
 
+def _first(keys_: Sequence[str], limit: int = 10) -> str:
+    """``a, b, c ...``: the first ``limit`` of ``keys_``, then "..." when there are more."""
+    return ", ".join(keys_[:limit]) + (" ..." if len(keys_) > limit else "")
+
+
 def _unserved(advice: advisor.Advice) -> list[str]:
     """The waiting pods no re-layout serves, as up to two lines: those that fit free
     instances already (waiting for something migfit does not model; before, they were
@@ -242,8 +247,7 @@ def _unserved(advice: advisor.Advice) -> list[str]:
             ([k for k in advice.unserved if k not in fits],
              "waiting pod(s) no re-layout can serve now")):
         if keys_:
-            lines.append(f"{len(keys_)} {text}: {', '.join(keys_[:10])}"
-                         + (" ..." if len(keys_) > 10 else ""))
+            lines.append(f"{len(keys_)} {text}: {_first(keys_)}")
     return lines
 
 
@@ -254,8 +258,7 @@ def _awaiting(advice: advisor.Advice) -> list[str]:
         return []
     shown = [f"{k} ({n})" for k, n in sorted(advice.awaiting.items())]
     return [f"{len(shown)} waiting pod(s) can run on a node being re-laid out now once its "
-            f"change is done, so no other node is re-laid out for them: {', '.join(shown[:10])}"
-            + (" ..." if len(shown) > 10 else "")]
+            f"change is done, so no other node is re-laid out for them: {_first(shown)}"]
 
 
 def render_text(advice: advisor.Advice, *, details: bool = True) -> str:
@@ -390,8 +393,7 @@ def render_defrag(result: defrag.Defrag, *, details: bool = True) -> str:
         lines.append(f"not drained: {b.node}: {b.reason}")
     if result.unserved:
         lines.append(f"{len(result.unserved)} waiting pod(s) still unserved: "
-                     f"{', '.join(result.unserved[:10])}"
-                     + (" ..." if len(result.unserved) > 10 else ""))
+                     f"{_first(result.unserved)}")
     return "\n".join(lines)
 
 

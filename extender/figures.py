@@ -57,6 +57,11 @@ class NodeFigures:
     #: the result of migfit's failed re-layout of a node still carrying its taint, when so:
     #: the node waits for an operator, not for a change to finish
     relayout_failed: str | None = None
+    #: a re-layout migfit advises for the node and has not begun (its ``recommended``
+    #: record): instances of each profile on the GPUs it changes (a pod bound there now
+    #: spoils the plan), and the pods (namespace/name) it is for
+    planned: Mapping[profiles.ProfileName, int] = dataclasses.field(default_factory=dict)
+    planned_for: frozenset[str] = frozenset()
 
     @property
     def fragmentation(self) -> float:
@@ -108,6 +113,7 @@ def _figures(state: records.NodeState, models: Mapping[str, profiles.GpuModel]) 
     idle_gpus = max(0, record.gpu_count - state.used_total)
     failure = records.relayout_failure(record)
     why = None if failure is not None else _repartitioning(state)
+    planned, planned_for = _planned(record)
     return NodeFigures(
         state=state,
         model=model,
@@ -126,7 +132,31 @@ def _figures(state: records.NodeState, models: Mapping[str, profiles.GpuModel]) 
         tie=tie_of(record.name),
         repartitioning=why,
         relayout_failed=failure,
+        planned=planned,
+        planned_for=planned_for,
     )
+
+
+_NOTHING_PLANNED: tuple[dict[profiles.ProfileName, int], frozenset[str]] = ({}, frozenset())
+
+
+def _planned(record: records.NodeRecord
+             ) -> tuple[dict[profiles.ProfileName, int], frozenset[str]]:
+    """What the node's ``recommended`` re-layout record plans: instances per profile on the
+    GPUs it changes, and the pods it is for (``NodeFigures.planned``). Nothing for a node
+    without one, or whose re-layout has begun (then it takes no new pods at all)."""
+    if keys.ANNOTATION_RELAYOUT not in record.annotations:
+        return _NOTHING_PLANNED
+    mark = keys.relayout_of(record.annotations)
+    if mark is None or mark.state is not keys.RelayoutState.RECOMMENDED:
+        return _NOTHING_PLANNED
+    changed: Counter[profiles.ProfileName] = Counter()
+    for gpu in mark.gpus:
+        if gpu.before != gpu.after:
+            changed.update(profiles.ProfileName(p) for p in gpu.before)
+    if not changed:
+        return _NOTHING_PLANNED
+    return dict(changed), frozenset(mark.unblocks)
 
 
 # States of the ``migfit.io/relayout`` record that mean the advisor's apply mode is changing
@@ -359,6 +389,8 @@ class Index:
         self._mix_known: dict[cluster.PodClass, tuple[str, tuple[Want, ...]]] = {}
         self._mix_units: _Units | None = None  # what ``_mix`` was last built from
         self._on_refresh: list[Callable[[Sequence[str]], None]] = []
+        # pod (namespace/name) -> the nodes whose recommended re-layout is for it
+        self._planned_for: dict[str, set[str]] = {}
         model.add_listener(self._dirty.add)
 
     @property
@@ -389,6 +421,7 @@ class Index:
             old = self._figures.pop(name, None)
             if old is not None:
                 self._account(old, -1)
+                self._plan(name, old.planned_for, False)
             state = self._cluster.node(name)
             if state is None:
                 for table in self._memos.values():  # a deleted node leaves no memo entry
@@ -397,6 +430,25 @@ class Index:
             fig = _figures(state, self._models)
             self._figures[name] = fig
             self._account(fig, +1)
+            self._plan(name, fig.planned_for, True)
+
+    def _plan(self, name: str, pods: frozenset[str], add: bool) -> None:
+        for pod in pods:
+            nodes = self._planned_for.get(pod)
+            if add:
+                if nodes is None:
+                    nodes = self._planned_for[pod] = set()
+                nodes.add(name)
+            elif nodes is not None:
+                nodes.discard(name)
+                if not nodes:
+                    del self._planned_for[pod]
+
+    def planned_for(self, pod: str) -> frozenset[str]:
+        """The nodes whose recommended re-layout is for ``pod`` (namespace/name): it spoils
+        none of them by landing there (``NodeFigures.planned``). Call ``refresh()`` first."""
+        nodes = self._planned_for.get(pod)
+        return frozenset(nodes) if nodes else frozenset()
 
     def _account(self, fig: NodeFigures, sign: int) -> None:
         if not fig.schedulable or not fig.model_key:

@@ -8,7 +8,7 @@ roomier instance that a tighter request elsewhere would have used. So the score 
 sum of terms in [0, 1], all computed from figures kept current by ``figures.Index``::
 
     raw   = W_FRAG·no_frag + W_STRAND·(1 − strand) + W_HOST·(1 − host) + W_SCARCE·(1 − scarce)
-            + W_ALIGN·(1 − mismatch)
+            + W_ALIGN·(1 − mismatch) − W_PLAN·spoil
     score = clamp(⌊10·raw + 0.5 + 0.1·(tie − 0.5)⌋, 0, 10)        (MaxExtenderPriority = 10)
 
 (the weights are ``WEIGHTS``; the scoring log writes them with every line)
@@ -75,6 +75,14 @@ with them, is weighted: ``W_SCARCE``.)
   decision record (0 without one). Prefer the instance the request fits tightest, e.g. a 9.5
   GiB request on an A100's 9728 MiB 1g.10gb rather than an H100's 9984 MiB one, keeping the
   bigger instance for a request that needs it.
+- ``spoil`` = the share of the node's free instances of the pod's profile (the worst of its
+  profiles) that lie on GPUs a re-layout migfit advises for the node changes, when the
+  advice is not for this pod (0 when it is, or the node has no advised change). The advice
+  publisher writes each advised change on its node (``migfit.io/relayout``, state
+  ``recommended``) before the apply mode, or an operator, starts it; the MIG Manager only
+  re-partitions GPUs without pods, so a pod bound there meanwhile stops the change and the
+  pods it was for keep waiting. The only term that weighs against (``W_PLAN``); the node
+  still takes the pod when it scores best anyway.
 - ``tie`` ∈ [0, 1) is a hash of the node name: nodes whose raw score sits at a rounding
   boundary are split the same way on every call and every replica, so equal nodes are filled
   one after another instead of at random. It moves a score by at most one step.
@@ -115,21 +123,29 @@ ALIGN_SPAN = math.log(16)  # a ratio 16 times off (either way) is as bad as it g
 # No effect on a mix of one-instance pods (gpushare100). docs/simulation.md: 4, 8 and 16
 # measured.
 FRAG_FLOOR = 8.0
+# A node that migfit's advice re-lays out (its ``recommended`` record, written by the advice
+# publisher) is held for the pods the change is for: another pod landing on a GPU the change
+# re-partitions stops the change (the MIG Manager re-partitions only GPUs without pods) and
+# the pods it was for keep waiting. Three score steps: below a like node without a plan, but
+# still taken when nothing else fits (the filter does not refuse it). Not measured by the
+# simulator, whose advisor applies what it advises at once (no recommended stage).
+W_PLAN = 0.30
 # Computed and logged, weighted 0 (see the module docstring).
 W_PACK = 0.0
 W_FRESH = 0.0
 W_TIGHT = 0.0
 W_SLACK = 0.0
-# The terms of ``raw`` as they enter its sum, by name, each in [0, 1] with 1 the better place:
-# raw = Σ WEIGHTS[t] · terms(s)[t]. The scoring log writes both, so that an operator (or a
-# test) can recompute every node's raw score from one log line; change them together with
-# the sum in ``score_nodes``.
+# The terms of ``raw`` as they enter its sum, by name, each in [0, 1] with 1 the better place
+# (but ``spoils_plan``, which weighs against): raw = Σ WEIGHTS[t] · terms(s)[t]. The scoring
+# log writes both, so that an operator (or a test) can recompute every node's raw score from
+# one log line; change them together with the sum in ``score_nodes``.
 WEIGHTS: dict[str, float] = {
     "no_frag": W_FRAG,  # 1 − growth of the node's expected fragmentation (frag)
     "no_strand": W_STRAND,  # 1 − strand
     "host_free": W_HOST,  # 1 − host
     "not_scarce": W_SCARCE,  # 1 − scarce
     "aligned": W_ALIGN,  # 1 − mismatch
+    "spoils_plan": -W_PLAN,  # spoil: free instances on GPUs an advised change re-lays out
     "pack": W_PACK,
     "busy": W_FRESH,  # 0 on a node with no MIG pod (fresh), else 1
     "tight": W_TIGHT,
@@ -160,6 +176,8 @@ class NodeScore(NamedTuple):
     frag: float = 0.0  # growth of expected fragmentation, in GPUs' worth of memory slices
     mismatch: float = 0.0  # of the pod's cpu per slice against the node's free cpu per slice
     floor: float = 0.0  # no_frag's lower bound: −FRAG_FLOOR × the mix's multi-instance share
+    spoil: float = 0.0  # of the node's free instances the pod may take, the share an advised
+    #                     re-layout not for this pod changes (``NodeFigures.planned``)
 
 
 def terms(s: NodeScore) -> dict[str, float]:
@@ -168,7 +186,8 @@ def terms(s: NodeScore) -> dict[str, float]:
     return {"no_stranding": 1.0 - min(1.0, s.frag), "no_frag": frag_term(s.frag, s.floor),
             "no_strand": 1.0 - s.strand, "host_free": 1.0 - s.host,
             "not_scarce": 1.0 - s.scarce, "aligned": 1.0 - s.mismatch, "pack": s.pack,
-            "busy": 0.0 if s.fresh else 1.0, "tight": s.tight, "snug": 1.0 - s.slack}
+            "busy": 0.0 if s.fresh else 1.0, "tight": s.tight, "snug": 1.0 - s.slack,
+            "spoils_plan": s.spoil}
 
 
 def frag_term(growth: float, floor: float = 0.0) -> float:
@@ -204,12 +223,14 @@ class Inputs:
     own: tuple[figures.Want, ...] | None  # its wants counted in pending demand (excluded)
     mix: figures.Mix = figures.EMPTY_MIX  # the demand mix the fragment is expected over
     host_only: bool = False  # a pod without MIG requests, scored (``all_pods``)
+    held: frozenset[str] = frozenset()  # nodes whose advised re-layout is for this pod
     # computed once: the answer tables look the value up more than once per call
     _hash: int = dataclasses.field(init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_hash", hash((self.wants, self.cpu_milli, self.memory_bytes,
-                                                self.own, self.mix, self.host_only)))
+                                                self.own, self.mix, self.host_only,
+                                                self.held)))
 
     def __hash__(self) -> int:
         return self._hash
@@ -230,7 +251,13 @@ def inputs_of(index: figures.Index, request: filtering.PodRequest, *,
     return Inputs(wants=request.wants,
                   cpu_milli=me.cpu_milli if me is not None else request.cpu_milli,
                   memory_bytes=me.memory_bytes if me is not None else request.memory_bytes,
-                  own=index.own_demand(request.uid), mix=index.mix())
+                  own=index.own_demand(request.uid), mix=index.mix(),
+                  held=_held(index, request))
+
+
+def _held(index: figures.Index, request: filtering.PodRequest) -> frozenset[str]:
+    index.refresh()
+    return index.planned_for(request.key)
 
 
 _NO_MIG = Inputs(wants=(), cpu_milli=0, memory_bytes=0, own=None)  # scores 0 everywhere
@@ -313,6 +340,7 @@ def score_nodes(
     my_cpu = me.cpu_milli if me is not None else request.cpu_milli
     my_mem = me.memory_bytes if me is not None else request.memory_bytes
     shape = (my_cpu, my_mem)
+    held = index.planned_for(request.key)
     for name in unique:
         fig = figs.get(name)
         if fig is None:
@@ -330,12 +358,14 @@ def score_nodes(
         done = scored.get(name)
         if done is not None and done[0] is fig and done[1] is mix:
             part, results = done[2], done[3]
+            spoil = 0.0 if name in held else part[16]
             kept = results.get(shape)
             if kept is not None:
-                if kept.scarce != scarce:  # only the model-wide term moved
+                if kept.scarce != scarce or kept.spoil != spoil:  # a model-wide term, or
+                    # whether the node's advised change is for this pod, moved
                     kept = results[shape] = _assemble(
                         name, fig, part, scarce, kept.strand, kept.host, kept.frag,
-                        kept.mismatch, kept.floor)
+                        kept.mismatch, kept.floor, spoil)
                 append(kept)
                 continue
         else:
@@ -354,7 +384,8 @@ def score_nodes(
             part = _node_part(fig, wants, nwants, _host_of(model, name, fig, hosts), mix)
             results = {}
             scored[name] = (fig, mix, part, results)
-        result = _finish(name, fig, part, scarce, my_cpu, my_mem, mix, floor)
+            spoil = 0.0 if name in held else part[16]
+        result = _finish(name, fig, part, scarce, my_cpu, my_mem, mix, floor, spoil)
         if len(results) >= HOST_SHAPES:  # pods' cpu and memory are the clients': bounded
             results.clear()
         results[shape] = result
@@ -366,9 +397,11 @@ def score_nodes(
 #  node cpu, node memory, fragmentation before, free instances after, free slices after):
 # a node's part of the score for one request shape, scarcity and mix.
 _Part = tuple[float, bool, float, float, float, bool, int, int, int, int, float,
-              dict[profiles.ProfileName, int], int, float, int, int]
-# (the last: the fragment after the placement on a node whose host room, after it, still
-#  serves every class of the mix: then it does not depend on the pod's cpu and memory)
+              dict[profiles.ProfileName, int], int, float, int, int, float]
+# (then: the fragment after the placement on a node whose host room, after it, still
+#  serves every class of the mix: then it does not depend on the pod's cpu and memory; the
+#  most cpu and memory that fragment compares with; the spoil for a pod the node's advised
+#  re-layout is not for)
 
 
 def score_node(index: figures.Index, request: filtering.PodRequest, name: str, *,
@@ -393,7 +426,7 @@ def score_node(index: figures.Index, request: filtering.PodRequest, name: str, *
     host = _host_used(index.cluster, name) if _host_known(fig) else None
     part = _node_part(fig, request.wants, len(request.wants), host, inputs.mix)
     return _finish(name, fig, part, scarce, inputs.cpu_milli, inputs.memory_bytes, inputs.mix,
-                   frag_floor(inputs.mix))
+                   frag_floor(inputs.mix), 0.0 if name in inputs.held else part[16])
 
 
 # A pod without MIG requests (``all_pods``): its cpu and memory should go where they strand
@@ -467,9 +500,15 @@ def _node_part(fig: figures.NodeFigures, wants: Sequence[figures.Want], nwants: 
     """What the score reads of the node and the request's shape, before the pod's cpu and
     memory: ``host`` is the cpu and memory of the MIG pods bound there (None: unknown)."""
     free = fig.state.free
-    taken = tight = slack = 0.0
+    taken = tight = slack = spoil = 0.0
     after = dict(free)
+    planned = fig.planned
     for w in wants:
+        if planned:
+            have = free[w.profile]
+            there = min(planned.get(w.profile, 0), have) / have
+            if there > spoil:
+                spoil = there
         taken += w.count * fig.slices.get(w.profile, 1)
         tight += w.count / free[w.profile]
         after[w.profile] = after.get(w.profile, 0) - w.count
@@ -490,10 +529,10 @@ def _node_part(fig: figures.NodeFigures, wants: Sequence[figures.Want], nwants: 
                                rec.cpu_milli - host[0], rec.memory_bytes - host[1])
         need_cpu, need_mem = _room_read(fig, mix, after)
         return (pack, fresh, tight, slack, base, True, host[0], host[1], rec.cpu_milli,
-                rec.memory_bytes, before, after, left, roomy, need_cpu, need_mem)
+                rec.memory_bytes, before, after, left, roomy, need_cpu, need_mem, spoil)
     before = fragmentation(fig, mix, free, fig.free_slices, fresh, None, None)
     return (pack, fresh, tight, slack, base, False, 0, 0, 1, 1, before, after, left, roomy,
-            0, 0)
+            0, 0, spoil)
 
 
 def _room_read(fig: figures.NodeFigures, mix: figures.Mix,
@@ -581,9 +620,9 @@ def _can_host(model: profiles.GpuModel | None, gpus: int, single: bool, model_ke
 
 
 def _finish(name: str, fig: figures.NodeFigures, part: _Part, scarce: float, my_cpu: int,
-            my_mem: int, mix: figures.Mix, floor: float) -> NodeScore:
-    """The score from a node's part, the model's scarcity, the pod's own cpu and memory and
-    the mix's ``frag_floor``."""
+            my_mem: int, mix: figures.Mix, floor: float, spoil: float) -> NodeScore:
+    """The score from a node's part, the model's scarcity, the pod's own cpu and memory, the
+    mix's ``frag_floor`` and the pod's ``spoil`` of the node's advised re-layout."""
     # On the hot path (once per node and pod shape): the conditional expressions are the
     # builtins' max(a, b) / min(a, b) exactly (the first argument unless the second is
     # strictly greater / smaller), without the calls.
@@ -615,7 +654,7 @@ def _finish(name: str, fig: figures.NodeFigures, part: _Part, scarce: float, my_
                     mis = off
     per_gpu = fig.model.memory_slices if fig.model is not None else 1
     return _assemble(name, fig, part, scarce, strand, u_host, (after - part[10]) / per_gpu,
-                     mis, floor)
+                     mis, floor, spoil)
 
 
 def mismatch(cpu: int, slices: int, cpu_free: int, slices_free: int) -> float:
@@ -627,11 +666,11 @@ def mismatch(cpu: int, slices: int, cpu_free: int, slices_free: int) -> float:
     return off if off < 1.0 else 1.0
 
 
-_new_score = tuple.__new__  # NodeScore from its 14 fields, without the generated __new__
+_new_score = tuple.__new__  # NodeScore from its 15 fields, without the generated __new__
 
 
 def _assemble(name: str, fig: figures.NodeFigures, part: _Part, scarce: float, strand: float,
-              u_host: float, frag: float, mis: float, floor: float) -> NodeScore:
+              u_host: float, frag: float, mis: float, floor: float, spoil: float) -> NodeScore:
     """raw and the 0..10 score from the terms' figures (``_finish``; a kept score whose
     model scarcity moved is re-assembled from its figures, with the same arithmetic)."""
     no_frag = 0.5 - frag / 2  # frag_term(frag, floor), inlined: min(1, max(floor, ...)) exactly
@@ -641,7 +680,8 @@ def _assemble(name: str, fig: figures.NodeFigures, part: _Part, scarce: float, s
         no_frag = 1.0
     # The same sum, in the same order, as the formula in the module docstring.
     raw = (part[4] + W_SCARCE * (1.0 - scarce) + W_STRAND * (1.0 - strand)
-           + W_HOST * (1.0 - u_host) + W_FRAG * no_frag + W_ALIGN * (1.0 - mis))
+           + W_HOST * (1.0 - u_host) + W_FRAG * no_frag + W_ALIGN * (1.0 - mis)
+           - W_PLAN * spoil)
     score = math.floor(MAX_SCORE * raw + 0.5 + TIE * (fig.tie - 0.5))
     if score < MIN_SCORE:
         score = MIN_SCORE
@@ -649,5 +689,5 @@ def _assemble(name: str, fig: figures.NodeFigures, part: _Part, scarce: float, s
         score = MAX_SCORE
     out: NodeScore = _new_score(NodeScore, (name, score, True, part[0], part[1], scarce,
                                             part[2], part[3], raw, strand, u_host, frag,
-                                            mis, floor))
+                                            mis, floor, spoil))
     return out

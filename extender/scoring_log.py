@@ -57,7 +57,7 @@ _dumps = json.JSONEncoder(separators=(",", ":")).encode
 
 
 def weights(request: filtering.PodRequest | None = None) -> dict[str, float]:
-    """The terms the score weighs (weight > 0), from ``scoring.WEIGHTS`` (for a pod without
+    """The terms the score weighs (weight ≠ 0), from ``scoring.WEIGHTS`` (for a pod without
     MIG requests, scored with ``--score-all-pods``: ``scoring.HOST_ONLY_WEIGHTS``)."""
     table = (scoring.HOST_ONLY_WEIGHTS if request is not None and not request.mig
              else scoring.WEIGHTS)
@@ -94,10 +94,15 @@ def _deciding(s: scoring.NodeScore, weighted: dict[str, float], shown: int = 3) 
     """``raw 0.955 = 0.60×no_strand 1.00 + 0.30×host_free 0.85 + …; tie 0.41``: the largest
     terms, and the node's tie-break (the score is ⌊10·raw + 0.5 + 0.1·(tie − 0.5)⌋)."""
     values = scoring.terms(s)
-    top = sorted(weighted, key=lambda t: (-weighted[t] * values[t], t))
+    top = sorted((t for t in weighted if weighted[t] > 0),
+                 key=lambda t: (-weighted[t] * values[t], t))
     parts = [f"{weighted[t]:.2f}×{t} {values[t]:.2f}" for t in top[:shown]]
     more = " + …" if len(top) > shown else ""
-    return f"raw {s.raw:.3f} = {' + '.join(parts)}{more}; tie {figures.tie_of(s.node):.2f}"
+    # a term that weighs against (``spoils_plan``) is named whenever it takes something off
+    against = "".join(f" − {-weighted[t]:.2f}×{t} {values[t]:.2f}" for t in sorted(weighted)
+                      if weighted[t] < 0 and values[t] > 0)
+    return (f"raw {s.raw:.3f} = {' + '.join(parts)}{more}{against}; "
+            f"tie {figures.tie_of(s.node):.2f}")
 
 
 def _described(s: scoring.NodeScore, weighted: dict[str, float]) -> str:

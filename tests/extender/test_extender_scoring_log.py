@@ -67,7 +67,9 @@ async def test_json_line_of_a_real_prioritize_call_recomputes_every_raw_score(
     weights = record["weights"]
     assert weights == {t: w for t, w in scoring.WEIGHTS.items() if w}
     assert {"no_strand", "host_free"} <= set(weights)  # the 0.90 that was missing
-    assert sum(weights.values()) == pytest.approx(1.0)
+    # the terms that reward sum to 1; spoils_plan weighs against
+    assert sum(w for w in weights.values() if w > 0) == pytest.approx(1.0)
+    assert weights["spoils_plan"] == -scoring.W_PLAN < 0
     fitting = [s for s in record["scores"] if s["fits"]]
     assert len(fitting) >= 2
     for s in fitting:

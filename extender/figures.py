@@ -144,11 +144,13 @@ def _planned(record: records.NodeRecord
              ) -> tuple[dict[profiles.ProfileName, int], frozenset[str]]:
     """What the node's ``recommended`` re-layout record plans: instances per profile on the
     GPUs it changes, and the pods it is for (``NodeFigures.planned``). Nothing for a node
-    without one, or whose re-layout has begun (then it takes no new pods at all)."""
+    without one, whose re-layout has begun (then it takes no new pods at all), or whose
+    change is for no waiting pod (ahead of demand: a pod that fits now goes first)."""
     if keys.ANNOTATION_RELAYOUT not in record.annotations:
         return _NOTHING_PLANNED
     mark = keys.relayout_of(record.annotations)
-    if mark is None or mark.state is not keys.RelayoutState.RECOMMENDED:
+    if (mark is None or mark.state is not keys.RelayoutState.RECOMMENDED
+            or not mark.unblocks):
         return _NOTHING_PLANNED
     changed: Counter[profiles.ProfileName] = Counter()
     for gpu in mark.gpus:

@@ -124,7 +124,8 @@ def test_the_pods_the_change_is_for_and_other_profiles_spoil_nothing() -> None:
 
 @pytest.mark.parametrize("notes", [
     {keys.ANNOTATION_RELAYOUT: "{not json"},  # not a record: ignored, as everywhere
-    _record([(THREE_G, THREE_G)]),  # nothing changes
+    _record([(THREE_G, THREE_G)], unblocks=("default/small",)),  # nothing changes
+    _record([(THREE_G, ONE_G)]),  # ahead of demand: for no waiting pod
 ])
 def test_no_plan_no_spoil(notes: dict[str, str]) -> None:
     got = _score([node("n", {"3g.40gb": 2}, annotations=notes)], mig_pod("want", "3g.40gb"))
@@ -134,7 +135,8 @@ def test_no_plan_no_spoil(notes: dict[str, str]) -> None:
 def test_a_change_under_way_refuses_the_node_instead() -> None:
     # tainted/applying: the node takes no new MIG pod at all (the filter), so no spoil term
     got = _score([node("n", {"3g.40gb": 2}, annotations=_record(
-        [(THREE_G, ONE_G)], state=keys.RelayoutState.APPLYING))], mig_pod("want", "3g.40gb"))
+        [(THREE_G, ONE_G)], unblocks=("default/small",), state=keys.RelayoutState.APPLYING))],
+        mig_pod("want", "3g.40gb"))
     assert not got.fits
 
 

@@ -292,6 +292,7 @@ class AdviceJson(TypedDict):
     waiting: list[str]
     unserved: list[str]
     awaiting: dict[str, str]
+    cooling: dict[str, str]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -309,6 +310,9 @@ class Advice:
     # pod key in the demand -> the node being re-partitioned whose target layout will serve it
     # (``incoming``): no other node is re-laid out for it
     awaiting: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    # node -> when its last re-layout was seen (POSIX seconds), for the nodes still cooling
+    # down (``Settings.cooldown_s``): planned only for pods unschedulable since
+    cooling: Mapping[str, float] = dataclasses.field(default_factory=dict)
 
     def for_node(self, name: str) -> Recommendation | None:
         for r in self.recommendations:
@@ -325,7 +329,9 @@ class Advice:
     def to_json(self) -> AdviceJson:
         return AdviceJson(recommendations=[r.to_json() for r in self.recommendations],
                           waiting=[w.key for w in self.waiting],
-                          unserved=list(self.unserved), awaiting=dict(self.awaiting))
+                          unserved=list(self.unserved), awaiting=dict(self.awaiting),
+                          cooling={n: keys.rfc3339(t)
+                                   for n, t in sorted(self.cooling.items())})
 
 
 # ---------------------------------------------------------------- demand
@@ -463,9 +469,13 @@ _FIXES: Final = {
               "GPUs of that one model (migfit status names what it advertises)",
     "kept": "find out what keeps the pods those instances fit off them (migfit explain and "
             "kubectl describe pod on them): once they run or go, the node can be re-laid out",
+    "cooling": "wait for such a node's cool-down to end: it is re-laid out for the pod then "
+               "if it still waits",
 }
 _FIX_ORDER: Final = ("taint", "room", "placement", "record", "state", "wide", "layout",
-                     "kept", "busy")
+                     "kept", "cooling", "busy")
+#: How ``_idle_refusals`` starts the refusal of a node cooling down after a re-layout.
+_COOLING: Final = "re-laid out "
 #: How ``_idle_refusals`` starts the refusal of a node whose layout migfit cannot read.
 _UNKNOWN_LAYOUT: Final = "its layout is unknown to migfit"
 
@@ -485,6 +495,8 @@ def _cause(refusal: str | None) -> str:
         return "record"
     if text.startswith(_NODE_STATE):
         return "state"
+    if text.startswith(_COOLING):
+        return "cooling"
     return "placement"
 
 
@@ -1484,6 +1496,27 @@ def _awaiting(state: cluster.Cluster, waiting: Sequence[Waiting],
 # ---------------------------------------------------------------- advice
 
 
+def recorded_changes(state: cluster.Cluster, recent: Mapping[str, float], now: float,
+                     cooldown_s: float) -> Mapping[str, float]:
+    """``recent`` with, for each node, the later of its time there and the time its
+    ``nvidia.com/mig.config.state`` label was last written (``NodeRecord.layout_written_at``)
+    when that is less than ``cooldown_s`` ago: a process that started after the change (a
+    restarted extender, the one-shot ``migfit advise`` and ``migfit explain``) cools the
+    node down too. A time ahead of ``now`` (clock skew) counts as ``now``."""
+    out: dict[str, float] | None = None
+    for node in state.nodes():
+        at = node.node.layout_written_at
+        if at is None or now - at >= cooldown_s:
+            continue
+        at = min(at, now)
+        seen = recent.get(node.name)
+        if seen is None or at > seen:
+            if out is None:
+                out = dict(recent)
+            out[node.name] = at
+    return recent if out is None else out
+
+
 def advise(
     state: cluster.Cluster,
     *,
@@ -1515,7 +1548,7 @@ def advise(
     if not planned and not ahead and trading is None:
         return Advice(recommendations=(), waiting=tuple(waiting), unserved=(),
                       generation=state.generation, awaiting=awaiting)
-    recent = recent or {}
+    recent = recorded_changes(state, recent or {}, now, settings.cooldown_s)
     wanted = {p for w in planned for p in w.requests}
     wanted.update(p for fall in ahead.values() for p in fall.short)
     if trading is not None:
@@ -1645,8 +1678,10 @@ def advise(
                     recommendation(change, views[change.name], (), by_key), ahead=True,
                     balance=why))
     unserved = tuple(sorted(w.key for w in planned if w.key not in unblocked))
+    cooled = {n: t for n, t in recent.items()
+              if now - t < settings.cooldown_s and state.node(n) is not None}
     return Advice(recommendations=tuple(recs), waiting=tuple(waiting), unserved=unserved,
-                  generation=state.generation, ahead=ahead, awaiting=awaiting)
+                  generation=state.generation, ahead=ahead, awaiting=awaiting, cooling=cooled)
 
 
 def _ahead_changes(pool: Sequence[planner.NodeSupply],
@@ -1953,13 +1988,19 @@ def _target_has(state: cluster.Cluster, name: str, profile: ProfileName,
     return target.totals()[profile] > 0
 
 
+def _minutes(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.0f} min"
+
+
 def _idle_refusals(state: cluster.Cluster, pod: records.PodRecord,
-                   blocked: Sequence[str], memo: dict[str, tuple[int, int]]
-                   ) -> list[tuple[str, str]]:
+                   blocked: Sequence[str], memo: dict[str, tuple[int, int]], *,
+                   now: float, settings: Settings) -> list[tuple[str, str]]:
     """The idle nodes (no pod on their GPUs) whose GPU model has every profile of
     ``blocked``, which a re-layout could serve the pod from, but which cannot take it (no
     re-layout may start there now, ``excluded``; its selection, a taint, the request the
-    webhook recorded, cpu or memory): name and why, by name."""
+    webhook recorded, a cool-down after its last re-layout for a pod older than that, cpu
+    or memory): name and why, by name."""
+    cooling = recorded_changes(state, {}, now, settings.cooldown_s)
     out = []
     for ns in sorted(state.nodes(), key=lambda n: n.name):
         rec = ns.node
@@ -1973,6 +2014,12 @@ def _idle_refusals(state: cluster.Cluster, pod: records.PodRecord,
             odd = profiles.unknown_profiles_note(model, rec.allocatable, catalog=state.catalog,
                                                  labels=rec.all_labels)
             why = f"{_UNKNOWN_LAYOUT} ({odd or 'see migfit status'})"
+        since = cooling.get(rec.name)
+        if why is None and since is not None and (pod.unschedulable_since or 0.0) <= since:
+            why = (f"{_COOLING}{_minutes(now - since)} ago ({keys.LABEL_CONFIG_STATE} "
+                   f"written then): for {_minutes(settings.cooldown_s)} after a change it is "
+                   f"re-laid out again only for pods unschedulable since (the cool-down), "
+                   f"{_minutes(since + settings.cooldown_s - now)} left")
         if why is None:
             cpu, mem = _room(state, rec.name, memo)
             if pod.cpu_milli > cpu:
@@ -2160,7 +2207,8 @@ def explain(
     if rec is None or rec.disrupts:
         # Idle nodes would serve it without disrupting a pod, but it cannot go there.
         # (a cordoned node that advertises the profile is named above already)
-        refused = [(n, why) for n, why in _idle_refusals(state, pod, blocked, memo)
+        refused = [(n, why) for n, why in _idle_refusals(state, pod, blocked, memo, now=now,
+                                                          settings=settings)
                    if n not in cordoned_at]
         if refused:
             causes.update(_cause(why) for _n, why in refused)

@@ -66,7 +66,28 @@ def node_from_api(obj: Mapping[str, Any], catalog: profiles.Catalog) -> NodeReco
         all_labels=fields.intern_map(labels),
         replicas=gpus.replicas,
         renamed=gpus.renamed,
+        layout_written_at=_label_written_at(meta, keys.LABEL_CONFIG_STATE),
     )
+
+
+def _label_written_at(meta: Mapping[str, Any], label: str) -> float | None:
+    """When ``label`` was last written: the latest ``time`` of the ``metadata.managedFields``
+    entries whose ``fieldsV1`` own it (``f:metadata`` / ``f:labels`` / ``f:<label>``, the API
+    server's field set format); None when no entry does or its time does not read."""
+    owned = f"f:{label}"
+    latest: float | None = None
+    for entry in fields.as_list(meta.get("managedFields")):
+        if not isinstance(entry, dict):
+            continue
+        labels = fields.as_dict(fields.as_dict(
+            fields.as_dict(entry.get("fieldsV1")).get("f:metadata")).get("f:labels"))
+        stamp = entry.get("time")
+        if owned not in labels or not isinstance(stamp, str):
+            continue
+        at = keys.parse_rfc3339(stamp)
+        if at is not None and (latest is None or at > latest):
+            latest = at
+    return latest
 
 
 def _migfit_annotations(meta: Mapping[str, Any]) -> Mapping[str, str]:

@@ -102,6 +102,13 @@ class NodeRecord:
         default_factory=lambda: MappingProxyType({}))
     # profiles advertised under the device plugin's renamed shared name (….shared)
     renamed: frozenset[profiles.ProfileName] = frozenset()
+    # When the node's ``nvidia.com/mig.config.state`` label was last written (POSIX
+    # seconds): the time of the ``metadata.managedFields`` entry that owns it, which the API
+    # server sets. The MIG Manager writes the label as a re-layout begins and as it ends, so
+    # this is the end of the node's last re-layout (or a later write by the same field
+    # manager), known to every process that reads the node, also after a restart. None when
+    # the object carries no such entry (managedFields trimmed).
+    layout_written_at: float | None = None
 
     def resource_for(self, profile: str) -> str:
         """The extended resource a pod requests for ``profile`` on this node, as migfit

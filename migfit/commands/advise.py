@@ -22,6 +22,7 @@ from migfit import (
     decoding,
     defrag,
     errors,
+    keys,
     migparted,
     records,
     snapshots,
@@ -251,6 +252,17 @@ def _unserved(advice: advisor.Advice) -> list[str]:
     return lines
 
 
+def _cooling(advice: advisor.Advice) -> list[str]:
+    """The nodes cooling down after a re-layout, as one line or none: the advice re-lays them
+    out again only for pods that became unschedulable since (docs/relayout.md, 6)."""
+    if not advice.cooling:
+        return []
+    shown = [f"{n} (changed {keys.rfc3339(t)[:19]}Z)"
+             for n, t in sorted(advice.cooling.items())]
+    return [f"{len(shown)} node(s) cool down after a re-layout and are re-laid out again only "
+            f"for pods unschedulable since: {_first(shown)}"]
+
+
 def _awaiting(advice: advisor.Advice) -> list[str]:
     """The waiting pods a re-layout in flight will serve (no node is advised for them), as one
     line or none."""
@@ -269,6 +281,7 @@ def render_text(advice: advisor.Advice, *, details: bool = True) -> str:
     if not details:
         lines = _summary(advice)
         lines.extend(_awaiting(advice))
+        lines.extend(_cooling(advice))
         lines.extend(_unserved(advice))
         return "\n".join(lines)
     lines = []
@@ -297,6 +310,7 @@ def render_text(advice: advisor.Advice, *, details: bool = True) -> str:
         lines.append(f"  apply: kubectl label node {rec.node} "
                      f"{advisor.LABEL_CONFIG}={rec.target} --overwrite")
     lines.extend(_awaiting(advice))
+    lines.extend(_cooling(advice))
     lines.extend(_unserved(advice))
     lines.extend(_held(advice))
     return "\n".join(lines)

@@ -37,7 +37,7 @@ def test_a_pod_the_node_being_relaid_out_serves_is_advised_no_other_node() -> No
     assert [w.key for w in advice.waiting] == ["default/p"]
     doc = advice.to_json()
     assert doc["awaiting"] == {"default/p": "a"} and doc["unserved"] == []
-    assert set(doc) == {"recommendations", "waiting", "unserved", "awaiting"}
+    assert set(doc) == {"recommendations", "waiting", "unserved", "awaiting", "cooling"}
     text = advisor.explain(c, "default", "p", now=NOW, config=CONFIG)
     assert text.endswith(
         "Node a is being re-laid out (nvidia.com/mig.config=all-1g.10gb) to a layout that "

@@ -88,6 +88,15 @@ LABEL_RELAYOUT_RECOMMENDED = keys.LABEL_RELAYOUT_RECOMMENDED
 # removes it (and the taint).
 ANNOTATION_RELAYOUT_FAILED = keys.ANNOTATION_RELAYOUT_FAILED
 FAILED_STATE = "failed"
+# Where a custom config goes before the label names it, as every answer says it (a
+# recommendation's command, explain's fix, advise --details): the ConfigMap the ClusterPolicy's
+# migManager.config.name names, one of the operator's own (the GPU Operator creates its
+# default-mig-parted-config from its assets), or the extender's --apply-custom-configs writes
+# it there (docs/relayout.md §5).
+CUSTOM_CONFIG_WHERE = (
+    "the ConfigMap that the ClusterPolicy's migManager.config.name names (a copy of "
+    f"{migparted.DEFAULT_CONFIGMAP}, not that one; or let the extender's "
+    "--apply-custom-configs do it)")
 
 
 AHEAD_FROM = 0.0  # Settings.ahead_from's default: from the start (once the mix is a sample)
@@ -224,13 +233,8 @@ class Recommendation:
         label = f"kubectl label node {self.node} {LABEL_CONFIG}={self.target} --overwrite"
         if self.config is not None:
             return label
-        # Into the ConfigMap the ClusterPolicy's migManager.config.name names: one of the
-        # operator's own (the GPU Operator creates its default-mig-parted-config from its
-        # assets), or the extender's --apply-custom-configs does it (docs/relayout.md §5).
         return (f"add config {self.target} (printed by migfit advise --details; mig_parted in "
-                "GET /advice) to the ConfigMap that the ClusterPolicy's migManager.config.name "
-                f"names (a copy of {migparted.DEFAULT_CONFIGMAP}, not that one; or let the "
-                f"extender's --apply-custom-configs do it), then: {label}")
+                f"GET /advice) to {CUSTOM_CONFIG_WHERE}, then: {label}")
 
     @property
     def sentence(self) -> str:

@@ -36,7 +36,7 @@ def _config_lines(config: Any) -> list[str]:
     """The lines that show a recommendation's mig-parted config to add (none without one)."""
     if config is None:
         return []
-    return ["  add to the mig-parted ConfigMap's config.yaml:",
+    return [f"  add to the config.yaml of {advisor.CUSTOM_CONFIG_WHERE}:",
             *("    " + line for line in migparted.dump(config).rstrip().splitlines())]
 
 def add_common_arguments(parser: argparse.ArgumentParser) -> None:

@@ -2,6 +2,8 @@
 
 The table an operator wants instead of reading ``kubectl describe node`` for every GPU node:
 free = allocatable - instances held by bound, non-terminated pods (never the ``.count`` label).
+The table and the JSON document say the same: each node's notes (``node_notes``) and the
+summary under the table (``summary``) are computed once and printed by both.
 """
 
 from __future__ import annotations
@@ -28,10 +30,29 @@ class NodeJson(TypedDict):
     config: str | None
     config_state: str | None
     profiles: dict[str, ProfileJson]
+    cordoned: bool  # spec.unschedulable
+    ready: bool  # the Ready condition is True
+    model_error: str | None  # why the GPU model is unknown ("model" is null then)
+    overcommitted: dict[str, int]  # instances used beyond allocatable, per profile
+    notes: list[str]  # the table's NOTES, one entry each
+
+
+class SummaryJson(TypedDict):
+    """The lines under the table, as figures."""
+
+    nodes: int
+    mig_nodes: int
+    free_on_schedulable_nodes: int  # MIG instances free on nodes neither cordoned nor
+    # being re-partitioned
+    pending_pods: int  # GPU pods pending
+    unschedulable_pods: int  # of them, marked Unschedulable by the scheduler
+    waiting_beside_free: list[str]  # of them, those beside free instances of their profiles
+    # that no node they can go to has (advisor.stranded; migfit explain POD says why)
 
 
 class StatusJson(TypedDict):
     nodes: list[NodeJson]
+    summary: SummaryJson
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -54,7 +75,7 @@ def _profile_names(state: records.NodeState, catalog: profiles.Catalog) -> list[
 
 
 def status_json(model: cluster.Cluster) -> StatusJson:
-    """The ``--json`` document: every node, sorted by name."""
+    """The ``--json`` document: every node, sorted by name, and the summary."""
     out: list[NodeJson] = []
     for state in sorted(model.nodes(), key=lambda s: s.name):
         node = state.node
@@ -70,11 +91,17 @@ def status_json(model: cluster.Cluster) -> StatusJson:
                                free=state.free.get(profiles.ProfileName(p), 0))
                 for p in _profile_names(state, model.catalog)
             },
+            cordoned=node.unschedulable,
+            ready=node.ready,
+            model_error=node.model_error,
+            overcommitted=dict(sorted(state.overcommit.items())),
+            notes=node_notes(state, model.catalog),
         ))
-    return StatusJson(nodes=out)
+    return StatusJson(nodes=out, summary=summary(model))
 
 
-def _notes(state: records.NodeState) -> str:
+def node_notes(state: records.NodeState, catalog: profiles.Catalog) -> list[str]:
+    """What the NOTES column says of a node (joined by ", " there), one entry each."""
     node = state.node
     notes: list[str] = []
     if node.unschedulable:
@@ -96,7 +123,28 @@ def _notes(state: records.NodeState) -> str:
         notes.append(f"overcommitted {p} by {n}")
     if node.model_error:
         notes.append(f"unknown GPU: {node.model_error.split(';')[0]}")
-    return ", ".join(notes)
+    gpu = catalog.get(node.model) if node.model else None
+    if gpu is not None and node.strategy != "single":  # issue 13: allocation spread
+        hint = migparted.spread_note(gpu, node.allocatable, state.used, node.gpu_count,
+                                     replicas=node.replicas)
+        odd = profiles.unknown_profiles_note(gpu, node.allocatable, catalog=catalog,
+                                             labels=node.all_labels)
+        notes.extend(n for n in (hint, odd) if n)
+    return notes
+
+
+def summary(model: cluster.Cluster) -> SummaryJson:
+    """The figures of the lines under the table."""
+    pending = model.pending_pods()
+    return SummaryJson(
+        nodes=len(model),
+        mig_nodes=sum(1 for s in model.nodes() if s.node.allocatable),
+        free_on_schedulable_nodes=sum(s.free_total for s in model.nodes()
+                                      if not s.node.unschedulable and not s.repartitioning),
+        pending_pods=len(pending),
+        unschedulable_pods=sum(1 for p in pending if p.unschedulable),
+        waiting_beside_free=advisor.stranded(model),
+    )
 
 
 def render_table(model: cluster.Cluster) -> str:
@@ -108,14 +156,7 @@ def render_table(model: cluster.Cluster) -> str:
         first = (node.name, node.model or "-", node.strategy or "-", node.config or "-",
                  node.config_state or "-")
         names = _profile_names(state, model.catalog)
-        notes = _notes(state)
-        gpu = model.catalog.get(node.model) if node.model else None
-        if gpu is not None and node.strategy != "single":  # issue 13: allocation spread
-            hint = migparted.spread_note(gpu, node.allocatable, state.used, node.gpu_count,
-                                         replicas=node.replicas)
-            odd = profiles.unknown_profiles_note(gpu, node.allocatable, catalog=model.catalog,
-                                                 labels=node.all_labels)
-            notes = ", ".join(n for n in (notes, hint, odd) if n)
+        notes = ", ".join(node_notes(state, model.catalog))
         if not names:
             rows.append((*first, "-", "", "", "", notes))
             continue
@@ -133,16 +174,14 @@ def render_table(model: cluster.Cluster) -> str:
         return "  ".join(cells).rstrip()
 
     lines = [line(header), *(line(r) for r in rows)]
-    mig_nodes = sum(1 for s in model.nodes() if s.node.allocatable)
-    free = sum(s.free_total for s in model.nodes()
-               if not s.node.unschedulable and not s.repartitioning)
-    pending = model.pending_pods()
-    waiting = sum(1 for p in pending if p.unschedulable)
+    figures = summary(model)
     lines.append("")
     lines.append(
-        f"{len(model)} nodes ({mig_nodes} with MIG), {free} MIG instances free on schedulable "
-        f"nodes; {len(pending)} GPU pods pending ({waiting} marked Unschedulable)")
-    beside = advisor.stranded(model)
+        f"{figures['nodes']} nodes ({figures['mig_nodes']} with MIG), "
+        f"{figures['free_on_schedulable_nodes']} MIG instances free on schedulable nodes; "
+        f"{figures['pending_pods']} GPU pods pending ({figures['unschedulable_pods']} marked "
+        "Unschedulable)")
+    beside = figures["waiting_beside_free"]
     if beside:
         shown = ", ".join(beside[:3]) + (f" and {len(beside) - 3} more" if len(beside) > 3
                                          else "")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -45,6 +46,27 @@ def test_advise_text_and_explain() -> None:
     assert why.returncode == 0, why.stderr
     assert "1g.10gb" in why.stdout and "Fix:" in why.stdout
 
+
+def test_details_say_where_the_custom_config_goes() -> None:
+    # The summary promises "migfit advise --details prints it and where"; --details said only
+    # "the mig-parted ConfigMap's config.yaml", not which ConfigMap (the one the ClusterPolicy
+    # names, not default-mig-parted-config) as -o json's command and explain say.
+    now = ("--now", "2000000000")
+    summary = _migfit("advise", "--cluster", str(EXAMPLE), *now)
+    assert "(migfit advise --details prints it and where)" in summary.stdout
+    doc = json.loads(_migfit("advise", "--cluster", str(EXAMPLE), "-o", "json", *now).stdout)
+    rec = next(r for r in doc["recommendations"] if r["config"] is None)
+    found = re.search(r"\(printed by migfit advise --details; mig_parted in GET /advice\) to "
+                      r"(.+), then: kubectl label node ", rec["command"])
+    assert found is not None, rec["command"]
+    where = found.group(1)
+    assert "migManager.config.name" in where and "not that one" in where
+    details = _migfit("advise", "--cluster", str(EXAMPLE), "--details", *now)
+    assert details.returncode == 0, details.stderr
+    block = details.stdout[details.stdout.index(f"node {rec['node']} "):]
+    assert f"\n  add to the config.yaml of {where}:\n    version: v1\n" in block, block
+    why = _migfit("explain", "ml-research/finetune-small-0", "--cluster", str(EXAMPLE), *now)
+    assert f" to {where}, then: " in why.stdout, why.stdout
 
 def test_bad_arguments_are_one_line_errors() -> None:
     bad = _migfit("advise", "--cluster", str(EXAMPLE), "--grace", "-1")

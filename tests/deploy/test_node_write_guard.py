@@ -1,15 +1,22 @@
-"""deploy/components/node-write-guard, evaluated as CEL: the extender's own node writes (the
-advice's marks, the apply mode's taint, label, record and failure mark, built from the keys
-the code writes) pass; any other change by the extender's ServiceAccount is denied; writes by
-anyone else are not matched."""
+"""deploy/components/node-write-guard, evaluated as CEL in every install: the extender's own node
+writes (built from the keys the code writes) pass; the apply mode's (its taint, the config
+label, the failure mark) pass exactly where deploy/components/apply-relayout turns the apply
+mode on, and are denied in advice-only installs; any other change by the extender's
+ServiceAccount is denied; writes by anyone else are not matched."""
 
 from __future__ import annotations
 
 import copy
+import functools
+import os
+import subprocess
+import tempfile
+from pathlib import Path
 from typing import Any
 
 import pytest
-from deploy_manifests import find, needs_kubectl, render
+import yaml
+from deploy_manifests import DEPLOY, KUBECTL, TARGETS, find, needs_kubectl, render
 
 from migfit import keys
 
@@ -20,7 +27,44 @@ celpy = pytest.importorskip(
 pytestmark = needs_kubectl
 
 EXTENDER = "system:serviceaccount:migfit-system:migfit-extender"
-TARGET = "overlays/apply-custom-configs"
+POLICY = "migfit-extender-node-writes"
+APPLY = "overlays/apply-custom-configs"
+# deploy/components/apply-relayout alone (no custom configs) on the recommended overlay: no
+# overlay ships it so, and the README tells operators to add it to theirs.
+APPLY_ALONE = "second-scheduler + components/apply-relayout"
+ALL = (*TARGETS, APPLY_ALONE)
+
+
+@functools.cache
+def _render_apply_alone() -> str:
+    assert KUBECTL is not None
+    with tempfile.TemporaryDirectory() as tmp:
+        # kustomize takes relative paths only, to directories anywhere.
+        up = os.path.relpath(DEPLOY, tmp)
+        (Path(tmp) / "kustomization.yaml").write_text(yaml.safe_dump({
+            "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
+            "resources": [f"{up}/overlays/second-scheduler"],
+            "components": [f"{up}/components/apply-relayout"]}))
+        done = subprocess.run([KUBECTL, "kustomize", tmp], capture_output=True, text=True,
+                              timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def objects_of(target: str) -> list[dict[str, Any]]:
+    if target == APPLY_ALONE:
+        return [d for d in yaml.safe_load_all(_render_apply_alone()) if d]
+    return render(target)
+
+
+def policy_of(target: str) -> dict[str, Any]:
+    return find(objects_of(target), "ValidatingAdmissionPolicy", POLICY)
+
+
+def applies(target: str) -> bool:
+    """Whether the install runs the extender's apply mode (its flag in the Deployment)."""
+    deployment = find(objects_of(target), "Deployment", "migfit-extender")
+    return "--apply-relayout" in deployment["spec"]["template"]["spec"]["containers"][0]["args"]
 
 
 def node() -> dict[str, Any]:
@@ -47,10 +91,19 @@ def merge(target: Any, patch: Any) -> Any:
     return out
 
 
-def admitted(old: dict[str, Any], new: dict[str, Any], user: str = EXTENDER
-             ) -> tuple[bool, list[str]]:
+def _variables(policy: dict[str, Any], base: dict[str, Any]) -> dict[str, Any]:
+    env = celpy.Environment()
+    variables: dict[str, Any] = {}
+    for var in policy["spec"]["variables"]:
+        program = env.program(env.compile(var["expression"]))
+        variables[var["name"]] = program.evaluate(
+            celpy.json_to_cel({**base, "variables": variables}))
+    return variables
+
+
+def admitted(policy: dict[str, Any], old: dict[str, Any], new: dict[str, Any],
+             user: str = EXTENDER) -> tuple[bool, list[str]]:
     """Whether the policy lets the update through, and the messages of what it denies."""
-    policy = find(render(TARGET), "ValidatingAdmissionPolicy", "migfit-extender-node-writes")
     env = celpy.Environment()
     request = {"userInfo": {"username": user}, "operation": "UPDATE"}
     base = {"object": new, "oldObject": old, "request": request}
@@ -58,13 +111,8 @@ def admitted(old: dict[str, Any], new: dict[str, Any], user: str = EXTENDER
         program = env.program(env.compile(condition["expression"]))
         if not bool(program.evaluate(celpy.json_to_cel(base))):
             return True, []  # not matched: the policy does not apply
-    variables: dict[str, Any] = {}
-    for var in policy["spec"]["variables"]:
-        program = env.program(env.compile(var["expression"]))
-        variables[var["name"]] = program.evaluate(
-            celpy.json_to_cel({**base, "variables": variables}))
     activation = {**celpy.json_to_cel(base), "variables": celpy.celtypes.MapType(
-        {celpy.celtypes.StringType(k): v for k, v in variables.items()})}
+        {celpy.celtypes.StringType(k): v for k, v in _variables(policy, base).items()})}
     denied = []
     for rule in policy["spec"]["validations"]:
         program = env.program(env.compile(rule["expression"]))
@@ -78,11 +126,16 @@ def admitted(old: dict[str, Any], new: dict[str, Any], user: str = EXTENDER
 RECORD = '{"v": 1, "state": "tainted"}'
 TAINT = keys.relayout_taint()
 
-# What the extender writes, as merge patches (migfit/extender/advice.py _mark,
-# migfit/extender/relayout_machine.py: claim, label, release, fail).
-OWN_WRITES = {
-    "advice marks": {"metadata": {"annotations": {keys.ANNOTATION_RELAYOUT: RECORD},
+# What the advice writes, as merge patches (migfit/extender/advice.py, Publisher: the marks
+# of a recommended node, and their removal once it is no longer recommended).
+ADVICE_WRITES = {
+    "advice marks": {"metadata": {"resourceVersion": "7",
+                                  "annotations": {keys.ANNOTATION_RELAYOUT: RECORD},
                                   "labels": {keys.LABEL_RELAYOUT_RECOMMENDED: "true"}}},
+}
+# What only the apply mode writes (migfit/extender/relayout_machine.py: claim, label, fail;
+# the release is test_the_release_removes_the_taint_record_and_marks).
+APPLY_WRITES = {
     "claim: record and taint": {"metadata": {"resourceVersion": "7", "annotations": {
         keys.ANNOTATION_RELAYOUT: RECORD}}, "spec": {"taints": [*node()["spec"]["taints"],
                                                                TAINT]}},
@@ -94,64 +147,121 @@ OWN_WRITES = {
 }
 
 
-@pytest.mark.parametrize("name", OWN_WRITES)
-def test_the_extenders_own_writes_pass(name: str) -> None:
+def test_an_install_applies_only_with_the_apply_relayout_component() -> None:
+    # The split below stands on this: the advice-only overlays and the two with the component.
+    assert {t for t in ALL if applies(t)} == {APPLY, APPLY_ALONE}
+
+
+@pytest.mark.parametrize("target", ALL)
+def test_the_policy_allows_exactly_the_keys_its_mode_writes(target: str) -> None:
+    allowed = {name: {str(k) for k in value} for name, value in
+               _variables(policy_of(target), {"object": node(), "oldObject": node()}).items()}
+    advice = {"labels": {keys.LABEL_RELAYOUT_RECOMMENDED},
+              "annotations": {keys.ANNOTATION_RELAYOUT}, "taints": set()}
+    apply = {"labels": {keys.LABEL_CONFIG}, "annotations": {keys.ANNOTATION_RELAYOUT_FAILED},
+             "taints": {keys.TAINT_RELAYOUT}}
+    assert allowed == {k: v | (apply[k] if applies(target) else set())
+                       for k, v in advice.items()}
+
+
+@pytest.mark.parametrize("target", ALL)
+@pytest.mark.parametrize("name", ADVICE_WRITES)
+def test_the_advice_writes_pass_in_every_install(target: str, name: str) -> None:
     old = node()
-    new = merge(old, OWN_WRITES[name])
-    assert admitted(old, new) == (True, [])
+    new = merge(old, ADVICE_WRITES[name])
+    assert admitted(policy_of(target), old, new) == (True, [])
+    # ... and so does their removal, once the node is no longer recommended.
+    gone = {"metadata": {"annotations": {keys.ANNOTATION_RELAYOUT: None},
+                         "labels": {keys.LABEL_RELAYOUT_RECOMMENDED: None}}}
+    assert admitted(policy_of(target), new, merge(new, gone)) == (True, [])
 
 
-def test_the_release_removes_the_taint_record_and_marks() -> None:
-    marked = merge(merge(node(), OWN_WRITES["claim: record and taint"]),
-                   OWN_WRITES["advice marks"])
+@pytest.mark.parametrize("target", ALL)
+@pytest.mark.parametrize("name", APPLY_WRITES)
+def test_the_apply_modes_writes_pass_only_where_it_runs(target: str, name: str) -> None:
+    # Before, the base's policy let every install's extender set nvidia.com/mig.config and
+    # taint nodes, though only the apply-relayout component turns the apply mode on.
+    old = node()
+    ok, messages = admitted(policy_of(target), old, merge(old, APPLY_WRITES[name]))
+    assert ok == applies(target), messages
+    if not ok:
+        assert all("deploy/components/apply-relayout" in m for m in messages), messages
+
+
+@pytest.mark.parametrize("target", ALL)
+def test_the_release_removes_the_taint_record_and_marks(target: str) -> None:
+    policy = policy_of(target)
+    marked = merge(merge(node(), APPLY_WRITES["claim: record and taint"]),
+                   ADVICE_WRITES["advice marks"])
     release = {"metadata": {"annotations": {keys.ANNOTATION_RELAYOUT: None},
                             "labels": {keys.LABEL_RELAYOUT_RECOMMENDED: None}},
                "spec": {"taints": node()["spec"]["taints"]}}
-    assert admitted(marked, merge(marked, release)) == (True, [])
+    assert admitted(policy, marked, merge(marked, release))[0] == applies(target)
     # Without any taint left at all (a node that had only migfit's).
     bare = merge(node(), {"spec": {"taints": [TAINT]}})
-    assert admitted(bare, merge(bare, {"spec": {"taints": None}})) == (True, [])
+    assert admitted(policy, bare, merge(bare, {"spec": {"taints": None}}))[0] == applies(target)
 
 
-@pytest.mark.parametrize(("patch", "needle"), [
-    ({"metadata": {"labels": {"node-role.kubernetes.io/control-plane": ""}}}, "add or change"),
-    ({"metadata": {"labels": {"kubernetes.io/hostname": "other"}}}, "add or change"),
-    ({"metadata": {"labels": {keys.LABEL_CONFIG_STATE: None}}}, "remove only the node labels"),
-    ({"metadata": {"annotations": {"example.com/owner": "me"}}}, "migfit.io/ annotations"),
+LABELS_ADD, LABELS_REMOVE, ANNOTATIONS_ADD, ANNOTATIONS_REMOVE, TAINTS_ADD, TAINTS_REMOVE, \
+    CORDON = range(7)
+
+
+@pytest.mark.parametrize("target", ["overlays/second-scheduler", APPLY])
+@pytest.mark.parametrize(("patch", "rule"), [
+    ({"metadata": {"labels": {"node-role.kubernetes.io/control-plane": ""}}}, LABELS_ADD),
+    ({"metadata": {"labels": {"kubernetes.io/hostname": "other"}}}, LABELS_ADD),
+    ({"metadata": {"labels": {keys.LABEL_CONFIG_STATE: None}}}, LABELS_REMOVE),
+    ({"metadata": {"annotations": {"example.com/owner": "me"}}}, ANNOTATIONS_ADD),
+    ({"metadata": {"annotations": {"migfit.io/anything": "x"}}}, ANNOTATIONS_ADD),
     ({"metadata": {"annotations": {"node.alpha.kubernetes.io/ttl": None}}},
-     "remove only migfit.io/ annotations"),
-    ({"spec": {"taints": [TAINT]}}, "remove only the taint"),
+     ANNOTATIONS_REMOVE),
+    ({"spec": {"taints": [TAINT]}}, TAINTS_REMOVE),
     ({"spec": {"taints": [*node()["spec"]["taints"],
-                          {"key": "example.com/drain", "effect": "NoExecute"}]}},
-     "add only the taint"),
+                          {"key": "example.com/drain", "effect": "NoExecute"}]}}, TAINTS_ADD),
     ({"spec": {"taints": [{"key": "nvidia.com/gpu", "value": "other", "effect": "NoSchedule"}]}},
-     "add only the taint"),
-    ({"spec": {"unschedulable": True}}, "never cordons"),
+     TAINTS_ADD),
+    ({"spec": {"unschedulable": True}}, CORDON),
 ])
-def test_anything_else_by_the_extender_is_denied(patch: dict[str, Any], needle: str) -> None:
+def test_anything_else_by_the_extender_is_denied(target: str, patch: dict[str, Any],
+                                                 rule: int) -> None:
+    policy = policy_of(target)
     old = node()
-    ok, messages = admitted(old, merge(old, patch))
+    ok, messages = admitted(policy, old, merge(old, patch))
     assert not ok
-    assert any(needle in m for m in messages), messages
+    assert policy["spec"]["validations"][rule]["message"] in messages, messages
 
 
-def test_writes_by_anyone_else_are_not_matched() -> None:
+@pytest.mark.parametrize("target", ["base", APPLY])
+def test_the_messages_name_what_the_install_allows(target: str) -> None:
+    messages = [v["message"] for v in policy_of(target)["spec"]["validations"]]
+    if applies(target):
+        assert keys.LABEL_CONFIG in messages[LABELS_ADD]
+        assert keys.ANNOTATION_RELAYOUT_FAILED in messages[ANNOTATIONS_ADD]
+        assert keys.TAINT_RELAYOUT in messages[TAINTS_ADD]
+    else:
+        assert keys.LABEL_CONFIG not in " ".join(messages)
+        assert keys.ANNOTATION_RELAYOUT_FAILED not in " ".join(messages)
+        assert "may add no taint" in messages[TAINTS_ADD]
+
+
+@pytest.mark.parametrize("target", ["base", APPLY])
+def test_writes_by_anyone_else_are_not_matched(target: str) -> None:
     old = node()
     new = merge(old, {"spec": {"unschedulable": True}, "metadata": {"labels": {"x": "y"}}})
-    assert admitted(old, new, user="system:serviceaccount:kube-system:node-controller") == (
-        True, [])
-    assert admitted(old, new, user="kubernetes-admin") == (True, [])
+    policy = policy_of(target)
+    assert admitted(policy, old, new, user="system:serviceaccount:kube-system:node-controller"
+                    ) == (True, [])
+    assert admitted(policy, old, new, user="kubernetes-admin") == (True, [])
 
 
 def test_the_policy_is_bound_to_deny_and_matches_only_node_updates() -> None:
-    objects = render(TARGET)
-    policy = find(objects, "ValidatingAdmissionPolicy", "migfit-extender-node-writes")
+    objects = render(APPLY)
+    policy = find(objects, "ValidatingAdmissionPolicy", POLICY)
     (rule,) = policy["spec"]["matchConstraints"]["resourceRules"]
     assert rule["resources"] == ["nodes"] and rule["operations"] == ["UPDATE"]
     assert policy["spec"]["failurePolicy"] == "Fail"
-    binding = find(objects, "ValidatingAdmissionPolicyBinding", "migfit-extender-node-writes")
-    assert binding["spec"] == {"policyName": "migfit-extender-node-writes",
-                               "validationActions": ["Deny"]}
+    binding = find(objects, "ValidatingAdmissionPolicyBinding", POLICY)
+    assert binding["spec"] == {"policyName": POLICY, "validationActions": ["Deny"]}
     # The ServiceAccount it names is the one the extender runs as.
     deployment = find(objects, "Deployment", "migfit-extender")
     account = deployment["spec"]["template"]["spec"]["serviceAccountName"]
@@ -159,15 +269,12 @@ def test_the_policy_is_bound_to_deny_and_matches_only_node_updates() -> None:
     assert f"system:serviceaccount:{namespace}:{account}" == EXTENDER
 
 
-@pytest.mark.parametrize("overlay", ["base", "overlays/second-scheduler",
-                                     "overlays/default-scheduler", "overlays/cert-manager",
-                                     "overlays/prometheus-operator",
-                                     "overlays/apply-custom-configs"])
-def test_every_install_confines_the_extenders_node_writes(overlay: str) -> None:
+@pytest.mark.parametrize("target", ALL)
+def test_every_install_confines_the_extenders_node_writes(target: str) -> None:
     # The base grants `patch` on nodes (the advice's marks): every overlay carries the guard
     # and its binding, not only the apply mode's.
-    objects = render(overlay)
-    find(objects, "ValidatingAdmissionPolicy", "migfit-extender-node-writes")
+    objects = objects_of(target)
+    find(objects, "ValidatingAdmissionPolicy", POLICY)
     binding = next(o for o in objects if o["kind"] == "ValidatingAdmissionPolicyBinding")
-    assert binding["spec"]["policyName"] == "migfit-extender-node-writes"
+    assert binding["spec"]["policyName"] == POLICY
     assert binding["spec"]["validationActions"] == ["Deny"]

@@ -140,7 +140,11 @@ async def test_status_with_kubeconfig_lists_once_and_stops(
     assert doc["nodes"] == [{
         "name": "n1", "model": "A100-80GB", "strategy": "mixed", "config": None,
         "config_state": None, "profiles": {"3g.40gb": {"allocatable": 2, "used": 1, "free": 1}},
+        "cordoned": False, "ready": True, "model_error": None, "overcommitted": {}, "notes": [],
     }]
+    assert doc["summary"] == {"nodes": 1, "mig_nodes": 1, "free_on_schedulable_nodes": 1,
+                              "pending_pods": 0, "unschedulable_pods": 0,
+                              "waiting_beside_free": []}
 
 
 async def test_an_unreadable_kubeconfig_is_reported_before_any_list(tmp_path: pathlib.Path

@@ -91,7 +91,7 @@ def test_unknown_policy_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> 
     assert "unknown policy" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("share", ["-0.5", "1.5", "nan"])
+@pytest.mark.parametrize("share", ["-0.5", "1.5"])  # nan: test_simulate_input_checks
 def test_ahead_share_out_of_range_is_a_usage_error(
         share: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["simulate", "--example", "--ahead-from", share]) == 2
@@ -185,7 +185,7 @@ def test_history_layouts_on_a_mixed_cluster_use_each_models_profiles(
     assert layouts["t"] == ["1g.6gb"]
 
 
-@pytest.mark.parametrize("value", ["-1", "3601", "nan"])
+@pytest.mark.parametrize("value", ["-1", "3601"])  # nan: test_simulate_input_checks
 def test_config_sync_seconds_out_of_range_is_a_usage_error(
         value: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["simulate", "--example", "--config-sync-seconds", value]) == 2

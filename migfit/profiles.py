@@ -522,9 +522,10 @@ class Catalog:
         """A new catalog with the models of ``path`` added or replacing those of the same id."""
         p = Path(path)
         try:
-            text = p.read_text(encoding="utf-8")
+            data = p.read_bytes()
         except OSError as exc:
             raise errors.ConfigError(f"cannot read catalog file {p}: {exc.strerror}") from None
+        text = strictfiles.text(data, where=str(p))
         merged = dict(self._models)
         added = _parse_file(text, str(p))
         for model in added:

@@ -99,9 +99,10 @@ def settings_from_args(args: argparse.Namespace) -> advisor.Settings:
 def _config_file(path: str) -> migparted.Config:
     p = Path(path)
     try:
-        text = p.read_text(encoding="utf-8")
+        data = p.read_bytes()
     except OSError as exc:
         raise errors.ConfigError(f"cannot read {p}: {exc.strerror}") from None
+    text = strictfiles.text(data, where=str(p))
     try:
         raw: Any = yaml.safe_load(text)
     except yaml.YAMLError as exc:

@@ -111,9 +111,10 @@ def _memory(group: _Group, where: str) -> int:
 def load_spec(path: Path, catalog: profiles.Catalog) -> list[NodeSpec]:
     """Node specs from a YAML cluster spec file."""
     try:
-        text = path.read_text(encoding="utf-8")
+        data = path.read_bytes()
     except OSError as exc:
         raise errors.ConfigError(f"cannot read cluster spec {path}: {exc.strerror}") from None
+    text = strictfiles.text(data, where=str(path))
     spec = strictfiles.validate(_Spec, strictfiles.load_yaml(text, where=str(path)),
                                 where=str(path))
     strictfiles.require_version(spec.version, where=str(path))

@@ -99,14 +99,42 @@ def load_yaml(text: str, *, where: str, first: bool = False) -> Any:
         raise errors.ConfigError(f"{where}: not valid YAML {yaml_problem(exc)}") from None
 
 
-def validate(model: type[_M], raw: Any, *, where: str) -> _M:
-    """``raw`` as ``model``; a ConfigError with the first problem's location and message."""
+def _kind(value: Any) -> str:
+    """What a decoded YAML value is, in YAML's words."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int | float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        return "list"
+    return "mapping" if isinstance(value, dict) else type(value).__name__
+
+
+def validate(model: type[_M], raw: Any, *, where: str, expected: str) -> _M:
+    """``raw`` as ``model``; a ConfigError with the first problem's location and message,
+    followed by ``expected``: what such a file is ("a catalog file is YAML with ...").
+
+    pydantic names its model classes where a mapping was wanted ("Input should be a valid
+    dictionary or instance of _CatalogSpec"): those say what the file holds instead."""
+    if raw is None:
+        raise errors.ConfigError(f"{where}: the file is empty; {expected}")
+    if not isinstance(raw, dict):
+        raise errors.ConfigError(f"{where}: holds a YAML {_kind(raw)}, not a mapping; "
+                                 f"{expected}")
     try:
         return model.model_validate(raw)
     except pydantic.ValidationError as exc:
         first = exc.errors()[0]
         loc = ".".join(str(x) for x in first.get("loc", ()))
-        raise errors.ConfigError(f"{where}: {loc + ': ' if loc else ''}{first['msg']}") from None
+        msg = first["msg"]
+        if first["type"] == "model_type":
+            msg = f"a {_kind(first.get('input'))}, where a mapping (key: value) belongs"
+        raise errors.ConfigError(f"{where}: {loc + ': ' if loc else ''}{msg}; "
+                                 f"{expected}") from None
 
 
 def require_version(version: str, *, where: str, hint: str = "use v1") -> None:

@@ -35,7 +35,7 @@ from typing import Any
 import aiohttp
 import prometheus_client
 
-from migfit import advisor, cluster, dcgm, errors, kube
+from migfit import advisor, cluster, dcgm, errors, flagtypes, kube
 
 log = logging.getLogger(__name__)
 
@@ -337,14 +337,14 @@ def add_arguments(parser: argparse.ArgumentParser | Any, *, apply_mode: bool = F
                             "--dcgm-namespace, port 9400, /metrics)")
     group.add_argument("--dcgm-namespace", default=DEFAULT_NAMESPACE, metavar="NS",
                        help="namespace of the exporter pods (default %(default)s)")
-    group.add_argument("--dcgm-interval", type=float, default=30.0, metavar="SECONDS",
+    group.add_argument("--dcgm-interval", type=flagtypes.number, default=30.0, metavar="SECONDS",
                        help="how often the exporters are scraped (default %(default)s); a "
                             "report older than 3 intervals is dropped")
-    group.add_argument("--dcgm-timeout", type=float, default=5.0, metavar="SECONDS",
+    group.add_argument("--dcgm-timeout", type=flagtypes.number, default=5.0, metavar="SECONDS",
                        help="time allowed for one exporter's answer (default %(default)s)")
     if not apply_mode:
         return
-    group.add_argument("--dcgm-collect-interval", type=float, default=DEFAULT_COLLECT_S,
+    group.add_argument("--dcgm-collect-interval", type=flagtypes.number, default=DEFAULT_COLLECT_S,
                        metavar="SECONDS",
                        help="the exporters' own collection interval, in seconds (their "
                             "-c/--collect-interval, given there in milliseconds; default "

@@ -59,6 +59,7 @@ import contextlib
 import dataclasses
 import json
 import logging
+import math
 import os
 import pathlib
 import random
@@ -199,8 +200,8 @@ def parse_duration(text: str) -> float:
                 f"--request-timeout {text!r}: give a duration such as 30s, 1m or 500ms "
                 "(0: no timeout)") from None
         seconds = sum(float(n) * units[u] for n, u in parts)
-    if seconds < 0 or seconds != seconds:
-        raise errors.UsageError(f"--request-timeout {text!r}: use 0 or more")
+    if not (math.isfinite(seconds) and seconds >= 0):  # nan, inf and 1e999 are no duration
+        raise errors.UsageError(f"--request-timeout {text!r}: use 0 or more (0: no limit)")
     return seconds
 
 

@@ -72,6 +72,12 @@ class _Entry(pydantic.BaseModel):
         return self
 
 
+CONFIG_FILE = ("a mig-parted config is YAML with `version: v1` and `mig-configs:`, each "
+               "config a list of entries with devices, mig-enabled and mig-devices, as in the "
+               "GPU Operator's default-mig-parted-config")
+"""What a mig-parted config must be, said after each problem found in one."""
+
+
 class _Spec(pydantic.BaseModel):
     model_config = pydantic.ConfigDict(extra="forbid", strict=True, frozen=True,
                                        populate_by_name=True)
@@ -182,7 +188,7 @@ def parse_data(raw: Any, *, where: str = "mig-parted config") -> Config:
         # mig-parted reads YAML through sigs.k8s.io/yaml, which turns it into JSON first:
         # a config named 123 or true becomes the string "123" or "true".
         raw = {**raw, "mig-configs": {_json_key(k): v for k, v in configs.items()}}
-    spec = strictfiles.validate(_Spec, raw, where=where)
+    spec = strictfiles.validate(_Spec, raw, where=where, expected=CONFIG_FILE)
     strictfiles.require_version(spec.version, where=where,
                                 hint="mig-parted configs use version: v1")
     if "mig_configs" in spec.model_fields_set and not spec.mig_configs:

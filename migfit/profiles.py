@@ -172,6 +172,12 @@ class _ModelSpec(pydantic.BaseModel):
     profiles: list[_ProfileSpec] = pydantic.Field(min_length=1)
 
 
+CATALOG_FILE = ("a catalog file is YAML with `version: v1` and `models:`, a list of GPU "
+                "models in the schema of migfit's built-in migfit/data/catalog.yaml (README, "
+                "\"The MIG catalog\")")
+"""What ``--catalog FILE`` must be, said after each problem found in one."""
+
+
 class _CatalogSpec(pydantic.BaseModel):
     model_config = pydantic.ConfigDict(extra="forbid", strict=True, frozen=True)
 
@@ -262,7 +268,7 @@ def profile_order(p: Profile) -> tuple[int, int, bool, str]:
 
 def _parse_file(text: str, where: str) -> list[GpuModel]:
     spec = strictfiles.validate(_CatalogSpec, strictfiles.load_yaml(text, where=where),
-                                where=where)
+                                where=where, expected=CATALOG_FILE)
     strictfiles.require_version(spec.version, where=where)
     ids = [m.id for m in spec.models]
     if len(ids) != len(set(ids)):
@@ -522,9 +528,10 @@ class Catalog:
         """A new catalog with the models of ``path`` added or replacing those of the same id."""
         p = Path(path)
         try:
-            text = p.read_text(encoding="utf-8")
+            data = p.read_bytes()
         except OSError as exc:
             raise errors.ConfigError(f"cannot read catalog file {p}: {exc.strerror}") from None
+        text = strictfiles.text(data, where=str(p))
         merged = dict(self._models)
         added = _parse_file(text, str(p))
         for model in added:

@@ -87,7 +87,7 @@ from typing import Any, Final, NoReturn, TypeVar
 
 from aiohttp import http_exceptions, web
 
-from migfit import errors
+from migfit import errors, flagtypes
 
 log = logging.getLogger("migfit.http")
 
@@ -179,20 +179,22 @@ def add_limit_arguments(parser: argparse.ArgumentParser | argparse._ArgumentGrou
     """The flags of ``Limits``, with the defaults a production cluster needs;
     ``body_budget_default``: what ``--max-body-in-flight`` defaults to, in words."""
     parser.add_argument(
-        "--keepalive-timeout", type=float, default=DEFAULT_KEEPALIVE_S, metavar="SECONDS",
+        "--keepalive-timeout", type=flagtypes.number, default=DEFAULT_KEEPALIVE_S,
+        metavar="SECONDS",
         help="close a connection idle this long, or whose request headers have not all "
              "arrived by then (kube-apiserver and kube-scheduler reconnect cheaply; "
              "default %(default)s)")
     parser.add_argument(
-        "--body-timeout", type=float, default=DEFAULT_BODY_TIMEOUT_S, metavar="SECONDS",
+        "--body-timeout", type=flagtypes.number, default=DEFAULT_BODY_TIMEOUT_S, metavar="SECONDS",
         help="answer 408 and close when a request body takes longer to arrive "
              "(default %(default)s)")
     parser.add_argument(
-        "--handshake-timeout", type=float, default=DEFAULT_HANDSHAKE_TIMEOUT_S,
+        "--handshake-timeout", type=flagtypes.number, default=DEFAULT_HANDSHAKE_TIMEOUT_S,
         metavar="SECONDS", help="close a connection whose TLS handshake takes longer "
                                 "(default %(default)s)")
     parser.add_argument(
-        "--write-timeout", type=float, default=DEFAULT_WRITE_TIMEOUT_S, metavar="SECONDS",
+        "--write-timeout", type=flagtypes.number, default=DEFAULT_WRITE_TIMEOUT_S,
+        metavar="SECONDS",
         help="close a connection whose client, its socket's buffers full, has read nothing "
              "of its answer for this long (default %(default)s)")
     parser.add_argument(

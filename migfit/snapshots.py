@@ -383,10 +383,8 @@ def decode(data: bytes | str, *, where: str,
     catalog = catalog or profiles.builtin()
     raw = data if isinstance(data, bytes) else data.encode("utf-8")
     digest = hashlib.sha256(raw).hexdigest()
-    try:
-        text = raw.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        raise errors.ConfigError(f"{where}: not UTF-8 text (byte {exc.start})") from None
+    text = strictfiles.text(raw, where=where, fix="save it as UTF-8, or export it again with "
+                                              "`kubectl get nodes,pods -A -o yaml`")
     if not text.strip():
         raise errors.ConfigError(
             f"{where}: the file is empty; migfit needs a cluster with at least one Node: "

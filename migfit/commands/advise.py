@@ -22,6 +22,7 @@ from migfit import (
     decoding,
     defrag,
     errors,
+    flagtypes,
     keys,
     migparted,
     records,
@@ -42,7 +43,7 @@ def _config_lines(config: Any) -> list[str]:
 def add_common_arguments(parser: argparse.ArgumentParser) -> None:
     """Source, ConfigMap and grace flags shared by ``advise`` and ``explain``."""
     sources.add_source_arguments(parser, once=True)
-    parser.add_argument("--grace", metavar="SECONDS", type=float, default=60.0,
+    parser.add_argument("--grace", metavar="SECONDS", type=flagtypes.number, default=60.0,
                         help="a pod counts once it has been unschedulable this long "
                              "(default 60)")
     parser.add_argument("--mig-parted-config", metavar="FILE",
@@ -59,7 +60,7 @@ def add_common_arguments(parser: argparse.ArgumentParser) -> None:
                         help="never re-lay out the idle GPUs of nodes where pods run "
                              "(docs/relayout.md)")
     options.add_ahead_arguments(parser)
-    parser.add_argument("--now", metavar="EPOCH", type=float, help=argparse.SUPPRESS)
+    parser.add_argument("--now", metavar="EPOCH", type=flagtypes.number, help=argparse.SUPPRESS)
 
 
 SUMMARY_ROWS = 50
@@ -80,7 +81,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "PodDisruptionBudgets, so that the node's GPUs can be re-laid "
                              "out for pods the other re-layouts leave waiting; replaces the "
                              "unbounded disruptive re-layouts")
-    parser.add_argument("--max-move-share", metavar="F", type=float,
+    parser.add_argument("--max-move-share", metavar="F", type=flagtypes.number,
                         default=defrag.DEFAULT_MAX_MOVE_SHARE,
                         help="with --defrag: move at most this share (0 < F <= 1) of the "
                              "bound MIG pods")
@@ -99,9 +100,10 @@ def settings_from_args(args: argparse.Namespace) -> advisor.Settings:
 def _config_file(path: str) -> migparted.Config:
     p = Path(path)
     try:
-        text = p.read_text(encoding="utf-8")
+        data = p.read_bytes()
     except OSError as exc:
         raise errors.ConfigError(f"cannot read {p}: {exc.strerror}") from None
+    text = strictfiles.text(data, where=str(p))
     try:
         raw: Any = yaml.safe_load(text)
     except yaml.YAMLError as exc:

@@ -12,6 +12,9 @@ import yaml
 from migfit import errors
 from migfit.certs import certificates, manifests, store
 
+RSA_BITS_DEFAULT = 2048
+"""The RSA key size of ``--key-type rsa`` without ``--rsa-bits``."""
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="certs_command", metavar="ACTION", required=True)
@@ -39,8 +42,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--rsa-bits",
         type=int,
         choices=certificates.RSA_BITS,
-        default=2048,
-        help="RSA key size with --key-type rsa (default 2048)",
+        help=f"RSA key size with --key-type rsa (default {RSA_BITS_DEFAULT})",
     )
     _add_dir_argument(init, required=True)
     init.add_argument("--force", action="store_true", help="replace existing files in DIR")
@@ -111,6 +113,10 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _init(args: argparse.Namespace) -> int:
+    if args.rsa_bits is not None and args.key_type != "rsa":
+        # It was ignored: the key made was ECDSA P-256, not the RSA key asked for.
+        raise errors.UsageError(f"--rsa-bits needs --key-type rsa: drop --rsa-bits for an "
+                                f"{args.key_type} key (P-256), or add --key-type rsa")
     summary = store.init(
         args.out,
         service=args.service,
@@ -119,7 +125,7 @@ def _init(args: argparse.Namespace) -> int:
         days=args.days,
         ca_days=args.ca_days,
         key_type=args.key_type,
-        rsa_bits=args.rsa_bits,
+        rsa_bits=RSA_BITS_DEFAULT if args.rsa_bits is None else args.rsa_bits,
         force=args.force,
     )
     print(f"wrote a new CA and serving certificate to {args.out}")

@@ -9,7 +9,18 @@ import os
 from pathlib import Path
 from typing import Any, NoReturn
 
-from migfit import advisor, cluster, errors, kube, logs, migparted, profiles, serving, sources
+from migfit import (
+    advisor,
+    cluster,
+    errors,
+    flagtypes,
+    kube,
+    logs,
+    migparted,
+    profiles,
+    serving,
+    sources,
+)
 from migfit import metrics as common_metrics
 from migfit.commands import options
 from migfit.extender import advice, figures, relayout_machine, scoring_log, server, usage
@@ -34,7 +45,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     tls.add_argument("--client-ca", type=Path, metavar="FILE",
                      help="require client certificates signed by this CA (kube-scheduler's "
                           "tlsConfig.certFile)")
-    tls.add_argument("--reload-interval", type=options.positive_seconds, default=10.0,
+    tls.add_argument("--reload-interval", type=flagtypes.positive_seconds, default=10.0,
                      metavar="SECONDS",
                      help="how often the TLS files are checked for changes (default 10)")
     parser.add_argument("--log-format", choices=scoring_log.LOG_FORMATS, default="both",
@@ -57,14 +68,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     conn = parser.add_argument_group(
         "connections", "bounds on what clients may hold (kube-scheduler reconnects cheaply)")
     serving.add_limit_arguments(conn)
-    conn.add_argument("--drain-delay", type=float, default=3.0, metavar="SECONDS",
+    conn.add_argument("--drain-delay", type=flagtypes.number, default=3.0, metavar="SECONDS",
                       help="on SIGTERM keep answering this long with /readyz failing, so that "
                            "the Service drops the pod first (default %(default)s)")
     adv = parser.add_argument_group(
         "advisor", "re-layout advice (GET /advice always; with a Kubernetes API, written by "
                    "the replica holding the Lease: node annotation and label, Events) and the "
                    "optional apply mode")
-    adv.add_argument("--grace", type=float, default=60.0, metavar="SECONDS",
+    adv.add_argument("--grace", type=flagtypes.number, default=60.0, metavar="SECONDS",
                      help="a pending pod counts as demand after this long unschedulable "
                           "(default 60)")
     adv.add_argument("--configmap", default="gpu-operator/default-mig-parted-config",
@@ -86,7 +97,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                           "of your own, named in the ClusterPolicy's migManager.config.name; "
                           "see docs/relayout.md), and re-lay out the node once it has reached "
                           "the MIG Managers (off by default)")
-    adv.add_argument("--config-sync", type=float,
+    adv.add_argument("--config-sync", type=flagtypes.number,
                      default=relayout_machine.Settings().config_sync_s, metavar="SECONDS",
                      help="with --apply-custom-configs, wait this long after writing a config "
                           "before re-laying out a node to it: kubelet's ConfigMap volume "
@@ -95,7 +106,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     adv.add_argument("--max-relayouts", type=options.relayout_limit, default="1", metavar="N|P%",
                      help="nodes re-laid out at once in apply mode: a number, or a share of "
                           "the GPU nodes such as 10%% (at least one) (default 1)")
-    adv.add_argument("--relayout-timeout", type=float, default=1200.0, metavar="SECONDS",
+    adv.add_argument("--relayout-timeout", type=flagtypes.number, default=1200.0, metavar="SECONDS",
                      help="give up on a re-layout after this long (default 1200)")
     adv.add_argument("--lease-namespace", default=os.environ.get("POD_NAMESPACE",
                                                                  "migfit-system"),

@@ -21,17 +21,6 @@ def port(text: str) -> int:
     return value
 
 
-def positive_seconds(text: str) -> float:
-    """A positive, finite number of seconds (argparse turns the error into a usage message)."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if not (math.isfinite(value) and value > 0):
-        raise argparse.ArgumentTypeError(f"{text}: use a positive number of seconds")
-    return value
-
-
 def relayout_limit(text: str) -> tuple[int, float | None]:
     """``--max-relayouts``: N nodes at once (1 or more), or P% of the GPU nodes (at least
     one), as (N, None) or (1, P / 100)."""

@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 from typing import NoReturn
 
-from migfit import cluster, errors, logs, profiles, schedulerconfig, serving, sources
+from migfit import cluster, errors, flagtypes, logs, profiles, schedulerconfig, serving, sources
 from migfit.webhook import decision, memo, server, view
 
 
@@ -25,11 +25,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-body", type=int, default=server.DEFAULT_MAX_BODY,
                         metavar="BYTES", help="largest accepted request body (default 3 MiB, "
                                               "kube-apiserver's own limit)")
-    parser.add_argument("--reload-interval", type=float, default=10.0, metavar="SECONDS",
+    parser.add_argument("--reload-interval", type=flagtypes.number, default=10.0,
+                        metavar="SECONDS",
                         help="how often the TLS files are checked for changes (default 10)")
-    parser.add_argument("--shutdown-timeout", type=float, default=10.0, metavar="SECONDS",
+    parser.add_argument("--shutdown-timeout", type=flagtypes.number, default=10.0,
+                        metavar="SECONDS",
                         help="how long in-flight requests get to finish on shutdown")
-    parser.add_argument("--drain-delay", type=float, default=3.0, metavar="SECONDS",
+    parser.add_argument("--drain-delay", type=flagtypes.number, default=3.0, metavar="SECONDS",
                         help="on SIGTERM keep serving this long with /readyz failing, so that "
                              "the Service stops routing here first (default 3)")
     parser.add_argument("--access-log", action="store_true", help="log every HTTP request")
@@ -63,7 +65,7 @@ def add_policy_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--strategy", choices=decision.STRATEGY_CHOICES, default="auto",
                         help="device-plugin MIG strategy: auto follows the nodes' "
                              "nvidia.com/mig.strategy label (default)")
-    parser.add_argument("--waste-warning", type=float, default=0.5, metavar="FRACTION",
+    parser.add_argument("--waste-warning", type=flagtypes.number, default=0.5, metavar="FRACTION",
                         help="warn when more than this share of an instance's memory is unused")
     parser.add_argument("--choice", choices=decision.CONTENTIONS,
                         default=decision.Policy().contention,
@@ -74,7 +76,8 @@ def add_policy_arguments(parser: argparse.ArgumentParser) -> None:
                              "usable = as free, counting only free instances on nodes with "
                              "the pod's cpu and memory left (not memoised) "
                              "(default %(default)s; measured in docs/simulation.md)")
-    parser.add_argument("--waste-ceiling", type=float, default=decision.Policy().waste_ceiling,
+    parser.add_argument("--waste-ceiling", type=flagtypes.number,
+                        default=decision.Policy().waste_ceiling,
                         metavar="FRACTION",
                         help="--choice ceiling: never a larger profile with more than this "
                              "share of its memory unused (default %(default)s)")

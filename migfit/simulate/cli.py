@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from migfit import errors, profiles
+from migfit import errors, flagtypes, profiles
 from migfit.commands import options
 from migfit.extender import relayout_machine
 from migfit.simulate import adapters, engine, initial, metrics, policies, report, spec, workload
@@ -121,7 +121,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                           "';' that the cluster's GPUs take in turn, e.g. "
                           "'7g.80gb;7g.80gb;4g.40gb,3g.40gb'. With --cluster it replaces the "
                           "spec's layouts")
-    src.add_argument("--history-share", type=float, default=None, metavar="F",
+    src.add_argument("--history-share", type=flagtypes.number, default=None, metavar="F",
                      help="--layout history: the first F of the pod list (creation order) "
                           "sizes the layouts; the rest is replayed (between 0 and 1; "
                           "default 0.5)")
@@ -143,7 +143,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                           "ceil(gpu_milli×8/1000) memory slices; whole GPUs are 7g")
     src.add_argument("--limit-pods", type=int, default=None, metavar="N",
                      help="use only the first N pods of the pod list")
-    src.add_argument("--node-share", type=float, default=1.0, metavar="F",
+    src.add_argument("--node-share", type=flagtypes.number, default=1.0, metavar="F",
                      help="keep this share of the nodes, the same share of every node shape "
                           "(model, GPUs, cpu, memory) and at least one node of each (the "
                           "trace's node list has 15 shapes), in list order: a smaller "
@@ -156,27 +156,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     run.add_argument("--mode", choices=("fill", "events"), default="fill",
                      help="fill: arrivals only, until --target of GPU capacity is requested "
                           "(FGD's setup); events: arrivals and departures in trace time")
-    run.add_argument("--target", type=float, default=None,
+    run.add_argument("--target", type=flagtypes.number, default=None,
                      help=f"fill: stop when the trace GPUs requested reach this share of the "
                           f"cluster's GPUs (above 0, at most {MAX_TARGET:g}; default "
                           f"{FILL_DEFAULTS['target']:g})")
     run.add_argument("--order", choices=("sample", "trace"), default=None,
                      help="fill: draw pods at random with replacement (by seed), or take them "
                           "in trace order first (default sample)")
-    run.add_argument("--fill-interval", type=float, default=None, metavar="S",
+    run.add_argument("--fill-interval", type=flagtypes.number, default=None, metavar="S",
                      help="fill: seconds between two arrivals (sets the pace against re-layouts; "
                           "0 or more; default 1)")
-    run.add_argument("--relayout-seconds", type=float, default=None, metavar="S",
+    run.add_argument("--relayout-seconds", type=flagtypes.number, default=None, metavar="S",
                      help=f"+advisor: how long the MIG Manager takes to re-partition a node "
                           f"(it serves nothing new meanwhile; 0 or more; default "
                           f"{ADVISOR_DEFAULTS['relayout_seconds']:g})")
-    run.add_argument("--config-sync-seconds", type=float, default=None, metavar="S",
+    run.add_argument("--config-sync-seconds", type=flagtypes.number, default=None, metavar="S",
                      help="+advisor: a custom config's first re-layout starts this long after "
                           "it was "
                           "first advised, as the extender's --apply-custom-configs writes it "
                           "then and starts it once the extender's --config-sync (120) has "
                           "passed; 0 (default): custom configs are in the ConfigMap already")
-    run.add_argument("--advise-interval", type=float, default=None, metavar="S",
+    run.add_argument("--advise-interval", type=flagtypes.number, default=None, metavar="S",
                      help=f"+advisor: the advisor runs at most this often while pods are "
                           f"pending (0 or more; default "
                           f"{ADVISOR_DEFAULTS['advise_interval']:g})")
@@ -191,11 +191,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                           "that no node with free instances can take, safe nodes); planner = "
                           "migfit.planner.plan_cluster on every pending pod's instances over "
                           "idle nodes (for comparison)")
-    run.add_argument("--advisor-grace", type=float, default=None, metavar="S",
+    run.add_argument("--advisor-grace", type=flagtypes.number, default=None, metavar="S",
                      help="+advisor: seconds a pod must have been unschedulable before the "
                           "advisor counts it (0 or more; default: the server's --grace "
                           "default)")
-    run.add_argument("--advisor-free-grace", type=float, default=None, metavar="S",
+    run.add_argument("--advisor-free-grace", type=flagtypes.number, default=None, metavar="S",
                      help="+advisor: seconds after which the advisor counts an unschedulable "
                           "pod even "
                           "though free instances of its profile exist somewhere (they are of "
@@ -213,7 +213,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                      help="+advisor: also re-lay out the GPUs of busy nodes that hold no "
                           "instance in use, their pods' GPUs kept exactly (the apply mode's "
                           "--apply-busy-nodes; docs/relayout.md)")
-    run.add_argument("--ahead-from", type=float, default=None, metavar="SHARE",
+    run.add_argument("--ahead-from", type=flagtypes.number, default=None, metavar="SHARE",
                      help=f"+advisor: re-lay out idle nodes ahead of demand, toward the "
                           f"profiles the demand mix will be short of, once a model's "
                           f"instances are this share allocated (default "
@@ -229,7 +229,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                      help="+advisor: the advisor knows which GPU holds each instance in use "
                           "(the nodes' DCGM exporters: the extender's --gpu-usage-from dcgm), not "
                           "only the node's counts")
-    run.add_argument("--arrival-scale", type=float, default=None, metavar="F",
+    run.add_argument("--arrival-scale", type=flagtypes.number, default=None, metavar="F",
                      help="events: arrival times (from the first) multiplied by F; below 1 the "
                           "same pods with the same run times arrive faster, which loads the "
                           f"cluster (the trace in its own time never does); above 0, at most "
@@ -267,7 +267,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                      help=f"policies whose GPU slices the report draws (repeatable; each one of "
                           f"--policies; default: "
                           f"{', '.join(DEFAULT_PICTURES)})")
-    out.add_argument("--snapshot-at", type=float, default=None, metavar="T",
+    out.add_argument("--snapshot-at", type=flagtypes.number, default=None, metavar="T",
                      help="events: trace time of the GPU picture, after --arrival-scale, "
                           "from 0 to the last arrival (the default)")
     out.add_argument("--samples", type=int, default=200,

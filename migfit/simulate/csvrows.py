@@ -9,7 +9,7 @@ import math
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
-from migfit import errors
+from migfit import errors, strictfiles
 
 
 class Row:
@@ -84,16 +84,8 @@ def rows(path: Path, *, what: str, columns: tuple[str, ...]) -> Iterator[Row]:
         data = path.read_bytes()
     except OSError as exc:
         raise errors.ConfigError(f"cannot read {what} {path}: {exc.strerror}") from None
-    try:
-        # utf-8-sig: a byte-order mark (spreadsheet exports) is not part of the first column.
-        text = data.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        start = exc.start + (3 if data.startswith(b"\xef\xbb\xbf") else 0)
-        line = data.count(b"\n", 0, start) + 1
-        column = start - (data.rfind(b"\n", 0, start) + 1) + 1
-        raise errors.ConfigError(
-            f"{path}, line {line}, column {column}: not UTF-8 (byte "
-            f"0x{data[start]:02x}); save {what} as UTF-8") from None
+    # A byte-order mark (spreadsheet exports) is dropped: it is not part of the first column.
+    text = strictfiles.text(data, where=str(path), fix=f"save {what} as UTF-8")
     reader = csv.DictReader(io.StringIO(text, newline=""))
     try:
         header = reader.fieldnames or []

@@ -62,6 +62,11 @@ class _Group(pydantic.BaseModel):
     layouts: list[list[str]] | None = None
 
 
+SPEC_FILE = ("a cluster spec is YAML with `version: v1` and `nodes:`, a list of node groups "
+             "(name, count, model, gpus, cpu, memory, layout or layouts)")
+"""What ``migfit simulate --cluster SPEC.yaml`` must be, said after each problem found in one."""
+
+
 class _Spec(pydantic.BaseModel):
     model_config = pydantic.ConfigDict(extra="forbid", frozen=True)
 
@@ -111,11 +116,12 @@ def _memory(group: _Group, where: str) -> int:
 def load_spec(path: Path, catalog: profiles.Catalog) -> list[NodeSpec]:
     """Node specs from a YAML cluster spec file."""
     try:
-        text = path.read_text(encoding="utf-8")
+        data = path.read_bytes()
     except OSError as exc:
         raise errors.ConfigError(f"cannot read cluster spec {path}: {exc.strerror}") from None
+    text = strictfiles.text(data, where=str(path))
     spec = strictfiles.validate(_Spec, strictfiles.load_yaml(text, where=str(path)),
-                                where=str(path))
+                                where=str(path), expected=SPEC_FILE)
     strictfiles.require_version(spec.version, where=str(path))
     out: list[NodeSpec] = []
     seen: set[str] = set()

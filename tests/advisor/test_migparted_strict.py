@@ -92,6 +92,19 @@ def test_rejects_what_mig_parted_rejects(text: str, words: str) -> None:
         migparted.parse(text)
 
 
+@pytest.mark.parametrize("text, problem", [
+    ("root:x:0:0:root:/root:/bin/bash", "holds a YAML string, not a mapping"),
+    ("- all-disabled", "holds a YAML list, not a mapping"),
+    ("version: v1\nmig-configs: {a: [3]}",
+     "mig-configs.a.0: a number, where a mapping (key: value) belongs"),
+])
+def test_what_is_no_config_says_what_a_config_is(text: str, problem: str) -> None:
+    """pydantic said "Input should be a valid dictionary or instance of _Spec"."""
+    with pytest.raises(errors.ConfigError) as info:
+        migparted.parse(text, where="c.yaml")
+    assert str(info.value) == f"c.yaml: {problem}; {migparted.CONFIG_FILE}"
+
+
 def test_accepts_what_mig_parted_accepts() -> None:
     # mig-parted's v1 spec: empty device-filter (string or list) and devices lists parse, a
     # file may have no mig-configs, and mig-devices: {} with mig-enabled: false is allowed.

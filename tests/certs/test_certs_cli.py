@@ -103,12 +103,26 @@ def test_init_rsa(tmp_path: Path) -> None:
     assert certificates.key_type_of(key) == ("rsa", 2048)
 
 
+def test_init_rsa_bits_sizes_the_rsa_key(tmp_path: Path) -> None:
+    target = tmp_path / "rsa"
+    done = migfit("init", "--service", "s", "--namespace", "n", "--key-type", "rsa",
+                  "--rsa-bits", "3072", "--out", target)
+    assert done.returncode == 0, done.stderr
+    key = certificates.load_private_key((target / store.TLS_KEY).read_bytes())
+    assert certificates.key_type_of(key) == ("rsa", 3072)
+
+
 @pytest.mark.parametrize(
     ("args", "expected"),
     [
         (("--service", "Bad_Name", "--namespace", "n"), "not a valid Service name"),
         (("--service", "s", "--namespace", "n", "--extra-san", "a b"), "neither an IP"),
         (("--service", "s", "--namespace", "n", "--days", "0"), "positive number of days"),
+        # It was ignored: an ECDSA P-256 key was made instead of the RSA key asked for.
+        (("--service", "s", "--namespace", "n", "--rsa-bits", "2048"),
+         "--rsa-bits needs --key-type rsa"),
+        (("--service", "s", "--namespace", "n", "--key-type", "ecdsa", "--rsa-bits", "3072"),
+         "--rsa-bits needs --key-type rsa"),
     ],
 )
 def test_init_bad_arguments_are_one_line_errors(

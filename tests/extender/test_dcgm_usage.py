@@ -379,12 +379,16 @@ def test_flags() -> None:
                 ("--gpu-usage-from", "dcgm", "--dcgm-exporter-url", "http://x:9400/"),
                 ("--gpu-usage-from", "dcgm", "--dcgm-interval", "0"),
                 ("--gpu-usage-from", "dcgm", "--dcgm-collect-interval", "0"),
-                ("--gpu-usage-from", "dcgm", "--dcgm-collect-interval", "nan"),
                 # milliseconds, as dcgm-exporter's own -c takes them: refused
                 ("--gpu-usage-from", "dcgm", "--dcgm-collect-interval", "30000"),
                 ("--gpu-usage-from", "dcgm", "--cluster", "c.yaml")):  # no API to discover
         with pytest.raises(errors.UsageError):
             usage.settings_from(_args(*bad))
+    # Not a finite number: refused as the flag is parsed (flagtypes.number).
+    for flag in ("--dcgm-interval", "--dcgm-timeout", "--dcgm-collect-interval"):
+        for value in ("nan", "inf"):
+            with pytest.raises(SystemExit):
+                _args("--gpu-usage-from", "dcgm", flag, value)
 
 
 def test_collect_interval_reaches_the_apply_mode() -> None:

@@ -307,6 +307,28 @@ def test_override_file_is_validated_strictly(tmp_path: Path, text: str, needle: 
     assert str(path) in message
 
 
+@pytest.mark.parametrize(("text", "problem"), [
+    ("root:x:0:0:root:/root:/bin/bash\n", "holds a YAML string, not a mapping"),
+    ("- A100-80GB\n", "holds a YAML list, not a mapping"),
+    ("", "the file is empty"),
+    ("# nothing but a comment\n", "the file is empty"),
+    ("version: v1\nmodels: [3]\n", "models.0: a number, where a mapping (key: value) belongs"),
+    ("version: v1\nmodels:\n- id: X\n  memory_slices: 8\n  compute_slices: 7\n"
+     "  memory_mib: 1\n  profiles: [1g.10gb]\n",
+     "models.0.profiles.0: a string, where a mapping (key: value) belongs"),
+    ("version: v1\nmodels: []\nextra: 1\n", "extra: Extra inputs are not permitted"),
+])
+def test_a_file_that_is_no_catalog_says_what_a_catalog_file_is(tmp_path: Path, text: str,
+                                                               problem: str) -> None:
+    """pydantic's "Input should be a valid dictionary or instance of _CatalogSpec" named an
+    internal class and nothing to change."""
+    path = _write(tmp_path, text)
+    with pytest.raises(errors.ConfigError) as info:
+        profiles.load(path)
+    assert str(info.value) == f"{path}: {problem}; {profiles.CATALOG_FILE}"
+    assert "Spec" not in str(info.value)
+
+
 def test_override_file_missing_is_a_config_error(tmp_path: Path) -> None:
     with pytest.raises(errors.ConfigError, match="cannot read"):
         profiles.load(tmp_path / "nope.yaml")

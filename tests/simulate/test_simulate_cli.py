@@ -86,12 +86,29 @@ def test_bad_spec_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureFixture
     assert "colour" in err and "Traceback" not in err
 
 
+@pytest.mark.parametrize(("text", "problem"), [
+    ("- name: a100\n  count: 1\n", "holds a YAML list, not a mapping"),
+    ("", "the file is empty"),
+    ("version: v1\nnodes: [a100]\n", "nodes.0: a string, where a mapping (key: value) belongs"),
+])
+def test_a_file_that_is_no_spec_says_what_a_spec_is(
+        text: str, problem: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # pydantic said "Input should be a valid dictionary or instance of _Spec".
+    spec = tmp_path / "cluster.yaml"
+    spec.write_text(text)
+    assert cli.main(["simulate", "--cluster", str(spec), "--synthetic", "5"]) == 2
+    assert capsys.readouterr().err == (f"migfit: error: {spec}: {problem}; a cluster spec is "
+                                       f"YAML with `version: v1` and `nodes:`, a list of node "
+                                       f"groups (name, count, model, gpus, cpu, memory, layout "
+                                       f"or layouts)\n")
+
+
 def test_unknown_policy_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["simulate", "--policies", "fastest", "--synthetic", "5"]) == 2
     assert "unknown policy" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("share", ["-0.5", "1.5", "nan"])
+@pytest.mark.parametrize("share", ["-0.5", "1.5"])  # nan: test_simulate_input_checks
 def test_ahead_share_out_of_range_is_a_usage_error(
         share: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["simulate", "--example", "--ahead-from", share]) == 2
@@ -185,7 +202,7 @@ def test_history_layouts_on_a_mixed_cluster_use_each_models_profiles(
     assert layouts["t"] == ["1g.6gb"]
 
 
-@pytest.mark.parametrize("value", ["-1", "3601", "nan"])
+@pytest.mark.parametrize("value", ["-1", "3601"])  # nan: test_simulate_input_checks
 def test_config_sync_seconds_out_of_range_is_a_usage_error(
         value: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["simulate", "--example", "--config-sync-seconds", value]) == 2

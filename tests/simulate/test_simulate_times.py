@@ -104,10 +104,10 @@ def test_arrival_scale_past_the_clock_says_the_most_this_pod_list_allows(
     assert cli.main(["simulate", *_trace(tmp_path, pods), "--arrival-scale", str(most)]) == 0
 
 
-@pytest.mark.parametrize("value", ["nan", "inf", "-5", "508"])
+@pytest.mark.parametrize("value", ["-5", "508"])
 def test_snapshot_at_outside_the_replay_is_refused(
         value: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    # nan broke the event heap's order and changed the figures; inf and -5 were accepted.
+    # -5 was accepted (nan and inf: test_simulate_input_checks, refused as parsed).
     _refused([*_trace(tmp_path), f"--snapshot-at={value}"], capsys,
              f"--snapshot-at {float(value):g}: use a trace time from 0 to the last arrival, 7 s")
 

@@ -23,7 +23,7 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from migfit import decoding, errors, keys, quantity, records, requests
+from migfit import decoding, errors, keys, quantity, records, requests, strictfiles
 from migfit.extender import figures
 
 
@@ -175,17 +175,7 @@ def _quoted(text: str) -> str:
 
 def _kind(value: Any) -> str:
     """A JSON value's type for a message: ``string``, ``number``, ``list``, ``object``..."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int | float):
-        return "number"
-    if isinstance(value, dict):
-        return "object"
-    if isinstance(value, str):
-        return "string"
-    return "list" if isinstance(value, list) else type(value).__name__
+    return strictfiles.kind_of(value, mapping="object")
 
 
 def _not_whole(value: Any) -> str:

@@ -99,8 +99,9 @@ def load_yaml(text: str, *, where: str, first: bool = False) -> Any:
         raise errors.ConfigError(f"{where}: not valid YAML {yaml_problem(exc)}") from None
 
 
-def _kind(value: Any) -> str:
-    """What a decoded YAML value is, in YAML's words."""
+def kind_of(value: Any, *, mapping: str = "mapping") -> str:
+    """What a decoded YAML or JSON value is, for a message: ``null``, ``boolean``,
+    ``number``, ``string``, ``list``, or ``mapping`` (YAML's word; JSON's is ``object``)."""
     if value is None:
         return "null"
     if isinstance(value, bool):
@@ -111,7 +112,7 @@ def _kind(value: Any) -> str:
         return "string"
     if isinstance(value, list):
         return "list"
-    return "mapping" if isinstance(value, dict) else type(value).__name__
+    return mapping if isinstance(value, dict) else type(value).__name__
 
 
 def validate(model: type[_M], raw: Any, *, where: str, expected: str) -> _M:
@@ -123,7 +124,7 @@ def validate(model: type[_M], raw: Any, *, where: str, expected: str) -> _M:
     if raw is None:
         raise errors.ConfigError(f"{where}: the file is empty; {expected}")
     if not isinstance(raw, dict):
-        raise errors.ConfigError(f"{where}: holds a YAML {_kind(raw)}, not a mapping; "
+        raise errors.ConfigError(f"{where}: holds a YAML {kind_of(raw)}, not a mapping; "
                                  f"{expected}")
     try:
         return model.model_validate(raw)
@@ -132,7 +133,7 @@ def validate(model: type[_M], raw: Any, *, where: str, expected: str) -> _M:
         loc = ".".join(str(x) for x in first.get("loc", ()))
         msg = first["msg"]
         if first["type"] == "model_type":
-            msg = f"a {_kind(first.get('input'))}, where a mapping (key: value) belongs"
+            msg = f"a {kind_of(first.get('input'))}, where a mapping (key: value) belongs"
         raise errors.ConfigError(f"{where}: {loc + ': ' if loc else ''}{msg}; "
                                  f"{expected}") from None
 

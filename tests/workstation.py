@@ -48,3 +48,13 @@ async def migfit(*args: str, kubeconfig: pathlib.Path | None, home: pathlib.Path
     done = subprocess.CompletedProcess(list(args), proc.returncode or 0, out.decode(),
                                        err.decode())
     return done, time.monotonic() - began
+
+
+def one_line_error(done: subprocess.CompletedProcess[str]) -> str:
+    """The message of a command that failed on its arguments or input as migfit should: exit
+    2, one ``migfit: error: ...`` line on stderr, no traceback."""
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("migfit: error: "), done.stderr
+    return lines[0].removeprefix("migfit: error: ")

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from migfit import profiles
+from tests.workstation import one_line_error
 
 ROOT = Path(__file__).resolve().parents[2]
 CLUSTER = str(ROOT / "examples" / "cluster.yaml")
@@ -38,14 +39,6 @@ def migfit(*args: str) -> subprocess.CompletedProcess[str]:
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     return subprocess.run([sys.executable, "-m", "migfit.cli", *args], capture_output=True,
                           text=True, timeout=60, cwd=ROOT, env=env, check=False)
-
-
-def one_line_error(done: subprocess.CompletedProcess[str]) -> str:
-    assert done.returncode == 2, done.stderr
-    assert "Traceback" not in done.stderr, done.stderr
-    lines = done.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("migfit: error: "), done.stderr
-    return lines[0].removeprefix("migfit: error: ")
 
 
 @pytest.mark.parametrize("argv", COMMANDS, ids=[" ".join(c[:2]) for c in COMMANDS])

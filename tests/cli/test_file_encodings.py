@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.workstation import one_line_error
+
 ROOT = Path(__file__).resolve().parents[2]
 CLUSTER = ROOT / "examples" / "cluster.yaml"
 CATALOG = ROOT / "migfit" / "data" / "catalog.yaml"
@@ -31,14 +33,6 @@ def migfit(*args: str | Path) -> subprocess.CompletedProcess[str]:
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     return subprocess.run([*command, *map(str, args)], capture_output=True, text=True,
                           timeout=60, cwd=ROOT, env=env, check=False)
-
-
-def one_line_error(done: subprocess.CompletedProcess[str]) -> str:
-    assert done.returncode == 2, done.stderr
-    assert "Traceback" not in done.stderr, done.stderr
-    lines = done.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("migfit: error: "), done.stderr
-    return lines[0].removeprefix("migfit: error: ")
 
 
 def _saved(path: Path, text: str, encoding: str) -> Path:

@@ -79,9 +79,10 @@ with them, is weighted: ``W_SCARCE``.)
   profiles) that lie on GPUs a re-layout migfit advises for the node changes, when the
   advice is not for this pod (0 when it is, or the node has no advised change). The advice
   publisher writes each advised change on its node (``migfit.io/relayout``, state
-  ``recommended``) before the apply mode, or an operator, starts it; the MIG Manager only
-  re-partitions GPUs without pods, so a pod bound there meanwhile stops the change and the
-  pods it was for keep waiting. The only term that weighs against (``W_PLAN``); the node
+  ``recommended``) before the apply mode, or an operator, starts it. A pod bound on those
+  GPUs meanwhile stops the change (the apply mode re-partitions only GPUs without pods) and
+  the pods it was for keep waiting; or, should an operator set the label anyway, loses its
+  instance (the MIG Manager checks nothing, reference MIG.md 5). The only term that weighs against (``W_PLAN``); the node
   still takes the pod when it scores best anyway.
 - ``tie`` ∈ [0, 1) is a hash of the node name: nodes whose raw score sits at a rounding
   boundary are split the same way on every call and every replica, so equal nodes are filled
@@ -125,7 +126,7 @@ ALIGN_SPAN = math.log(16)  # a ratio 16 times off (either way) is as bad as it g
 FRAG_FLOOR = 8.0
 # A node that migfit's advice re-lays out (its ``recommended`` record, written by the advice
 # publisher) is held for the pods the change is for: another pod landing on a GPU the change
-# re-partitions stops the change (the MIG Manager re-partitions only GPUs without pods) and
+# re-partitions stops the change (the apply mode re-partitions only GPUs without pods) and
 # the pods it was for keep waiting. Three score steps: below a like node without a plan, but
 # still taken when nothing else fits (the filter does not refuse it). Not measured by the
 # simulator, whose advisor applies what it advises at once (no recommended stage).

@@ -142,15 +142,19 @@ _NOTHING_PLANNED: tuple[dict[profiles.ProfileName, int], frozenset[str]] = ({}, 
 
 def _planned(record: records.NodeRecord
              ) -> tuple[dict[profiles.ProfileName, int], frozenset[str]]:
-    """What the node's ``recommended`` re-layout record plans: instances per profile on the
-    GPUs it changes, and the pods it is for (``NodeFigures.planned``). Nothing for a node
-    without one, whose re-layout has begun (then it takes no new pods at all), or whose
-    change is for no waiting pod (ahead of demand: a pod that fits now goes first)."""
+    """What the node's ``recommended`` re-layout record plans: per profile, what the node
+    advertises of the instances on the GPUs it changes (each instance as many times as
+    time-slicing shares it, as free counts are), and the pods it is for
+    (``NodeFigures.planned``). Nothing for a node without one, whose re-layout has begun
+    (then it takes no new pods at all), whose change is for no waiting pod (ahead of demand:
+    a pod that fits now goes first), or whose change disrupts pods (the apply mode never
+    starts one, and its changed GPUs hold instances in use that the record does not tell
+    apart from free ones)."""
     if keys.ANNOTATION_RELAYOUT not in record.annotations:
         return _NOTHING_PLANNED
     mark = keys.relayout_of(record.annotations)
     if (mark is None or mark.state is not keys.RelayoutState.RECOMMENDED
-            or not mark.unblocks):
+            or not mark.unblocks or mark.disruptive or mark.disrupts):
         return _NOTHING_PLANNED
     changed: Counter[profiles.ProfileName] = Counter()
     for gpu in mark.gpus:
@@ -158,7 +162,8 @@ def _planned(record: records.NodeRecord
             changed.update(profiles.ProfileName(p) for p in gpu.before)
     if not changed:
         return _NOTHING_PLANNED
-    return dict(changed), frozenset(mark.unblocks)
+    return ({p: n * max(record.replicas.get(p, 1), 1) for p, n in changed.items()},
+            frozenset(mark.unblocks))
 
 
 # States of the ``migfit.io/relayout`` record that mean the advisor's apply mode is changing

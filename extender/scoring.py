@@ -82,8 +82,8 @@ with them, is weighted: ``W_SCARCE``.)
   ``recommended``) before the apply mode, or an operator, starts it. A pod bound on those
   GPUs meanwhile stops the change (the apply mode re-partitions only GPUs without pods) and
   the pods it was for keep waiting; or, should an operator set the label anyway, loses its
-  instance (the MIG Manager checks nothing, reference MIG.md 5). The only term that weighs against (``W_PLAN``); the node
-  still takes the pod when it scores best anyway.
+  instance (the MIG Manager checks nothing, reference MIG.md 5). The only term that weighs
+  against (``W_PLAN``); the node still takes the pod when it scores best anyway.
 - ``tie`` ∈ [0, 1) is a hash of the node name: nodes whose raw score sits at a rounding
   boundary are split the same way on every call and every replica, so equal nodes are filled
   one after another instead of at random. It moves a score by at most one step.

@@ -479,7 +479,7 @@ _FIXES: Final = {
 _FIX_ORDER: Final = ("taint", "room", "placement", "record", "state", "wide", "layout",
                      "kept", "cooling", "busy")
 #: How ``_idle_refusals`` starts the refusal of a node cooling down after a re-layout.
-_COOLING: Final = "re-laid out "
+_COOLING: Final = "cooling down: "
 #: How ``_idle_refusals`` starts the refusal of a node whose layout migfit cannot read.
 _UNKNOWN_LAYOUT: Final = "its layout is unknown to migfit"
 
@@ -1506,13 +1506,14 @@ def recorded_changes(state: cluster.Cluster, recent: Mapping[str, float], now: f
     ``nvidia.com/mig.config.state`` label was last written (``NodeRecord.layout_written_at``)
     when that is less than ``cooldown_s`` ago: a process that started after the change (a
     restarted extender, the one-shot ``migfit advise`` and ``migfit explain``) cools the
-    node down too. A time ahead of ``now`` (clock skew) counts as ``now``."""
+    node down too. A time ahead of ``now`` is the API server's clock ahead of this one's:
+    it says nothing of how long ago the change was, and is left out (taking it as ``now``
+    on every call would keep the node cooling down for as long as the clocks differ)."""
     out: dict[str, float] | None = None
     for node in state.nodes():
         at = node.node.layout_written_at
-        if at is None or now - at >= cooldown_s:
+        if at is None or at > now or now - at >= cooldown_s:
             continue
-        at = min(at, now)
         seen = recent.get(node.name)
         if seen is None or at > seen:
             if out is None:
@@ -1549,10 +1550,12 @@ def advise(
     # Pods a node being re-laid out will serve once done: planned for no other node.
     awaiting = _awaiting(state, waiting, incoming(state, config)) if waiting else {}
     planned = [w for w in waiting if w.key not in awaiting]
+    recent = recorded_changes(state, recent or {}, now, settings.cooldown_s)
+    cooled = {n: t for n, t in recent.items()
+              if now - t < settings.cooldown_s and state.node(n) is not None}
     if not planned and not ahead and trading is None:
         return Advice(recommendations=(), waiting=tuple(waiting), unserved=(),
-                      generation=state.generation, awaiting=awaiting)
-    recent = recorded_changes(state, recent or {}, now, settings.cooldown_s)
+                      generation=state.generation, awaiting=awaiting, cooling=cooled)
     wanted = {p for w in planned for p in w.requests}
     wanted.update(p for fall in ahead.values() for p in fall.short)
     if trading is not None:
@@ -1604,13 +1607,18 @@ def advise(
         return frozenset((p, m) for m in present for p, _, _ in needs
                          if record_refusal(needs, state.catalog.get(m), (p,)) is not None)
 
-    def eligible(node: str, unit: planner.Unit) -> bool:
+    def may_take(node: str, unit: planner.Unit) -> bool:
+        """The node could take the unit's pod once re-laid out (its cool-down aside)."""
         w = by_key[unit.pod]
         cons = w.pod.constraints if w.pod is not None else records.NO_CONSTRAINTS
         if excludes(records_[node], cons) is not None:
             return False
-        if (unit.profile, records_[node].model) in refused(recorded_needs(w.pod)):
+        return (unit.profile, records_[node].model) not in refused(recorded_needs(w.pod))
+
+    def eligible(node: str, unit: planner.Unit) -> bool:
+        if not may_take(node, unit):
             return False
+        w = by_key[unit.pod]
         since = recent.get(node)
         if since is not None and now - since < settings.cooldown_s:
             # Cooling down: only demand that arose after its last re-layout counts.
@@ -1635,6 +1643,15 @@ def advise(
         pool = [n for n in supply if n.name not in taken]
         if not pool or not units or (limit is not None and len(chosen) >= limit):
             continue
+        if hurts and cooling:
+            # A pod that a node cooling down could serve once its cool-down ends (at most
+            # Settings.cooldown_s) is not worth a change that disrupts running pods.
+            later = planner.plan_pods([n for n in cooling if n.name not in taken], units,
+                                      eligible=may_take, room=room, prefer=prefer)
+            waits = {id(u) for got in later.assigned.values() for u in got}
+            units = [u for u in units if id(u) not in waits]
+            if not units:
+                continue
         left_n = None if limit is None else limit - len(chosen)
         plan = planner.plan_pods(pool, units, eligible=eligible, room=room, max_nodes=left_n,
                                  prefer=prefer)
@@ -1682,8 +1699,6 @@ def advise(
                     recommendation(change, views[change.name], (), by_key), ahead=True,
                     balance=why))
     unserved = tuple(sorted(w.key for w in planned if w.key not in unblocked))
-    cooled = {n: t for n, t in recent.items()
-              if now - t < settings.cooldown_s and state.node(n) is not None}
     return Advice(recommendations=tuple(recs), waiting=tuple(waiting), unserved=unserved,
                   generation=state.generation, ahead=ahead, awaiting=awaiting, cooling=cooled)
 
@@ -2019,11 +2034,17 @@ def _idle_refusals(state: cluster.Cluster, pod: records.PodRecord,
                                                  labels=rec.all_labels)
             why = f"{_UNKNOWN_LAYOUT} ({odd or 'see migfit status'})"
         since = cooling.get(rec.name)
-        if why is None and since is not None and (pod.unschedulable_since or 0.0) <= since:
-            why = (f"{_COOLING}{_minutes(now - since)} ago ({keys.LABEL_CONFIG_STATE} "
-                   f"written then): for {_minutes(settings.cooldown_s)} after a change it is "
-                   f"re-laid out again only for pods unschedulable since (the cool-down), "
-                   f"{_minutes(since + settings.cooldown_s - now)} left")
+        if why is None and since is not None:
+            newer = (pod.unschedulable_since or 0.0) > since
+            why = (f"{_COOLING}its {keys.LABEL_CONFIG_STATE} label was written "
+                   f"{_minutes(now - since)} ago (by the MIG Manager as a re-layout ended, or "
+                   f"a later label write of the same field manager); for "
+                   f"{_minutes(settings.cooldown_s)} after that it is re-laid out again only "
+                   f"for pods unschedulable since, and only for at least "
+                   f"{settings.cooldown_min} of their instances"
+                   + (f" (this pod asks for {sum(pod.mig_requests.values())})" if newer
+                      else " (this pod has waited since before)")
+                   + f"; {_minutes(since + settings.cooldown_s - now)} left")
         if why is None:
             cpu, mem = _room(state, rec.name, memo)
             if pod.cpu_milli > cpu:

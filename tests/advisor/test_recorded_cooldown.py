@@ -121,8 +121,11 @@ def test_the_later_of_seen_and_recorded_counts() -> None:
     assert advisor.recorded_changes(state, {"a": T0 + 50}, T0 + 100, COOL) == {"a": T0 + 50}
     assert advisor.recorded_changes(state, {"a": T0 - 50}, T0 + 100, COOL) == {"a": T0}
     assert advisor.recorded_changes(state, {}, T0 + COOL, COOL) == {}
-    # a stamp ahead of this clock (skew) counts as now, so it ends a cool-down from now
-    assert advisor.recorded_changes(state, {}, T0 - 30, COOL) == {"a": T0 - 30}
+    # a stamp ahead of this clock (the API server's clock is ahead) says nothing of how long
+    # ago the change was: left out. Taken as "now" on every call, it kept the node cooling
+    # down for as long as the clocks differed, "0 s ago, 15 min left" each time.
+    assert advisor.recorded_changes(state, {}, T0 - 30, COOL) == {}
+    assert advisor.recorded_changes(state, {"a": T0 - 100}, T0 - 30, COOL) == {"a": T0 - 100}
 
 
 def _migfit(*args: str) -> subprocess.CompletedProcess[str]:
@@ -145,9 +148,55 @@ def test_one_shot_advise_and_explain_say_the_node_cools_down(tmp_path: pathlib.P
     assert doc["recommendations"] == [] and doc["cooling"] == {"a": keys.rfc3339(T0)}
     why = _migfit("explain", "default/p", "--cluster", str(path), "--now", now)
     assert why.returncode == 0, why.stderr
-    assert ("a: re-laid out 3 min ago (nvidia.com/mig.config.state written then): for 15 min "
-            "after a change it is re-laid out again only for pods unschedulable since (the "
-            "cool-down), 12 min left") in why.stdout
+    assert ("a: cooling down: its nvidia.com/mig.config.state label was written 3 min ago (by "
+            "the MIG Manager as a re-layout ended, or a later label write of the same field "
+            "manager); for 15 min after that it is re-laid out again only for pods "
+            "unschedulable since, and only for at least 2 of their instances (this pod has "
+            "waited since before); 12 min left") in why.stdout
     assert "Wait for such a node's cool-down to end" in why.stdout
     later = _migfit("advise", "--cluster", str(path), "--now", str(int(T0 + COOL + 1)))
     assert "kubectl label node a " in later.stdout and "cool down" not in later.stdout
+
+
+def test_cooling_nodes_are_listed_when_no_pod_waits() -> None:
+    got = advice.AdviceCache().get(_state(_node(managed=_changed_at(T0))), now=T0 + 200)
+    assert got.recommendations == () and got.waiting == ()
+    assert got.cooling == {"a": T0}
+
+
+def _busy(name: str) -> list[dict[str, Any]]:
+    """A one-GPU node one of whose two 3g.40gb runs a pod: re-laying out its free half
+    disrupts that pod (the MIG Manager re-partitions the whole GPU)."""
+    running = builders.pod(f"{name}-run", [{profiles.resource_name("3g.40gb"): "1"}],
+                           node_name=name, phase="Running", image="x",
+                           container_names=["main"])
+    return [_node(name), running]
+
+
+def test_a_pod_a_cooling_node_will_serve_gets_no_disruptive_change() -> None:
+    # The safe node cools down (10 more minutes): advising to evict the busy node's pod
+    # for a pod that the safe node serves once cooled was worse than waiting.
+    state = _state(_node(managed=_changed_at(T0)), *_busy("b"), _waiting("p", T0 - 3600))
+    got = advisor.advise(state, now=T0 + 300)
+    assert got.recommendations == ()
+    assert got.unserved == ("default/p",)
+    after = advisor.advise(state, now=T0 + COOL + 1)  # cooled: the safe change, not b
+    assert [r.node for r in after.recommendations] == ["a"]
+    assert not after.recommendations[0].disrupts
+    # Without a cooling node the disruptive change is still advised, as before.
+    alone = advisor.advise(_state(*_busy("b"), _waiting("p", T0 - 3600)), now=T0 + 300)
+    assert [(r.node, r.disruptive) for r in alone.recommendations] == [("b", True)]
+
+
+def test_explain_names_the_cooling_node_for_a_pod_newer_than_the_change(
+        tmp_path: pathlib.Path) -> None:
+    # One instance of newer demand is below Settings.cooldown_min: the node stays put, and
+    # explain said nothing of it (it only named cooling nodes to pods older than the change).
+    path = tmp_path / "cluster.yaml"
+    path.write_text(yaml.safe_dump({"apiVersion": "v1", "kind": "List", "items": [
+        _node(managed=_changed_at(T0)), _waiting("p", T0 + 60)]}))
+    why = _migfit("explain", "default/p", "--cluster", str(path), "--now", str(int(T0 + 300)))
+    assert why.returncode == 0, why.stderr
+    assert ("a: cooling down: its nvidia.com/mig.config.state label was written 5 min ago"
+            in why.stdout)
+    assert "(this pod asks for 1); 10 min left" in why.stdout

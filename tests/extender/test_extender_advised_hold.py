@@ -114,6 +114,32 @@ def test_the_spoil_is_the_share_of_free_instances_on_gpus_the_change_re_lays_out
     assert both.fits  # held, not refused: the filter still passes it
 
 
+def test_time_sliced_instances_count_as_their_replicas() -> None:
+    # GFD's replicas=4: the one GPU's seven 1g.10gb are advertised 28 times, all free, all on
+    # the GPU the change re-lays out. Counting the record's 7 instances against 28 free
+    # replicas gave a quarter of the hold.
+    shared = node("n", {"1g.10gb": 28}, annotations=_record(
+        [(ONE_G, THREE_G)], unblocks=("default/small",)))
+    shared["metadata"]["labels"]["nvidia.com/mig-1g.10gb.replicas"] = "4"
+    shared["metadata"]["labels"]["nvidia.com/mig-1g.10gb.count"] = "7"
+    assert _score([shared], mig_pod("other", "1g.10gb")).spoil == 1.0
+
+
+def test_a_disruptive_change_holds_nothing() -> None:
+    # Its changed GPU holds instances in use that the record does not tell apart from free
+    # ones (the share came out 7/11 for 4 of 11 free), and the apply mode never starts it.
+    rec = keys.RelayoutRecord(target="custom", unblocks=("default/small",), disruptive=True,
+                              disrupts=("default/run0",),
+                              gpus=(keys.GpuChange(index=0, before=tuple(ONE_G),
+                                                   after=tuple(THREE_G)),
+                                    keys.GpuChange(index=1, before=tuple(ONE_G),
+                                                   after=tuple(ONE_G))))
+    busy = node("n", {"1g.10gb": 14}, gpus=2,
+                annotations={keys.ANNOTATION_RELAYOUT: keys.encode_relayout(rec)})
+    running = [mig_pod(f"run{i}", "1g.10gb", node_name="n") for i in range(3)]
+    assert _score([busy, *running], mig_pod("other", "1g.10gb")).spoil == 0.0
+
+
 def test_the_pods_the_change_is_for_and_other_profiles_spoil_nothing() -> None:
     objects = [node("n", {"3g.40gb": 2, "1g.10gb": 1}, gpus=2, annotations=_record(
         [(THREE_G, ONE_G), (["1g.10gb"], ["1g.10gb"])], unblocks=("default/small",)))]

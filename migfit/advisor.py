@@ -2017,8 +2017,8 @@ def _idle_refusals(state: cluster.Cluster, pod: records.PodRecord,
     """The idle nodes (no pod on their GPUs) whose GPU model has every profile of
     ``blocked``, which a re-layout could serve the pod from, but which cannot take it (no
     re-layout may start there now, ``excluded``; its selection, a taint, the request the
-    webhook recorded, a cool-down after its last re-layout for a pod older than that, cpu
-    or memory): name and why, by name."""
+    webhook recorded, the cool-down after its last re-layout, cpu or memory): name and why,
+    by name."""
     cooling = recorded_changes(state, {}, now, settings.cooldown_s)
     out = []
     for ns in sorted(state.nodes(), key=lambda n: n.name):

@@ -30,7 +30,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import datetime
 import functools
 import hashlib
 import logging
@@ -413,7 +412,7 @@ def _apply_modes(record: records.NodeState | None) -> bool:
 
 
 def _now_iso() -> str:
-    return datetime.datetime.now(tz=datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return keys.rfc3339(time.time(), micro=False)
 
 
 # metadata.name is a DNS subdomain (RFC 1123): at most 253 characters.

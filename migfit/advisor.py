@@ -2013,13 +2013,13 @@ def _minutes(seconds: float) -> str:
 
 def _idle_refusals(state: cluster.Cluster, pod: records.PodRecord,
                    blocked: Sequence[str], memo: dict[str, tuple[int, int]], *,
-                   now: float, settings: Settings) -> list[tuple[str, str]]:
+                   now: float, settings: Settings, cooling: Mapping[str, float]
+                   ) -> list[tuple[str, str]]:
     """The idle nodes (no pod on their GPUs) whose GPU model has every profile of
     ``blocked``, which a re-layout could serve the pod from, but which cannot take it (no
     re-layout may start there now, ``excluded``; its selection, a taint, the request the
     webhook recorded, the cool-down after its last re-layout, cpu or memory): name and why,
-    by name."""
-    cooling = recorded_changes(state, {}, now, settings.cooldown_s)
+    by name. ``cooling``: the advice's nodes cooling down (``Advice.cooling``)."""
     out = []
     for ns in sorted(state.nodes(), key=lambda n: n.name):
         rec = ns.node
@@ -2233,7 +2233,8 @@ def explain(
         # Idle nodes would serve it without disrupting a pod, but it cannot go there.
         # (a cordoned node that advertises the profile is named above already)
         refused = [(n, why) for n, why in _idle_refusals(state, pod, blocked, memo, now=now,
-                                                          settings=settings)
+                                                          settings=settings,
+                                                          cooling=advice.cooling)
                    if n not in cordoned_at]
         if refused:
             causes.update(_cause(why) for _n, why in refused)

@@ -377,10 +377,11 @@ def encode_failure(*, result: str, reason: str) -> str:
     return json.dumps({"result": result, "reason": reason}, sort_keys=True)
 
 
-def rfc3339(ts: float) -> str:
-    """POSIX seconds as RFC 3339 with microseconds, UTC (Kubernetes' MicroTime spelling)."""
+def rfc3339(ts: float, *, micro: bool = True) -> str:
+    """POSIX seconds as RFC 3339, UTC: with microseconds (Kubernetes' MicroTime spelling),
+    or to the second (``micro=False``: its Time spelling)."""
     return datetime.datetime.fromtimestamp(ts, tz=datetime.UTC).strftime(
-        "%Y-%m-%dT%H:%M:%S.%fZ")
+        "%Y-%m-%dT%H:%M:%S.%fZ" if micro else "%Y-%m-%dT%H:%M:%SZ")
 
 
 def parse_rfc3339(value: str) -> float | None:

@@ -259,7 +259,7 @@ def _cooling(advice: advisor.Advice) -> list[str]:
     out again only for pods that became unschedulable since (docs/relayout.md, 6)."""
     if not advice.cooling:
         return []
-    shown = [f"{n} (changed {keys.rfc3339(t)[:19]}Z)"
+    shown = [f"{n} (changed {keys.rfc3339(t, micro=False)})"
              for n, t in sorted(advice.cooling.items())]
     return [f"{len(shown)} node(s) cool down after a re-layout and are re-laid out again only "
             f"for pods unschedulable since: {_first(shown)}"]

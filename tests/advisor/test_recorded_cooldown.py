@@ -27,7 +27,7 @@ COOL = advisor.Settings().cooldown_s
 
 
 def _stamp(t: float) -> str:
-    return keys.rfc3339(t)[:19] + "Z"
+    return keys.rfc3339(t, micro=False)
 
 
 def _entry(manager: str, at: str | None, labels: list[str], **more: Any) -> dict[str, Any]:

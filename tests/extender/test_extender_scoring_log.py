@@ -50,19 +50,27 @@ def test_text_line_is_short_and_names_the_best_node() -> None:
 REQUESTS = Path(__file__).parents[2] / "examples" / "requests"
 
 
+async def _logged(aiohttp_client: Any, caplog: pytest.LogCaptureFixture,
+                  settings: server.ExtenderSettings, body: dict[str, Any]
+                  ) -> tuple[dict[str, int], list[str]]:
+    """One prioritize call to the example cluster's extender: the scores it answered, and
+    the scoring log's lines."""
+    app = server.make_app(settings=settings, cluster=snapshots.load(snapshots.EXAMPLE_CLUSTER))
+    client = await aiohttp_client(app)
+    with caplog.at_level(logging.INFO, logger="migfit.scoring"):
+        resp = await client.post("/prioritize", json=body)
+        assert resp.status == 200
+        answered = {h["Host"]: h["Score"] for h in await resp.json()}
+    return answered, [r.getMessage() for r in caplog.records]
+
+
 async def test_json_line_of_a_real_prioritize_call_recomputes_every_raw_score(
         aiohttp_client: Any, caplog: pytest.LogCaptureFixture) -> None:
     # It carried pack, fresh, scarce, tight, slack (weighted 0 but scarce) and no host or
     # strand, which carry 0.90 of the weight: nobody could tell why a node won.
-    app = server.make_app(settings=server.ExtenderSettings(log_format="both", log_nodes=0),
-                          cluster=snapshots.load(snapshots.EXAMPLE_CLUSTER))
-    client = await aiohttp_client(app)
-    with caplog.at_level(logging.INFO, logger="migfit.scoring"):
-        resp = await client.post("/prioritize",
-                                 data=(REQUESTS / "prioritize-3g40gb.json").read_bytes())
-        assert resp.status == 200
-        answered = {h["Host"]: h["Score"] for h in await resp.json()}
-    text_line, json_line = (r.getMessage() for r in caplog.records)
+    answered, (text_line, json_line) = await _logged(
+        aiohttp_client, caplog, server.ExtenderSettings(log_format="both", log_nodes=0),
+        json.loads((REQUESTS / "prioritize-3g40gb.json").read_bytes()))
     record = json.loads(json_line)
     weights = record["weights"]
     assert weights == {t: w for t, w in scoring.WEIGHTS.items() if w}
@@ -222,17 +230,11 @@ async def test_lines_carry_the_tie_so_that_every_score_recomputes(
         aiohttp_client: Any, caplog: pytest.LogCaptureFixture) -> None:
     # The JSON line said "raw":0.7507,"score":7 with nothing to tell why: the hidden
     # 0.1·(tie − 0.5) of the formula had pulled it to 7.
-    app = server.make_app(settings=server.ExtenderSettings(log_format="both", log_nodes=0),
-                          cluster=snapshots.load(snapshots.EXAMPLE_CLUSTER))
-    client = await aiohttp_client(app)
     body = json.loads((REQUESTS / "prioritize-3g40gb.json").read_bytes())
     body["NodeNames"] = ["gpu-a100-0", "gpu-a100-1", "gpu-h100-0", "gpu-h100-1", "gpu-h200-0",
                          "gpu-a100-40-0", "gpu-a30-0"]
-    with caplog.at_level(logging.INFO, logger="migfit.scoring"):
-        resp = await client.post("/prioritize", json=body)
-        assert resp.status == 200
-        answered = {h["Host"]: h["Score"] for h in await resp.json()}
-    text_line, json_line = (r.getMessage() for r in caplog.records)
+    answered, (text_line, json_line) = await _logged(
+        aiohttp_client, caplog, server.ExtenderSettings(log_format="both", log_nodes=0), body)
     fitting = [s for s in json.loads(json_line)["scores"] if s["fits"]]
     assert len(fitting) >= 2
     for s in fitting:
@@ -262,18 +264,13 @@ async def test_a_pod_without_mig_requests_gets_a_line_saying_why_every_node_scor
         aiohttp_client: Any, caplog: pytest.LogCaptureFixture) -> None:
     # README: "For every prioritize call the extender writes one JSON line"; a pod asking for
     # nvidia.com/gpu without a decision record got all 0 and no line at all.
-    app = server.make_app(settings=server.ExtenderSettings(log_format="both", log_nodes=1),
-                          cluster=snapshots.load(snapshots.EXAMPLE_CLUSTER))
-    client = await aiohttp_client(app)
     whole = {"Pod": {"metadata": {"name": "whole-gpu", "namespace": "default", "uid": "u"},
                      "spec": {"containers": [{"name": "c", "resources": {
                          "limits": {"nvidia.com/gpu": "1"}}}]}},
              "Nodes": None, "NodeNames": ["gpu-a100-0", "gpu-a100-40-0", "cpu-0"]}
-    with caplog.at_level(logging.INFO, logger="migfit.scoring"):
-        resp = await client.post("/prioritize", json=whole)
-        assert resp.status == 200
-        assert {h["Score"] for h in await resp.json()} == {0}
-    text_line, json_line = (r.getMessage() for r in caplog.records)
+    answered, (text_line, json_line) = await _logged(
+        aiohttp_client, caplog, server.ExtenderSettings(log_format="both", log_nodes=1), whole)
+    assert set(answered.values()) == {0}
     record = json.loads(json_line)
     assert (record["pod"], record["profile"], record["nodes"]) == ("default/whole-gpu", "-", 3)
     assert (record["scores"], record["omitted"], record["histogram"]) == ([], 3, {"0": 3})
@@ -288,15 +285,11 @@ async def test_a_pod_without_mig_requests_gets_a_line_saying_why_every_node_scor
 async def test_with_score_all_pods_a_pod_without_mig_requests_is_logged_with_figures(
         aiohttp_client: Any, caplog: pytest.LogCaptureFixture) -> None:
     settings = server.ExtenderSettings(log_format="json", log_nodes=2, score_all_pods=True)
-    app = server.make_app(settings=settings, cluster=snapshots.load(snapshots.EXAMPLE_CLUSTER))
-    client = await aiohttp_client(app)
     plain = {"Pod": {"metadata": {"name": "cpu", "namespace": "default", "uid": "u2"},
                      "spec": {"containers": [{"name": "c", "resources": {
                          "requests": {"cpu": "2"}}}]}},
              "Nodes": None, "NodeNames": ["gpu-a100-0", "gpu-h100-0", "cpu-0"]}
-    with caplog.at_level(logging.INFO, logger="migfit.scoring"):
-        assert (await client.post("/prioritize", json=plain)).status == 200
-    (line,) = (r.getMessage() for r in caplog.records)
+    _answered, (line,) = await _logged(aiohttp_client, caplog, settings, plain)
     record = json.loads(line)
     assert "unscored" not in record
     assert len(record["scores"]) == 2 and record["omitted"] == 1

@@ -22,7 +22,9 @@ What it bounds, so that idle or hostile clients cannot take the memory every pod
   connections together, to its ``BodyBudget`` (``max_body_in_flight``; by default
   ``BUDGET_BODIES`` of its largest): one body may be large, but 25 slow clients each sending
   30 MiB to the extender made it hold more than 1 GiB. A request whose body would go beyond
-  is answered 503 with ``Retry-After`` before a byte of its body is read.
+  is answered 503 with ``Retry-After`` before a byte of its body is read. One client address
+  may hold at most a share of it (``Limits.client_share``: a quarter, never less than the
+  largest body), so that four slow bodies from one client cannot refuse everyone else's.
 - **Answers nobody reads.** A connection whose transport is paused for writing (the
   socket's buffers are full) and whose client takes nothing of what is left to send for
   ``write_timeout`` is closed (``_WriteStall``): it held the connection, and the answer, for
@@ -101,6 +103,11 @@ DEFAULT_WRITE_TIMEOUT_S = 10.0
 # --max-body-in-flight is not given): kube-scheduler sends one call at a time per scheduling
 # cycle (filter, then prioritize), and a few API servers' admissions are a few KB each.
 BUDGET_BODIES = 4
+# One client address may hold at most this fraction (1/N) of the body budget, and never less
+# than the largest body: four slow bodies from one client (a pod, a misbehaving API server)
+# took the whole default budget, so every other admission got 503 for the body timeout.
+# kube-scheduler sends one call at a time; one API server's admissions are a few KB each.
+CLIENT_SHARE_PARTS = 4
 # What a request refused for want of body budget is told: try again in a second. kube-apiserver
 # calls webhooks through client-go's REST client, which retries an answer of 429 or 5xx that
 # carries Retry-After (rest/request.go, checkWait) while the webhook's timeout allows; a 413
@@ -167,6 +174,12 @@ class Limits:
                              "of that size could never be read")
         return self.max_body_in_flight
 
+    def client_share(self, max_body: int) -> int:
+        """The bytes of bodies in flight one client address may hold: the budget
+        (``body_budget``) divided by ``CLIENT_SHARE_PARTS``, never less than ``max_body``, so
+        that its largest request still fits."""
+        return max(self.body_budget(max_body) // CLIENT_SHARE_PARTS, max_body)
+
 
 # What ``--max-body-in-flight`` defaults to, in the words of ``migfit webhook`` and
 # ``migfit extender``, which take ``--max-body``.
@@ -201,7 +214,9 @@ def add_limit_arguments(parser: argparse.ArgumentParser | argparse._ArgumentGrou
         "--max-body-in-flight", type=int, default=None, metavar="BYTES",
         help="bytes of request bodies being received at once, all connections together; a "
              "request whose body would go beyond is answered 503 with Retry-After: "
-             f"{RETRY_AFTER_S} before its body is read (default: {body_budget_default})")
+             f"{RETRY_AFTER_S} before its body is read; one client address may hold "
+             f"1/{CLIENT_SHARE_PARTS} of it, or one largest body if more (default: "
+             f"{body_budget_default})")
     parser.add_argument(
         "--max-connections", type=int, default=DEFAULT_MAX_CONNECTIONS, metavar="N",
         help="connections open at once; more are closed when accepted (default %(default)s)")
@@ -235,32 +250,56 @@ def limits_from(args: argparse.Namespace) -> Limits:
 class BodyBudget:
     """The bytes of request bodies one application holds at once, all connections together
     (``read_body`` takes from it before reading, and gives back when the body is handed over
-    or given up). Beyond ``limit`` a request is refused (503) before its body is read."""
+    or given up). Beyond ``limit`` a request is refused (503) before its body is read, and so
+    is one whose client (its address, as the connection gate counts clients) would hold more
+    than ``share`` of it: four slow bodies from one client held the whole default budget, and
+    every other admission got 503 until they timed out."""
 
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int, share: int | None = None) -> None:
         self.limit = limit
+        self.share = limit if share is None else min(share, limit)
         self.held = 0
         self.refused = 0
+        self.clients: dict[str, int] = {}  # bytes held per client address (those holding any)
 
-    def has_room(self, size: int) -> bool:
-        """Whether ``size`` bytes more stay within ``limit``."""
-        return self.held + size <= self.limit
+    def refusal(self, size: int, client: str = "") -> str | None:
+        """Why ``size`` bytes more for ``client`` would not fit (the 503's text), or None."""
+        if self.held + size > self.limit:
+            return (f"the server is receiving {self.held:,} bytes of request bodies already, "
+                    f"{self.limit:,} at most (--max-body-in-flight); retry")
+        held = self.clients.get(client, 0)
+        if held + size > self.share:
+            return (f"this client is sending {held:,} bytes of request bodies already, "
+                    f"{self.share:,} at most from one client (a share of "
+                    f"--max-body-in-flight, {self.limit:,}); retry once its other requests "
+                    "are answered")
+        return None
 
-    def take(self, size: int) -> bool:
-        """Hold ``size`` bytes more, or count a refusal (False) when that would pass ``limit``."""
-        if not self.has_room(size):
+    def has_room(self, size: int, client: str = "") -> bool:
+        """Whether ``size`` bytes more for ``client`` stay within ``limit`` and its share."""
+        return self.refusal(size, client) is None
+
+    def take(self, size: int, client: str = "") -> str | None:
+        """Hold ``size`` bytes more for ``client`` (None), or count a refusal and say why."""
+        why = self.refusal(size, client)
+        if why is not None:
             self.refused += 1
             if self.refused == 1 or self.refused % 1000 == 0:
-                log.warning("request bodies in flight would pass %s bytes "
-                            "(--max-body-in-flight): answering 503 (%d refused so far)",
-                            f"{self.limit:,}", self.refused)
-            return False
+                log.warning("%s: request body refused, answering 503 (%d refused so far): %s",
+                            client or "a client", self.refused, why)
+            return why
         self.held += size
-        return True
+        self.clients[client] = self.clients.get(client, 0) + size
+        return None
 
-    def give(self, size: int) -> None:
-        """Give back ``size`` bytes taken before."""
+    def give(self, size: int, client: str = "") -> None:
+        """Give back ``size`` bytes taken before for ``client``."""
         self.held -= size
+        left = self.clients.get(client, 0) - size
+        if left > 0:
+            self.clients[client] = left
+        else:
+            self.clients.pop(client, None)
 
 
 BODY_BUDGET: Final = web.AppKey("migfit_body_budget", BodyBudget)
@@ -269,17 +308,16 @@ BODY_BUDGET: Final = web.AppKey("migfit_body_budget", BodyBudget)
 def limit_bodies(app: web.Application, limits: Limits, max_body: int) -> BodyBudget:
     """Give ``app`` (whose largest body is ``max_body``) its ``BodyBudget`` of ``limits``,
     which ``read_body`` reads through; ValueError as ``Limits.body_budget`` raises it."""
-    app[BODY_BUDGET] = budget = BodyBudget(limits.body_budget(max_body))
+    app[BODY_BUDGET] = budget = BodyBudget(limits.body_budget(max_body),
+                                           limits.client_share(max_body))
     return budget
 
 
-def _busy(budget: BodyBudget) -> web.HTTPServiceUnavailable:
+def _busy(why: str) -> web.HTTPServiceUnavailable:
     # Connection: close, since the body is left unread (aiohttp reads and drops it for
     # LINGER_S at most, then closes).
     return web.HTTPServiceUnavailable(
-        text=f"the server is receiving {budget.held:,} bytes of request bodies already, "
-             f"{budget.limit:,} at most (--max-body-in-flight); retry",
-        headers={"Retry-After": str(RETRY_AFTER_S), "Connection": "close"})
+        text=why, headers={"Retry-After": str(RETRY_AFTER_S), "Connection": "close"})
 
 
 async def read_body(request: web.Request, timeout_s: float) -> bytes:
@@ -287,10 +325,11 @@ async def read_body(request: web.Request, timeout_s: float) -> bytes:
     (413 beyond), and within the app's ``BodyBudget`` when it has one (``limit_bodies``).
 
     The budget is taken before a byte is read: the declared ``Content-Length`` whole, or a
-    body of no declared length (chunked) as it arrives; a request it cannot hold gets 503
-    with ``Retry-After``. It is given back on every way out: the body handed over, 408 when
-    the body takes longer than ``timeout_s``, a client gone mid-body (logged at debug; a 400
-    it will never read), 413.
+    body of no declared length (chunked) as it arrives, counted for the connection's client
+    address too; a request it cannot hold, or whose client would pass its share of it
+    (``BodyBudget.share``), gets 503 with ``Retry-After``. It is given back on every way
+    out: the body handed over, 408 when the body takes longer than ``timeout_s``, a client
+    gone mid-body (logged at debug; a 400 it will never read), 413.
 
     The body is not kept on the request (``request.read()`` would keep it there, and aiohttp
     keeps the last request of a keep-alive connection until the next one: 30 MiB per idle
@@ -304,16 +343,18 @@ async def read_body(request: web.Request, timeout_s: float) -> bytes:
     if limit and declared > limit:
         raise web.HTTPRequestEntityTooLarge(max_size=limit, actual_size=declared)
     taken = 0
+    client = _client(request.transport) if request.transport is not None else ""
     if budget is not None and declared:
-        if not budget.take(declared):
-            raise _busy(budget)
+        why = budget.take(declared, client)
+        if why is not None:
+            raise _busy(why)
         taken = declared
     content = request.content
     try:
         if content.is_eof():  # all of it has arrived (the usual case): no timer, one piece
             body = content.read_nowait()
             if len(body) > taken:  # no declared length
-                taken = _account(budget, limit, len(body), taken)
+                taken = _account(budget, client, limit, len(body), taken)
             return body
         if declared:
             # Held to its declared length (and budgeted): let aiohttp buffer that much
@@ -328,7 +369,7 @@ async def read_body(request: web.Request, timeout_s: float) -> bytes:
             while chunk := await content.readany():
                 size += len(chunk)
                 if size > taken:  # no declared length: counted as it comes
-                    taken = _account(budget, limit, size, taken)
+                    taken = _account(budget, client, limit, size, taken)
                 chunks.append(chunk)
         return b"".join(chunks)
     except TimeoutError:
@@ -342,18 +383,20 @@ async def read_body(request: web.Request, timeout_s: float) -> bytes:
         raise web.HTTPBadRequest(text="incomplete request body") from None
     finally:
         if taken and budget is not None:
-            budget.give(taken)
+            budget.give(taken, client)
 
 
-def _account(budget: BodyBudget | None, limit: int, size: int, taken: int) -> int:
+def _account(budget: BodyBudget | None, client: str, limit: int, size: int, taken: int) -> int:
     """What a body of no declared length has taken of ``budget`` once ``size`` bytes of it
-    have arrived (``taken`` before): 413 past ``limit``, 503 past the budget."""
+    have arrived (``taken`` before), for ``client``: 413 past ``limit``, 503 past the budget
+    or the client's share of it."""
     if limit and size > limit:
         raise web.HTTPRequestEntityTooLarge(max_size=limit, actual_size=size)
     if budget is None:
         return 0
-    if not budget.take(size - taken):
-        raise _busy(budget)
+    why = budget.take(size - taken, client)
+    if why is not None:
+        raise _busy(why)
     return size
 
 
@@ -386,7 +429,8 @@ def expect_within(limit: int, refuse: Callable[[int], web.StreamResponse]) -> Ex
             answer.headers["Connection"] = "close"  # the body was never sent: nothing to read
             return answer
         budget = request.app.get(BODY_BUDGET)
-        if length and budget is not None and not budget.has_room(length):
+        client = _client(request.transport) if request.transport is not None else ""
+        if length and budget is not None and not budget.has_room(length, client):
             # No invitation: the handler's ``read_body`` answers 503 (Retry-After) before
             # the body is sent, in the route's own error shape; should room free up first,
             # it reads the body the client sends once its wait for 100 Continue is over.

@@ -50,8 +50,10 @@ async def _answer(reader: asyncio.StreamReader, within: float) -> tuple[bytes, b
 async def test_a_call_beyond_the_budget_gets_503_before_its_body_is_sent(
         port: int, path: bytes) -> None:
     held = []
-    for _ in range(serving.BUDGET_BODIES):  # four calls of the largest body, being received
-        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    for i in range(serving.BUDGET_BODIES):  # four calls of the largest body, being received
+        # each from its own client: one client may hold a share of the budget only
+        reader, writer = await asyncio.open_connection("127.0.0.1", port,
+                                                       local_addr=(f"127.0.0.{10 + i}", 0))
         writer.write(_head(path, MAX_BODY) + b'{"Pod": {')
         await writer.drain()
         held.append((reader, writer))
@@ -91,8 +93,9 @@ async def test_a_call_the_budget_cannot_hold_is_not_invited_to_send_its_body(por
     leave no room, the first answer is the 503, not ``100 Continue`` inviting a body that
     would be thrown away; with room, the invitation comes as before."""
     held = []
-    for _ in range(serving.BUDGET_BODIES):
-        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    for i in range(serving.BUDGET_BODIES):
+        reader, writer = await asyncio.open_connection("127.0.0.1", port,
+                                                       local_addr=(f"127.0.0.{10 + i}", 0))
         writer.write(_head(b"/filter", MAX_BODY) + b'{"Pod": {')
         await writer.drain()
         held.append((reader, writer))

@@ -42,9 +42,12 @@ class Server:
         self.budget = budget
         self.client_tls = tls
 
-    async def open(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-        return await asyncio.open_connection("127.0.0.1", self.started.port,
-                                             ssl=self.client_tls)
+    async def open(self, client: int = 1) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        """A connection from 127.0.0.``client`` (each address one client of the budget)."""
+        return await asyncio.open_connection(
+            "127.0.0.1", self.started.port, ssl=self.client_tls,
+            local_addr=(f"127.0.0.{client}", 0),
+            server_hostname="localhost" if self.client_tls else None)
 
     async def held_reaches(self, size: int, within: float = 3.0) -> None:
         deadline = time.monotonic() + within
@@ -93,10 +96,11 @@ async def _closed(reader: asyncio.StreamReader, within: float) -> None:
 
 async def _holding(server: Server, count: int
                    ) -> list[tuple[asyncio.StreamReader, asyncio.StreamWriter]]:
-    """``count`` requests of the largest body, each with 1 KiB of it sent: being read."""
+    """``count`` requests of the largest body, each with 1 KiB of it sent: being read, each
+    from its own client (127.0.0.10 and on; one client holds one of them at most)."""
     held = []
-    for _ in range(count):
-        reader, writer = await server.open()
+    for i in range(count):
+        reader, writer = await server.open(10 + i)
         writer.write(_head(MAX_BODY) + b"x" * 1024)
         await writer.drain()
         held.append((reader, writer))
@@ -189,6 +193,55 @@ async def test_a_chunked_body_takes_the_budget_as_it_arrives(server: Server) -> 
     for _, w in [*held, (extra_r, extra_w)]:
         w.close()
     await server.held_reaches(0)
+
+
+async def test_one_client_cannot_take_the_whole_budget(server: Server) -> None:
+    """Four slow bodies of the largest size from one client (an outside probe: four TLS
+    connections, each declaring 3 MiB and sending one byte) held the whole budget, and every
+    other client got 503 until they timed out. One client may hold its share (here one
+    largest body): its next request gets 503 naming that share and the flag, and another
+    client's request is answered."""
+    share = LIMITS.client_share(MAX_BODY)
+    assert share == MAX_BODY == server.budget.share
+    mine = []
+    reader, writer = await server.open(1)
+    writer.write(_head(MAX_BODY) + b"x")
+    await writer.drain()
+    mine.append((reader, writer))
+    await server.held_reaches(MAX_BODY)
+    for _ in range(serving.BUDGET_BODIES - 1):
+        reader, writer = await server.open(1)
+        writer.write(_head(MAX_BODY) + b"x")
+        status, head = await _answer(reader, LIMITS.body_timeout / 2)
+        assert status == b"HTTP/1.1 503 Service Unavailable", head
+        assert b"\r\nRetry-After: 1\r\n" in head, head
+        text = await _text(reader, head)
+        assert f"{share:,} at most from one client" in text, text
+        assert "--max-body-in-flight" in text, text
+        mine.append((reader, writer))
+    assert server.budget.held == MAX_BODY
+    reader, writer = await server.open(2)
+    writer.write(_head(10) + b"0123456789")
+    status, head = await _answer(reader, 2.0)
+    assert status == b"HTTP/1.1 200 OK", head
+    writer.close()
+    for _, w in mine:
+        w.close()
+    await server.held_reaches(0)
+
+
+async def _text(reader: asyncio.StreamReader, head: bytes) -> str:
+    """The body of the answer whose head is ``head``, as text."""
+    length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                  if line.lower().startswith(b"content-length:"))
+    return (await asyncio.wait_for(reader.readexactly(length), 1.0)).decode()
+
+
+def test_a_clients_share_is_a_quarter_of_the_budget_or_one_largest_body() -> None:
+    assert serving.Limits().client_share(MAX_BODY) == MAX_BODY
+    limits = serving.Limits(max_body_in_flight=10 * MAX_BODY)
+    assert limits.client_share(MAX_BODY) == 10 * MAX_BODY // serving.CLIENT_SHARE_PARTS
+    assert serving.Limits(max_body_in_flight=MAX_BODY).client_share(MAX_BODY) == MAX_BODY
 
 
 def test_the_budget_defaults_to_a_few_of_the_largest_bodies() -> None:

@@ -214,8 +214,11 @@ def test_extender_memory_is_bounded_under_25_slow_30_mib_bodies() -> None:
     async def flood(pid: int) -> tuple[int, int, int]:
         before = rss(pid)
 
-        async def slow() -> tuple[asyncio.StreamWriter, asyncio.Task[bytes]]:
-            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        async def slow(client: int) -> tuple[asyncio.StreamWriter, asyncio.Task[bytes]]:
+            # 25 clients, each from its own address: this measures the global bound (one
+            # address may hold a share of it only)
+            reader, writer = await asyncio.open_connection(
+                "127.0.0.1", port, local_addr=(f"127.0.1.{client}", 0))
             answer = asyncio.create_task(reader.read(200))
             writer.write(head)
             with contextlib.suppress(OSError):  # refused: closed once its 503 was sent
@@ -224,7 +227,7 @@ def test_extender_memory_is_bounded_under_25_slow_30_mib_bodies() -> None:
                     await writer.drain()
             return writer, answer
 
-        sent = await asyncio.gather(*(slow() for _ in range(25)))
+        sent = await asyncio.gather(*(slow(i + 1) for i in range(25)))
         peak = before
         for _ in range(20):  # what the server holds while the bodies wait for their end
             peak = max(peak, rss(pid))

@@ -34,13 +34,15 @@ async def test_a_review_beyond_the_budget_gets_503_with_retry_after(
                                limits=serving.Limits(body_timeout=3.0))
     port = client.server.port
 
-    async def connect() -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    async def connect(client: int = 1) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        # from 127.0.0.``client``: one client may hold a share of the budget only
         return await asyncio.open_connection("127.0.0.1", port, ssl=client_ssl,
-                                             server_hostname="localhost")
+                                             server_hostname="localhost",
+                                             local_addr=(f"127.0.0.{client}", 0))
 
     held = []
-    for _ in range(serving.BUDGET_BODIES):  # reviews of the largest body, being received
-        reader, writer = await connect()
+    for i in range(serving.BUDGET_BODIES):  # reviews of the largest body, being received
+        reader, writer = await connect(10 + i)
         writer.write(_head(MAX_BODY) + b'{"kind": ')
         await writer.drain()
         held.append((reader, writer))
@@ -61,3 +63,46 @@ async def test_a_review_beyond_the_budget_gets_503_with_retry_after(
     await asyncio.sleep(0.2)
     resp = await client.post("/mutate", data=review, headers={"Content-Type": "application/json"})
     assert resp.status == 200 and (await resp.json())["response"]["allowed"] is True
+
+
+async def test_one_client_with_four_slow_reviews_does_not_block_the_others(
+        make_client: MakeClient, client_ssl: ssl.SSLContext) -> None:
+    """An outside probe: four TLS connections from one client, each declaring a review of the
+    largest size and sending one byte, held the whole budget: every other admission got 503
+    for the body timeout. Now that client holds its share (one largest review); its other
+    reviews get 503 naming the share, and another client's admission is answered."""
+    client = await make_client(max_body_bytes=MAX_BODY,
+                               limits=serving.Limits(body_timeout=3.0))
+    port = client.server.port
+
+    async def connect(source: str) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        return await asyncio.open_connection("127.0.0.1", port, ssl=client_ssl,
+                                             server_hostname="localhost",
+                                             local_addr=(source, 0))
+
+    slow = []
+    for _ in range(serving.BUDGET_BODIES):
+        reader, writer = await connect("127.0.0.20")
+        writer.write(_head(MAX_BODY) + b"{")
+        await writer.drain()
+        slow.append((reader, writer))
+    await asyncio.sleep(0.2)
+    refused = 0
+    for reader, _ in slow[1:]:
+        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 1.0)
+        assert head.startswith(b"HTTP/1.1 503"), head
+        length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                      if line.lower().startswith(b"content-length:"))
+        body = json.loads(await reader.readexactly(length))
+        assert f"{MAX_BODY:,} at most from one client" in body["error"], body
+        assert "--max-body-in-flight" in body["error"], body
+        refused += 1
+    assert refused == serving.BUDGET_BODIES - 1
+    review = json.dumps(s.review(s.pod({requests.GPU_MEMORY: "8Gi"}))).encode()
+    reader, writer = await connect("127.0.0.21")
+    writer.write(_head(len(review)) + review)
+    head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 2.0)
+    assert head.startswith(b"HTTP/1.1 200"), head
+    writer.close()
+    for _, w in slow:
+        w.transport.abort()

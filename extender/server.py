@@ -203,7 +203,7 @@ def _pod_object(raw: bytes) -> Mapping[str, Any]:
         try:
             pod, _ = _loads(raw)
         except (ValueError, RecursionError) as exc:
-            raise WireError(f"request body is not valid JSON: {exc}") from None
+            raise WireError(f"request body is not valid JSON: {jsonwire.not_json(exc)}") from None
     if not isinstance(pod, dict):
         raise WireError("ExtenderArgs.Pod must be a Pod object")
     return pod
@@ -389,7 +389,7 @@ def decode_args(body: bytes) -> Args:
     try:
         raw, exotic = _loads(body)
     except (ValueError, RecursionError) as exc:
-        raise WireError(f"request body is not valid JSON: {exc}") from None
+        raise WireError(f"request body is not valid JSON: {jsonwire.not_json(exc)}") from None
     if not isinstance(raw, dict):
         raise WireError("request body must be a JSON object (ExtenderArgs)")
     pod = last_field(raw, "Pod")

@@ -40,6 +40,29 @@ def loads(data: bytes | str) -> Any:
     return json.loads(data)
 
 
+#: How deep arrays and objects may nest and always be read (orjson reads 1,024 levels, the
+#: standard library, which has the last word, somewhat fewer than Python's recursion limit);
+#: a Pod or a Node nests a dozen or so.
+MAX_DEPTH: Final = 500
+
+
+def not_json(exc: BaseException) -> str:
+    """Why a body that ``loads`` or ``loads_standard`` refused with ``exc`` is not JSON, in
+    wire terms: never Python's own words ("maximum recursion depth exceeded while decoding",
+    "'utf-8' codec can't decode byte 0xff in position 28")."""
+    if isinstance(exc, RecursionError):
+        return f"arrays and objects nested too deep; nest at most {MAX_DEPTH} levels"
+    if isinstance(exc, UnicodeDecodeError):
+        return f"not valid UTF-8 at byte offset {exc.start:,}; send UTF-8"
+    return str(exc)  # json's own "Expecting value: line 1 column 7 (char 6)", or ours
+
+
+def containers(data: bytes) -> int:
+    """An upper bound on the arrays and objects in ``data``: its ``[`` and ``{`` (those in
+    strings too), counted without parsing."""
+    return data.count(b"[") + data.count(b"{")
+
+
 def dumps(value: Any) -> bytes:
     """``value`` as compact JSON in UTF-8."""
     if HAVE_ORJSON:

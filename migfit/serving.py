@@ -25,6 +25,9 @@ What it bounds, so that idle or hostile clients cannot take the memory every pod
   is answered 503 with ``Retry-After`` before a byte of its body is read. One client address
   may hold at most a share of it (``Limits.client_share``: a quarter, never less than the
   largest body), so that four slow bodies from one client cannot refuse everyone else's.
+- **What a body makes the parser build.** A body may hold at most one JSON array or object
+  per ``BYTES_PER_CONTAINER`` bytes of the largest body (``JSON_CONTAINERS``), counted before
+  it is parsed; more is a 413 (``TooManyContainers``).
 - **Answers nobody reads.** A connection whose transport is paused for writing (the
   socket's buffers are full) and whose client takes nothing of what is left to send for
   ``write_timeout`` is closed (``_WriteStall``): it held the connection, and the answer, for
@@ -89,7 +92,7 @@ from typing import Any, Final, NoReturn, TypeVar
 
 from aiohttp import http_exceptions, web
 
-from migfit import errors, flagtypes
+from migfit import errors, flagtypes, jsonwire
 
 log = logging.getLogger("migfit.http")
 
@@ -103,6 +106,14 @@ DEFAULT_WRITE_TIMEOUT_S = 10.0
 # --max-body-in-flight is not given): kube-scheduler sends one call at a time per scheduling
 # cycle (filter, then prioritize), and a few API servers' admissions are a few KB each.
 BUDGET_BODIES = 4
+# A body may hold one JSON array or object ('[' or '{') per this many bytes of the largest
+# body accepted: parsed, each costs 56 to 64 bytes or more, and a 30 MiB /filter body of empty
+# arrays ("[],", 3 bytes each) took the extender from 295 MB to 1.17 GB and the event loop for
+# 1.1 s. Kubernetes objects hold far fewer: about one per 75 bytes in a Node's images, one
+# per 10 to 20 in the densest part of any (metadata.managedFields), so the largest body of
+# real objects stays well within (15,000 Nodes of 140 arrays and objects each in the
+# extender's 32 MiB; a pod and its old object of 1.5 MiB each in the webhook's 3 MiB).
+BYTES_PER_CONTAINER = 16
 # One client address may hold at most this fraction (1/N) of the body budget, and never less
 # than the largest body: four slow bodies from one client (a pod, a misbehaving API server)
 # took the whole default budget, so every other admission got 503 for the body timeout.
@@ -303,6 +314,18 @@ class BodyBudget:
 
 
 BODY_BUDGET: Final = web.AppKey("migfit_body_budget", BodyBudget)
+JSON_CONTAINERS: Final = web.AppKey("migfit_json_containers", int)
+"""The most JSON arrays and objects ``read_body`` lets a body hold (``limit_bodies``)."""
+
+
+class TooManyContainers(web.HTTPRequestEntityTooLarge):
+    """413: a body holds more JSON arrays and objects than ``JSON_CONTAINERS``."""
+
+    def __init__(self, held: int, limit: int) -> None:
+        web.HTTPException.__init__(
+            self, text=f"the request body holds {held:,} JSON arrays and objects, more than "
+                       f"{limit:,} (one per {BYTES_PER_CONTAINER} bytes of --max-body); send "
+                       "fewer")
 
 
 def limit_bodies(app: web.Application, limits: Limits, max_body: int) -> BodyBudget:
@@ -310,6 +333,7 @@ def limit_bodies(app: web.Application, limits: Limits, max_body: int) -> BodyBud
     which ``read_body`` reads through; ValueError as ``Limits.body_budget`` raises it."""
     app[BODY_BUDGET] = budget = BodyBudget(limits.body_budget(max_body),
                                            limits.client_share(max_body))
+    app[JSON_CONTAINERS] = max(max_body // BYTES_PER_CONTAINER, 1)
     return budget
 
 
@@ -329,7 +353,8 @@ async def read_body(request: web.Request, timeout_s: float) -> bytes:
     address too; a request it cannot hold, or whose client would pass its share of it
     (``BodyBudget.share``), gets 503 with ``Retry-After``. It is given back on every way
     out: the body handed over, 408 when the body takes longer than ``timeout_s``, a client
-    gone mid-body (logged at debug; a 400 it will never read), 413.
+    gone mid-body (logged at debug; a 400 it will never read), 413. A body of more JSON
+    arrays and objects than the app's ``JSON_CONTAINERS`` is a 413 (``TooManyContainers``).
 
     The body is not kept on the request (``request.read()`` would keep it there, and aiohttp
     keeps the last request of a keep-alive connection until the next one: 30 MiB per idle
@@ -355,7 +380,7 @@ async def read_body(request: web.Request, timeout_s: float) -> bytes:
             body = content.read_nowait()
             if len(body) > taken:  # no declared length
                 taken = _account(budget, client, limit, len(body), taken)
-            return body
+            return _shaped(request, body)
         if declared:
             # Held to its declared length (and budgeted): let aiohttp buffer that much
             # before it pauses reading, as its own ``read`` does (aiohttp 3.13 and later),
@@ -371,7 +396,7 @@ async def read_body(request: web.Request, timeout_s: float) -> bytes:
                 if size > taken:  # no declared length: counted as it comes
                     taken = _account(budget, client, limit, size, taken)
                 chunks.append(chunk)
-        return b"".join(chunks)
+        return _shaped(request, b"".join(chunks))
     except TimeoutError:
         log.warning("%s %s from %s: body not received within %ss; closing", request.method,
                     request.path, request.remote, timeout_s)
@@ -384,6 +409,21 @@ async def read_body(request: web.Request, timeout_s: float) -> bytes:
     finally:
         if taken and budget is not None:
             budget.give(taken, client)
+
+
+def _shaped(request: web.Request, body: bytes) -> bytes:
+    """``body``, unless it holds more JSON arrays and objects than the app's
+    ``JSON_CONTAINERS`` (413, ``TooManyContainers``): counted, not parsed, and only where
+    the body is long enough to hold that many (two bytes each at least)."""
+    most = request.app.get(JSON_CONTAINERS)
+    if most is not None and len(body) > 2 * most:
+        held = jsonwire.containers(body)
+        if held > most:
+            log.warning("%s %s from %s: body of %d JSON arrays and objects, more than %d: "
+                        "answering 413", request.method, request.path, request.remote, held,
+                        most)
+            raise TooManyContainers(held, most)
+    return body
 
 
 def _account(budget: BodyBudget | None, client: str, limit: int, size: int, taken: int) -> int:

@@ -431,6 +431,9 @@ async def mutate(request: web.Request) -> web.Response:
         return _too_large(state, limit)
     try:
         body = await serving.read_body(request, state.settings.limits.body_timeout)
+    except serving.TooManyContainers as exc:  # what its parse would build
+        state.metrics.bad_requests.labels("413").inc()
+        return _error(413, exc.text or "too many JSON arrays and objects")
     except web.HTTPRequestEntityTooLarge:
         return _too_large(state, limit)
     except web.HTTPServiceUnavailable as exc:  # the bodies in flight fill the budget

@@ -16,7 +16,7 @@ import pytest
 import webhook_scenery as s
 from webhook_scenery import MakeClient
 
-from migfit import requests
+from migfit import requests, serving
 from migfit.extender import filtering, scoring, scoring_log
 
 
@@ -162,12 +162,12 @@ async def test_a_body_too_large_is_refused_before_it_is_invited(
     assert resp.status == 200 and (await resp.json())["response"]["allowed"] is True
 
 
-async def test_a_body_nested_200000_deep_is_refused_and_the_server_lives(
+async def test_a_body_nested_90000_deep_is_refused_and_the_server_lives(
         make_client: MakeClient) -> None:
-    """400 KB of brackets: orjson before 3.9.15 overflowed the C stack on it and the process
+    """180 KB of brackets: orjson before 3.9.15 overflowed the C stack on it and the process
     died (CVE-2024-27454); now it is a 400 like any body that is not an AdmissionReview."""
     client = await make_client()
-    depth = 200_000
+    depth = 90_000  # within the arrays a body may hold (serving.BYTES_PER_CONTAINER)
     for body in (b"[" * depth + b"]" * depth,
                  b'{"kind":"AdmissionReview","request":' + b"[" * depth + b"]" * depth + b"}"):
         resp = await client.post("/mutate", data=body,
@@ -176,3 +176,28 @@ async def test_a_body_nested_200000_deep_is_refused_and_the_server_lives(
     review = s.review(s.pod({requests.GPU_MEMORY: "12Gi"}))
     resp = await client.post("/mutate", json=review)
     assert resp.status == 200
+
+
+async def test_a_review_of_more_arrays_than_its_size_allows_gets_413_before_it_is_parsed(
+        make_client: MakeClient) -> None:
+    """Empty arrays cost 3 bytes of body and 56 bytes or more each once parsed (an outside
+    probe's 30 MiB of them took the extender to 1.17 GB). A body may hold one array or object
+    per serving.BYTES_PER_CONTAINER bytes of --max-body; more is a 413 that says so."""
+    max_body = 256 * 1024
+    most = max_body // serving.BYTES_PER_CONTAINER
+    client = await make_client(max_body_bytes=max_body)
+
+    def review(arrays: int) -> bytes:
+        made = s.review(s.pod({requests.GPU_MEMORY: "12Gi"}))
+        made["request"]["object"]["metadata"]["labels"] = {"x": "PAD"}
+        return json.dumps(made).encode().replace(
+            b'"PAD"', b'"y"},"x":[' + b"[]," * (arrays - 1) + b'[]],"z":{"a":"b"')
+
+    resp = await client.post("/mutate", data=review(most + 10),
+                             headers={"Content-Type": "application/json"})
+    body = await resp.json()
+    assert resp.status == 413, body
+    assert f"more than {most:,}" in body["error"] and "--max-body" in body["error"], body
+    resp = await client.post("/mutate", data=review(most // 2),
+                             headers={"Content-Type": "application/json"})
+    assert resp.status == 200, await resp.text()

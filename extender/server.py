@@ -612,8 +612,8 @@ async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
         return await handler(request)
     except web.HTTPException as exc:
         if exc.status >= 400 and exc.content_type != "application/json":
-            response = _json({"Error": exc.reason}, status=exc.status)
-            response.headers.update(serving.kept_headers(exc))
+            response = _json({"Error": serving.error_text(exc)}, status=exc.status)
+            serving.keep_headers(exc, response)
             return response
         raise
     except Exception as exc:
@@ -664,7 +664,7 @@ async def _verb(request: web.Request, *, verb: str, error: Callable[[str], Any],
     except web.HTTPServiceUnavailable as exc:  # the bodies in flight fill the budget
         code = 503
         response = _json(error(exc.text or "busy; retry"), status=code)
-        response.headers.update(serving.kept_headers(exc))  # Retry-After, Connection: close
+        serving.keep_headers(exc, response)  # Retry-After, Connection: close
         return response
     except web.HTTPException as exc:  # a slow body's 408, a client gone mid-body's 400
         code = exc.status

@@ -53,9 +53,10 @@ Client misbehaviour (malformed HTTP, a client gone mid-body, a failed handshake)
 one line at warning (malformed) or debug (disconnects, and traffic that is not HTTP at all),
 never an ERROR with a traceback. What aiohttp's parser rejects before any handler runs (a bad
 request line, header or chunked body, a request head over its bounds) is answered by
-``JsonErrors`` in the application's own JSON error shape (``ERROR_ANSWER``): 400, or 431 for a
-head over its bounds, with a fixed message saying what to change, ``Connection: close``, and
-none of the client's bytes (aiohttp's own answer was text that quoted them back).
+``JsonErrors`` in the application's own JSON error shape (``ERROR_ANSWER``): 400, 431 for a
+head over its bounds, or 415 for a Content-Encoding aiohttp cannot decode, with a fixed
+message saying what to change, ``Connection: close``, and none of the client's bytes
+(aiohttp's own answer was text that quoted them back).
 
 Stopping (``serve``, ``on_signals``): the first SIGTERM or SIGINT begins a graceful shutdown
 (drain, then requests in flight get ``shutdown_timeout``); a second one during it cuts it
@@ -402,13 +403,46 @@ async def read_body(request: web.Request, timeout_s: float) -> bytes:
                     request.path, request.remote, timeout_s)
         raise web.HTTPRequestTimeout(text="request body too slow",
                                      headers={"Connection": "close"}) from None
-    except (ConnectionError, web.RequestPayloadError) as exc:
+    except web.RequestPayloadError as exc:
+        if not _undecodable(exc):
+            log.debug("%s %s from %s: client gone mid-body (%s)", request.method,
+                      request.path, request.remote, exc or type(exc).__name__)
+            raise web.HTTPBadRequest(text="incomplete request body") from None
+        # The parser stopped at the bytes that do not decode: the body ends here for
+        # aiohttp too (else its lingering read after the answer meets the same error and
+        # logs it as an unhandled exception), and the connection closes.
+        content.feed_eof()
+        said = request.headers.get("Content-Encoding", "").strip().lower()
+        name = said if said in ("gzip", "x-gzip", "deflate") else "its Content-Encoding"
+        log.info("%s %s from %s: body does not decode as %s: answering 400", request.method,
+                 request.path, request.remote, name)
+        raise web.HTTPBadRequest(
+            text=f"the request body does not decode as {name} (Content-Encoding: {name}); "
+                 f"send it so compressed, or uncompressed without Content-Encoding",
+            headers={"Connection": "close"}) from None
+    except ConnectionError as exc:
         log.debug("%s %s from %s: client gone mid-body (%s)", request.method, request.path,
                   request.remote, exc or type(exc).__name__)
         raise web.HTTPBadRequest(text="incomplete request body") from None
     finally:
         if taken and budget is not None:
             budget.give(taken, client)
+
+
+def _undecodable(exc: web.RequestPayloadError) -> bool:
+    """Whether ``exc`` says the body does not decode as its Content-Encoding says (aiohttp's
+    parser wraps its ContentEncodingError's words, not the error itself)."""
+    cause = exc.__cause__ or exc.__context__
+    return (isinstance(cause, http_exceptions.ContentEncodingError)
+            or "content-encoding" in str(exc).lower())
+
+
+def error_text(exc: web.HTTPException) -> str:
+    """What an error answer built from ``exc`` says: its text (the reason ``read_body`` and
+    the handlers give, "request body too slow"), or its reason phrase where the text is
+    aiohttp's default ("404: Not Found")."""
+    text = exc.text or ""
+    return exc.reason if not text or text == f"{exc.status}: {exc.reason}" else text
 
 
 def _shaped(request: web.Request, body: bytes) -> bytes:
@@ -440,6 +474,16 @@ def _account(budget: BodyBudget | None, client: str, limit: int, size: int, take
     return size
 
 
+def keep_headers(exc: web.HTTPException, response: web.StreamResponse) -> None:
+    """Give ``response``, an error answer rebuilt from ``exc``, the headers it must keep
+    (``kept_headers``), and close its connection once it is sent where ``exc`` says
+    ``Connection: close``: the header alone does not make aiohttp close it, so a client
+    told so waited on an open connection until the keep-alive timeout."""
+    response.headers.update(kept_headers(exc))
+    if response.headers.get("Connection", "").lower() == "close":
+        response.force_close()
+
+
 def kept_headers(exc: web.HTTPException) -> dict[str, str]:
     """The headers of ``exc`` that an error answer rebuilt from it (a JSON body) must keep:
     ``Retry-After`` (the body budget's 503) and ``Connection`` (close: a body left unread)."""
@@ -462,11 +506,18 @@ def expect_within(limit: int, refuse: Callable[[int], web.StreamResponse]) -> Ex
         if request.version != (1, 1):
             return None
         if expect.lower() != "100-continue":
-            raise web.HTTPExpectationFailed(text=f"unknown Expect: {expect[:80]}")
+            # Answered here, in the app's own shape: the expect handler runs outside its
+            # middlewares, and none of the client's bytes are echoed.
+            refused = request.app.get(ERROR_ANSWER, default_error_answer)(
+                417, "unsupported Expect header: send Expect: 100-continue, or none")
+            refused.headers["Connection"] = "close"
+            refused.force_close()
+            return refused
         length = request.content_length
         if length is not None and length > limit:
             answer = refuse(length)
             answer.headers["Connection"] = "close"  # the body was never sent: nothing to read
+            answer.force_close()
             return answer
         budget = request.app.get(BODY_BUDGET)
         client = _client(request.transport) if request.transport is not None else ""
@@ -948,6 +999,9 @@ def default_error_answer(status: int, message: str) -> web.StreamResponse:
 
 
 _HEAD_TOO_LARGE = 431  # Request Header Fields Too Large (RFC 6585 §5)
+_UNSUPPORTED_MEDIA = 415  # what RFC 9110 §15.5.16 answers a Content-Encoding not supported
+# What a request body may be encoded as (Content-Encoding), in words.
+ACCEPTED_ENCODINGS = "gzip, deflate or identity (uncompressed)"
 
 
 def malformed(exc: http_exceptions.HttpProcessingError, *, max_line_size: int = MAX_LINE_SIZE,
@@ -981,7 +1035,14 @@ def malformed(exc: http_exceptions.HttpProcessingError, *, max_line_size: int = 
                      "the data, CRLF, and a chunk of size 0 ends the body")
     if isinstance(exc, http_exceptions.InvalidHeader):
         return 400, _BAD_HEADER
+    if isinstance(exc, http_exceptions.ContentEncodingError):
+        # aiohttp decodes gzip and deflate; br and zstd only with optional packages
+        return _UNSUPPORTED_MEDIA, (f"unsupported Content-Encoding: send the body as "
+                                    f"{ACCEPTED_ENCODINGS}")
     reason = exc.message.split(":", 1)[0].split("\n", 1)[0].lower()
+    if "missing" in reason and "host" in reason:
+        return 400, ("the Host header is missing: an HTTP/1.1 request must send one "
+                     "(Host: the server's name)")
     if "too many headers" in reason:
         return _HEAD_TOO_LARGE, (f"more than {max_headers} header lines; send at most "
                                  f"{max_headers}")

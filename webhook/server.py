@@ -439,7 +439,7 @@ async def mutate(request: web.Request) -> web.Response:
     except web.HTTPServiceUnavailable as exc:  # the bodies in flight fill the budget
         # kube-apiserver's client retries it after Retry-After (serving.RETRY_AFTER_S).
         response = _error(503, exc.text or "busy; retry")
-        response.headers.update(serving.kept_headers(exc))
+        serving.keep_headers(exc, response)
         return response
     status, out = answer_bytes(body, state=state)
     return _bytes(out, status=status)
@@ -489,8 +489,8 @@ async def _json_errors(
     except web.HTTPException as exc:
         if exc.status < 400:
             raise
-        response = _error(exc.status, exc.reason)
-        response.headers.update(serving.kept_headers(exc))
+        response = _error(exc.status, serving.error_text(exc))
+        serving.keep_headers(exc, response)
         return response
     except Exception:
         log.exception("handling %s %s failed", request.method, request.path)

@@ -116,3 +116,28 @@ async def test_a_call_the_budget_cannot_hold_is_not_invited_to_send_its_body(por
     first = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 2.0)
     assert first.startswith(b"HTTP/1.1 100 Continue"), first
     writer.close()
+
+
+async def test_a_slow_body_and_a_bad_expect_are_answered_saying_so() -> None:
+    """The extender's 408 said "Request Timeout" (the reason phrase), not what was too slow,
+    and an unknown Expect got aiohttp's text/plain 417 echoing the client's bytes."""
+    settings = server.ExtenderSettings(host="127.0.0.1", port=0, max_body_bytes=MAX_BODY,
+                                       limits=serving.Limits(body_timeout=0.5))
+    app = server.make_app(settings=settings, cluster=build([node("n", {"1g.10gb": 7})]))
+    runner, started = await serving.start(app, server.listen_of(settings, None))
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", started.port)
+        writer.write(_head(b"/filter", 100) + b'{"Pod": {')
+        head, body = await _answer(reader, 3.0)
+        assert head.startswith(b"HTTP/1.1 408"), head
+        assert json.loads(body)["Error"] == "request body too slow", body
+        writer.close()
+        reader, writer = await asyncio.open_connection("127.0.0.1", started.port)
+        writer.write(_head(b"/filter", 2).replace(b"\r\n\r\n", b"\r\nExpect: zq<b>\r\n\r\n"))
+        head, body = await _answer(reader, 3.0)
+        assert head.startswith(b"HTTP/1.1 417") and b"application/json" in head, head
+        assert b"zq" not in head + body
+        assert json.loads(body)["Error"].startswith("unsupported Expect header"), body
+        writer.close()
+    finally:
+        await runner.cleanup()

@@ -74,3 +74,61 @@ async def test_a_malformed_request_is_answered_in_the_webhooks_shape(
     metrics = await _exchange(port, client_ssl, b"GET /metrics HTTP/1.1\r\nHost: localhost\r\n"
                                                 b"Connection: close\r\n\r\n")
     assert f'migfit_webhook_bad_requests_total{{status="{status}"}} 1.0'.encode() in metrics
+
+
+def _post(head: bytes, body: bytes = b"") -> bytes:
+    return (b"POST /mutate HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
+            + head + b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+
+
+@pytest.mark.parametrize(("data", "status", "says"), [
+    (_post(b"Content-Encoding: br\r\n", b"abc"), 415,
+     "unsupported Content-Encoding: send the body as gzip, deflate or identity"),
+    (_post(b"Content-Encoding: zstd\r\n", b"abc"), 415,
+     "unsupported Content-Encoding: send the body as gzip, deflate or identity"),
+    (b"GET /healthz HTTP/1.1\r\nX-Mark: " + MARK + b"\r\n\r\n", 400,
+     "the Host header is missing"),
+    (_post(b"Content-Encoding: gzip\r\n", b'{"kind": "' + MARK + b'"}'), 400,
+     "the request body does not decode as gzip"),
+    (_post(b"Expect: " + MARK + b"\r\n", b"{}"), 417,
+     "unsupported Expect header: send Expect: 100-continue, or none"),
+], ids=["br", "zstd", "no-host", "not-gzip", "expect"])
+async def test_a_refusal_says_what_is_wrong(
+        port: int, client_ssl: ssl.SSLContext, caplog: pytest.LogCaptureFixture,
+        data: bytes, status: int, says: str) -> None:
+    """Each was answered "malformed HTTP request" (br, zstd), "malformed header line" (no
+    Host), "incomplete request body" with an "Unhandled exception" warning and a "client gone
+    mid-body" line (a body that is not gzip), or text/plain echoing the client's Expect."""
+    caplog.set_level(logging.DEBUG)
+    answer = await _exchange(port, client_ssl, data)
+    top, _, body = answer.partition(b"\r\n\r\n")
+    lines = top.decode("latin-1").split("\r\n")
+    headers = {k.lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:])}
+    assert lines[0].split(" ")[1] == str(status), answer[:300]
+    assert headers["content-type"].startswith("application/json"), answer[:300]
+    assert headers["connection"] == "close", answer[:300]
+    error = json.loads(body)
+    assert error["error"].startswith(says) and error["status"] == status, error
+    assert MARK not in answer
+    logged = " | ".join(r.getMessage() for r in caplog.records)
+    assert "Unhandled exception" not in logged and "mid-body" not in logged, logged
+    assert not [r for r in caplog.records if r.exc_info or r.levelno >= logging.ERROR]
+
+
+async def test_a_slow_body_is_answered_408_saying_so(
+        serving: certificates.Issued, client_ssl: ssl.SSLContext) -> None:
+    """The 408 said "Request Timeout" (the reason phrase), not what was too slow."""
+    context = reloading.context_from_pem(cert_pem=serving.cert_pem, key_pem=serving.key_pem)
+    app = server.make_app(server.Settings(policy=scenery.POLICY,
+                                          limits=http.Limits(body_timeout=0.5)),
+                          scenery.make_cluster())
+    runner, started = await http.start(app, http.Listen(host="127.0.0.1", port=0,
+                                                        ssl_context=context))
+    try:
+        answer = await _exchange(started.port, client_ssl,
+                                 _post(b"", b"{" * 50)[:-40])  # 10 bytes of 50, then nothing
+    finally:
+        await runner.cleanup()
+    assert answer.startswith(b"HTTP/1.1 408"), answer[:200]
+    error = json.loads(answer.partition(b"\r\n\r\n")[2])
+    assert error == {"error": "request body too slow", "status": 408}, error

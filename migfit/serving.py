@@ -79,6 +79,7 @@ import socket
 import ssl
 import struct
 import sys
+import time
 from collections.abc import (
     AsyncIterator,
     Awaitable,
@@ -538,31 +539,49 @@ def expect_within(limit: int, refuse: Callable[[int], web.StreamResponse]) -> Ex
 
 class _Gate:
     """Counts open connections, in all and per client address, and refuses those beyond
-    the limits. The per-address counts hold only addresses with a connection open."""
+    the limits. The per-address counts hold only addresses with a connection open.
 
-    def __init__(self, limit: int, per_client: int = DEFAULT_MAX_PER_CLIENT) -> None:
+    Refusals are logged per kind (``--max-connections``, ``--max-connections-per-client``)
+    and per episode: the first of an episode, then every ``REFUSALS_PER_LINE``-th. An
+    episode ends once the count it hit drops below its limit, or after ``QUIET_S`` without a
+    refusal of its kind; the next refusal begins a new one, logged if the last line of its
+    kind is ``EPISODE_LINE_S`` old (a count that swings about its limit logs no more). One
+    counter for both logged the first refusal only: after a per-client refusal, filling
+    --max-connections logged nothing."""
+
+    REFUSALS_PER_LINE = 1000
+    QUIET_S = 60.0
+    EPISODE_LINE_S = 10.0
+
+    def __init__(self, limit: int, per_client: int = DEFAULT_MAX_PER_CLIENT, *,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.limit = limit
         self.per_client = per_client
         self.open = 0
         self.refused = 0
         self.clients: dict[str, int] = {}
+        self._clock = clock
+        self._episodes: dict[str, _Episode] = {}
 
     def admit(self) -> bool:
         if self.open >= self.limit:
-            self._refuse(f"connection limit ({self.limit}) reached")
+            self._refuse("all", f"connection limit ({self.limit}) reached "
+                                "(--max-connections)")
             return False
         self.open += 1
         return True
 
     def release(self) -> None:
         self.open -= 1
+        if self.open < self.limit:
+            self._end("all")
 
     def claim(self, client: str) -> bool:
         """Count one more connection of ``client`` (an admitted one), or refuse it."""
         held = self.clients.get(client, 0)
         if held >= self.per_client:
-            self._refuse(f"{client} holds {held} connections, the most one client may "
-                         "(--max-connections-per-client)")
+            self._refuse("client", f"{client} holds {held} connections, the most one client "
+                                   "may (--max-connections-per-client)", client)
             return False
         self.clients[client] = held + 1
         return True
@@ -573,11 +592,49 @@ class _Gate:
             self.clients[client] = held
         else:
             self.clients.pop(client, None)
+        episode = self._episodes.get("client")
+        if episode is not None and episode.client == client and held < self.per_client:
+            self._end("client")
 
-    def _refuse(self, why: str) -> None:
+    def _end(self, kind: str) -> None:
+        episode = self._episodes.get(kind)
+        if episode is not None:
+            episode.ended = True
+
+    def _refuse(self, kind: str, why: str, client: str = "") -> None:
         self.refused += 1
-        if self.refused == 1 or self.refused % 1000 == 0:
-            log.warning("%s: refusing new connections (%d refused so far)", why, self.refused)
+        now = self._clock()
+        episode = self._episodes.get(kind)
+        if episode is None:
+            episode = self._episodes[kind] = _Episode(client=client, last=now)
+            episode.refused = 1
+            self._line(episode, why, now)
+            return
+        if episode.ended or now - episode.last >= self.QUIET_S:
+            episode.ended = False
+            episode.client = client
+            episode.refused = 0
+        episode.refused += 1
+        episode.last = now
+        if ((episode.refused == 1 and now - episode.logged >= self.EPISODE_LINE_S)
+                or episode.refused % self.REFUSALS_PER_LINE == 0):
+            self._line(episode, why, now)
+
+    def _line(self, episode: _Episode, why: str, now: float) -> None:
+        episode.logged = now
+        log.warning("%s: refusing new connections (%d refused in this episode, %d in all)",
+                    why, episode.refused, self.refused)
+
+
+@dataclasses.dataclass(slots=True)
+class _Episode:
+    """Refusals of one kind in a row (``_Gate._refuse``)."""
+
+    client: str
+    last: float  # when the last refusal came
+    refused: int = 0
+    logged: float = 0.0  # when the last line was written
+    ended: bool = False  # the count dropped below its limit since
 
 
 def _host(peer: object) -> str:

@@ -241,3 +241,72 @@ def test_limits_refuse_values_that_cannot_work() -> None:
                 serving.Limits(max_connections=0), serving.Limits(max_per_client=0)):
         with pytest.raises(ValueError, match="--"):
             bad.check()
+
+
+async def _raw(port: int, source: str) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    return await asyncio.open_connection("127.0.0.1", port, local_addr=(source, 0))
+
+
+@pytest.mark.parametrize("tls", [False, True], ids=["http", "https"])
+async def test_each_kind_of_refusal_is_logged(tls: bool, tmp_path: Path,
+                                              caplog: pytest.LogCaptureFixture) -> None:
+    """One counter served both limits and only its first refusal was logged: after a
+    per-client refusal, filling --max-connections logged nothing (an outside probe). Now
+    the first refusal of each kind is logged, and the first of each new episode."""
+    caplog.set_level(logging.WARNING, logger="migfit.http")
+    limits = serving.Limits(keepalive_timeout=5.0, body_timeout=1.0, handshake_timeout=5.0,
+                            max_connections=4, max_per_client=2)
+    runner, server = await _start(tls, tmp_path, limits)
+    port = server.started.port
+    opened = []
+    try:
+        for _ in range(3):  # the third beyond 127.0.0.2's share
+            with contextlib.suppress(ConnectionResetError):
+                opened.append(await _raw(port, "127.0.0.2"))
+            await asyncio.sleep(0.05)
+        for source in ("127.0.0.3", "127.0.0.3", "127.0.0.4"):  # the last beyond the cap
+            with contextlib.suppress(ConnectionResetError):
+                opened.append(await _raw(port, source))
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(0.3)
+        assert server.started.refused_connections == 2
+        lines = [r.getMessage() for r in caplog.records if "refusing new connections" in
+                 r.getMessage()]
+        assert len(lines) == 2, lines
+        assert "--max-connections-per-client" in lines[0], lines
+        assert "(--max-connections)" in lines[1], lines
+    finally:
+        for _, w in opened:
+            w.close()
+        await runner.cleanup()
+
+
+def test_a_new_episode_of_refusals_is_logged_again(caplog: pytest.LogCaptureFixture) -> None:
+    """After the count drops below its limit, or a quiet minute, the next refusal is logged
+    again; refusals in a row are not (but every thousandth), nor an episode that begins
+    within 10 s of the last line."""
+    caplog.set_level(logging.WARNING, logger="migfit.http")
+    now = [100.0]
+    gate = serving._Gate(2, 2, clock=lambda: now[0])
+
+    def lines() -> int:
+        return sum("refusing new connections" in r.getMessage() for r in caplog.records)
+
+    assert gate.admit() and gate.admit()
+    assert not gate.admit() and not gate.admit()  # one episode: one line
+    assert lines() == 1
+    gate.release()  # below the limit: the episode ends
+    assert gate.admit()
+    assert not gate.admit()  # a new episode, but within 10 s of the last line
+    assert lines() == 1
+    now[0] += 11
+    gate.release()
+    assert gate.admit()
+    assert not gate.admit()  # a new episode, 11 s later: logged
+    assert lines() == 2
+    now[0] += 61
+    assert not gate.admit()  # a quiet minute later, still full: a new episode
+    assert lines() == 3
+    for _ in range(serving._Gate.REFUSALS_PER_LINE - 1):
+        assert not gate.admit()
+    assert lines() == 4  # the thousandth of the episode

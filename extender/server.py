@@ -798,7 +798,8 @@ def make_app(
     Routes: ``POST /filter``, ``POST /prioritize``, ``GET /healthz``, ``/readyz``, ``/metrics``,
     ``/advice``. It can be mounted under a prefix with ``add_subapp`` (``migfit serve``).
     """
-    app = web.Application(client_max_size=settings.max_body_bytes, middlewares=[_errors])
+    app = web.Application(client_max_size=settings.max_body_bytes,
+                          middlewares=[serving.bodiless, _errors])
     serving.limit_bodies(app, settings.limits, settings.max_body_bytes)
     if index is None:
         index = figures.Index(cluster)

@@ -475,6 +475,40 @@ def _account(budget: BodyBudget | None, client: str, limit: int, size: int, take
     return size
 
 
+_BODILESS = frozenset({"GET", "HEAD"})
+
+
+@web.middleware
+async def bodiless(request: web.Request,
+                   handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+                   ) -> web.StreamResponse:
+    """GET and HEAD take no body: one declared beyond the app's ``client_max_size`` is a 413
+    in the app's ``ERROR_ANSWER``, and any other is left unread; either way the connection
+    closes once answered, the body never read. aiohttp read and dropped what was left of
+    an unread body after the answer: ``GET /healthz`` with ``Content-Length: 99999999999``
+    was answered 200, then the server took in gigabytes, past --max-body and
+    --body-timeout. The outermost of an app's middlewares."""
+    if request.method not in _BODILESS or not request.body_exists:
+        return await handler(request)
+    limit = request.client_max_size
+    declared = request.content_length
+    if limit and declared is not None and declared > limit:
+        answer = request.app.get(ERROR_ANSWER, default_error_answer)
+        response = answer(413, f"a {request.method} request takes no body, and this one "
+                               f"declares {declared:,} bytes, more than {limit:,} "
+                               "(--max-body): send none")
+    else:
+        response = await handler(request)
+    if not request.content.is_eof():
+        # Closed once answered: the parser takes no more of the connection's bytes (the
+        # handler's ``close``), and the body counts as ended, so that aiohttp does not read
+        # it on for LINGER_S.
+        response.force_close()
+        request.protocol.close()
+        request.content.feed_eof()
+    return response
+
+
 def keep_headers(exc: web.HTTPException, response: web.StreamResponse) -> None:
     """Give ``response``, an error answer rebuilt from ``exc``, the headers it must keep
     (``kept_headers``), and close its connection once it is sent where ``exc`` says

@@ -520,7 +520,8 @@ def make_app(
     """
     if registry is None:
         registry = common_metrics.registry()
-    app = web.Application(client_max_size=settings.max_body_bytes, middlewares=[_json_errors])
+    app = web.Application(client_max_size=settings.max_body_bytes,
+                          middlewares=[serving.bodiless, _json_errors])
     serving.limit_bodies(app, settings.limits, settings.max_body_bytes)
     if tracker is None and cluster is not None:
         tracker = view.SupplyTracker(cluster)

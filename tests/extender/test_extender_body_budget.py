@@ -141,3 +141,16 @@ async def test_a_slow_body_and_a_bad_expect_are_answered_saying_so() -> None:
         writer.close()
     finally:
         await runner.cleanup()
+
+
+async def test_a_get_with_a_body_too_large_gets_413_unread(port: int) -> None:
+    """GET /healthz with Content-Length: 99999999999 was answered 200 and its body read and
+    dropped after the answer (an outside probe: 17 GB over 31 s). Now it is a 413 in the
+    extender's shape, and the connection closes."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(b"GET /healthz HTTP/1.1\r\nHost: x\r\nContent-Length: 99999999999\r\n\r\n")
+    head, body = await _answer(reader, 5.0)
+    assert head.startswith(b"HTTP/1.1 413") and b"\r\nConnection: close\r\n" in head, head
+    assert "takes no body" in json.loads(body)["Error"], body
+    assert await asyncio.wait_for(reader.read(), 5.0) == b""
+    writer.close()

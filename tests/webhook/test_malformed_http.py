@@ -10,6 +10,7 @@ b'Bad Header: v'``), and the log line quoted them too.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import ssl
@@ -132,3 +133,39 @@ async def test_a_slow_body_is_answered_408_saying_so(
     assert answer.startswith(b"HTTP/1.1 408"), answer[:200]
     error = json.loads(answer.partition(b"\r\n\r\n")[2])
     assert error == {"error": "request body too slow", "status": 408}, error
+
+
+async def test_a_get_with_a_body_is_answered_and_closed_unread(
+        port: int, client_ssl: ssl.SSLContext) -> None:
+    """GET /healthz with Content-Length: 99999999999 was answered 200, then the server read
+    and dropped what the client streamed, past --max-body and --body-timeout (an outside
+    probe: 17 GB). Now a declared body beyond --max-body is a 413 on a GET too, and a smaller
+    one is left unread: answered, then the connection closes."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=client_ssl,
+                                                   server_hostname="localhost")
+    writer.write(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n"
+                 b"Content-Length: 99999999999\r\n\r\n" + b" " * 65536)
+    head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
+    assert head.startswith(b"HTTP/1.1 413"), head
+    assert b"\r\nConnection: close\r\n" in head, head
+    rest = await _until_closed(reader)
+    assert b"takes no body" in rest and b"--max-body" in rest, rest
+    writer.close()
+    reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=client_ssl,
+                                                   server_hostname="localhost")
+    writer.write(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\nContent-Length: 1000\r\n\r\n"
+                 + b" " * 10)
+    head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
+    assert head.startswith(b"HTTP/1.1 200"), head
+    assert b"\r\nConnection: close\r\n" in head, head
+    await _until_closed(reader)
+    writer.close()
+
+
+async def _until_closed(reader: asyncio.StreamReader) -> bytes:
+    """What the server sends until it closes the connection (it must, within 5 s)."""
+    data = b""
+    with contextlib.suppress(ConnectionError, ssl.SSLError):
+        while chunk := await asyncio.wait_for(reader.read(65536), 5):
+            data += chunk
+    return data

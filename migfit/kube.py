@@ -184,10 +184,11 @@ class ApiError(ApiException):
         return self.message
 
 
-def parse_duration(text: str) -> float:
+def parse_duration(text: str, *, zero: str = "no limit") -> float:
     """kubectl's ``--request-timeout``: ``30s``, ``1m30s``, ``500ms``, ``2h`` or bare seconds.
 
-    ``0`` means no timeout. A negative or unreadable value is a UsageError.
+    ``0`` means no timeout here (``zero``: what it means to the command whose flag this is,
+    for the error). A negative or unreadable value is a UsageError.
     """
     value = text.strip()
     try:
@@ -198,10 +199,10 @@ def parse_duration(text: str) -> float:
         if not parts or "".join(n + u for n, u in parts) != value:
             raise errors.UsageError(
                 f"--request-timeout {text!r}: give a duration such as 30s, 1m or 500ms "
-                "(0: no timeout)") from None
+                f"(0: {zero})") from None
         seconds = sum(float(n) * units[u] for n, u in parts)
     if not (math.isfinite(seconds) and seconds >= 0):  # nan, inf and 1e999 are no duration
-        raise errors.UsageError(f"--request-timeout {text!r}: use 0 or more (0: no limit)")
+        raise errors.UsageError(f"--request-timeout {text!r}: use 0 or more (0: {zero})")
     return seconds
 
 

@@ -183,6 +183,41 @@ def test_serve_refuses_a_body_budget_below_the_extenders_largest_body(tmp_path: 
            "(33,554,432 bytes)" in line
 
 
+def test_serve_names_the_extenders_largest_body_for_any_budget_below_it(tmp_path: Path) -> None:
+    """One budget serves both servers: a value below the webhook's largest body named the
+    webhook's (3 MiB), and a larger one then met the extender's (32 MiB)."""
+    line = _fails_in_one_line(["serve", "--max-body-in-flight", "1", "--cert-dir",
+                               str(tmp_path / "c")], code=2)
+    assert "--max-body-in-flight 1: use at least the largest body accepted " \
+           "(33,554,432 bytes)" in line
+
+
+@pytest.mark.parametrize("flag, value", [("--context", "foo"), ("--request-timeout", "5")])
+def test_serve_on_the_bundled_cluster_says_an_api_flag_needs_a_kubeconfig(
+        tmp_path: Path, flag: str, value: str) -> None:
+    """No --cluster was given: the message spoke of one, and of dropping "one of them"."""
+    line = _fails_in_one_line(["serve", flag, value, "--cert-dir", str(tmp_path / "c")], code=2)
+    assert line == (f"migfit: error: {flag} applies to a Kubernetes API, and migfit serve is "
+                    f"serving the bundled example cluster: add --kubeconfig PATH to serve a "
+                    f"live cluster, or drop {flag}")
+
+
+@pytest.mark.parametrize("command, zero", [
+    (["serve", "--kubeconfig", "kc"], "60s, the default"),
+    (["webhook", "--kubeconfig", "kc"], "60s, the default"),
+    (["extender", "--kubeconfig", "kc"], "60s, the default"),
+    (["status"], "no limit"),
+])
+@pytest.mark.parametrize("value, why", [
+    ("abc", "give a duration such as 30s, 1m or 500ms"), ("-1", "use 0 or more")])
+def test_a_bad_request_timeout_says_what_0_means_to_the_command(
+        command: list[str], zero: str, value: str, why: str) -> None:
+    """The watching servers read 0 as their default page limit (60s, as --help says); the
+    error told them "0: no timeout"."""
+    line = _fails_in_one_line([*command, "--request-timeout", value], code=2)
+    assert line == f"migfit: error: --request-timeout {value!r}: {why} (0: {zero})"
+
+
 def test_a_mig_parted_config_that_is_not_yaml_is_one_line(tmp_path: Path) -> None:
     """PyYAML's message spans four lines (the source line and a caret); the cluster file's was
     already one line, the --mig-parted-config file's now is too."""

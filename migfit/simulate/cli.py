@@ -668,13 +668,15 @@ def _write(flag: str, path: Path, text: str) -> None:
                                 f"results are above)") from None
 
 
-def _without_scipy(policies: list[engine.Policy], named: bool) -> list[engine.Policy]:
+def _without_scipy(policies: list[engine.Policy], named: bool
+                   ) -> tuple[list[engine.Policy], str | None]:
     """The policies that can run here: the bounds are LPs solved with SciPy, an optional
     extra. Named on the command line they need it (a usage error); left out of the default
-    list when it is not installed, said on stderr."""
+    list when it is not installed, with the note that says so (for stderr, once the
+    arguments have all been checked: a refused command prints its error line alone)."""
     bounds = [p.name for p in policies if p.is_bound]
     if not bounds:
-        return policies
+        return policies, None
     try:
         import scipy.optimize  # noqa: F401  (only whether it imports)
     except ImportError:
@@ -682,10 +684,10 @@ def _without_scipy(policies: list[engine.Policy], named: bool) -> list[engine.Po
             verb = "needs" if len(bounds) == 1 else "need"
             raise errors.UsageError(f"{' and '.join(bounds)} {verb} SciPy: {SCIPY_HINT}"
                                     ) from None
-        print(f"migfit simulate: {' and '.join(bounds)} left out: they need SciPy "
-              f"({SCIPY_HINT})", file=sys.stderr)
-        return [p for p in policies if not p.is_bound]
-    return policies
+        note = (f"migfit simulate: {' and '.join(bounds)} left out: they need SciPy "
+                f"({SCIPY_HINT})")
+        return [p for p in policies if not p.is_bound], note
+    return policies, None
 
 
 def _given(args: argparse.Namespace) -> set[str]:
@@ -804,7 +806,8 @@ def _check_numbers(args: argparse.Namespace) -> None:
 def run(args: argparse.Namespace) -> int:
     given = _given(args)
     catalog = profiles.load(args.catalog)
-    policies = _without_scipy(_policies(args.policies), args.policies != DEFAULT_POLICIES)
+    policies, left_out = _without_scipy(_policies(args.policies),
+                                        args.policies != DEFAULT_POLICIES)
     if args.seeds < 1:
         raise errors.UsageError("--seeds must be at least 1")
     names = [p.name for p in policies]
@@ -858,6 +861,8 @@ def run(args: argparse.Namespace) -> int:
     seeds = list(range(args.seed, args.seed + args.seeds))
     jobs = [(nodes, pods, p, s, options, catalog, s == seeds[0] and p.name in pictures)
             for s in seeds for p in policies]
+    if left_out is not None:
+        print(left_out, file=sys.stderr, flush=True)
     print(start_notice(args, info, runs=len(jobs),
                        arrivals=arrivals_per_run(args, pods, int(info["gpus"]))),
           file=sys.stderr, flush=True)

@@ -139,3 +139,18 @@ async def test_context_with_cluster_is_an_error(tmp_path: pathlib.Path) -> None:
                           kubeconfig=None, home=tmp_path)
         assert done.returncode == 2 and "--context" in done.stderr, done.stderr
         assert len(done.stderr.strip().splitlines()) == 1
+
+
+async def test_status_notes_a_mig_strategy_label_gfd_never_writes(
+        server: kmock.KubernetesEmulator, tmp_path: pathlib.Path) -> None:
+    """A cluster file with it is refused; a live node's is shown, and nothing fails."""
+    store(server, node("odd", alloc={"3g.40gb": 2}, labels={"nvidia.com/mig.strategy": "mixd"}))
+    kc = _kubeconfig(tmp_path / "kc", str(server.url).rstrip("/"))
+    done, _ = await _migfit("status", "-o", "json", kubeconfig=kc, home=tmp_path)
+    assert done.returncode == 0, done.stderr
+    [odd] = json.loads(done.stdout)["nodes"]
+    assert odd["notes"] == ["unknown nvidia.com/mig.strategy 'mixd' (valid: none | single | "
+                            "mixed)"]
+    table, _ = await _migfit("status", kubeconfig=kc, home=tmp_path)
+    assert table.returncode == 0, table.stderr
+    assert "unknown nvidia.com/mig.strategy 'mixd'" in table.stdout

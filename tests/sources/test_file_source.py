@@ -131,6 +131,11 @@ def _with_field(obj: dict[str, Any], key: str, value: Any) -> dict[str, Any]:
     return obj
 
 
+def _with_label(obj: dict[str, Any], key: str, value: str) -> dict[str, Any]:
+    obj["metadata"]["labels"][key] = value
+    return obj
+
+
 def _with_affinity(obj: dict[str, Any], operator: str) -> dict[str, Any]:
     obj["spec"]["affinity"] = {"nodeAffinity": {
         "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
@@ -157,6 +162,19 @@ def _with_affinity(obj: dict[str, Any], operator: str) -> dict[str, Any]:
          "item 1 (Node n2): status.allocatible: no such field; did you mean allocatable?"),
         (as_list(node("n1"), _with_field(pod("p"), "nodeSelecter", {"pool": "a"})),
          "item 2 (Pod gpu/p): spec.nodeSelecter: no such field; did you mean nodeSelector?"),
+        # Kinds, phases and strategies no cluster has were read as another: the object
+        # skipped, the pod as holding its instances, the node as mixed.
+        (as_list(node("n1"), {**pod("p"), "kind": "Pods"}),
+         "item 2 (Pods gpu/p): kind 'Pods' is no kind migfit reads; did you mean kind: Pod? "
+         "(it reads kind: Node and kind: Pod, and skips other kinds)"),
+        (as_list(node("n1"), {**node("n2"), "kind": "Nod"}),
+         "item 2 (Nod n2): kind 'Nod' is no kind migfit reads; did you mean kind: Node?"),
+        (as_list(node("n1"), {**pod("p"), "status": {"phase": "Pendng"}}),
+         "item 2 (Pod gpu/p): status.phase is 'Pendng'; did you mean Pending? use Pending, "
+         "Running, Succeeded, Failed or Unknown"),
+        (as_list(_with_label(node("n2"), "nvidia.com/mig.strategy", "mixd")),
+         "item 1 (Node n2): metadata.labels['nvidia.com/mig.strategy'] is 'mixd'; did you "
+         "mean mixed? use none, single or mixed"),
         (as_list(node("n1"), _with_affinity(pod("p"), "Inn")),
          "nodeSelectorTerms[0].matchExpressions[0].operator is 'Inn'; use one of "
          "DoesNotExist, Exists, Gt, In, Lt, NotIn"),
@@ -181,6 +199,14 @@ def test_a_broken_file_keeps_the_last_good_state_and_names_the_object(
     assert source.load_once()
     assert source.last_error is None
     assert free(model) == {"3g.40gb": 2}
+
+
+def test_other_kinds_of_a_broader_export_are_still_skipped(path: pathlib.Path) -> None:
+    path.write_text(yaml.safe_dump(as_list(
+        node("n1"), {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "s"}},
+        {"apiVersion": "v1", "kind": "Role", "metadata": {"name": "r"}},
+        {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d"}})))
+    assert snapshots.load(path).node_names() == ["n1"]
 
 
 @pytest.mark.parametrize(

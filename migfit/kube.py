@@ -130,6 +130,19 @@ class CredentialsError(errors.MigfitError):
     status = 503
 
 
+class NoKubeconfigError(errors.ConfigError):
+    """No kubeconfig anywhere kubectl looks, and not in a pod. ``cluster_flag``: the command
+    also reads a cluster file (``--cluster FILE``), the way to try it without a cluster."""
+
+    def __init__(self, *, cluster_flag: bool = False) -> None:
+        file = (", or --cluster FILE to read a cluster exported with `kubectl get nodes,pods "
+                "-A -o yaml` (such as examples/cluster.yaml)," if cluster_flag else "")
+        super().__init__(
+            "cannot load in-cluster config (no service account mounted?) and found no "
+            "kubeconfig ($KUBECONFIG unset, no ~/.kube/config): pass --kubeconfig PATH to a "
+            f"readable kubeconfig{file} or run inside a pod with a service account")
+
+
 class ApiError(ApiException):
     """A Kubernetes API call that failed, classified.
 
@@ -287,10 +300,7 @@ def discover(kubeconfig: str | os.PathLike[str] | None = None,
             raise errors.UsageError(f"--context {context}: no kubeconfig found to take it "
                                     "from (in-cluster config has no contexts)")
         return Origin(None, None)
-    raise errors.ConfigError(
-        "cannot load in-cluster config (no service account mounted?) and found no kubeconfig "
-        "($KUBECONFIG unset, no ~/.kube/config): pass --kubeconfig PATH to a readable "
-        "kubeconfig or run inside a pod with a service account")
+    raise NoKubeconfigError()
 
 
 _KUBECONFIG_FIX = "pass --kubeconfig PATH to a readable kubeconfig"
@@ -1012,6 +1022,7 @@ __all__ = [
     "Connection",
     "CredentialsError",
     "KubeClient",
+    "NoKubeconfigError",
     "Origin",
     "PatchType",
     "add_request_timeout_argument",

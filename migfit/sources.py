@@ -85,7 +85,10 @@ def open_source(
     # A kubeconfig that is missing or cannot be one is an error now, not a source that
     # retries for ever in the background while the server never becomes ready (``serve``
     # waited on it, the webhook served without it); an API that does not answer is retried.
-    kube.check(kube.discover(kubeconfig, context))
+    try:
+        kube.check(kube.discover(kubeconfig, context))
+    except kube.NoKubeconfigError:
+        raise kube.NoKubeconfigError(cluster_flag=True) from None  # every server reads files
     settings = (watching.WatchSettings(read_timeout_s=request_timeout_s)
                 if request_timeout_s else None)  # --request-timeout: a list page's limit
     return WatchSource(watching.KubernetesSource(model, kubeconfig=kubeconfig, context=context,

@@ -230,6 +230,23 @@ def test_a_mig_parted_config_that_is_not_yaml_is_one_line(tmp_path: Path) -> Non
                     "or the ConfigMap holding one")
 
 
+@pytest.mark.parametrize("text", ["", "# nothing but a comment\n"])
+@pytest.mark.parametrize("command", [["advise"], ["explain", "default/x"]])
+def test_an_empty_mig_parted_config_is_refused(tmp_path: Path, text: str,
+                                               command: list[str]) -> None:
+    """It ran as a config with no layout in it (exit 0), where an empty --cluster or
+    --catalog file is refused."""
+    empty = tmp_path / "config.yaml"
+    empty.write_text(text)
+    line = _fails_in_one_line([*command, "--cluster", CLUSTER, "--mig-parted-config",
+                               str(empty)], code=2)
+    assert line == (f"migfit: error: {empty}: the file is empty; a mig-parted config is YAML "
+                    "with `version: v1` and `mig-configs:`, each config a list of entries with "
+                    "devices, mig-enabled and mig-devices, as in the GPU Operator's "
+                    "default-mig-parted-config (pass --mig-parted-config that file, or the "
+                    "ConfigMap holding one)")
+
+
 @pytest.mark.parametrize("name", ["Bad Name", "Migfit", "-x", "a" * 254, "migfit\n"])
 def test_the_webhook_refuses_a_scheduler_name_the_api_server_would_refuse(
         certs: Path, name: str) -> None:

@@ -724,6 +724,22 @@ def check_combinations(args: argparse.Namespace, given: set[str]) -> None:
         if has_one is not None and has_one is not False and has_other is not None:
             raise errors.UsageError(f"{other} and {one}: {one} replaces {other}'s list; give "
                                     f"one of them")
+    # The trace folder holds the node list and the pod list: with both replaced it is never
+    # read (a --pods file is still looked for there, by the trace's name).
+    nodes_from = ("--cluster" if args.cluster is not None else "--example" if args.example
+                  else "--nodes" if args.nodes is not None else None)
+    pods_from = ("--synthetic" if args.synthetic is not None else "--example" if args.example
+                 else None)
+    if args.trace_dir is not None and nodes_from is not None and pods_from is not None:
+        by = nodes_from if nodes_from == pods_from else f"{nodes_from} and {pods_from}"
+        raise errors.UsageError(f"--trace-dir with {by}: {by} "
+                                f"{'replaces' if nodes_from == pods_from else 'replace'} both "
+                                f"of the trace's lists, so its folder is never read; leave "
+                                f"--trace-dir out")
+    if args.picture is not None and args.report is None and args.json is None:
+        raise errors.UsageError("--picture without --report or --json: it picks the policies "
+                                "whose GPU pictures the report draws (and --json keeps); add "
+                                "--report FILE.html or leave it out")
     if args.synthetic_seed is not None and args.synthetic is None and not args.example:
         raise errors.UsageError("--synthetic-seed without --synthetic or --example: it draws "
                                 "synthetic pods; add --synthetic N or leave it out")

@@ -230,6 +230,19 @@ def test_a_mig_parted_config_that_is_not_yaml_is_one_line(tmp_path: Path) -> Non
                     "or the ConfigMap holding one")
 
 
+@pytest.mark.parametrize("namespace", ["Bad_NS", "", "a-", "-a", "a" * 64, "ns.with.dots"])
+@pytest.mark.parametrize("source", [["--cluster", CLUSTER], ["--kubeconfig", "kc", "--no-publish"]])
+def test_the_extender_refuses_a_lease_namespace_kubernetes_would(
+        namespace: str, source: list[str]) -> None:
+    """It started with --cluster (where the Lease is not used yet): the same command line in
+    API mode then failed at every try to take the Lease."""
+    line = _fails_in_one_line(["extender", *source, f"--lease-namespace={namespace}"], code=2)
+    assert line == (f"migfit: error: --lease-namespace {namespace!r}: not a namespace name "
+                    "(lower-case letters, digits and '-', starting and ending with a letter or "
+                    "digit, at most 63 characters); give the extender's own namespace, e.g. "
+                    "migfit-system")
+
+
 @pytest.mark.parametrize("text", ["", "# nothing but a comment\n"])
 @pytest.mark.parametrize("command", [["advise"], ["explain", "default/x"]])
 def test_an_empty_mig_parted_config_is_refused(tmp_path: Path, text: str,

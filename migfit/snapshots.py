@@ -34,6 +34,9 @@ EXAMPLE_CLUSTER: Path = Path(__file__).with_name("data") / "example-cluster.yaml
 """The bundled example cluster (a copy of examples/cluster.yaml shipped as package data)."""
 
 DEFAULT_POLL_INTERVAL_S = 2.0
+# What a cluster file must be, said after a problem with its shape.
+CLUSTER_FILE = ("a cluster file is a Kubernetes List of Nodes and Pods, as `kubectl get "
+                "nodes,pods -A -o yaml` prints it, or those objects themselves")
 _KINDS = ("Node", "Pod")
 PDB_KIND = "PodDisruptionBudget"
 # libyaml's C loader parses a 100 MB snapshot several times faster than the pure-Python one.
@@ -110,7 +113,9 @@ def _json_array(text: str, at: int, *, wrap: bool) -> Generator[Any, None, int]:
         return at + 1
     while True:
         value, at = _json_value(text, at)
-        yield {"__item__": value} if wrap else value
+        # An array's element is an item of the file (a List in it is opened): a number
+        # there is "item 1", as read whole, not "document 1".
+        yield {"__item__": value} if wrap or not _is_list(value) else value
         at = _JSON_SPACE.match(text, at).end()  # type: ignore[union-attr]
         if text.startswith("]", at):
             return at + 1
@@ -214,9 +219,8 @@ def _items(doc: Any, where: str, number: int) -> Iterator[Any]:
         return
     if not isinstance(doc, dict):
         raise errors.ConfigError(
-            f"{where}: document {number} is {_a(doc)}, not a Kubernetes object or "
-            f"List; expected the output of `kubectl get nodes,pods -A -o yaml`"
-        )
+            f"{where}: document {number} is {_a(doc)}, not a Kubernetes object or List; "
+            f"{CLUSTER_FILE}")
     if _is_list(doc):
         items = doc.get("items")
         if items is None:
@@ -229,9 +233,10 @@ def _items(doc: Any, where: str, number: int) -> Iterator[Any]:
 
 
 def _a(value: Any) -> str:
-    """The type of ``value`` with its article: "an int", "a str"."""
-    name = type(value).__name__
-    return f"{'an' if name[0] in 'aeiou' else 'a'} {name}"
+    """What ``value`` is, in YAML's words, with its article: "a number", "a string"."""
+    if value is None:
+        return "null"
+    return f"a {strictfiles.kind_of(value)}"
 
 
 def _group(obj: Mapping[str, Any]) -> str:
@@ -242,7 +247,7 @@ def _group(obj: Mapping[str, Any]) -> str:
 
 def _describe(obj: Any) -> str:
     if not isinstance(obj, dict):
-        return type(obj).__name__
+        return strictfiles.kind_of(obj)
     kind = obj.get("kind") or "object"
     meta = obj.get("metadata")
     if not isinstance(meta, dict):
@@ -473,7 +478,7 @@ def _decode_objects(objects: Iterator[Any], *, where: str, catalog: profiles.Cat
         number += 1
         try:
             if not isinstance(obj, dict):
-                raise errors.ConfigError(f"{_a(obj)}, not a Kubernetes object")
+                raise errors.ConfigError(f"{_a(obj)}, not a Kubernetes object; {CLUSTER_FILE}")
             kind = obj.get("kind")
             if disruption and kind == PDB_KIND:
                 if _group(obj) == "policy":

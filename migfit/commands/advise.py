@@ -81,7 +81,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "PodDisruptionBudgets, so that the node's GPUs can be re-laid "
                              "out for pods the other re-layouts leave waiting; replaces the "
                              "unbounded disruptive re-layouts")
-    parser.add_argument("--max-move-share", metavar="F", type=flagtypes.number,
+    parser.add_argument("--max-move-share", metavar="F", type=flagtypes.share,
                         default=defrag.DEFAULT_MAX_MOVE_SHARE,
                         help="with --defrag: move at most this share (0 < F <= 1) of the "
                              "bound MIG pods")

@@ -138,7 +138,7 @@ def test_the_extender_with_a_max_relayouts_it_cannot_use(value: str) -> None:
     (["--apply-custom-configs"], "--apply-custom-configs needs --apply-relayout"),
     (["--apply-relayout", "--apply-custom-configs"], "migManager.config.name"),
     (["--apply-relayout", "--apply-custom-configs", "--configmap", "gpu-operator/mine",
-      "--config-sync", "-1"], "--config-sync -1.0: use 0 to 3600 seconds"),
+      "--config-sync", "-1"], "--config-sync -1: use 0 to 3600 seconds"),
     (["--apply-relayout", "--apply-custom-configs", "--configmap", "gpu-operator/mine",
       "--config-sync", "nan"], "argument --config-sync: 'nan' is not a finite number"),
 ])
@@ -159,7 +159,7 @@ def test_the_extender_refuses_custom_configs_it_cannot_write_safely(
     (["--max-body", "4096", "--max-body-in-flight", "4095"],
      "--max-body-in-flight 4095: use at least the largest body accepted (4,096 bytes)"),
     (["--max-body-in-flight", "ten"], "--max-body-in-flight: invalid int value: 'ten'"),
-    (["--write-timeout", "0"], "--write-timeout 0.0: use a positive number of seconds"),
+    (["--write-timeout", "0"], "--write-timeout 0: use a positive number of seconds"),
     (["--write-timeout", "nan"], "argument --write-timeout: 'nan' is not a finite number"),
 ])
 def test_the_extender_refuses_server_bounds_it_cannot_use(args: list[str],
@@ -241,6 +241,39 @@ def test_the_extender_refuses_a_lease_namespace_kubernetes_would(
                     "(lower-case letters, digits and '-', starting and ending with a letter or "
                     "digit, at most 63 characters); give the extender's own namespace, e.g. "
                     "migfit-system")
+
+
+@pytest.mark.parametrize("args, expected", [
+    (["extender", "--cluster", CLUSTER, "--keepalive-timeout", "-1"],
+     "--keepalive-timeout -1: use a positive number of seconds"),
+    (["extender", "--cluster", CLUSTER, "--grace", "-2.5"], "--grace -2.5: use 0 or more seconds"),
+    (["extender", "--cluster", CLUSTER, "--relayout-timeout", "0"],
+     "--relayout-timeout 0: use more than 0 seconds"),
+    (["simulate", "--example", "--node-share", "0"],
+     "--node-share 0: use a share in (0, 1], e.g. 0.125 for one node in eight"),
+    (["webhook", "{certs}", "--waste-warning", "60"], "--waste-warning 60: use a fraction 0..1"),
+    (["webhook", "{certs}", "--shutdown-timeout", "-1"],
+     "--shutdown-timeout -1: use 0 or more seconds"),
+])
+def test_numbers_are_quoted_as_typed(certs: Path, args: list[str], expected: str) -> None:
+    """They were quoted as Python prints a float: -1.0, 0.0, 60.0."""
+    tls = ["--tls-cert", str(certs / "tls.crt"), "--tls-key", str(certs / "tls.key"),
+           "--cluster", CLUSTER]
+    argv = [word for arg in args for word in (tls if arg == "{certs}" else [arg])]
+    assert _fails_in_one_line(argv, code=2) == f"migfit: error: {expected}"
+
+
+@pytest.mark.parametrize("value, example", [
+    ("50%", "write the share as a fraction, such as 0.5 for 50%"),
+    ("half", "write it in digits, such as 0.25"),
+])
+@pytest.mark.parametrize("flag", ["--waste-warning", "--waste-ceiling"])
+def test_a_share_that_is_no_number_gets_an_example_the_flag_takes(
+        flag: str, value: str, example: str) -> None:
+    """"such as 60 or 0.25": 60 was then refused as outside 0..1."""
+    line = _fails_in_one_line(["webhook", flag, value], code=2)
+    assert line == f"migfit webhook: error: argument {flag}: {value!r} is not a finite number: " \
+                   f"{example}"
 
 
 @pytest.mark.parametrize("text", ["", "# nothing but a comment\n"])

@@ -247,6 +247,15 @@ def test_without_scipy_a_refused_command_prints_its_error_line_alone(flags: list
     assert len(lines) == 1 and lines[0].startswith(f"migfit: error: {flags[0]}"), done.stderr
 
 
+def test_one_run_and_one_model_read_as_english(capsys: pytest.CaptureFixture[str]) -> None:
+    """"1 runs in 0.1 s", and "176 GPUs (A100-80GB (176 GPUs))": the count said twice."""
+    assert cli.main(["simulate", "--example", "--policies", "default", "--synthetic",
+                     "20"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("26 nodes, 176 GPUs (A100-80GB); 20 pods, ")
+    assert re.fullmatch(r"1 run in \d+\.\d s", out[-1]), out[-1]
+
+
 def test_the_table_and_markdown_show_fgds_unit_beside_unallocated(
         capsys: pytest.CaptureFixture[str]) -> None:
     # The README's trace table has FGD's unit (the trace's GPUs left unallocated); neither

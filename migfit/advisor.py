@@ -2097,8 +2097,13 @@ def explain(
             return tracked + f"check the name with kubectl get pod -n {namespace} {name}."
         names = sorted(p.name for p in state.pods() if p.namespace == namespace)
         shown = ", ".join(names[:_NAMES_SHOWN]) + (", …" if len(names) > _NAMES_SHOWN else "")
+        # A bare name is looked up in "default" with a file: the pod is often in another.
+        elsewhere = sorted({f"{p.namespace}/{p.name}" for p in state.pods()
+                            if p.name == name and p.namespace != namespace})
+        meant = (f" Did you mean {' or '.join(elsewhere[:_NAMES_SHOWN])}?" if elsewhere
+                 else "")
         return tracked + (f"those of {source} in namespace {namespace}: {shown}." if names
-                          else f"{source} has none in namespace {namespace}.")
+                          else f"{source} has none in namespace {namespace}.") + meant
     if pod.node is not None:
         return f"{key} is not pending: it is bound to node {pod.node} (phase {pod.phase})."
     if pod.phase != "Pending" or pod.deleting:

@@ -30,6 +30,30 @@ def number(text: str) -> float:
     return value
 
 
+def share(text: str) -> float:
+    """A finite number for a flag that is a share (``--waste-warning``, ``--node-share``: 0.5
+    is half): the example its error gives is one such a flag takes, and a percentage
+    (``50%``) is told the fraction it means."""
+    try:
+        return number(text)
+    except argparse.ArgumentTypeError:
+        percent = text.strip().removesuffix("%")
+        try:
+            fraction = float(percent) / 100 if percent != text.strip() else math.nan
+        except ValueError:
+            fraction = math.nan
+        example = (f"write the share as a fraction, such as {shown(fraction)} for {text.strip()}"
+                   if math.isfinite(fraction) else "write it in digits, such as 0.25")
+        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number: {example}") from None
+
+
+def shown(value: float) -> str:
+    """A number flag's value for a message, as it was typed: ``-1`` for ``-1`` (``-1.0`` is a
+    float's spelling, not the user's), ``0.25`` for ``0.25``, ``3000000`` for ``3000000``."""
+    text = repr(float(value))
+    return text.removesuffix(".0")
+
+
 def positive_seconds(text: str) -> float:
     """A positive, finite number of seconds (argparse turns the error into a usage message)."""
     try:

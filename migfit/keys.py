@@ -48,6 +48,9 @@ MIG_MEMORY_LABEL_SUFFIX: Final = ".memory"
 #: Values of ``nvidia.com/mig.strategy`` migfit plans for (and the decision record's strategy).
 Strategy = Literal["mixed", "single"]
 STRATEGIES: Final[tuple[Strategy, ...]] = ("mixed", "single")
+#: Every value GPU Feature Discovery writes to ``nvidia.com/mig.strategy`` (reference/MIG.md 4,
+#: the device plugin's ``--mig-strategy``).
+STRATEGY_LABEL_VALUES: Final = ("none", "single", "mixed")
 
 
 def device_name(profile: str) -> str:

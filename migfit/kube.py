@@ -130,6 +130,19 @@ class CredentialsError(errors.MigfitError):
     status = 503
 
 
+class NoKubeconfigError(errors.ConfigError):
+    """No kubeconfig anywhere kubectl looks, and not in a pod. ``cluster_flag``: the command
+    also reads a cluster file (``--cluster FILE``), the way to try it without a cluster."""
+
+    def __init__(self, *, cluster_flag: bool = False) -> None:
+        file = (", or --cluster FILE to read a cluster exported with `kubectl get nodes,pods "
+                "-A -o yaml` (such as examples/cluster.yaml)," if cluster_flag else "")
+        super().__init__(
+            "cannot load in-cluster config (no service account mounted?) and found no "
+            "kubeconfig ($KUBECONFIG unset, no ~/.kube/config): pass --kubeconfig PATH to a "
+            f"readable kubeconfig{file} or run inside a pod with a service account")
+
+
 class ApiError(ApiException):
     """A Kubernetes API call that failed, classified.
 
@@ -184,10 +197,11 @@ class ApiError(ApiException):
         return self.message
 
 
-def parse_duration(text: str) -> float:
+def parse_duration(text: str, *, zero: str = "no limit") -> float:
     """kubectl's ``--request-timeout``: ``30s``, ``1m30s``, ``500ms``, ``2h`` or bare seconds.
 
-    ``0`` means no timeout. A negative or unreadable value is a UsageError.
+    ``0`` means no timeout here (``zero``: what it means to the command whose flag this is,
+    for the error). A negative or unreadable value is a UsageError.
     """
     value = text.strip()
     try:
@@ -198,10 +212,10 @@ def parse_duration(text: str) -> float:
         if not parts or "".join(n + u for n, u in parts) != value:
             raise errors.UsageError(
                 f"--request-timeout {text!r}: give a duration such as 30s, 1m or 500ms "
-                "(0: no timeout)") from None
+                f"(0: {zero})") from None
         seconds = sum(float(n) * units[u] for n, u in parts)
     if not (math.isfinite(seconds) and seconds >= 0):  # nan, inf and 1e999 are no duration
-        raise errors.UsageError(f"--request-timeout {text!r}: use 0 or more (0: no limit)")
+        raise errors.UsageError(f"--request-timeout {text!r}: use 0 or more (0: {zero})")
     return seconds
 
 
@@ -286,10 +300,7 @@ def discover(kubeconfig: str | os.PathLike[str] | None = None,
             raise errors.UsageError(f"--context {context}: no kubeconfig found to take it "
                                     "from (in-cluster config has no contexts)")
         return Origin(None, None)
-    raise errors.ConfigError(
-        "cannot load in-cluster config (no service account mounted?) and found no kubeconfig "
-        "($KUBECONFIG unset, no ~/.kube/config): pass --kubeconfig PATH to a readable "
-        "kubeconfig or run inside a pod with a service account")
+    raise NoKubeconfigError()
 
 
 _KUBECONFIG_FIX = "pass --kubeconfig PATH to a readable kubeconfig"
@@ -1011,6 +1022,7 @@ __all__ = [
     "Connection",
     "CredentialsError",
     "KubeClient",
+    "NoKubeconfigError",
     "Origin",
     "PatchType",
     "add_request_timeout_argument",

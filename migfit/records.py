@@ -15,6 +15,8 @@ from types import MappingProxyType
 from migfit import keys, profiles
 
 TERMINATED_PHASES = frozenset({"Succeeded", "Failed"})
+# Every phase Kubernetes gives a pod (core/v1 PodPhase).
+POD_PHASES = ("Pending", "Running", "Succeeded", "Failed", "Unknown")
 _NO_LABELS: Mapping[str, str] = MappingProxyType({})
 #: What a bound pod without GPU requests takes on its node: (node, cpu milli, memory bytes).
 HostUse = tuple[str, int, int]

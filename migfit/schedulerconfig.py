@@ -31,6 +31,7 @@ _DNS1123_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
 _DNS1123_SUBDOMAIN = re.compile(rf"^{_DNS1123_LABEL}(\.{_DNS1123_LABEL})*$")
 _QUALIFIED_NAME_MAX = 63
 _DNS1123_SUBDOMAIN_MAX = 253
+_DNS1123_LABEL_MAX = 63
 _REQUESTS_PREFIX = "requests."  # v1.DefaultResourceRequestsPrefix
 _INT32_MAX = 2**31 - 1
 
@@ -202,6 +203,13 @@ def is_dns1123_subdomain(value: str) -> bool:
     """Whether ``value`` is a DNS-1123 subdomain, as Kubernetes checks a Pod's
     ``spec.schedulerName`` (ValidatePodSpec) and most object names."""
     return len(value) <= _DNS1123_SUBDOMAIN_MAX and bool(_DNS1123_SUBDOMAIN.fullmatch(value))
+
+
+def is_dns1123_label(value: str) -> bool:
+    """Whether ``value`` is a DNS-1123 label, as Kubernetes checks a namespace's name
+    (ValidateNamespaceName): lower-case alphanumerics and '-', starting and ending with an
+    alphanumeric, at most 63 characters."""
+    return len(value) <= _DNS1123_LABEL_MAX and bool(re.fullmatch(_DNS1123_LABEL, value))
 
 
 def is_extended_resource_name(value: str) -> bool:

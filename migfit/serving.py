@@ -165,7 +165,8 @@ class Limits:
                             ("--handshake-timeout", self.handshake_timeout),
                             ("--write-timeout", self.write_timeout)):
             if not value > 0:
-                raise ValueError(f"{flag} {value}: use a positive number of seconds")
+                raise ValueError(f"{flag} {flagtypes.shown(value)}: use a positive number "
+                                 "of seconds")
         if self.max_connections < 1:
             raise ValueError(f"--max-connections {self.max_connections}: use 1 or more")
         if self.max_per_client < 1:

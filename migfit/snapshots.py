@@ -26,7 +26,7 @@ from typing import Any, Final, Protocol
 
 import yaml
 
-from migfit import cluster, decoding, errors, profiles, quantity, records, strictfiles
+from migfit import cluster, decoding, errors, keys, profiles, quantity, records, strictfiles
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +34,9 @@ EXAMPLE_CLUSTER: Path = Path(__file__).with_name("data") / "example-cluster.yaml
 """The bundled example cluster (a copy of examples/cluster.yaml shipped as package data)."""
 
 DEFAULT_POLL_INTERVAL_S = 2.0
+# What a cluster file must be, said after a problem with its shape.
+CLUSTER_FILE = ("a cluster file is a Kubernetes List of Nodes and Pods, as `kubectl get "
+                "nodes,pods -A -o yaml` prints it, or those objects themselves")
 _KINDS = ("Node", "Pod")
 PDB_KIND = "PodDisruptionBudget"
 # libyaml's C loader parses a 100 MB snapshot several times faster than the pure-Python one.
@@ -110,7 +113,9 @@ def _json_array(text: str, at: int, *, wrap: bool) -> Generator[Any, None, int]:
         return at + 1
     while True:
         value, at = _json_value(text, at)
-        yield {"__item__": value} if wrap else value
+        # An array's element is an item of the file (a List in it is opened): a number
+        # there is "item 1", as read whole, not "document 1".
+        yield {"__item__": value} if wrap or not _is_list(value) else value
         at = _JSON_SPACE.match(text, at).end()  # type: ignore[union-attr]
         if text.startswith("]", at):
             return at + 1
@@ -214,9 +219,8 @@ def _items(doc: Any, where: str, number: int) -> Iterator[Any]:
         return
     if not isinstance(doc, dict):
         raise errors.ConfigError(
-            f"{where}: document {number} is {_a(doc)}, not a Kubernetes object or "
-            f"List; expected the output of `kubectl get nodes,pods -A -o yaml`"
-        )
+            f"{where}: document {number} is {_a(doc)}, not a Kubernetes object or List; "
+            f"{CLUSTER_FILE}")
     if _is_list(doc):
         items = doc.get("items")
         if items is None:
@@ -229,9 +233,10 @@ def _items(doc: Any, where: str, number: int) -> Iterator[Any]:
 
 
 def _a(value: Any) -> str:
-    """The type of ``value`` with its article: "an int", "a str"."""
-    name = type(value).__name__
-    return f"{'an' if name[0] in 'aeiou' else 'a'} {name}"
+    """What ``value`` is, in YAML's words, with its article: "a number", "a string"."""
+    if value is None:
+        return "null"
+    return f"a {strictfiles.kind_of(value)}"
 
 
 def _group(obj: Mapping[str, Any]) -> str:
@@ -242,7 +247,7 @@ def _group(obj: Mapping[str, Any]) -> str:
 
 def _describe(obj: Any) -> str:
     if not isinstance(obj, dict):
-        return type(obj).__name__
+        return strictfiles.kind_of(obj)
     kind = obj.get("kind") or "object"
     meta = obj.get("metadata")
     if not isinstance(meta, dict):
@@ -303,6 +308,13 @@ def _check_shapes(obj: Mapping[str, Any]) -> None:
         values = meta.get(field) if isinstance(meta, dict) else None
         if values is not None and not isinstance(values, dict):
             raise errors.ConfigError(f"metadata.{field} is not a mapping")
+    labels = meta.get("labels") if isinstance(meta, dict) else None
+    if obj.get("kind") == "Node" and isinstance(labels, dict):
+        _check_value(f"metadata.labels[{keys.LABEL_STRATEGY!r}]",
+                     labels.get(keys.LABEL_STRATEGY), keys.STRATEGY_LABEL_VALUES)
+    status = obj.get("status")
+    if obj.get("kind") == "Pod" and isinstance(status, dict):
+        _check_value("status.phase", status.get("phase"), records.POD_PHASES)
     spec = obj.get("spec")
     affinity = spec.get("affinity") if isinstance(spec, dict) else None
     node_aff = affinity.get("nodeAffinity") if isinstance(affinity, dict) else None
@@ -319,6 +331,19 @@ def _check_shapes(obj: Mapping[str, Any]) -> None:
                         f"spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuring"
                         f"Execution.nodeSelectorTerms[{i}].{part}[{j}].operator is {op!r}; "
                         f"use one of {', '.join(sorted(_OPERATORS))}")
+
+
+def _check_value(where: str, value: Any, valid: Sequence[str]) -> None:
+    """``value`` (when there is one) is one of ``valid``: a pod phase Kubernetes never gives,
+    or a MIG strategy GPU Feature Discovery never writes, is a typo the model would read as
+    another value (a pod ``Faild`` as holding its instances, a node ``mixd`` as mixed).
+    Refused with the nearest valid value and all of them."""
+    if value is None or value in valid:
+        return
+    near = difflib.get_close_matches(str(value), valid, n=1, cutoff=0.6)
+    hint = f"did you mean {near[0]}? " if near else ""
+    raise errors.ConfigError(f"{where} is {value!r}; {hint}use "
+                             f"{', '.join(valid[:-1])} or {valid[-1]}")
 
 
 # cpu and memory are read for the room a re-layout needs: a typo ("63 cores") read as 0 made
@@ -369,6 +394,19 @@ def _check_quantities(obj: Mapping[str, Any], kind: str) -> None:
             if isinstance(res, dict):
                 check(f"spec.{group}[{i}].resources.requests", res.get("requests"))
                 check(f"spec.{group}[{i}].resources.limits", res.get("limits"))
+
+
+def _check_kind_typo(kind: str, *, disruption: bool) -> None:
+    """A kind spelt almost like one migfit reads (``Nod``, ``Pods``) is refused: it was
+    skipped as another kind is, and the object went unseen. Other kinds (a Service, a
+    Deployment of a broader export) are skipped."""
+    read = (*_KINDS, PDB_KIND) if disruption else _KINDS
+    near = difflib.get_close_matches(kind.lower(), [k.lower() for k in read], n=1, cutoff=0.8)
+    if near:
+        spelt = next(k for k in read if k.lower() == near[0])
+        kinds = ", ".join(f"kind: {k}" for k in read[:-1]) + f" and kind: {read[-1]}"
+        raise errors.ConfigError(f"kind {kind!r} is no kind migfit reads; did you mean "
+                                 f"kind: {spelt}? (it reads {kinds}, and skips other kinds)")
 
 
 def decode(data: bytes | str, *, where: str,
@@ -440,7 +478,7 @@ def _decode_objects(objects: Iterator[Any], *, where: str, catalog: profiles.Cat
         number += 1
         try:
             if not isinstance(obj, dict):
-                raise errors.ConfigError(f"{_a(obj)}, not a Kubernetes object")
+                raise errors.ConfigError(f"{_a(obj)}, not a Kubernetes object; {CLUSTER_FILE}")
             kind = obj.get("kind")
             if disruption and kind == PDB_KIND:
                 if _group(obj) == "policy":
@@ -461,6 +499,7 @@ def _decode_objects(objects: Iterator[Any], *, where: str, catalog: profiles.Cat
                 if spelt is not None:  # dropped silently before, and the pod went unseen
                     raise errors.ConfigError(f"kind {kind!r}: kinds are case-sensitive; "
                                              f"write kind: {spelt}")
+                _check_kind_typo(kind, disruption=disruption)
                 continue
             meta = obj.get("metadata")
             if not isinstance(meta, dict) or not isinstance(meta.get("name"), str) \

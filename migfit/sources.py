@@ -85,7 +85,10 @@ def open_source(
     # A kubeconfig that is missing or cannot be one is an error now, not a source that
     # retries for ever in the background while the server never becomes ready (``serve``
     # waited on it, the webhook served without it); an API that does not answer is retried.
-    kube.check(kube.discover(kubeconfig, context))
+    try:
+        kube.check(kube.discover(kubeconfig, context))
+    except kube.NoKubeconfigError:
+        raise kube.NoKubeconfigError(cluster_flag=True) from None  # every server reads files
     settings = (watching.WatchSettings(read_timeout_s=request_timeout_s)
                 if request_timeout_s else None)  # --request-timeout: a list page's limit
     return WatchSource(watching.KubernetesSource(model, kubeconfig=kubeconfig, context=context,
@@ -113,7 +116,8 @@ def add_source_arguments(parser: argparse.ArgumentParser, *, neither: str = AS_K
         + " the cluster of this kubeconfig (its current context)")
     group.add_argument("--context", metavar="NAME",
                        help="kubeconfig context to use instead of the current one")
-    group.add_argument("--request-timeout", metavar="DURATION", type=_duration,
+    group.add_argument("--request-timeout", metavar="DURATION",
+                       type=_duration if once else _page_duration,
                        help=("how long one Kubernetes API request may take: 30s, 1m, 500ms; "
                              "0: no limit (default 30s)") if once else
                             ("how long a page of the initial list may stay silent: 30s, 1m, "
@@ -124,6 +128,15 @@ def _duration(text: str) -> float:
     from migfit import kube  # the Kubernetes client loads only when it is needed
 
     return kube.parse_duration(text)
+
+
+def _page_duration(text: str) -> float:
+    """A watching command's ``--request-timeout``: 0 leaves the list page's default
+    (``open_source``), as its help says."""
+    from migfit import kube, watching  # the Kubernetes client loads only when it is needed
+
+    default = watching.WatchSettings().read_timeout_s
+    return kube.parse_duration(text, zero=f"{default:g}s, the default")
 
 
 def source_from_args(model: cluster.Cluster, args: argparse.Namespace) -> Source:

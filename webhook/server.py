@@ -33,7 +33,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, G
 from prometheus_client.exposition import generate_latest
 
 from migfit import cluster as cluster_mod
-from migfit import errors, jsonwire, requests, serving
+from migfit import errors, flagtypes, jsonwire, requests, serving
 from migfit import metrics as common_metrics
 from migfit.certs import metrics as cert_metrics
 from migfit.certs import reloading
@@ -605,8 +605,8 @@ def _check(settings: Settings) -> tuple[Path, Path]:
     if settings.tls_cert is None or settings.tls_key is None:
         raise errors.UsageError("the webhook serves HTTPS only: give --tls-cert and --tls-key")
     if not settings.reload_interval > 0:
-        raise errors.UsageError(f"--reload-interval {settings.reload_interval}: use a positive "
-                                f"number of seconds")
+        raise errors.UsageError(f"--reload-interval {flagtypes.shown(settings.reload_interval)}: "
+                                f"use a positive number of seconds")
     if settings.max_body_bytes <= 0:
         raise errors.UsageError(f"--max-body {settings.max_body_bytes}: use a positive number "
                                 f"of bytes (default {DEFAULT_MAX_BODY})")
@@ -617,7 +617,7 @@ def _check(settings: Settings) -> tuple[Path, Path]:
     for flag, value in (("--shutdown-timeout", settings.shutdown_timeout),
                         ("--drain-delay", settings.drain_delay)):
         if not value >= 0:
-            raise errors.UsageError(f"{flag} {value}: use 0 or more seconds")
+            raise errors.UsageError(f"{flag} {flagtypes.shown(value)}: use 0 or more seconds")
     return settings.tls_cert, settings.tls_key
 
 

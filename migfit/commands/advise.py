@@ -81,7 +81,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "PodDisruptionBudgets, so that the node's GPUs can be re-laid "
                              "out for pods the other re-layouts leave waiting; replaces the "
                              "unbounded disruptive re-layouts")
-    parser.add_argument("--max-move-share", metavar="F", type=flagtypes.number,
+    parser.add_argument("--max-move-share", metavar="F", type=flagtypes.share,
                         default=defrag.DEFAULT_MAX_MOVE_SHARE,
                         help="with --defrag: move at most this share (0 < F <= 1) of the "
                              "bound MIG pods")
@@ -110,6 +110,12 @@ def _config_file(path: str) -> migparted.Config:
         raise errors.ConfigError(f"{p}: not valid YAML {strictfiles.yaml_problem(exc)}; pass "
                                  "--mig-parted-config a mig-parted config file or the "
                                  "ConfigMap holding one") from None
+    if raw is None:
+        # mig-parted reads an empty document as no config; a file named on the command line
+        # and empty (or only comments) is a wrong file, and every layout read as missing
+        # from it. Refused as an empty --cluster or --catalog file is.
+        raise errors.ConfigError(f"{p}: the file is empty; {migparted.CONFIG_FILE} (pass "
+                                 f"--mig-parted-config that file, or the ConfigMap holding one)")
     if isinstance(raw, dict) and raw.get("kind") == "ConfigMap":
         return migparted.parse_configmap(raw)
     return migparted.parse_data(raw, where=str(p))

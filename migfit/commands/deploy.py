@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import shlex
 import sys
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,7 @@ import yaml
 
 from migfit import errors, profiles, schedulerconfig
 
+DEFAULT_DIR = "deploy"
 SCHEDULER_NAME = "migfit-scheduler"
 EXTENDER_SERVICE = "migfit-extender.migfit-system.svc"
 EXTENDER_CA_FILE = "/etc/migfit/extender-ca/ca.crt"
@@ -126,11 +128,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                      f"({SECOND_SCHEDULER_CONFIG}) and the extenders snippet for an existing "
                      f"kube-scheduler ({DEFAULT_SCHEDULER_SNIPPET}), whose managedResources "
                      f"name every nvidia.com/mig-* resource of the catalog."))
-    r.add_argument("--dir", default="deploy", help="the deploy/ folder (default: %(default)s)")
+    r.add_argument("--dir", default=DEFAULT_DIR, help="the deploy/ folder (default: %(default)s)")
     r.add_argument("--check", action="store_true",
                    help="write nothing; exit 1 and show a diff if a file is out of date")
     r.add_argument("--catalog", metavar="FILE",
                    help="a catalog override file (same schema as the built-in)")
+
+
+def _command(args: argparse.Namespace) -> str:
+    """The ``migfit deploy render`` that writes what ``args`` checked: its --dir and
+    --catalog, when given."""
+    words = ["migfit", "deploy", "render"]
+    if args.dir != DEFAULT_DIR:
+        words += ["--dir", args.dir]
+    if args.catalog is not None:
+        words += ["--catalog", args.catalog]
+    return shlex.join(words)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -140,6 +153,14 @@ def run(args: argparse.Namespace) -> int:
     stale = 0
     written: list[str] = []
     files = render(profiles.load(args.catalog))
+    again = _command(args)
+    if args.check and not any((root / rel).exists() for rel in files):
+        # A wrong --dir (an empty folder, another project's), not a tree a file fell behind
+        # in: a diff of every line says nothing more.
+        raise errors.MigfitError(
+            f"--dir {root} holds none of the generated files "
+            f"({' and '.join(str(rel) for rel in files)}): pass --dir the deploy/ folder, or "
+            f"write them there with `{again}`")
     for rel, text in files.items():
         path = root / rel
         current = path.read_text(encoding="utf-8") if path.exists() else ""
@@ -156,8 +177,7 @@ def run(args: argparse.Namespace) -> int:
             written.append(str(path))
     if args.check:
         if stale:
-            print(f"{stale} generated file(s) out of date: run `migfit deploy render`",
-                  file=sys.stderr)
+            print(f"{stale} generated file(s) out of date: run `{again}`", file=sys.stderr)
             return 1
         return 0  # a check that passes says nothing, as `git diff --quiet`
     if written:

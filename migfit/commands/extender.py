@@ -18,6 +18,7 @@ from migfit import (
     logs,
     migparted,
     profiles,
+    schedulerconfig,
     serving,
     sources,
 )
@@ -139,7 +140,8 @@ def settings_from(args: argparse.Namespace) -> server.ExtenderSettings:
     except ValueError as exc:
         raise errors.UsageError(str(exc)) from None
     if not args.drain_delay >= 0:
-        raise errors.UsageError(f"--drain-delay {args.drain_delay}: use 0 or more seconds")
+        raise errors.UsageError(f"--drain-delay {flagtypes.shown(args.drain_delay)}: use 0 or "
+                                "more seconds")
     return server.ExtenderSettings(
         limits=limits,
         drain_delay=args.drain_delay,
@@ -293,8 +295,15 @@ def run(args: argparse.Namespace) -> NoReturn:
     if not ns or not name or "/" in name:
         raise errors.UsageError(f"--configmap {args.configmap!r}: give NAMESPACE/NAME, e.g. "
                                 "gpu-operator/default-mig-parted-config")
+    if not schedulerconfig.is_dns1123_label(args.lease_namespace):
+        # Whatever the other flags: a Lease there could never be created, and with --cluster
+        # or --no-publish it is not used yet, but the same command line would fail in API mode.
+        raise errors.UsageError(
+            f"--lease-namespace {args.lease_namespace!r}: not a namespace name (lower-case "
+            "letters, digits and '-', starting and ending with a letter or digit, at most 63 "
+            "characters); give the extender's own namespace, e.g. migfit-system")
     if args.grace < 0:
-        raise errors.UsageError(f"--grace {args.grace}: use 0 or more seconds")
+        raise errors.UsageError(f"--grace {flagtypes.shown(args.grace)}: use 0 or more seconds")
     if args.apply_busy_nodes and not args.apply_relayout:
         raise errors.UsageError("--apply-busy-nodes needs --apply-relayout")
     if args.apply_custom_configs and not args.apply_relayout:
@@ -306,11 +315,12 @@ def run(args: argparse.Namespace) -> NoReturn:
             "it to one of your own, name that in the ClusterPolicy's migManager.config.name "
             "and pass it as --configmap NS/NAME (docs/relayout.md, custom configs)")
     if not 0 <= args.config_sync <= 3600:
-        raise errors.UsageError(f"--config-sync {args.config_sync}: use 0 to 3600 seconds "
-                                "(kubelet refreshes ConfigMap volumes within about 2 minutes)")
+        raise errors.UsageError(f"--config-sync {flagtypes.shown(args.config_sync)}: use 0 to "
+                                "3600 seconds (kubelet refreshes ConfigMap volumes within about "
+                                "2 minutes)")
     if args.relayout_timeout <= 0:
-        raise errors.UsageError(f"--relayout-timeout {args.relayout_timeout}: use more than "
-                                "0 seconds")
+        raise errors.UsageError(f"--relayout-timeout {flagtypes.shown(args.relayout_timeout)}: "
+                                "use more than 0 seconds")
     logs.configure(level=args.log_level, style=logs.style_of(args.log_format))
     view = cluster.Cluster(profiles.load(args.catalog))
     source = sources.source_from_args(view, args)

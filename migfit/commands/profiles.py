@@ -112,7 +112,8 @@ def render_table(models: tuple[profiles.GpuModel, ...]) -> str:
 
 def run(args: argparse.Namespace) -> int:
     catalog = profiles.load(args.catalog)
-    models = (catalog.get(args.gpu),) if args.gpu else catalog.models
+    # An empty --gpu (a variable left unset: --gpu "$GPU") is an unknown name, not "all".
+    models = (catalog.get(args.gpu),) if args.gpu is not None else catalog.models
     if args.json:
         json.dump([model_json(m) for m in models], sys.stdout, indent=2)
         sys.stdout.write("\n")

@@ -203,12 +203,18 @@ async def _serve(args: argparse.Namespace) -> None:
             and args.kubeconfig is None):
         raise errors.UsageError("--gpu-usage-from dcgm finds the exporters through the API: "
                                 "give --kubeconfig, or --dcgm-exporter-url")
+    # --context and --request-timeout mean nothing with a file, the bundled one included.
+    sources.check_source_args(args)
     if cluster_file is None and args.kubeconfig is None:
+        for flag, value in (("--context", args.context),
+                            ("--request-timeout", args.request_timeout)):
+            if value is not None:
+                raise errors.UsageError(
+                    f"{flag} applies to a Kubernetes API, and migfit serve is serving the "
+                    f"bundled example cluster: add --kubeconfig PATH to serve a live cluster, "
+                    f"or drop {flag}")
         cluster_file = str(snapshots.EXAMPLE_CLUSTER)
     model = cluster.Cluster(catalog)
-    # --context and --request-timeout mean nothing with a file, the bundled one included.
-    sources.check_source_args(argparse.Namespace(cluster_file=cluster_file, context=args.context,
-                                                 request_timeout=args.request_timeout))
     source = sources.open_source(model, cluster_file=cluster_file, kubeconfig=args.kubeconfig,
                                  in_cluster=False, context=args.context,
                                  request_timeout_s=args.request_timeout)
@@ -245,8 +251,9 @@ async def _serve_with(
     reloader = reloading.CertificateReloader(cert_file=cert, key_file=key)
     try:
         limits = serving.limits_from(args)
-        for max_body in (webhook_server.DEFAULT_MAX_BODY, extender_server.DEFAULT_MAX_BODY):
-            limits.body_budget(max_body)
+        # One budget for both servers: it must hold the larger of their largest bodies (the
+        # extender's), and a refusal names that one, as --help does.
+        limits.body_budget(max(webhook_server.DEFAULT_MAX_BODY, extender_server.DEFAULT_MAX_BODY))
     except ValueError as exc:
         raise errors.UsageError(str(exc)) from None
 

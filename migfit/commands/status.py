@@ -123,6 +123,10 @@ def node_notes(state: records.NodeState, catalog: profiles.Catalog) -> list[str]
         notes.append(f"overcommitted {p} by {n}")
     if node.model_error:
         notes.append(f"unknown GPU: {node.model_error.split(';')[0]}")
+    if node.strategy is not None and node.strategy not in keys.STRATEGY_LABEL_VALUES:
+        # A cluster file with it is refused (snapshots); a live node is shown, read as mixed.
+        notes.append(f"unknown {keys.LABEL_STRATEGY} {node.strategy!r} (valid: "
+                     f"{' | '.join(keys.STRATEGY_LABEL_VALUES)})")
     gpu = catalog.get(node.model) if node.model else None
     if gpu is not None and node.strategy != "single":  # issue 13: allocation spread
         hint = migparted.spread_note(gpu, node.allocatable, state.used, node.gpu_count,

@@ -65,7 +65,7 @@ def add_policy_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--strategy", choices=decision.STRATEGY_CHOICES, default="auto",
                         help="device-plugin MIG strategy: auto follows the nodes' "
                              "nvidia.com/mig.strategy label (default)")
-    parser.add_argument("--waste-warning", type=flagtypes.number, default=0.5, metavar="FRACTION",
+    parser.add_argument("--waste-warning", type=flagtypes.share, default=0.5, metavar="FRACTION",
                         help="warn when more than this share of an instance's memory is unused")
     parser.add_argument("--choice", choices=decision.CONTENTIONS,
                         default=decision.Policy().contention,
@@ -76,7 +76,7 @@ def add_policy_arguments(parser: argparse.ArgumentParser) -> None:
                              "usable = as free, counting only free instances on nodes with "
                              "the pod's cpu and memory left (not memoised) "
                              "(default %(default)s; measured in docs/simulation.md)")
-    parser.add_argument("--waste-ceiling", type=flagtypes.number,
+    parser.add_argument("--waste-ceiling", type=flagtypes.share,
                         default=decision.Policy().waste_ceiling,
                         metavar="FRACTION",
                         help="--choice ceiling: never a larger profile with more than this "
@@ -92,9 +92,11 @@ def policy_from(args: argparse.Namespace) -> tuple[profiles.Catalog, decision.Po
     names = [n.strip() for n in str(args.gpu_models).split(",") if n.strip()]
     models = tuple(dict.fromkeys(catalog.get(n) for n in names))
     if not 0 <= args.waste_warning <= 1:
-        raise errors.UsageError(f"--waste-warning {args.waste_warning}: use a fraction 0..1")
+        raise errors.UsageError(f"--waste-warning {flagtypes.shown(args.waste_warning)}: use a "
+                                f"fraction 0..1")
     if not 0 <= args.waste_ceiling <= 1:
-        raise errors.UsageError(f"--waste-ceiling {args.waste_ceiling}: use a fraction 0..1")
+        raise errors.UsageError(f"--waste-ceiling {flagtypes.shown(args.waste_ceiling)}: use a "
+                                f"fraction 0..1")
     if args.scheduler_name and not schedulerconfig.is_dns1123_subdomain(args.scheduler_name):
         # The API server would refuse every pod the webhook gave it (spec.schedulerName).
         raise errors.UsageError(

@@ -76,6 +76,8 @@ def run_api(work: Callable[[Any], Awaitable[T]], args: argparse.Namespace) -> T:
 
     try:
         return asyncio.run(main())
+    except kube.NoKubeconfigError:
+        raise kube.NoKubeconfigError(cluster_flag=True) from None  # this command reads files
     except kube.ApiError as exc:
         raise errors.MigfitError(str(exc)) from None
 

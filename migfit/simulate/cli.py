@@ -121,7 +121,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                           "';' that the cluster's GPUs take in turn, e.g. "
                           "'7g.80gb;7g.80gb;4g.40gb,3g.40gb'. With --cluster it replaces the "
                           "spec's layouts")
-    src.add_argument("--history-share", type=flagtypes.number, default=None, metavar="F",
+    src.add_argument("--history-share", type=flagtypes.share, default=None, metavar="F",
                      help="--layout history: the first F of the pod list (creation order) "
                           "sizes the layouts; the rest is replayed (between 0 and 1; "
                           "default 0.5)")
@@ -143,7 +143,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                           "ceil(gpu_milli×8/1000) memory slices; whole GPUs are 7g")
     src.add_argument("--limit-pods", type=int, default=None, metavar="N",
                      help="use only the first N pods of the pod list")
-    src.add_argument("--node-share", type=flagtypes.number, default=1.0, metavar="F",
+    src.add_argument("--node-share", type=flagtypes.share, default=1.0, metavar="F",
                      help="keep this share of the nodes, the same share of every node shape "
                           "(model, GPUs, cpu, memory) and at least one node of each (the "
                           "trace's node list has 15 shapes), in list order: a smaller "
@@ -156,7 +156,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     run.add_argument("--mode", choices=("fill", "events"), default="fill",
                      help="fill: arrivals only, until --target of GPU capacity is requested "
                           "(FGD's setup); events: arrivals and departures in trace time")
-    run.add_argument("--target", type=flagtypes.number, default=None,
+    run.add_argument("--target", type=flagtypes.share, default=None,
                      help=f"fill: stop when the trace GPUs requested reach this share of the "
                           f"cluster's GPUs (above 0, at most {MAX_TARGET:g}; default "
                           f"{FILL_DEFAULTS['target']:g})")
@@ -213,7 +213,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                      help="+advisor: also re-lay out the GPUs of busy nodes that hold no "
                           "instance in use, their pods' GPUs kept exactly (the apply mode's "
                           "--apply-busy-nodes; docs/relayout.md)")
-    run.add_argument("--ahead-from", type=flagtypes.number, default=None, metavar="SHARE",
+    run.add_argument("--ahead-from", type=flagtypes.share, default=None, metavar="SHARE",
                      help=f"+advisor: re-lay out idle nodes ahead of demand, toward the "
                           f"profiles the demand mix will be short of, once a model's "
                           f"instances are this share allocated (default "
@@ -329,8 +329,8 @@ def _inputs(args: argparse.Namespace, catalog: profiles.Catalog
         info["cluster"] = f"{path} as {model.id}" + (f" ({mapped})" if mapped else "")
     if args.node_share != 1.0:
         if not 0 < args.node_share <= 1:
-            raise errors.UsageError(f"--node-share {args.node_share}: use a share in (0, 1], "
-                                    f"e.g. 0.125 for one node in eight")
+            raise errors.UsageError(f"--node-share {flagtypes.shown(args.node_share)}: use a "
+                                    f"share in (0, 1], e.g. 0.125 for one node in eight")
         total, shapes = len(nodes), len({_shape(n) for n in nodes})
         nodes = share_of_nodes(nodes, args.node_share)
         info["cluster"] += f", {args.node_share:g} of its nodes per shape"
@@ -402,7 +402,9 @@ def _inputs(args: argparse.Namespace, catalog: profiles.Catalog
                                 f"list; the other {len(pods)} pods replayed)")
     info.update(layout=layout or "from the spec", nodes=len(nodes),
                 gpus=sum(n.gpus for n in nodes), model=ref.id,
-                models=", ".join(f"{m} ({g} GPUs)" for m, g in sorted(gpu_models.items())),
+                # each model's GPUs when there are several; one model's are the GPUs count
+                models=", ".join(f"{m} ({g} GPU{'s' if g != 1 else ''})" if len(gpu_models) > 1
+                                 else m for m, g in sorted(gpu_models.items())),
                 pods_in_workload=len(pods), mapping=args.mapping)
     return nodes, pods, info
 
@@ -432,6 +434,11 @@ def _run_in_pool(jobs: list[Any], workers: int) -> list[engine.RunResult]:
     finally:
         if main:
             signal.signal(signal.SIGTERM, previous)
+
+
+def _count(n: int, noun: str) -> str:
+    """``n`` ``noun``s, singular for one: "1 run", "12 GPUs"."""
+    return f"{n} {noun}{'s' if n != 1 else ''}"
 
 
 def _share(value: float) -> str:
@@ -668,13 +675,15 @@ def _write(flag: str, path: Path, text: str) -> None:
                                 f"results are above)") from None
 
 
-def _without_scipy(policies: list[engine.Policy], named: bool) -> list[engine.Policy]:
+def _without_scipy(policies: list[engine.Policy], named: bool
+                   ) -> tuple[list[engine.Policy], str | None]:
     """The policies that can run here: the bounds are LPs solved with SciPy, an optional
     extra. Named on the command line they need it (a usage error); left out of the default
-    list when it is not installed, said on stderr."""
+    list when it is not installed, with the note that says so (for stderr, once the
+    arguments have all been checked: a refused command prints its error line alone)."""
     bounds = [p.name for p in policies if p.is_bound]
     if not bounds:
-        return policies
+        return policies, None
     try:
         import scipy.optimize  # noqa: F401  (only whether it imports)
     except ImportError:
@@ -682,10 +691,10 @@ def _without_scipy(policies: list[engine.Policy], named: bool) -> list[engine.Po
             verb = "needs" if len(bounds) == 1 else "need"
             raise errors.UsageError(f"{' and '.join(bounds)} {verb} SciPy: {SCIPY_HINT}"
                                     ) from None
-        print(f"migfit simulate: {' and '.join(bounds)} left out: they need SciPy "
-              f"({SCIPY_HINT})", file=sys.stderr)
-        return [p for p in policies if not p.is_bound]
-    return policies
+        note = (f"migfit simulate: {' and '.join(bounds)} left out: they need SciPy "
+                f"({SCIPY_HINT})")
+        return [p for p in policies if not p.is_bound], note
+    return policies, None
 
 
 def _given(args: argparse.Namespace) -> set[str]:
@@ -722,6 +731,22 @@ def check_combinations(args: argparse.Namespace, given: set[str]) -> None:
         if has_one is not None and has_one is not False and has_other is not None:
             raise errors.UsageError(f"{other} and {one}: {one} replaces {other}'s list; give "
                                     f"one of them")
+    # The trace folder holds the node list and the pod list: with both replaced it is never
+    # read (a --pods file is still looked for there, by the trace's name).
+    nodes_from = ("--cluster" if args.cluster is not None else "--example" if args.example
+                  else "--nodes" if args.nodes is not None else None)
+    pods_from = ("--synthetic" if args.synthetic is not None else "--example" if args.example
+                 else None)
+    if args.trace_dir is not None and nodes_from is not None and pods_from is not None:
+        by = nodes_from if nodes_from == pods_from else f"{nodes_from} and {pods_from}"
+        raise errors.UsageError(f"--trace-dir with {by}: {by} "
+                                f"{'replaces' if nodes_from == pods_from else 'replace'} both "
+                                f"of the trace's lists, so its folder is never read; leave "
+                                f"--trace-dir out")
+    if args.picture is not None and args.report is None and args.json is None:
+        raise errors.UsageError("--picture without --report or --json: it picks the policies "
+                                "whose GPU pictures the report draws (and --json keeps); add "
+                                "--report FILE.html or leave it out")
     if args.synthetic_seed is not None and args.synthetic is None and not args.example:
         raise errors.UsageError("--synthetic-seed without --synthetic or --example: it draws "
                                 "synthetic pods; add --synthetic N or leave it out")
@@ -804,7 +829,8 @@ def _check_numbers(args: argparse.Namespace) -> None:
 def run(args: argparse.Namespace) -> int:
     given = _given(args)
     catalog = profiles.load(args.catalog)
-    policies = _without_scipy(_policies(args.policies), args.policies != DEFAULT_POLICIES)
+    policies, left_out = _without_scipy(_policies(args.policies),
+                                        args.policies != DEFAULT_POLICIES)
     if args.seeds < 1:
         raise errors.UsageError("--seeds must be at least 1")
     names = [p.name for p in policies]
@@ -829,8 +855,9 @@ def run(args: argparse.Namespace) -> int:
         raise errors.UsageError(f"--relayout-seconds {args.relayout_seconds:g}: use 0 or more "
                                 f"seconds (the MIG Manager's re-partition time)")
     if not 0 <= args.config_sync_seconds <= 3600:
-        raise errors.UsageError(f"--config-sync-seconds {args.config_sync_seconds}: use 0 to "
-                                "3600, as the extender's --config-sync")
+        raise errors.UsageError(f"--config-sync-seconds "
+                                f"{flagtypes.shown(args.config_sync_seconds)}: use 0 to 3600, "
+                                "as the extender's --config-sync")
     if not 0 < args.arrival_scale <= MAX_ARRIVAL_SCALE:
         raise errors.UsageError(f"--arrival-scale {args.arrival_scale:g}: use a factor above 0 "
                                 f"and at most {MAX_ARRIVAL_SCALE:,.0f} (0.05 = arrivals 20 times "
@@ -858,6 +885,8 @@ def run(args: argparse.Namespace) -> int:
     seeds = list(range(args.seed, args.seed + args.seeds))
     jobs = [(nodes, pods, p, s, options, catalog, s == seeds[0] and p.name in pictures)
             for s in seeds for p in policies]
+    if left_out is not None:
+        print(left_out, file=sys.stderr, flush=True)
     print(start_notice(args, info, runs=len(jobs),
                        arrivals=arrivals_per_run(args, pods, int(info["gpus"]))),
           file=sys.stderr, flush=True)
@@ -900,7 +929,8 @@ def run(args: argparse.Namespace) -> int:
     }
     kept = (f" (--node-share {args.node_share:g}: {info['node_share_kept']})"
             if "node_share_kept" in info else "")
-    print(f"{info['nodes']} nodes{kept}, {info['gpus']} GPUs ({info['models']}); "
+    print(f"{_count(info['nodes'], 'node')}{kept}, {_count(info['gpus'], 'GPU')} "
+          f"({info['models']}); "
           f"{info['pods_in_workload']} pods, mapping={args.mapping}, mode={options.mode}"
           + (f", target {_share(options.target)} of GPUs requested" if options.mode == "fill"
              else "") + f"; seeds {seeds[0]}..{seeds[-1]}")
@@ -916,7 +946,7 @@ def run(args: argparse.Namespace) -> int:
         print()
         print(report.waits_table([(r.policy, r.waits_by_class) for r in results
                                   if r.waits_by_class]))
-    print(f"{len(results)} runs in {elapsed:.1f} s")
+    print(f"{_count(len(results), 'run')} in {elapsed:.1f} s")
     document: dict[str, Any] = {
         "setup": setup, "summary": summary,
         "runs": [{"policy": r.policy, "seed": r.seed, "figures": r.figures,

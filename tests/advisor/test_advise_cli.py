@@ -80,3 +80,17 @@ def test_bad_arguments_are_one_line_errors() -> None:
     assert near.returncode == 1 and "kubectl" not in near.stdout
     assert (f"those of {EXAMPLE} in namespace ml-research: finetune-small-0, "
             f"llm-warmup-0.") in near.stdout, near.stdout
+
+
+def test_explain_of_a_bare_name_in_another_namespace_asks_whether_that_was_meant() -> None:
+    """With --cluster a bare name is looked up in default; the pod was in ml-research and the
+    answer only said default had none."""
+    missing = _migfit("explain", "finetune-small-0", "--cluster", str(EXAMPLE))
+    assert missing.returncode == 1, missing.stderr
+    assert missing.stdout.rstrip().endswith(
+        f"{EXAMPLE} has none in namespace default. Did you mean "
+        f"ml-research/finetune-small-0?"), missing.stdout
+    data = _migfit("explain", "finetune-small-0", "--cluster", str(EXAMPLE), "-o", "json")
+    assert data.returncode == 1
+    assert json.loads(data.stdout)["explanation"].endswith(
+        "Did you mean ml-research/finetune-small-0?")

@@ -18,6 +18,7 @@ from migmanager_sim import store
 
 from tests.workstation import kubeconfig as _kubeconfig
 from tests.workstation import migfit as _migfit
+from tests.workstation import one_line_error as _one_line_error
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 COMMANDS = [("status",), ("advise",), ("explain", "ml/small")]
@@ -139,3 +140,32 @@ async def test_context_with_cluster_is_an_error(tmp_path: pathlib.Path) -> None:
                           kubeconfig=None, home=tmp_path)
         assert done.returncode == 2 and "--context" in done.stderr, done.stderr
         assert len(done.stderr.strip().splitlines()) == 1
+
+
+async def test_status_notes_a_mig_strategy_label_gfd_never_writes(
+        server: kmock.KubernetesEmulator, tmp_path: pathlib.Path) -> None:
+    """A cluster file with it is refused; a live node's is shown, and nothing fails."""
+    store(server, node("odd", alloc={"3g.40gb": 2}, labels={"nvidia.com/mig.strategy": "mixd"}))
+    kc = _kubeconfig(tmp_path / "kc", str(server.url).rstrip("/"))
+    done, _ = await _migfit("status", "-o", "json", kubeconfig=kc, home=tmp_path)
+    assert done.returncode == 0, done.stderr
+    [odd] = json.loads(done.stdout)["nodes"]
+    assert odd["notes"] == ["unknown nvidia.com/mig.strategy 'mixd' (valid: none | single | "
+                            "mixed)"]
+    table, _ = await _migfit("status", kubeconfig=kc, home=tmp_path)
+    assert table.returncode == 0, table.stderr
+    assert "unknown nvidia.com/mig.strategy 'mixd'" in table.stdout
+
+
+@pytest.mark.parametrize("command", [*COMMANDS, ("extender",)], ids=lambda c: c[0])
+async def test_no_kubeconfig_anywhere_names_the_cluster_file_too(
+        command: tuple[str, ...], tmp_path: pathlib.Path) -> None:
+    """A first try with no cluster at hand: the message named only --kubeconfig and a
+    service account, not the file that every one of these commands reads."""
+    done, _ = await _migfit(*command, kubeconfig=None, home=tmp_path)
+    assert _one_line_error(done) == (
+        "cannot load in-cluster config (no service account mounted?) and found no kubeconfig "
+        "($KUBECONFIG unset, no ~/.kube/config): pass --kubeconfig PATH to a readable "
+        "kubeconfig, or --cluster FILE to read a cluster exported with `kubectl get "
+        "nodes,pods -A -o yaml` (such as examples/cluster.yaml), or run inside a pod with a "
+        "service account")

@@ -105,6 +105,16 @@ def test_bad_arguments_exit_2_with_one_line(args: list[str]) -> None:
     assert "Traceback" not in out.stderr
 
 
+@pytest.mark.parametrize("name", ["", "  "])
+def test_an_empty_model_name_is_unknown_not_every_model(name: str) -> None:
+    """`--gpu "$GPU"` with GPU unset printed the whole catalog."""
+    out = migfit("profiles", "--gpu", name)
+    assert out.returncode == 2 and out.stdout == ""
+    assert out.stderr.startswith(f"migfit: error: unknown GPU model {name!r}; known models: "
+                                 "A100-40GB, A100-80GB,")
+    assert len(out.stderr.strip().splitlines()) == 1
+
+
 def test_bad_catalog_file_exits_2(tmp_path: Path) -> None:
     path = tmp_path / "bad.yaml"
     path.write_text("version: v1\nmodels: []\nextra: 1\n", encoding="utf-8")

@@ -138,7 +138,7 @@ def test_the_extender_with_a_max_relayouts_it_cannot_use(value: str) -> None:
     (["--apply-custom-configs"], "--apply-custom-configs needs --apply-relayout"),
     (["--apply-relayout", "--apply-custom-configs"], "migManager.config.name"),
     (["--apply-relayout", "--apply-custom-configs", "--configmap", "gpu-operator/mine",
-      "--config-sync", "-1"], "--config-sync -1.0: use 0 to 3600 seconds"),
+      "--config-sync", "-1"], "--config-sync -1: use 0 to 3600 seconds"),
     (["--apply-relayout", "--apply-custom-configs", "--configmap", "gpu-operator/mine",
       "--config-sync", "nan"], "argument --config-sync: 'nan' is not a finite number"),
 ])
@@ -159,7 +159,7 @@ def test_the_extender_refuses_custom_configs_it_cannot_write_safely(
     (["--max-body", "4096", "--max-body-in-flight", "4095"],
      "--max-body-in-flight 4095: use at least the largest body accepted (4,096 bytes)"),
     (["--max-body-in-flight", "ten"], "--max-body-in-flight: invalid int value: 'ten'"),
-    (["--write-timeout", "0"], "--write-timeout 0.0: use a positive number of seconds"),
+    (["--write-timeout", "0"], "--write-timeout 0: use a positive number of seconds"),
     (["--write-timeout", "nan"], "argument --write-timeout: 'nan' is not a finite number"),
 ])
 def test_the_extender_refuses_server_bounds_it_cannot_use(args: list[str],
@@ -183,6 +183,41 @@ def test_serve_refuses_a_body_budget_below_the_extenders_largest_body(tmp_path: 
            "(33,554,432 bytes)" in line
 
 
+def test_serve_names_the_extenders_largest_body_for_any_budget_below_it(tmp_path: Path) -> None:
+    """One budget serves both servers: a value below the webhook's largest body named the
+    webhook's (3 MiB), and a larger one then met the extender's (32 MiB)."""
+    line = _fails_in_one_line(["serve", "--max-body-in-flight", "1", "--cert-dir",
+                               str(tmp_path / "c")], code=2)
+    assert "--max-body-in-flight 1: use at least the largest body accepted " \
+           "(33,554,432 bytes)" in line
+
+
+@pytest.mark.parametrize("flag, value", [("--context", "foo"), ("--request-timeout", "5")])
+def test_serve_on_the_bundled_cluster_says_an_api_flag_needs_a_kubeconfig(
+        tmp_path: Path, flag: str, value: str) -> None:
+    """No --cluster was given: the message spoke of one, and of dropping "one of them"."""
+    line = _fails_in_one_line(["serve", flag, value, "--cert-dir", str(tmp_path / "c")], code=2)
+    assert line == (f"migfit: error: {flag} applies to a Kubernetes API, and migfit serve is "
+                    f"serving the bundled example cluster: add --kubeconfig PATH to serve a "
+                    f"live cluster, or drop {flag}")
+
+
+@pytest.mark.parametrize("command, zero", [
+    (["serve", "--kubeconfig", "kc"], "60s, the default"),
+    (["webhook", "--kubeconfig", "kc"], "60s, the default"),
+    (["extender", "--kubeconfig", "kc"], "60s, the default"),
+    (["status"], "no limit"),
+])
+@pytest.mark.parametrize("value, why", [
+    ("abc", "give a duration such as 30s, 1m or 500ms"), ("-1", "use 0 or more")])
+def test_a_bad_request_timeout_says_what_0_means_to_the_command(
+        command: list[str], zero: str, value: str, why: str) -> None:
+    """The watching servers read 0 as their default page limit (60s, as --help says); the
+    error told them "0: no timeout"."""
+    line = _fails_in_one_line([*command, "--request-timeout", value], code=2)
+    assert line == f"migfit: error: --request-timeout {value!r}: {why} (0: {zero})"
+
+
 def test_a_mig_parted_config_that_is_not_yaml_is_one_line(tmp_path: Path) -> None:
     """PyYAML's message spans four lines (the source line and a caret); the cluster file's was
     already one line, the --mig-parted-config file's now is too."""
@@ -193,6 +228,69 @@ def test_a_mig_parted_config_that_is_not_yaml_is_one_line(tmp_path: Path) -> Non
     assert line == (f"migfit: error: {bad}: not valid YAML at line 2, column 15: mapping values "
                     "are not allowed here; pass --mig-parted-config a mig-parted config file "
                     "or the ConfigMap holding one")
+
+
+@pytest.mark.parametrize("namespace", ["Bad_NS", "", "a-", "-a", "a" * 64, "ns.with.dots"])
+@pytest.mark.parametrize("source", [["--cluster", CLUSTER], ["--kubeconfig", "kc", "--no-publish"]])
+def test_the_extender_refuses_a_lease_namespace_kubernetes_would(
+        namespace: str, source: list[str]) -> None:
+    """It started with --cluster (where the Lease is not used yet): the same command line in
+    API mode then failed at every try to take the Lease."""
+    line = _fails_in_one_line(["extender", *source, f"--lease-namespace={namespace}"], code=2)
+    assert line == (f"migfit: error: --lease-namespace {namespace!r}: not a namespace name "
+                    "(lower-case letters, digits and '-', starting and ending with a letter or "
+                    "digit, at most 63 characters); give the extender's own namespace, e.g. "
+                    "migfit-system")
+
+
+@pytest.mark.parametrize("args, expected", [
+    (["extender", "--cluster", CLUSTER, "--keepalive-timeout", "-1"],
+     "--keepalive-timeout -1: use a positive number of seconds"),
+    (["extender", "--cluster", CLUSTER, "--grace", "-2.5"], "--grace -2.5: use 0 or more seconds"),
+    (["extender", "--cluster", CLUSTER, "--relayout-timeout", "0"],
+     "--relayout-timeout 0: use more than 0 seconds"),
+    (["simulate", "--example", "--node-share", "0"],
+     "--node-share 0: use a share in (0, 1], e.g. 0.125 for one node in eight"),
+    (["webhook", "{certs}", "--waste-warning", "60"], "--waste-warning 60: use a fraction 0..1"),
+    (["webhook", "{certs}", "--shutdown-timeout", "-1"],
+     "--shutdown-timeout -1: use 0 or more seconds"),
+])
+def test_numbers_are_quoted_as_typed(certs: Path, args: list[str], expected: str) -> None:
+    """They were quoted as Python prints a float: -1.0, 0.0, 60.0."""
+    tls = ["--tls-cert", str(certs / "tls.crt"), "--tls-key", str(certs / "tls.key"),
+           "--cluster", CLUSTER]
+    argv = [word for arg in args for word in (tls if arg == "{certs}" else [arg])]
+    assert _fails_in_one_line(argv, code=2) == f"migfit: error: {expected}"
+
+
+@pytest.mark.parametrize("value, example", [
+    ("50%", "write the share as a fraction, such as 0.5 for 50%"),
+    ("half", "write it in digits, such as 0.25"),
+])
+@pytest.mark.parametrize("flag", ["--waste-warning", "--waste-ceiling"])
+def test_a_share_that_is_no_number_gets_an_example_the_flag_takes(
+        flag: str, value: str, example: str) -> None:
+    """"such as 60 or 0.25": 60 was then refused as outside 0..1."""
+    line = _fails_in_one_line(["webhook", flag, value], code=2)
+    assert line == f"migfit webhook: error: argument {flag}: {value!r} is not a finite number: " \
+                   f"{example}"
+
+
+@pytest.mark.parametrize("text", ["", "# nothing but a comment\n"])
+@pytest.mark.parametrize("command", [["advise"], ["explain", "default/x"]])
+def test_an_empty_mig_parted_config_is_refused(tmp_path: Path, text: str,
+                                               command: list[str]) -> None:
+    """It ran as a config with no layout in it (exit 0), where an empty --cluster or
+    --catalog file is refused."""
+    empty = tmp_path / "config.yaml"
+    empty.write_text(text)
+    line = _fails_in_one_line([*command, "--cluster", CLUSTER, "--mig-parted-config",
+                               str(empty)], code=2)
+    assert line == (f"migfit: error: {empty}: the file is empty; a mig-parted config is YAML "
+                    "with `version: v1` and `mig-configs:`, each config a list of entries with "
+                    "devices, mig-enabled and mig-devices, as in the GPU Operator's "
+                    "default-mig-parted-config (pass --mig-parted-config that file, or the "
+                    "ConfigMap holding one)")
 
 
 @pytest.mark.parametrize("name", ["Bad Name", "Migfit", "-x", "a" * 254, "migfit\n"])

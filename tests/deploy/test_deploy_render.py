@@ -87,3 +87,25 @@ def test_render_help_says_what_it_writes() -> None:
     done = migfit("deploy", "render", "--help")
     assert done.returncode == 0
     assert "KubeSchedulerConfiguration" in done.stdout and "managedResources" in done.stdout
+
+
+def test_check_of_a_stale_tree_names_the_render_that_mends_it(tmp_path: Path) -> None:
+    """The suggestion was `migfit deploy render`, which writes ./deploy, not the --dir
+    checked."""
+    copy = _copy(tmp_path)
+    (copy / deploy.DEFAULT_SCHEDULER_SNIPPET).unlink()
+    done = migfit("deploy", "render", "--check", "--dir", str(copy))
+    assert done.returncode == 1
+    assert done.stderr == (f"1 generated file(s) out of date: run `migfit deploy render --dir "
+                           f"{copy}`\n")
+
+
+def test_check_of_a_folder_with_none_of_the_files_says_so_in_one_line(tmp_path: Path) -> None:
+    """An empty folder got some 680 lines of diff."""
+    done = migfit("deploy", "render", "--check", "--dir", str(tmp_path))
+    assert done.returncode == 1 and done.stdout == ""
+    assert done.stderr == (
+        f"migfit: error: --dir {tmp_path} holds none of the generated files "
+        f"({deploy.SECOND_SCHEDULER_CONFIG} and {deploy.DEFAULT_SCHEDULER_SNIPPET}): pass "
+        f"--dir the deploy/ folder, or write them there with `migfit deploy render --dir "
+        f"{tmp_path}`\n")

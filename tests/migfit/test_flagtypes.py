@@ -33,3 +33,21 @@ def test_positive_seconds(text: str, message: str) -> None:
     assert flagtypes.positive_seconds("0.5") == 0.5
     with pytest.raises(argparse.ArgumentTypeError, match=f"^{message}$"):
         flagtypes.positive_seconds(text)
+
+
+@pytest.mark.parametrize(("value", "text"), [(-1.0, "-1"), (0.0, "0"), (60.0, "60"),
+                                             (0.25, "0.25"), (3e6, "3000000"), (-2.5, "-2.5")])
+def test_shown_is_the_number_as_typed(value: float, text: str) -> None:
+    assert flagtypes.shown(value) == text
+
+
+@pytest.mark.parametrize(("text", "example"), [
+    ("50%", "write the share as a fraction, such as 0.5 for 50%"),
+    ("130%", "write the share as a fraction, such as 1.3 for 130%"),
+    ("half", "write it in digits, such as 0.25"), ("nan%", "write it in digits, such as 0.25"),
+    ("nan", "write it in digits, such as 0.25")])
+def test_share_gives_an_example_a_share_takes(text: str, example: str) -> None:
+    assert flagtypes.share("0.5") == 0.5
+    with pytest.raises(argparse.ArgumentTypeError) as info:
+        flagtypes.share(text)
+    assert str(info.value) == f"{text!r} is not a finite number: {example}"

@@ -235,6 +235,27 @@ def test_without_scipy_a_bound_named_is_a_usage_error_before_any_run() -> None:
     assert "seed 0" not in done.stdout + done.stderr
 
 
+@pytest.mark.parametrize("flags", [["--seeds", "0"], ["--jobs", "0"], ["--node-share", "0"],
+                                   ["--target", "0"], ["--synthetic", "0"]])
+def test_without_scipy_a_refused_command_prints_its_error_line_alone(flags: list[str]) -> None:
+    """The note that the bounds are left out came before the error of a command that then
+    ran nothing."""
+    done = subprocess.run([sys.executable, "-c", WITHOUT_SCIPY, "simulate", "--example",
+                           *flags], capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"migfit: error: {flags[0]}"), done.stderr
+
+
+def test_one_run_and_one_model_read_as_english(capsys: pytest.CaptureFixture[str]) -> None:
+    """"1 runs in 0.1 s", and "176 GPUs (A100-80GB (176 GPUs))": the count said twice."""
+    assert cli.main(["simulate", "--example", "--policies", "default", "--synthetic",
+                     "20"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("26 nodes, 176 GPUs (A100-80GB); 20 pods, ")
+    assert re.fullmatch(r"1 run in \d+\.\d s", out[-1]), out[-1]
+
+
 def test_the_table_and_markdown_show_fgds_unit_beside_unallocated(
         capsys: pytest.CaptureFixture[str]) -> None:
     # The README's trace table has FGD's unit (the trace's GPUs left unallocated); neither

@@ -53,12 +53,25 @@ def _refused(argv: list[str], capsys: pytest.CaptureFixture[str], *words: str) -
      ("--history-share with --layout from the spec", "--layout history")),
     (["--nodes", "{nodes}", "--pods", "{pods}", "--layout", "all-balanced",
       "--history-share", "0.3"], ("--history-share with --layout all-balanced",)),
+    # Read nowhere, silently: the trace folder of a run that reads neither of its lists,
+    # and the pictures of a run that writes neither the report nor the JSON.
+    (["--example", "--trace-dir", "{tmp}"],
+     ("--trace-dir with --example: --example replaces both of the trace's lists, so its "
+      "folder is never read; leave --trace-dir out",)),
+    (["--cluster", "{spec}", "--synthetic", "20", "--trace-dir", "{tmp}"],
+     ("--trace-dir with --cluster and --synthetic: --cluster and --synthetic replace both",)),
+    (["--nodes", "{nodes}", "--synthetic", "20", "--trace-dir", "{tmp}"],
+     ("--trace-dir with --nodes and --synthetic",)),
+    (["--example", "--picture", "default"],
+     ("--picture without --report or --json: it picks the policies whose GPU pictures the "
+      "report draws (and --json keeps); add --report FILE.html or leave it out",)),
 ])
 def test_options_that_would_do_nothing_are_refused_naming_both(
         argv: list[str], words: tuple[str, ...], tmp_path: Path,
         capsys: pytest.CaptureFixture[str]) -> None:
     nodes, pods, spec = _files(tmp_path)
-    _refused([a.format(nodes=nodes, pods=pods, spec=spec) for a in argv], capsys, *words)
+    _refused([a.format(nodes=nodes, pods=pods, spec=spec, tmp=tmp_path) for a in argv], capsys,
+             *words)
 
 
 @pytest.mark.parametrize("argv", [
@@ -67,10 +80,12 @@ def test_options_that_would_do_nothing_are_refused_naming_both(
     ["--nodes", "{nodes}", "--pods", "{pods}", "--history-share", "0.5",
      "--model", "A100-80GB", "--model-map", "V100M32=A30-24GB"],
     ["--example", "--cluster", "{spec}"],
+    ["--cluster", "{spec}", "--pods", "pods.csv", "--trace-dir", "{tmp}"],
+    ["--example", "--picture", "default", "--json", "{tmp}/out.json"],
 ])
 def test_the_same_options_where_they_apply_run(argv: list[str], tmp_path: Path) -> None:
     nodes, pods, spec = _files(tmp_path)
-    argv = [a.format(nodes=nodes, pods=pods, spec=spec) for a in argv]
+    argv = [a.format(nodes=nodes, pods=pods, spec=spec, tmp=tmp_path) for a in argv]
     assert cli.main(["simulate", "--policies", "default", *argv]) == 0
 
 

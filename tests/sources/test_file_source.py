@@ -131,6 +131,11 @@ def _with_field(obj: dict[str, Any], key: str, value: Any) -> dict[str, Any]:
     return obj
 
 
+def _with_label(obj: dict[str, Any], key: str, value: str) -> dict[str, Any]:
+    obj["metadata"]["labels"][key] = value
+    return obj
+
+
 def _with_affinity(obj: dict[str, Any], operator: str) -> dict[str, Any]:
     obj["spec"]["affinity"] = {"nodeAffinity": {
         "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
@@ -147,7 +152,8 @@ def _with_affinity(obj: dict[str, Any], operator: str) -> dict[str, Any]:
          "item 2 (Node ?): no metadata.name"),
         (as_list(node("n1"), {"metadata": {"name": "x"}}), "item 2 (object x): no 'kind'"),
         (as_list(node("n1"), node("n1")), "item 2 (Node n1): a second copy of item 1"),
-        (as_list(node("n1"), "just text"), "item 2 (str): a str, not a Kubernetes object"),
+        (as_list(node("n1"), "just text"),
+         "item 2 (string): a string, not a Kubernetes object"),
         # These were read silently: the pod dropped, no labels, a term no node matches.
         (as_list(node("n1"), {**pod("p"), "kind": "pod"}),
          "item 2 (pod gpu/p): kind 'pod': kinds are case-sensitive; write kind: Pod"),
@@ -157,6 +163,19 @@ def _with_affinity(obj: dict[str, Any], operator: str) -> dict[str, Any]:
          "item 1 (Node n2): status.allocatible: no such field; did you mean allocatable?"),
         (as_list(node("n1"), _with_field(pod("p"), "nodeSelecter", {"pool": "a"})),
          "item 2 (Pod gpu/p): spec.nodeSelecter: no such field; did you mean nodeSelector?"),
+        # Kinds, phases and strategies no cluster has were read as another: the object
+        # skipped, the pod as holding its instances, the node as mixed.
+        (as_list(node("n1"), {**pod("p"), "kind": "Pods"}),
+         "item 2 (Pods gpu/p): kind 'Pods' is no kind migfit reads; did you mean kind: Pod? "
+         "(it reads kind: Node and kind: Pod, and skips other kinds)"),
+        (as_list(node("n1"), {**node("n2"), "kind": "Nod"}),
+         "item 2 (Nod n2): kind 'Nod' is no kind migfit reads; did you mean kind: Node?"),
+        (as_list(node("n1"), {**pod("p"), "status": {"phase": "Pendng"}}),
+         "item 2 (Pod gpu/p): status.phase is 'Pendng'; did you mean Pending? use Pending, "
+         "Running, Succeeded, Failed or Unknown"),
+        (as_list(_with_label(node("n2"), "nvidia.com/mig.strategy", "mixd")),
+         "item 1 (Node n2): metadata.labels['nvidia.com/mig.strategy'] is 'mixd'; did you "
+         "mean mixed? use none, single or mixed"),
         (as_list(node("n1"), _with_affinity(pod("p"), "Inn")),
          "nodeSelectorTerms[0].matchExpressions[0].operator is 'Inn'; use one of "
          "DoesNotExist, Exists, Gt, In, Lt, NotIn"),
@@ -183,13 +202,29 @@ def test_a_broken_file_keeps_the_last_good_state_and_names_the_object(
     assert free(model) == {"3g.40gb": 2}
 
 
+def test_other_kinds_of_a_broader_export_are_still_skipped(path: pathlib.Path) -> None:
+    path.write_text(yaml.safe_dump(as_list(
+        node("n1"), {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "s"}},
+        {"apiVersion": "v1", "kind": "Role", "metadata": {"name": "r"}},
+        {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d"}})))
+    assert snapshots.load(path).node_names() == ["n1"]
+
+
+SHAPE = ("a cluster file is a Kubernetes List of Nodes and Pods, as `kubectl get nodes,pods -A "
+         "-o yaml` prints it, or those objects themselves")
+
+
 @pytest.mark.parametrize(
     ("text", "expected"),
     [
         ("items: [\n  - {kind: Node\n", "not valid YAML or JSON at line"),
         ("", "the file is empty"),
-        ("- 1\n- 2\n", "item 1 (int): an int, not a Kubernetes object"),
-        ("42\n", "document 1 is an int, not a Kubernetes object"),
+        ("- 1\n- 2\n", "item 1 (number): a number, not a Kubernetes object; " + SHAPE),
+        # As the YAML above: it said "document 1 is an int", of a list, and not what a
+        # cluster file is.
+        ("[1, 2, 3]", "item 1 (number): a number, not a Kubernetes object; " + SHAPE),
+        ("[null]", "item 1 (null): null, not a Kubernetes object; " + SHAPE),
+        ("42\n", "document 1 is a number, not a Kubernetes object or List; " + SHAPE),
         # cut short: a parse error, not its first element's ("document 1 is a int")
         ("[1,2", "not valid YAML or JSON at line 2, column 1: did not find expected ','"),
         ('{"kind": "List", "items": [{"kind": "Node", "metadata": {"name": "n1"}}, 7',
@@ -214,7 +249,7 @@ def test_a_whole_file_with_a_bad_item_names_the_item(tmp_path: pathlib.Path) -> 
     """The reader looks past a bad item to the end of a file that parses: the item is the
     error, not the file."""
     for text in ("[1, 2]", '{"kind": "List", "items": [7, {"kind": "Node"}]}'):
-        with pytest.raises(errors.ConfigError, match="an int, not a Kubernetes object"):
+        with pytest.raises(errors.ConfigError, match="a number, not a Kubernetes object"):
             snapshots.decode(text, where="f")
 
 

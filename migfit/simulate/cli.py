@@ -772,6 +772,11 @@ def check_combinations(args: argparse.Namespace, given: set[str]) -> None:
         raise errors.UsageError(f"--history-share with --layout {layout or 'from the spec'}: "
                                 f"it is for --layout history; leave it out or use --layout "
                                 f"history")
+    # After the mode's check: in fill mode it is refused as an events flag.
+    if args.snapshot_at is not None and args.report is None and args.json is None:
+        raise errors.UsageError("--snapshot-at without --report or --json: it sets when the "
+                                "GPU picture of the report (and of --json) is taken; add "
+                                "--report FILE.html or leave it out")
 
 
 def check_advisor_flags(args: argparse.Namespace, given: set[str],

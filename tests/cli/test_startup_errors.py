@@ -243,6 +243,17 @@ def test_the_extender_refuses_a_lease_namespace_kubernetes_would(
                     "migfit-system")
 
 
+@pytest.mark.parametrize("command", ["extender", "serve"])
+def test_a_dcgm_namespace_kubernetes_would_refuse_is_refused(command: str) -> None:
+    """It was taken as given: the exporter pods were then looked for in no namespace."""
+    source = ["--cluster", CLUSTER] if command == "extender" else []
+    line = _fails_in_one_line([command, *source, "--dcgm-namespace=GPU_Operator"], code=2)
+    assert line == ("migfit: error: --dcgm-namespace 'GPU_Operator': not a namespace name "
+                    "(lower-case letters, digits and '-', starting and ending with a letter or "
+                    "digit, at most 63 characters); give the namespace of the dcgm-exporter "
+                    "pods, e.g. gpu-operator")
+
+
 @pytest.mark.parametrize("args, expected", [
     (["extender", "--cluster", CLUSTER, "--keepalive-timeout", "-1"],
      "--keepalive-timeout -1: use a positive number of seconds"),

@@ -65,6 +65,9 @@ def _refused(argv: list[str], capsys: pytest.CaptureFixture[str], *words: str) -
     (["--example", "--picture", "default"],
      ("--picture without --report or --json: it picks the policies whose GPU pictures the "
       "report draws (and --json keeps); add --report FILE.html or leave it out",)),
+    (["--example", "--mode", "events", "--snapshot-at", "10"],
+     ("--snapshot-at without --report or --json: it sets when the GPU picture of the report "
+      "(and of --json) is taken; add --report FILE.html or leave it out",)),
 ])
 def test_options_that_would_do_nothing_are_refused_naming_both(
         argv: list[str], words: tuple[str, ...], tmp_path: Path,
@@ -76,7 +79,8 @@ def test_options_that_would_do_nothing_are_refused_naming_both(
 
 @pytest.mark.parametrize("argv", [
     ["--example", "--target", "1.3", "--order", "trace", "--fill-interval", "1"],
-    ["--example", "--mode", "events", "--arrival-scale", "1", "--snapshot-at", "0"],
+    ["--example", "--mode", "events", "--arrival-scale", "1", "--snapshot-at", "0",
+     "--json", "{tmp}/out.json"],
     ["--nodes", "{nodes}", "--pods", "{pods}", "--history-share", "0.5",
      "--model", "A100-80GB", "--model-map", "V100M32=A30-24GB"],
     ["--example", "--cluster", "{spec}"],

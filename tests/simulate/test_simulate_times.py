@@ -108,12 +108,14 @@ def test_arrival_scale_past_the_clock_says_the_most_this_pod_list_allows(
 def test_snapshot_at_outside_the_replay_is_refused(
         value: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     # -5 was accepted (nan and inf: test_simulate_input_checks, refused as parsed).
-    _refused([*_trace(tmp_path), f"--snapshot-at={value}"], capsys,
+    _refused([*_trace(tmp_path), f"--snapshot-at={value}", "--json", str(tmp_path / "o.json")],
+             capsys,
              f"--snapshot-at {float(value):g}: use a trace time from 0 to the last arrival, 7 s")
 
 
 def test_snapshot_at_within_the_replay_runs(tmp_path: Path) -> None:
-    assert cli.main(["simulate", *_trace(tmp_path), "--snapshot-at", "7"]) == 0
+    assert cli.main(["simulate", *_trace(tmp_path), "--snapshot-at", "7",
+                     "--json", str(tmp_path / "o.json")]) == 0
 
 
 def test_a_clock_past_the_year_9999_is_a_usage_error(

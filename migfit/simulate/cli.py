@@ -743,10 +743,9 @@ def check_combinations(args: argparse.Namespace, given: set[str]) -> None:
                                 f"{'replaces' if nodes_from == pods_from else 'replace'} both "
                                 f"of the trace's lists, so its folder is never read; leave "
                                 f"--trace-dir out")
-    if args.picture is not None and args.report is None and args.json is None:
-        raise errors.UsageError("--picture without --report or --json: it picks the policies "
-                                "whose GPU pictures the report draws (and --json keeps); add "
-                                "--report FILE.html or leave it out")
+    if args.picture is not None:
+        _needs_output(args, "--picture", "it picks the policies whose GPU pictures the report "
+                                         "draws (and --json keeps)")
     if args.synthetic_seed is not None and args.synthetic is None and not args.example:
         raise errors.UsageError("--synthetic-seed without --synthetic or --example: it draws "
                                 "synthetic pods; add --synthetic N or leave it out")
@@ -773,10 +772,16 @@ def check_combinations(args: argparse.Namespace, given: set[str]) -> None:
                                 f"it is for --layout history; leave it out or use --layout "
                                 f"history")
     # After the mode's check: in fill mode it is refused as an events flag.
-    if args.snapshot_at is not None and args.report is None and args.json is None:
-        raise errors.UsageError("--snapshot-at without --report or --json: it sets when the "
-                                "GPU picture of the report (and of --json) is taken; add "
-                                "--report FILE.html or leave it out")
+    if args.snapshot_at is not None:
+        _needs_output(args, "--snapshot-at", "it sets when the GPU picture of the report (and "
+                                             "of --json) is taken")
+
+
+def _needs_output(args: argparse.Namespace, flag: str, what: str) -> None:
+    """``flag``, which shapes only the report and the JSON, refused without either."""
+    if args.report is None and args.json is None:
+        raise errors.UsageError(f"{flag} without --report or --json: {what}; add --report "
+                                f"FILE.html or leave it out")
 
 
 def check_advisor_flags(args: argparse.Namespace, given: set[str],

@@ -23,8 +23,8 @@ What it bounds, so that idle or hostile clients cannot take the memory every pod
   ``BUDGET_BODIES`` of its largest): one body may be large, but 25 slow clients each sending
   30 MiB to the extender made it hold more than 1 GiB. A request whose body would go beyond
   is answered 503 with ``Retry-After`` before a byte of its body is read. One client address
-  may hold at most a share of it (``Limits.client_share``: a quarter, never less than the
-  largest body), so that four slow bodies from one client cannot refuse everyone else's.
+  may hold all of it but one largest body (``Limits.client_share``), so that four slow
+  bodies from one client cannot refuse everyone else's.
 - **What a body makes the parser build.** A body may hold at most one JSON array or object
   per ``BYTES_PER_CONTAINER`` bytes of the largest body (``JSON_CONTAINERS``), counted before
   it is parsed; more is a 413 (``TooManyContainers``).
@@ -116,11 +116,13 @@ BUDGET_BODIES = 4
 # real objects stays well within (15,000 Nodes of 140 arrays and objects each in the
 # extender's 32 MiB; a pod and its old object of 1.5 MiB each in the webhook's 3 MiB).
 BYTES_PER_CONTAINER = 16
-# One client address may hold at most this fraction (1/N) of the body budget, and never less
-# than the largest body: four slow bodies from one client (a pod, a misbehaving API server)
-# took the whole default budget, so every other admission got 503 for the body timeout.
-# kube-scheduler sends one call at a time; one API server's admissions are a few KB each.
-CLIENT_SHARE_PARTS = 4
+# One client address may hold all of the body budget but one largest body (and never less
+# than one): four slow bodies from one client (a pod, a misbehaving API server) took the whole
+# default budget, so every other admission got 503 for the body timeout; now another client can
+# always send a body of any size accepted. Not a smaller share: kube-apiserver sends every
+# admission from one address, up to hundreds at once: with a quarter of the webhook's budget
+# (one 3 MiB body) 200 connections sending admissions of 4 KB to 1 MiB got 177 answers of 503
+# among 444, where the whole budget answered all 1,000 (an outside probe).
 # What a request refused for want of body budget is told: try again in a second. kube-apiserver
 # calls webhooks through client-go's REST client, which retries an answer of 429 or 5xx that
 # carries Retry-After (rest/request.go, checkWait) while the webhook's timeout allows; a 413
@@ -190,9 +192,10 @@ class Limits:
 
     def client_share(self, max_body: int) -> int:
         """The bytes of bodies in flight one client address may hold: the budget
-        (``body_budget``) divided by ``CLIENT_SHARE_PARTS``, never less than ``max_body``, so
-        that its largest request still fits."""
-        return max(self.body_budget(max_body) // CLIENT_SHARE_PARTS, max_body)
+        (``body_budget``) but one body of ``max_body``, so that another client's largest
+        request still fits; never less than ``max_body``, so that its own does."""
+        budget = self.body_budget(max_body)
+        return max(budget - max_body, max_body)
 
 
 # What ``--max-body-in-flight`` defaults to, in the words of ``migfit webhook`` and
@@ -228,9 +231,8 @@ def add_limit_arguments(parser: argparse.ArgumentParser | argparse._ArgumentGrou
         "--max-body-in-flight", type=int, default=None, metavar="BYTES",
         help="bytes of request bodies being received at once, all connections together; a "
              "request whose body would go beyond is answered 503 with Retry-After: "
-             f"{RETRY_AFTER_S} before its body is read; one client address may hold "
-             f"1/{CLIENT_SHARE_PARTS} of it, or one largest body if more (default: "
-             f"{body_budget_default})")
+             f"{RETRY_AFTER_S} before its body is read; one client address may hold all "
+             f"of it but one largest body (default: {body_budget_default})")
     parser.add_argument(
         "--max-connections", type=int, default=DEFAULT_MAX_CONNECTIONS, metavar="N",
         help="connections open at once; more are closed when accepted (default %(default)s)")

@@ -198,31 +198,31 @@ async def test_a_chunked_body_takes_the_budget_as_it_arrives(server: Server) -> 
 async def test_one_client_cannot_take_the_whole_budget(server: Server) -> None:
     """Four slow bodies of the largest size from one client (an outside probe: four TLS
     connections, each declaring 3 MiB and sending one byte) held the whole budget, and every
-    other client got 503 until they timed out. One client may hold its share (here one
-    largest body): its next request gets 503 naming that share and the flag, and another
-    client's request is answered."""
+    other client got 503 until they timed out. One client may hold all of the budget but one
+    largest body: its next request gets 503 naming that share and the flag, and another
+    client's request of the largest size is answered."""
     share = LIMITS.client_share(MAX_BODY)
-    assert share == MAX_BODY == server.budget.share
+    assert share == (serving.BUDGET_BODIES - 1) * MAX_BODY == server.budget.share
     mine = []
-    reader, writer = await server.open(1)
-    writer.write(_head(MAX_BODY) + b"x")
-    await writer.drain()
-    mine.append((reader, writer))
-    await server.held_reaches(MAX_BODY)
     for _ in range(serving.BUDGET_BODIES - 1):
         reader, writer = await server.open(1)
         writer.write(_head(MAX_BODY) + b"x")
-        status, head = await _answer(reader, LIMITS.body_timeout / 2)
-        assert status == b"HTTP/1.1 503 Service Unavailable", head
-        assert b"\r\nRetry-After: 1\r\n" in head, head
-        text = await _text(reader, head)
-        assert f"{share:,} at most from one client" in text, text
-        assert "--max-body-in-flight" in text, text
+        await writer.drain()
         mine.append((reader, writer))
-    assert server.budget.held == MAX_BODY
+    await server.held_reaches(share)
+    reader, writer = await server.open(1)
+    writer.write(_head(MAX_BODY) + b"x")
+    status, head = await _answer(reader, LIMITS.body_timeout / 2)
+    assert status == b"HTTP/1.1 503 Service Unavailable", head
+    assert b"\r\nRetry-After: 1\r\n" in head, head
+    text = await _text(reader, head)
+    assert f"{share:,} at most from one client" in text, text
+    assert "--max-body-in-flight" in text, text
+    mine.append((reader, writer))
+    assert server.budget.held == share
     reader, writer = await server.open(2)
-    writer.write(_head(10) + b"0123456789")
-    status, head = await _answer(reader, 2.0)
+    writer.write(_head(MAX_BODY) + b"y" * MAX_BODY)
+    status, head = await _answer(reader, 5.0)
     assert status == b"HTTP/1.1 200 OK", head
     writer.close()
     for _, w in mine:
@@ -237,10 +237,10 @@ async def _text(reader: asyncio.StreamReader, head: bytes) -> str:
     return (await asyncio.wait_for(reader.readexactly(length), 1.0)).decode()
 
 
-def test_a_clients_share_is_a_quarter_of_the_budget_or_one_largest_body() -> None:
-    assert serving.Limits().client_share(MAX_BODY) == MAX_BODY
-    limits = serving.Limits(max_body_in_flight=10 * MAX_BODY)
-    assert limits.client_share(MAX_BODY) == 10 * MAX_BODY // serving.CLIENT_SHARE_PARTS
+def test_a_clients_share_is_the_budget_but_one_largest_body() -> None:
+    assert serving.Limits().client_share(MAX_BODY) == (serving.BUDGET_BODIES - 1) * MAX_BODY
+    limits = serving.Limits(max_body_in_flight=10 * MAX_BODY + 5)
+    assert limits.client_share(MAX_BODY) == 9 * MAX_BODY + 5
     assert serving.Limits(max_body_in_flight=MAX_BODY).client_share(MAX_BODY) == MAX_BODY
 
 

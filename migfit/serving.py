@@ -108,6 +108,11 @@ DEFAULT_WRITE_TIMEOUT_S = 10.0
 # --max-body-in-flight is not given): kube-scheduler sends one call at a time per scheduling
 # cycle (filter, then prioritize), and a few API servers' admissions are a few KB each.
 BUDGET_BODIES = 4
+# The webhook's: kube-apiserver sends every admission from one address, hundreds at once, and
+# with 4 (12 MiB) a burst of 200 connections with 1 MiB pods among 4-20 KB ones got 503s from
+# the share one client may hold (``Limits.client_share``) that it did not get before the
+# share. A webhook holds little else, so 8 of its 3 MiB bodies cost it 12 MiB more at most.
+WEBHOOK_BUDGET_BODIES = 8
 # A body may hold one JSON array or object ('[' or '{') per this many bytes of the largest
 # body accepted: parsed, each costs 56 to 64 bytes or more, and a 30 MiB /filter body of empty
 # arrays ("[],", 3 bytes each) took the extender from 295 MB to 1.17 GB and the event loop for
@@ -178,30 +183,32 @@ class Limits:
             raise ValueError(f"--max-body-in-flight {self.max_body_in_flight}: use a positive "
                              "number of bytes")
 
-    def body_budget(self, max_body: int) -> int:
+    def body_budget(self, max_body: int, bodies: int = BUDGET_BODIES) -> int:
         """The bytes of bodies in flight of an application whose largest body is ``max_body``:
-        ``max_body_in_flight``, or ``BUDGET_BODIES`` times ``max_body``. ValueError (naming
-        the flag) when the budget could not hold one body of the largest size."""
+        ``max_body_in_flight``, or ``bodies`` (the application's default count) times
+        ``max_body``. ValueError (naming the flag) when the budget could not hold one body of
+        the largest size."""
         if self.max_body_in_flight is None:
-            return BUDGET_BODIES * max_body
+            return bodies * max_body
         if self.max_body_in_flight < max_body:
             raise ValueError(f"--max-body-in-flight {self.max_body_in_flight}: use at least "
                              f"the largest body accepted ({max_body:,} bytes), or a request "
                              "of that size could never be read")
         return self.max_body_in_flight
 
-    def client_share(self, max_body: int) -> int:
+    def client_share(self, max_body: int, bodies: int = BUDGET_BODIES) -> int:
         """The bytes of bodies in flight one client address may hold: the budget
         (``body_budget``) but one body of ``max_body``, so that another client's largest
         request still fits; never less than ``max_body``, so that its own does."""
-        budget = self.body_budget(max_body)
+        budget = self.body_budget(max_body, bodies)
         return max(budget - max_body, max_body)
 
 
 # What ``--max-body-in-flight`` defaults to, in the words of ``migfit webhook`` and
 # ``migfit extender``, which take ``--max-body``.
-BODY_BUDGET_DEFAULT = (f"{BUDGET_BODIES} times the largest body accepted: 128 MiB for the "
-                       "extender, 12 MiB for the webhook with their default --max-body")
+BODY_BUDGET_DEFAULT = (f"{BUDGET_BODIES} times the largest body accepted for the extender "
+                       f"(128 MiB), {WEBHOOK_BUDGET_BODIES} for the webhook (24 MiB), with "
+                       "their default --max-body")
 
 
 def add_limit_arguments(parser: argparse.ArgumentParser | argparse._ArgumentGroup, *,
@@ -333,11 +340,13 @@ class TooManyContainers(web.HTTPRequestEntityTooLarge):
                        "fewer")
 
 
-def limit_bodies(app: web.Application, limits: Limits, max_body: int) -> BodyBudget:
-    """Give ``app`` (whose largest body is ``max_body``) its ``BodyBudget`` of ``limits``,
-    which ``read_body`` reads through; ValueError as ``Limits.body_budget`` raises it."""
-    app[BODY_BUDGET] = budget = BodyBudget(limits.body_budget(max_body),
-                                           limits.client_share(max_body))
+def limit_bodies(app: web.Application, limits: Limits, max_body: int, *,
+                 bodies: int = BUDGET_BODIES) -> BodyBudget:
+    """Give ``app`` (whose largest body is ``max_body``; ``bodies``: its default budget in
+    such bodies) its ``BodyBudget`` of ``limits``, which ``read_body`` reads through;
+    ValueError as ``Limits.body_budget`` raises it."""
+    app[BODY_BUDGET] = budget = BodyBudget(limits.body_budget(max_body, bodies),
+                                           limits.client_share(max_body, bodies))
     app[JSON_CONTAINERS] = max(max_body // BYTES_PER_CONTAINER, 1)
     return budget
 

@@ -74,7 +74,7 @@ class Settings:
     drain_delay: float = 0.0
     access_log: bool = False
     #: Connection bounds (keep-alive, body, handshake and write timeouts, connections at
-    #: once, bytes of bodies in flight: by default serving.BUDGET_BODIES × max_body_bytes).
+    #: once, bytes of bodies in flight: by default serving.WEBHOOK_BUDGET_BODIES × max_body_bytes).
     limits: serving.Limits = dataclasses.field(default_factory=serving.Limits)
 
 
@@ -522,7 +522,8 @@ def make_app(
         registry = common_metrics.registry()
     app = web.Application(client_max_size=settings.max_body_bytes,
                           middlewares=[serving.bodiless, _json_errors])
-    serving.limit_bodies(app, settings.limits, settings.max_body_bytes)
+    serving.limit_bodies(app, settings.limits, settings.max_body_bytes,
+                         bodies=serving.WEBHOOK_BUDGET_BODIES)
     if tracker is None and cluster is not None:
         tracker = view.SupplyTracker(cluster)
     app[STATE] = State(

@@ -64,10 +64,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         parser.add_argument_group("connections",
                                   "bounds on what clients may hold, for both servers"),
         body_budget_default=(
-            f"{serving.BUDGET_BODIES} times each server's largest body: "
-            f"{_mib(serving.BUDGET_BODIES * extender_server.DEFAULT_MAX_BODY)} for the "
-            f"extender, {_mib(serving.BUDGET_BODIES * webhook_server.DEFAULT_MAX_BODY)} for "
-            f"the webhook; a value given applies to both and must be at least the "
+            f"{serving.BUDGET_BODIES} times the extender's largest body, "
+            f"{_mib(serving.BUDGET_BODIES * extender_server.DEFAULT_MAX_BODY)}, and "
+            f"{serving.WEBHOOK_BUDGET_BODIES} times the webhook's, "
+            f"{_mib(serving.WEBHOOK_BUDGET_BODIES * webhook_server.DEFAULT_MAX_BODY)}; a "
+            f"value given applies to both and must be at least the "
             f"extender's largest body, {_mib(extender_server.DEFAULT_MAX_BODY)}"))
     usage.add_arguments(parser)
 

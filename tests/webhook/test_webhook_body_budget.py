@@ -1,6 +1,6 @@
 """The webhook's admission bodies being received at once are bounded, all connections together
-(``serving.read_body``'s budget: by default ``serving.BUDGET_BODIES`` of ``--max-body``), over
-the real TLS server.
+(``serving.read_body``'s budget: by default ``serving.WEBHOOK_BUDGET_BODIES`` of
+``--max-body``), over the real TLS server.
 
 Before: each body was bounded (1 MiB) but not their sum, so a thousand slow connections could
 make the webhook hold a GiB; a review beyond what the budget holds waited for its body like
@@ -41,7 +41,7 @@ async def test_a_review_beyond_the_budget_gets_503_with_retry_after(
                                              local_addr=(f"127.0.0.{client}", 0))
 
     held = []
-    for i in range(serving.BUDGET_BODIES):  # reviews of the largest body, being received
+    for i in range(serving.WEBHOOK_BUDGET_BODIES):  # reviews of the largest body, being received
         reader, writer = await connect(10 + i)
         writer.write(_head(MAX_BODY) + b'{"kind": ')
         await writer.drain()
@@ -74,7 +74,7 @@ async def test_one_client_with_four_slow_reviews_does_not_block_the_others(
     client = await make_client(max_body_bytes=MAX_BODY,
                                limits=serving.Limits(body_timeout=3.0))
     port = client.server.port
-    share = (serving.BUDGET_BODIES - 1) * MAX_BODY
+    share = (serving.WEBHOOK_BUDGET_BODIES - 1) * MAX_BODY
 
     async def connect(source: str) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
         return await asyncio.open_connection("127.0.0.1", port, ssl=client_ssl,
@@ -82,7 +82,7 @@ async def test_one_client_with_four_slow_reviews_does_not_block_the_others(
                                              local_addr=(source, 0))
 
     slow = []
-    for _ in range(serving.BUDGET_BODIES):
+    for _ in range(serving.WEBHOOK_BUDGET_BODIES):
         reader, writer = await connect("127.0.0.20")
         writer.write(_head(MAX_BODY) + b"{")
         await writer.drain()
@@ -111,7 +111,8 @@ async def test_one_client_sending_many_reviews_at_once_within_the_budget_gets_ev
     """kube-apiserver sends every admission from one address, many at once. An outside probe
     sent four reviews of about a quarter of the largest body each from one client, their
     bodies still arriving: a share of a quarter of the budget (one largest body) answered the
-    fourth 503. Within the budget, one client gets every answer."""
+    fourth 503. Within its share (the webhook's budget of 8 largest bodies but one), one
+    client gets every answer: here as many reviews of over half the largest body as it holds."""
     client = await make_client(max_body_bytes=MAX_BODY,
                                limits=serving.Limits(body_timeout=3.0))
     port = client.server.port
@@ -119,7 +120,9 @@ async def test_one_client_sending_many_reviews_at_once_within_the_budget_gets_ev
     review = json.dumps(s.review(padded)).encode()
     assert MAX_BODY // 2 < len(review) <= MAX_BODY
     pending = []
-    for _ in range(serving.BUDGET_BODIES - 1):
+    count = (serving.WEBHOOK_BUDGET_BODIES - 1) * MAX_BODY // len(review)  # its whole share
+    assert count > serving.BUDGET_BODIES * MAX_BODY // len(review)  # beyond a budget of 4
+    for _ in range(count):
         reader, writer = await asyncio.open_connection(
             "127.0.0.1", port, ssl=client_ssl, server_hostname="localhost",
             local_addr=("127.0.0.22", 0))

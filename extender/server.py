@@ -51,7 +51,12 @@ from migfit.extender import advice, answers, figures, filtering, scoring, scorin
 
 log = logging.getLogger(__name__)
 
-DEFAULT_MAX_BODY = 32 * 2**20  # a full NodeList of 5,000 nodes (non-cache mode) fits
+# migfit's scheduler configurations set nodeCacheCapable: true, so a call carries node names
+# (15,000 take well under 1 MiB). Without it a call carries whole Nodes: an outside probe's
+# Nodes shaped like `kubectl get node -o json` (60 labels, 4 managedFields entries, 50
+# images: 22 KB each) fit about 1,500 to a call, lean ones (8.3 KB) about 4,000; such a
+# cluster raises --max-body, or sets nodeCacheCapable.
+DEFAULT_MAX_BODY = 32 * 2**20
 MAX_NODES: Final = 15_000
 """Node names (or Nodes) one call may carry; more get 400 before any node is looked at.
 kube-scheduler sends at most every node of the cluster, and Kubernetes supports clusters of

@@ -276,14 +276,24 @@ class BodyBudget:
     or given up). Beyond ``limit`` a request is refused (503) before its body is read, and so
     is one whose client (its address, as the connection gate counts clients) would hold more
     than ``share`` of it: four slow bodies from one client held the whole default budget, and
-    every other admission got 503 until they timed out."""
+    every other admission got 503 until they timed out.
 
-    def __init__(self, limit: int, share: int | None = None) -> None:
+    Refusals are logged at most once per ``LINE_S`` (the first, then the first after a
+    quieter ``LINE_S``), and every ``REFUSALS_PER_LINE``-th: only the first of a process was
+    logged, so a later burst of 503s said nothing."""
+
+    LINE_S = 10.0
+    REFUSALS_PER_LINE = 1000
+
+    def __init__(self, limit: int, share: int | None = None, *,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.limit = limit
         self.share = limit if share is None else min(share, limit)
         self.held = 0
         self.refused = 0
         self.clients: dict[str, int] = {}  # bytes held per client address (those holding any)
+        self._clock = clock
+        self._logged: float | None = None  # when the last refusal line was written
 
     def refusal(self, size: int, client: str = "") -> str | None:
         """Why ``size`` bytes more for ``client`` would not fit (the 503's text), or None."""
@@ -307,7 +317,10 @@ class BodyBudget:
         why = self.refusal(size, client)
         if why is not None:
             self.refused += 1
-            if self.refused == 1 or self.refused % 1000 == 0:
+            now = self._clock()
+            if (self._logged is None or now - self._logged >= self.LINE_S
+                    or self.refused % self.REFUSALS_PER_LINE == 0):
+                self._logged = now
                 log.warning("%s: request body refused, answering 503 (%d refused so far): %s",
                             client or "a client", self.refused, why)
             return why

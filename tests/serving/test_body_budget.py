@@ -251,3 +251,23 @@ def test_the_budget_defaults_to_a_few_of_the_largest_bodies() -> None:
         serving.Limits(max_body_in_flight=1000).body_budget(MAX_BODY)
     with pytest.raises(ValueError, match="--max-body-in-flight 0: use a positive"):
         serving.Limits(max_body_in_flight=0).check()
+
+
+def test_a_later_burst_of_refusals_is_logged_again(caplog: pytest.LogCaptureFixture) -> None:
+    """Only a process's first refusal (and every 1000th) was logged: an outside probe's 530
+    later 503s, in bursts minutes apart, wrote nothing. Now one line per ``LINE_S`` at most."""
+    now = [100.0]
+    budget = serving.BodyBudget(MAX_BODY, clock=lambda: now[0])
+    assert budget.take(MAX_BODY, "10.0.0.1") is None
+    with caplog.at_level("WARNING", logger="migfit.http"):
+        for _ in range(5):  # one burst: one line
+            assert budget.take(1, "10.0.0.2") is not None
+        assert len(caplog.records) == 1
+        now[0] += serving.BodyBudget.LINE_S / 2
+        assert budget.take(1, "10.0.0.2") is not None  # still within the line's interval
+        assert len(caplog.records) == 1
+        now[0] += 120.0  # a later burst
+        assert budget.take(1, "10.0.0.3") is not None
+    assert len(caplog.records) == 2
+    assert "10.0.0.3: request body refused, answering 503 (7 refused so far)" in \
+        caplog.records[-1].getMessage()

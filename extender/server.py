@@ -630,8 +630,7 @@ async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
 async def _body(request: web.Request) -> bytes:
     settings = request.app[SETTINGS]
     if request.content_length is not None and request.content_length > settings.max_body_bytes:
-        raise web.HTTPRequestEntityTooLarge(max_size=settings.max_body_bytes,
-                                            actual_size=request.content_length)
+        raise serving.too_large(settings.max_body_bytes, request.content_length)
     return await serving.read_body(request, settings.limits.body_timeout)
 
 
@@ -839,8 +838,7 @@ def make_app(
     app.on_cleanup.append(stop_advice)
     def refused(error: Callable[[str], Any]) -> Callable[[int], web.StreamResponse]:
         return lambda length: _json(error(
-            f"the request body of {length:,} bytes is larger than {settings.max_body_bytes:,}"),
-            status=413)
+            serving.too_large(settings.max_body_bytes, length).text or ""), status=413)
 
     app.router.add_post("/filter", _filter, expect_handler=serving.expect_within(
         settings.max_body_bytes, refused(_error_filter_result)))

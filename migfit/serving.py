@@ -393,7 +393,7 @@ async def read_body(request: web.Request, timeout_s: float) -> bytes:
     limit = request.client_max_size
     declared = request.content_length or 0
     if limit and declared > limit:
-        raise web.HTTPRequestEntityTooLarge(max_size=limit, actual_size=declared)
+        raise too_large(limit, declared)
     taken = 0
     client = _client(request.transport) if request.transport is not None else ""
     if budget is not None and declared:
@@ -455,6 +455,15 @@ async def read_body(request: web.Request, timeout_s: float) -> bytes:
             budget.give(taken, client)
 
 
+def too_large(limit: int, size: int) -> web.HTTPRequestEntityTooLarge:
+    """413 for a body of ``size`` bytes (declared, or received so far) over ``limit``, in
+    words: aiohttp's own text is "Maximum request body size 33554432 exceeded, actual body
+    size 50000000"."""
+    return web.HTTPRequestEntityTooLarge(
+        max_size=limit, actual_size=size,
+        text=f"the request body of {size:,} bytes is larger than {limit:,}")
+
+
 def _undecodable(exc: web.RequestPayloadError) -> bool:
     """Whether ``exc`` says the body does not decode as its Content-Encoding says (aiohttp's
     parser wraps its ContentEncodingError's words, not the error itself)."""
@@ -491,7 +500,7 @@ def _account(budget: BodyBudget | None, client: str, limit: int, size: int, take
     have arrived (``taken`` before), for ``client``: 413 past ``limit``, 503 past the budget
     or the client's share of it."""
     if limit and size > limit:
-        raise web.HTTPRequestEntityTooLarge(max_size=limit, actual_size=size)
+        raise too_large(limit, size)
     if budget is None:
         return 0
     why = budget.take(size - taken, client)

@@ -64,6 +64,27 @@ def _nodes_body(count: int, *, lower_case: bool) -> bytes:
     return json.dumps(body, separators=(",", ":")).encode()
 
 
+@pytest.mark.parametrize("route", ["filter", "prioritize"])
+async def test_a_declared_body_too_large_is_refused_in_words(client: Client, route: str) -> None:
+    """Without Expect the 413 said aiohttp's "Maximum request body size 33554432 exceeded,
+    actual body size 50000000"; it says what the Expect path says."""
+    import asyncio
+
+    reader, writer = await asyncio.open_connection("127.0.0.1", client.server.port)
+    writer.write(f"POST /{route} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                 "Content-Length: 50000000\r\n\r\n{".encode())
+    await writer.drain()
+    head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
+    assert head.startswith(b"HTTP/1.1 413"), head
+    length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                  if line.lower().startswith(b"content-length:"))
+    answer = _strict(await reader.readexactly(length))
+    assert "the request body of 50,000,000 bytes is larger than 33,554,432" in \
+        json.dumps(answer), answer
+    assert "Maximum request body size" not in json.dumps(answer), answer
+    writer.close()
+
+
 @pytest.mark.parametrize("verb", ["filter", "prioritize"])
 @pytest.mark.parametrize("escaped", [False, True], ids=["fast-read", "usual-read"])
 async def test_more_node_names_than_the_cap_get_400_naming_it(

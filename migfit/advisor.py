@@ -2102,7 +2102,8 @@ def explain(
                             if p.name == name and p.namespace != namespace})
         meant = (f" Did you mean {' or '.join(elsewhere[:_NAMES_SHOWN])}?" if elsewhere
                  else "")
-        return tracked + (f"those of {source} in namespace {namespace}: {shown}." if names
+        stop = "" if shown.endswith("…") else "."  # no "…." after a cut list
+        return tracked + (f"those of {source} in namespace {namespace}: {shown}{stop}" if names
                           else f"{source} has none in namespace {namespace}.") + meant
     if pod.node is not None:
         return f"{key} is not pending: it is bound to node {pod.node} (phase {pod.phase})."

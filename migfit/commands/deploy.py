@@ -157,7 +157,7 @@ def run(args: argparse.Namespace) -> int:
     if args.check and not any((root / rel).exists() for rel in files):
         # A wrong --dir (an empty folder, another project's), not a tree a file fell behind
         # in: a diff of every line says nothing more.
-        raise errors.MigfitError(
+        raise errors.UsageError(
             f"--dir {root} holds none of the generated files "
             f"({' and '.join(str(rel) for rel in files)}): pass --dir the deploy/ folder, or "
             f"write them there with `{again}`")

@@ -181,7 +181,8 @@ def render_table(model: cluster.Cluster) -> str:
     figures = summary(model)
     lines.append("")
     lines.append(
-        f"{figures['nodes']} nodes ({figures['mig_nodes']} with MIG), "
+        f"{figures['nodes']} node{'' if figures['nodes'] == 1 else 's'} "
+        f"({figures['mig_nodes']} with MIG), "
         f"{figures['free_on_schedulable_nodes']} MIG instances free on schedulable nodes; "
         f"{figures['pending_pods']} GPU pods pending ({figures['unschedulable_pods']} marked "
         "Unschedulable)")

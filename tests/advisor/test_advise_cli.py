@@ -94,3 +94,13 @@ def test_explain_of_a_bare_name_in_another_namespace_asks_whether_that_was_meant
     assert data.returncode == 1
     assert json.loads(data.stdout)["explanation"].endswith(
         "Did you mean ml-research/finetune-small-0?")
+
+
+def test_explain_of_a_pod_named_wrong_in_a_namespace_of_many_pods_ends_its_list_once() -> None:
+    """The list of the namespace's pods is cut after a few with "…": the sentence ended
+    "…. Did you mean ...?" (an outside check)."""
+    missing = _migfit("explain", "-n", "inference", "llm-warmup-0", "--cluster", str(EXAMPLE))
+    assert missing.returncode == 1, missing.stderr
+    assert "…." not in missing.stdout, missing.stdout
+    assert ", …  Did you mean" not in missing.stdout
+    assert ", … Did you mean ml-research/llm-warmup-0?" in missing.stdout, missing.stdout

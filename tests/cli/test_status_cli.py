@@ -10,6 +10,7 @@ import subprocess
 from typing import Any
 
 import pytest
+import yaml
 
 from migfit import builders, keys
 
@@ -171,3 +172,14 @@ def test_status_json_says_what_the_table_notes(tmp_path: pathlib.Path) -> None:
         assert table.stdout.splitlines()[-1].startswith(
             "1 of them wait beside free instances of their profiles") and \
             "ml/pinned" in table.stdout.splitlines()[-1]
+
+
+def test_a_cluster_of_one_node_says_one_node(tmp_path: pathlib.Path) -> None:
+    """It said "1 nodes (1 with MIG)" (an outside check)."""
+    doc = yaml.safe_load(EXAMPLE.read_text())
+    first = next(i for i in doc["items"] if i["kind"] == "Node")
+    one = tmp_path / "one.yaml"
+    one.write_text(yaml.safe_dump({"apiVersion": "v1", "kind": "List", "items": [first]}))
+    done = migfit("status", "--cluster", str(one))
+    assert done.returncode == 0, done.stderr
+    assert "\n1 node (" in done.stdout, done.stdout

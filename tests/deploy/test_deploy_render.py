@@ -101,9 +101,10 @@ def test_check_of_a_stale_tree_names_the_render_that_mends_it(tmp_path: Path) ->
 
 
 def test_check_of_a_folder_with_none_of_the_files_says_so_in_one_line(tmp_path: Path) -> None:
-    """An empty folder got some 680 lines of diff."""
+    """An empty folder got some 680 lines of diff. A wrong --dir is a usage error (2), as a
+    missing one is, not the "out of date" of exit 1 that a CI job reads."""
     done = migfit("deploy", "render", "--check", "--dir", str(tmp_path))
-    assert done.returncode == 1 and done.stdout == ""
+    assert done.returncode == 2 and done.stdout == ""
     assert done.stderr == (
         f"migfit: error: --dir {tmp_path} holds none of the generated files "
         f"({deploy.SECOND_SCHEDULER_CONFIG} and {deploy.DEFAULT_SCHEDULER_SNIPPET}): pass "

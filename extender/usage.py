@@ -355,13 +355,9 @@ def add_arguments(parser: argparse.ArgumentParser | Any, *, apply_mode: bool = F
 
 def settings_from(args: argparse.Namespace) -> Settings | None:
     """The scraper's settings of a parsed command line, None when off; UsageError."""
-    namespace = getattr(args, "dcgm_namespace", DEFAULT_NAMESPACE)
-    if not schedulerconfig.is_dns1123_label(namespace):
-        raise errors.UsageError(
-            f"--dcgm-namespace {namespace!r}: not a namespace name (lower-case letters, digits "
-            "and '-', starting and ending with a letter or digit, at most 63 characters); give "
-            "the namespace of the dcgm-exporter pods, "
-            f"e.g. {DEFAULT_NAMESPACE}")
+    schedulerconfig.check_namespace_flag(
+        "--dcgm-namespace", getattr(args, "dcgm_namespace", DEFAULT_NAMESPACE),
+        give=f"give the namespace of the dcgm-exporter pods, e.g. {DEFAULT_NAMESPACE}")
     if getattr(args, "gpu_usage_from", None) is None:
         if getattr(args, "dcgm_exporter_url", None) is not None:
             raise errors.UsageError("--dcgm-exporter-url needs --gpu-usage-from dcgm")

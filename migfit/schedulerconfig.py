@@ -212,6 +212,15 @@ def is_dns1123_label(value: str) -> bool:
     return len(value) <= _DNS1123_LABEL_MAX and bool(re.fullmatch(_DNS1123_LABEL, value))
 
 
+def check_namespace_flag(flag: str, value: str, *, give: str) -> None:
+    """A UsageError unless ``value``, given as ``flag``, is a namespace name
+    (``is_dns1123_label``); ``give`` says which namespace to give instead."""
+    if not is_dns1123_label(value):
+        raise errors.UsageError(
+            f"{flag} {value!r}: not a namespace name (lower-case letters, digits and '-', "
+            f"starting and ending with a letter or digit, at most 63 characters); {give}")
+
+
 def is_extended_resource_name(value: str) -> bool:
     """``v1helper.IsExtendedResourceName``: not native, not ``requests.*``, and still a
     qualified name once prefixed with ``requests.`` (the quota name)."""

@@ -117,17 +117,11 @@ WEBHOOK_BUDGET_BODIES = 8
 # body accepted: parsed, each costs 56 to 64 bytes or more, and a 30 MiB /filter body of empty
 # arrays ("[],", 3 bytes each) took the extender from 295 MB to 1.17 GB and the event loop for
 # 1.1 s. Kubernetes objects hold far fewer: about one per 75 bytes in a Node's images, one
-# per 10 to 20 in the densest part of any (metadata.managedFields), so the largest body of
-# real objects stays well within (15,000 Nodes of 140 arrays and objects each in the
-# extender's 32 MiB; a pod and its old object of 1.5 MiB each in the webhook's 3 MiB).
+# per 10 to 20 in the densest part of any (metadata.managedFields); Nodes as kubectl writes
+# them hold one per 55 to 84 bytes (an outside probe), so a body of real objects stays well
+# within (the extender's 32 MiB allow 2,097,152: 15,000 Nodes of 140 each; the webhook's
+# 3 MiB, a pod and its old object of 1.5 MiB each).
 BYTES_PER_CONTAINER = 16
-# One client address may hold all of the body budget but one largest body (and never less
-# than one): four slow bodies from one client (a pod, a misbehaving API server) took the whole
-# default budget, so every other admission got 503 for the body timeout; now another client can
-# always send a body of any size accepted. Not a smaller share: kube-apiserver sends every
-# admission from one address, up to hundreds at once: with a quarter of the webhook's budget
-# (one 3 MiB body) 200 connections sending admissions of 4 KB to 1 MiB got 177 answers of 503
-# among 444, where the whole budget answered all 1,000 (an outside probe).
 # What a request refused for want of body budget is told: try again in a second. kube-apiserver
 # calls webhooks through client-go's REST client, which retries an answer of 429 or 5xx that
 # carries Retry-After (rest/request.go, checkWait) while the webhook's timeout allows; a 413
@@ -199,7 +193,14 @@ class Limits:
     def client_share(self, max_body: int, bodies: int = BUDGET_BODIES) -> int:
         """The bytes of bodies in flight one client address may hold: the budget
         (``body_budget``) but one body of ``max_body``, so that another client's largest
-        request still fits; never less than ``max_body``, so that its own does."""
+        request still fits; never less than ``max_body``, so that its own does.
+
+        Four slow bodies from one client (a pod, a misbehaving API server) took the whole
+        default budget, and every other admission got 503 for the body timeout. Not a
+        smaller share: kube-apiserver sends every admission from one address, hundreds at
+        once, and with a quarter of the webhook's budget (one 3 MiB body) 200 connections
+        sending admissions of 4 KB to 1 MiB got 177 answers of 503 among 444, where the whole
+        budget answered all 1,000 (an outside probe)."""
         budget = self.body_budget(max_body, bodies)
         return max(budget - max_body, max_body)
 
@@ -347,10 +348,10 @@ class TooManyContainers(web.HTTPRequestEntityTooLarge):
     """413: a body holds more JSON arrays and objects than ``JSON_CONTAINERS``."""
 
     def __init__(self, held: int, limit: int) -> None:
-        web.HTTPException.__init__(
-            self, text=f"the request body holds {held:,} JSON arrays and objects, more than "
-                       f"{limit:,} (one per {BYTES_PER_CONTAINER} bytes of --max-body); send "
-                       "fewer")
+        super().__init__(
+            max_size=limit, actual_size=held,
+            text=f"the request body holds {held:,} JSON arrays and objects, more than "
+                 f"{limit:,} (one per {BYTES_PER_CONTAINER} bytes of --max-body); send fewer")
 
 
 def limit_bodies(app: web.Application, limits: Limits, max_body: int, *,
@@ -395,7 +396,7 @@ async def read_body(request: web.Request, timeout_s: float) -> bytes:
     if limit and declared > limit:
         raise too_large(limit, declared)
     taken = 0
-    client = _client(request.transport) if request.transport is not None else ""
+    client = _request_client(request)
     if budget is not None and declared:
         why = budget.take(declared, client)
         if why is not None:
@@ -589,7 +590,7 @@ def expect_within(limit: int, refuse: Callable[[int], web.StreamResponse]) -> Ex
             answer.force_close()
             return answer
         budget = request.app.get(BODY_BUDGET)
-        client = _client(request.transport) if request.transport is not None else ""
+        client = _request_client(request)
         if length and budget is not None and not budget.has_room(length, client):
             # No invitation: the handler's ``read_body`` answers 503 (Retry-After) before
             # the body is sent, in the route's own error shape; should room free up first,
@@ -703,6 +704,12 @@ class _Episode:
     refused: int = 0
     logged: float = 0.0  # when the last line was written
     ended: bool = False  # the count dropped below its limit since
+
+
+def _request_client(request: web.Request) -> str:
+    """The client address of ``request``'s connection, as the gate counts clients ("" when
+    the transport is gone)."""
+    return _client(request.transport) if request.transport is not None else ""
 
 
 def _host(peer: object) -> str:

@@ -295,13 +295,11 @@ def run(args: argparse.Namespace) -> NoReturn:
     if not ns or not name or "/" in name:
         raise errors.UsageError(f"--configmap {args.configmap!r}: give NAMESPACE/NAME, e.g. "
                                 "gpu-operator/default-mig-parted-config")
-    if not schedulerconfig.is_dns1123_label(args.lease_namespace):
-        # Whatever the other flags: a Lease there could never be created, and with --cluster
-        # or --no-publish it is not used yet, but the same command line would fail in API mode.
-        raise errors.UsageError(
-            f"--lease-namespace {args.lease_namespace!r}: not a namespace name (lower-case "
-            "letters, digits and '-', starting and ending with a letter or digit, at most 63 "
-            "characters); give the extender's own namespace, e.g. migfit-system")
+    # Whatever the other flags: a Lease there could never be created, and with --cluster or
+    # --no-publish it is not used yet, but the same command line would fail in API mode.
+    schedulerconfig.check_namespace_flag(
+        "--lease-namespace", args.lease_namespace,
+        give="give the extender's own namespace, e.g. migfit-system")
     if args.grace < 0:
         raise errors.UsageError(f"--grace {flagtypes.shown(args.grace)}: use 0 or more seconds")
     if args.apply_busy_nodes and not args.apply_relayout:

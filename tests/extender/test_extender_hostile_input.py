@@ -68,21 +68,29 @@ def _nodes_body(count: int, *, lower_case: bool) -> bytes:
 async def test_a_declared_body_too_large_is_refused_in_words(client: Client, route: str) -> None:
     """Without Expect the 413 said aiohttp's "Maximum request body size 33554432 exceeded,
     actual body size 50000000"; it says what the Expect path says."""
+    answer = await _refused_as_too_large(client, route, b"{")
+    assert "the request body of 50,000,000 bytes is larger than 33,554,432" in \
+        json.dumps(answer), answer
+    assert "Maximum request body size" not in json.dumps(answer), answer
+
+
+async def _refused_as_too_large(client: Client, route: str, start: bytes,
+                                headers: str = "") -> Any:
+    """The JSON answer to a POST to ``route`` declaring a 50 MB body (``headers`` added, the
+    body's first bytes ``start``), which must be a 413."""
     import asyncio
 
     reader, writer = await asyncio.open_connection("127.0.0.1", client.server.port)
     writer.write(f"POST /{route} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                 "Content-Length: 50000000\r\n\r\n{".encode())
+                 f"{headers}Content-Length: 50000000\r\n\r\n".encode() + start)
     await writer.drain()
     head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
     assert head.startswith(b"HTTP/1.1 413"), head
     length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n")
                   if line.lower().startswith(b"content-length:"))
     answer = _strict(await reader.readexactly(length))
-    assert "the request body of 50,000,000 bytes is larger than 33,554,432" in \
-        json.dumps(answer), answer
-    assert "Maximum request body size" not in json.dumps(answer), answer
     writer.close()
+    return answer
 
 
 @pytest.mark.parametrize("verb", ["filter", "prioritize"])
@@ -221,19 +229,8 @@ async def test_an_absurd_instance_count_is_named_briefly(client: Client) -> None
 async def test_a_body_too_large_is_refused_before_it_is_invited(client: Client,
                                                                  verb: str) -> None:
     # Expect: 100-continue with a declared 50 MB body was answered "100 Continue" (send it).
-    import asyncio
-
-    reader, writer = await asyncio.open_connection("127.0.0.1", client.server.port)
-    writer.write(f"POST /{verb} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                 "Expect: 100-continue\r\nContent-Length: 50000000\r\n\r\n".encode())
-    await writer.drain()
-    head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
-    assert head.startswith(b"HTTP/1.1 413"), head
-    length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n")
-                  if line.lower().startswith(b"content-length:"))
-    answer = _strict(await reader.readexactly(length))
+    answer = await _refused_as_too_large(client, verb, b"", "Expect: 100-continue\r\n")
     assert answer["Error"] == "the request body of 50,000,000 bytes is larger than 33,554,432"
-    writer.close()
     status, _ = await _post(client, verb, json.dumps(args(pod("want"), ["a"])).encode())
     assert status == 200
 

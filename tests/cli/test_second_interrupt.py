@@ -30,6 +30,19 @@ CLUSTER = str(ROOT / "examples" / "cluster.yaml")
 PROMPT_S = 5.0  # the hurried shutdown and the process's exit, with room for a slow machine
 
 
+@pytest.fixture(autouse=True)
+def _sigint_not_ignored() -> Iterator[None]:
+    """The servers started here get SIGINT as a terminal's Ctrl-C would send it. A shell starts
+    background jobs (``pytest &``) with SIGINT ignored and children inherit that; Python then
+    installs no handler of its own, and a SIGINT before the loop's handlers was lost. A handler
+    set here is reset to the default in each child at exec."""
+    previous = signal.getsignal(signal.SIGINT)
+    if previous is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

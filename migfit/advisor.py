@@ -1015,6 +1015,7 @@ def current_layout(
         # (which indexes they are is not known).
         layout = dataclasses.replace(
             layout, gpus=layout.gpus + ((),) * whole,
+            disabled=frozenset(range(len(layout.gpus), rec.gpu_count)),
             note=f"{layout.note}; {whole} GPU(s) with MIG disabled (nvidia.com/gpu), shown "
                  f"last: which ones is not known")
     if note:
@@ -1197,6 +1198,10 @@ def view(
     else:
         busy = busy_gpus(layout.gpus, used)
         gpus = _pin_used(model, layout.gpus, used)
+    # A GPU with MIG disabled keeps it so: it serves nvidia.com/gpu pods, whose demand the
+    # advisor does not count, and enabling MIG makes mig-parted reset every GPU of the node.
+    gpus = tuple(dataclasses.replace(g, frozen=True) if g.index in layout.disabled else g
+                 for g in gpus)
     unknown = unknown_layout(node, model, layout) if any(busy) or whole else None
     return NodeView(name=rec.name, model=model, layout=layout, used=used, pods=pods,
                     gpus=gpus, label=rec.config, busy=busy, unknown=unknown)
@@ -1240,7 +1245,7 @@ def prefer_named(
         if any(g.frozen and not g.current for g in node.gpus):
             # A named config may disable MIG on a GPU that has no instances: a mode change,
             # which resets every GPU of the node (docs/relayout.md). The custom config
-            # enables MIG everywhere, as it is now.
+            # keeps each GPU's MIG mode (``NodeLayout.disabled``).
             return stay
         best: tuple[tuple[float, int, int, str], planner.NodePlan, str] | None = None
         for name in configs.configs:
@@ -1840,7 +1845,9 @@ def recommendation(change: planner.NodeChange, v: NodeView, units: Sequence[plan
         doc: Mapping[str, Any] | None = None
     else:
         after = [g.after for g in gpus]
-        cfg, doc = None, migparted.render(migparted.custom_name(after), after, model=v.model)
+        off = v.layout.disabled
+        cfg, doc = None, migparted.render(migparted.custom_name(after, off), after,
+                                          model=v.model, disabled=off)
     return Recommendation(
         node=change.name, model=v.model.id, config=cfg, mig_parted=doc, gpus=gpus,
         unblocks=unblocks, disrupts=disrupts or (), before_config=v.label,

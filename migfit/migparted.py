@@ -23,10 +23,11 @@ import itertools
 import json
 import re
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any, Literal
 
 import pydantic
+import pydantic_core
 import yaml
 
 from migfit import errors, layouts, profiles, strictfiles
@@ -53,6 +54,25 @@ class _Entry(pydantic.BaseModel):
     mig_enabled: bool | None = pydantic.Field(alias="mig-enabled")
     mig_devices: dict[str, pydantic.NonNegativeInt] | None = pydantic.Field(
         default=None, alias="mig-devices")
+
+    @pydantic.field_validator("devices", mode="before")
+    @classmethod
+    def _devices(cls, value: object) -> object:
+        # One sentence for any other value: the union's own errors said only "Input should
+        # be 'all'" for a list with a bad element, and never that a list is allowed.
+        def index(i: object) -> bool:
+            return isinstance(i, int) and not isinstance(i, bool)
+
+        if value == "all" or (isinstance(value, list) and all(index(i) for i in value)):
+            return value
+        if isinstance(value, list):
+            what = f"{next(i for i in value if not index(i))!r} is not a GPU index"
+        elif isinstance(value, str):
+            what = f"{value!r} is not `all`"
+        else:
+            what = f"a {strictfiles.kind_of(value)}"
+        raise pydantic_core.PydanticCustomError(
+            "devices", "{what}: use `all` or a list of GPU indexes, e.g. [0, 1]", {"what": what})
 
     @pydantic.model_validator(mode="after")
     def _consistent(self) -> _Entry:
@@ -389,6 +409,9 @@ class NodeLayout:
     source: Source
     config: str | None = None  # the config name when from the ConfigMap
     note: str = ""
+    # GPUs (indexes) that run with MIG disabled (``mig-enabled: false``; under the mixed
+    # strategy they are advertised as nvidia.com/gpu): their entry in ``gpus`` is ().
+    disabled: frozenset[int] = frozenset()
 
     @property
     def inferred(self) -> bool:
@@ -472,15 +495,19 @@ def resolve(
     """
     ids = node_device_ids(config, model.device_ids if device_ids is None else device_ids)
     gpus: list[tuple[ProfileName, ...]] = []
+    disabled: set[int] = set()
     for index, applied in enumerate(apply(config, name, device_ids=ids,
                                           gpu_count=gpu_count)):
+        if applied is not None and not applied.enabled:
+            disabled.add(index)
         if applied is None:
             raise errors.ConfigError(
                 f"mig-parted config {name!r} has no entry for GPU {index} of a {model.id} "
                 f"(device ids {', '.join(ids) or 'unknown'}): mig-parted leaves it as it is")
         _validate(model, applied.names, f"mig-parted config {name!r}, GPU {index}")
         gpus.append(applied.names)
-    return NodeLayout(gpus=tuple(gpus), source="config", config=name)
+    return NodeLayout(gpus=tuple(gpus), source="config", config=name,
+                      disabled=frozenset(disabled))
 
 
 def applies_to(config: Config, name: str, *, model: profiles.GpuModel, gpu_count: int,
@@ -641,52 +668,63 @@ def _pack(model: profiles.GpuModel, names: list[ProfileName], k: int,
 
 def render(
     name: str, gpus: Sequence[Sequence[str]], *, model: profiles.GpuModel | None = None,
-    device_ids: Sequence[str] = (),
+    device_ids: Sequence[str] = (), disabled: Collection[int] = (),
 ) -> dict[str, Any]:
     """A mig-parted v1 document with one config ``name`` giving GPU ``i`` layout ``gpus[i]``.
 
     GPUs with the same layout share an entry; when all are the same it is ``devices: all``.
+    The GPUs in ``disabled`` (their layout must be empty) get ``mig-enabled: false``: they
+    keep MIG disabled, where an empty layout with MIG enabled would take each out of the
+    node's ``nvidia.com/gpu`` and make no instance of it.
     With ``model`` every layout is checked against it first (a ConfigError when invalid).
     Entries carry a ``device-filter`` only when ``device_ids`` are given: the config is for
     one node whose GPUs are all one model, and a filter that missed the GPU's real PCI id
     would make the MIG Manager skip the GPU and report success (mig-parted matches the
     filter against the GPU's own id).
     """
-    groups: dict[tuple[str, ...], list[int]] = {}
+    groups: dict[tuple[bool, tuple[str, ...]], list[int]] = {}
     for i, names in enumerate(gpus):
+        if i in disabled and names:
+            raise errors.ConfigError(f"rendered config {name!r}, GPU {i}: MIG is disabled "
+                                     f"there, so it can hold no instance ({' '.join(names)})")
         if model is not None:
             _validate(model, list(names), f"rendered config {name!r}, GPU {i}")
-        groups.setdefault(tuple(sorted(names)), []).append(i)
+        groups.setdefault((i not in disabled, tuple(sorted(names))), []).append(i)
     entries: list[dict[str, Any]] = []
-    for names, indices in groups.items():
+    for (enabled, names), indices in groups.items():
         entry: dict[str, Any] = {}
         if device_ids:
             entry["device-filter"] = list(device_ids)
         entry["devices"] = "all" if len(groups) == 1 else indices
-        entry["mig-enabled"] = True
-        entry["mig-devices"] = dict(sorted(Counter(names).items()))
+        entry["mig-enabled"] = enabled
+        if enabled:
+            entry["mig-devices"] = dict(sorted(Counter(names).items()))
         entries.append(entry)
     return {"version": "v1", "mig-configs": {name: entries}}
 
 
-def custom_name(gpus: Sequence[Sequence[str]]) -> str:
+def custom_name(gpus: Sequence[Sequence[str]], disabled: Collection[int] = ()) -> str:
     """A stable, readable name for a custom config (``migfit-4x1g.10gb-3g.40gb`` when uniform),
     distinct for distinct layouts and a valid label value (``nvidia.com/mig.config``).
 
     A profile's ``+`` is written ``.``, as NVIDIA's own names do (``all-1g.24gb.me`` for
     ``1g.24gb+me``), and its ``-`` kept (``1g.24gb-me``, another profile): replacing both
     with ``-`` gave one name to two layouts of the RTX PRO 6000. A mixed layout, or a name
-    past a label value's 63 characters, gets a digest of the layout instead.
+    past a label value's 63 characters, gets a digest of the layout instead, as does one with
+    GPUs that keep MIG disabled (``disabled``, as ``render``'s).
     """
     distinct = {tuple(sorted(g)) for g in gpus}
-    if len(distinct) == 1:
+    if len(distinct) == 1 and not disabled:
         (only,) = distinct
         counts = Counter(only)
         body = "-".join(f"{n}x{p}" if n > 1 else p for p, n in sorted(counts.items()))
         name = f"migfit-{body or 'empty'}".replace("+", ".")
         if len(name) <= _LABEL_VALUE_MAX:
             return name
-    digest = hashlib.sha256(json.dumps([sorted(g) for g in gpus]).encode()).hexdigest()[:10]
+    shape: list[Any] = [sorted(g) for g in gpus]
+    if disabled:
+        shape.append({"mig-disabled": sorted(disabled)})
+    digest = hashlib.sha256(json.dumps(shape).encode()).hexdigest()[:10]
     return f"migfit-{digest}"
 
 

@@ -552,6 +552,11 @@ class Catalog:
         try:
             return self.resolve(name)
         except errors.UnknownModelError:
+            several = self._candidates(normalize_product(name))
+            if len(several) > 1:
+                raise errors.UnknownModelError(
+                    f"GPU product {name!r} could be any of "
+                    f"{', '.join(m.id for m in several)}: name one of them") from None
             known = ", ".join(self._models)
             raise errors.UnknownModelError(
                 f"unknown GPU model {name!r}; known models: {known} "
@@ -580,18 +585,24 @@ class Catalog:
             raise errors.UnknownModelError(known.message)
         return known
 
-    def _resolve(self, product: str, memory_mib: int | None) -> GpuModel:
-        norm = normalize_product(product)
-        label = parse_product(product)
-        mig_profile = label.profile
-        if mig_profile is not None or label.invalid or label.profile_text is not None:
-            memory_mib = None  # one MIG device's size (0 when INVALID), not the GPU's
+    def _candidates(self, norm: str) -> list[GpuModel]:
+        """The models whose product patterns match a normalised product label (only the
+        catalog file's own when they are among them)."""
         candidates: list[GpuModel] = []
         for pattern, model in self._patterns:
             if pattern.fullmatch(norm) and model not in candidates:
                 candidates.append(model)
         if len(candidates) > 1 and any(m.id in self._preferred for m in candidates):
             candidates = [m for m in candidates if m.id in self._preferred]
+        return candidates
+
+    def _resolve(self, product: str, memory_mib: int | None) -> GpuModel:
+        norm = normalize_product(product)
+        label = parse_product(product)
+        mig_profile = label.profile
+        if mig_profile is not None or label.invalid or label.profile_text is not None:
+            memory_mib = None  # one MIG device's size (0 when INVALID), not the GPU's
+        candidates = self._candidates(norm)
         if not candidates:
             raise errors.UnknownModelError(
                 f"GPU product {product!r} is not a known MIG-capable model; known models: "

@@ -116,6 +116,18 @@ def _config_file(path: str) -> migparted.Config:
         # from it. Refused as an empty --cluster or --catalog file is.
         raise errors.ConfigError(f"{p}: the file is empty; {migparted.CONFIG_FILE} (pass "
                                  f"--mig-parted-config that file, or the ConfigMap holding one)")
+    if isinstance(raw, dict) and raw.get("kind") == "List":
+        # what `kubectl get configmap ... -o yaml` prints for a selector or several names
+        listed = raw.get("items")
+        items: list[Any] = listed if isinstance(listed, list) else []
+        maps = [i for i in items if isinstance(i, dict) and i.get("kind") == "ConfigMap"]
+        if len(maps) != 1 or len(items) != 1:
+            names = ", ".join(str((i.get("metadata") or {}).get("name", "?")) for i in maps)
+            raise errors.ConfigError(
+                f"{p}: a List of {len(items)} object(s), {len(maps)} of them ConfigMaps"
+                f"{' (' + names + ')' if names else ''}; pass --mig-parted-config one "
+                f"ConfigMap (kubectl get configmap NAME -o yaml) or a mig-parted config file")
+        raw = maps[0]
     if isinstance(raw, dict) and raw.get("kind") == "ConfigMap":
         return migparted.parse_configmap(raw)
     return migparted.parse_data(raw, where=str(p))

@@ -219,7 +219,14 @@ async def _serve(args: argparse.Namespace) -> None:
     source = sources.open_source(model, cluster_file=cluster_file, kubeconfig=args.kubeconfig,
                                  in_cluster=False, context=args.context,
                                  request_timeout_s=args.request_timeout)
-    # The ports first: nothing is written to --cert-dir for a server that cannot start (one
+    try:
+        limits = serving.limits_from(args)
+        # One budget for both servers: it must hold the larger of their largest bodies (the
+        # extender's), and a refusal names that one, as --help does.
+        limits.body_budget(max(webhook_server.DEFAULT_MAX_BODY, extender_server.DEFAULT_MAX_BODY))
+    except ValueError as exc:
+        raise errors.UsageError(str(exc)) from None
+    # The ports next: nothing is written to --cert-dir for a server that cannot start (one
     # on the ports of a running `migfit serve` rewrote that one's certificate files).
     for port, flag in ((args.webhook_port, "--webhook-port"),
                        (args.extender_port, "--extender-port")):
@@ -227,7 +234,7 @@ async def _serve(args: argparse.Namespace) -> None:
             host=args.host, port=port, port_flag=flag,
             limits=serving.Limits(reuse_port=bool(getattr(args, "reuse_port", False)))))
     with certificate_files(args.cert_dir) as (cert, key, ca):
-        await _serve_with(args, model=model, source=source, policy=policy,
+        await _serve_with(args, model=model, source=source, policy=policy, limits=limits,
                           cluster_file=cluster_file, cert=cert, key=key, ca=ca)
 
 
@@ -237,6 +244,7 @@ async def _serve_with(
     model: cluster.Cluster,
     source: sources.Source,
     policy: decision.Policy,
+    limits: serving.Limits,
     cluster_file: str | None,
     cert: Path,
     key: Path,
@@ -250,13 +258,6 @@ async def _serve_with(
     ``migfit.serving`` (the connection bounds of the flags) and stops through its drain.
     """
     reloader = reloading.CertificateReloader(cert_file=cert, key_file=key)
-    try:
-        limits = serving.limits_from(args)
-        # One budget for both servers: it must hold the larger of their largest bodies (the
-        # extender's), and a refusal names that one, as --help does.
-        limits.body_budget(max(webhook_server.DEFAULT_MAX_BODY, extender_server.DEFAULT_MAX_BODY))
-    except ValueError as exc:
-        raise errors.UsageError(str(exc)) from None
 
     hook_settings = webhook_server.Settings(policy=policy, host=args.host,
                                             port=args.webhook_port, tls_cert=cert, tls_key=key,

@@ -331,3 +331,22 @@ def test_device_filter_ids_are_read_as_go_parses_them(text: str, number: int | N
                           "    mig-devices: {'1g.10gb': 7}\n")
     applied = migparted.apply(cfg, "c", device_ids=["0x20B510DE"], gpu_count=1)
     assert (applied[0] is not None) == (number == 0x20B510DE), applied
+
+
+@pytest.mark.parametrize("devices, said", [
+    ("[0, x]", "'x' is not a GPU index"),
+    ("[0, true]", "True is not a GPU index"),
+    ("bogus", "'bogus' is not `all`"),
+    ("{}", "a mapping"),
+    ("null", "a null"),
+])
+def test_devices_that_are_neither_all_nor_gpu_indexes_say_what_belongs(devices: str,
+                                                                         said: str) -> None:
+    """pydantic's union said ``devices.literal['all']: Input should be 'all'`` for a list
+    with one bad element: neither that a list of indexes is allowed nor which element is
+    wrong (an outside check)."""
+    text = f"version: v1\nmig-configs:\n  c:\n  - devices: {devices}\n    mig-enabled: false\n"
+    with pytest.raises(errors.ConfigError) as got:
+        migparted.parse(text)
+    assert (f"mig-configs.c.0.devices: {said}: use `all` or a list of GPU indexes, e.g. [0, 1];"
+            in got.value.message), got.value.message

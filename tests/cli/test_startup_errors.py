@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 
 from migfit.certs import certificates
 from migfit.commands import serve
@@ -176,9 +177,13 @@ def test_the_webhook_refuses_a_body_budget_below_its_largest_body(certs: Path) -
            "(3,145,728 bytes)" in line
 
 
-def test_serve_refuses_a_body_budget_below_the_extenders_largest_body(tmp_path: Path) -> None:
+def test_serve_refuses_a_body_budget_below_the_extenders_largest_body(
+        tmp_path: Path, busy_port: int) -> None:
+    """The flag is refused before the ports are tried: with a port in use as well, the port
+    was named first, and the budget only once it had been freed (an outside check)."""
     line = _fails_in_one_line(["serve", "--max-body-in-flight", "4194304", "--cert-dir",
-                               str(tmp_path / "c")], code=2)
+                               str(tmp_path / "c"), "--host", "0.0.0.0",
+                               "--webhook-port", str(busy_port)], code=2)
     assert "--max-body-in-flight 4194304: use at least the largest body accepted " \
            "(33,554,432 bytes)" in line
 
@@ -502,3 +507,33 @@ def test_a_tls_path_that_is_a_folder_or_a_device_is_said_to_be_one(
                             bad if which == "key" else key)
         line = _fails_in_one_line(args, code=2)
         assert f"--tls-{which} {bad}: {why}" in line, line
+
+
+def _configmap(name: str) -> dict[str, object]:
+    text = "version: v1\nmig-configs:\n  all-3g.40gb:\n  - devices: all\n    mig-enabled: true\n" \
+           "    mig-devices: {3g.40gb: 2}\n"
+    return {"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": name, "namespace": "gpu-operator"},
+            "data": {"config.yaml": text}}
+
+
+def test_advise_reads_a_configmap_that_kubectl_printed_in_a_list(tmp_path: Path) -> None:
+    """`kubectl get configmap -l ... -o yaml` prints a List: it failed with `version: Field
+    required`, not saying a List was given (an outside check). One ConfigMap in it is read as
+    that ConfigMap; several are refused, named."""
+    alone, listed, several = tmp_path / "cm.yaml", tmp_path / "list.yaml", tmp_path / "two.yaml"
+    alone.write_text(yaml.safe_dump(_configmap("custom-mig-parted-config")))
+    listed.write_text(yaml.safe_dump({"apiVersion": "v1", "kind": "List",
+                                      "items": [_configmap("custom-mig-parted-config")]}))
+    several.write_text(yaml.safe_dump({"apiVersion": "v1", "kind": "List",
+                                       "items": [_configmap("a"), _configmap("b")]}))
+    runs = [subprocess.run(["migfit", "advise", "--cluster", CLUSTER, "--mig-parted-config",
+                            str(f), "-o", "json"], capture_output=True, text=True, timeout=60,
+                           cwd=ROOT) for f in (alone, listed)]
+    assert [r.returncode for r in runs] == [0, 0], [r.stderr for r in runs]
+    assert runs[0].stdout == runs[1].stdout
+    line = _fails_in_one_line(["advise", "--cluster", CLUSTER, "--mig-parted-config",
+                               str(several)], code=2)
+    assert line == (f"migfit: error: {several}: a List of 2 object(s), 2 of them ConfigMaps "
+                    "(a, b); pass --mig-parted-config one ConfigMap (kubectl get configmap "
+                    "NAME -o yaml) or a mig-parted config file")

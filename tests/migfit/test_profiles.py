@@ -78,6 +78,15 @@ def test_get_unknown_lists_known_models() -> None:
     assert all(mid in str(info.value) for mid in MODEL_IDS)
 
 
+def test_a_product_label_of_several_models_names_them_where_a_model_is_asked_for() -> None:
+    """``--gpu NVIDIA-A100-SXM4`` said "unknown GPU model", listing every model: the label is
+    known, it only fits two (an outside check)."""
+    with pytest.raises(errors.UnknownModelError) as got:
+        profiles.builtin().get("NVIDIA-A100-SXM4")
+    assert got.value.message == ("GPU product 'NVIDIA-A100-SXM4' could be any of A100-40GB, "
+                                 "A100-80GB: name one of them")
+
+
 def test_same_name_is_a_different_profile_on_a100_40gb() -> None:
     small = profiles.builtin().get("A100-40GB").profile("1g.10gb")
     large = profiles.builtin().get("A100-80GB").profile("1g.10gb")

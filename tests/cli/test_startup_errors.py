@@ -35,7 +35,18 @@ def busy_port() -> Iterator[int]:
         yield int(s.getsockname()[1])
 
 
+def _spare_port() -> str:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return str(s.getsockname()[1])
+
+
 def _fails_in_one_line(cmd: list[str], *, code: int) -> str:
+    """The one line ``migfit CMD`` fails with. A ``serve`` given neither port gets two free
+    ones: another program on the default ports (a `migfit serve` of one's own, another test
+    file's server) would fail the command on the port before what the test is about."""
+    if cmd[:1] == ["serve"] and not {"--webhook-port", "--extender-port"} & set(cmd):
+        cmd = [*cmd, "--webhook-port", _spare_port(), "--extender-port", _spare_port()]
     done = subprocess.run(["migfit", *cmd], capture_output=True, text=True, timeout=60,
                           cwd=ROOT)
     assert done.returncode == code, done.stderr
@@ -73,8 +84,9 @@ def test_the_extender_on_a_port_in_use(certs: Path, busy_port: int, tls: bool) -
 @pytest.mark.parametrize("loop", ["uvloop", "asyncio"])
 @pytest.mark.parametrize("flag", ["--webhook-port", "--extender-port"])
 def test_serve_on_a_port_in_use(busy_port: int, tmp_path: Path, flag: str, loop: str) -> None:
-    done = subprocess.run(["migfit", "serve", flag, str(busy_port), "--host", "0.0.0.0",
-                           "--cert-dir", str(tmp_path / "c")],
+    other = "--extender-port" if flag == "--webhook-port" else "--webhook-port"
+    done = subprocess.run(["migfit", "serve", flag, str(busy_port), other, _spare_port(),
+                           "--host", "0.0.0.0", "--cert-dir", str(tmp_path / "c")],
                           capture_output=True, text=True, timeout=60, cwd=ROOT,
                           env={**os.environ, "MIGFIT_EVENT_LOOP": loop})
     assert done.returncode == 2, done.stderr
@@ -92,7 +104,8 @@ def test_serve_on_a_running_ones_ports_leaves_its_certificates_alone(
         pass
     before = {f.name: f.read_bytes() for f in cert_dir.iterdir()}
     done = subprocess.run(["migfit", "serve", "--extender-port", str(busy_port),
-                           "--host", "0.0.0.0", "--cert-dir", str(cert_dir)],
+                           "--webhook-port", _spare_port(), "--host", "0.0.0.0",
+                           "--cert-dir", str(cert_dir)],
                           capture_output=True, text=True, timeout=60, cwd=ROOT)
     assert done.returncode == 2, done.stderr
     assert done.stderr.splitlines() == [_in_use(busy_port, "--extender-port")]

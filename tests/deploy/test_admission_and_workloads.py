@@ -70,6 +70,10 @@ def test_every_deployment_is_hardened(target: str) -> None:
         pdbs = [p for p in of_kind(objects, "PodDisruptionBudget")
                 if p["spec"]["selector"] == deployment["spec"]["selector"]]
         assert len(pdbs) == 1 and pdbs[0]["spec"]["minAvailable"] == 1, name
+        # The replicas spread over nodes (the second scheduler's did not: an outside check).
+        assert [(c["topologyKey"], c["labelSelector"]["matchLabels"])
+                for c in pod["topologySpreadConstraints"]] == [
+            ("kubernetes.io/hostname", deployment["spec"]["selector"]["matchLabels"])], name
         assert pod["securityContext"]["runAsNonRoot"] is True, name
         assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}, name
         for container in pod["containers"]:

@@ -75,7 +75,9 @@ def node() -> dict[str, Any]:
                                     keys.LABEL_CONFIG_STATE: "success"},
                          "annotations": {"node.alpha.kubernetes.io/ttl": "0"}},
             "spec": {"taints": [{"key": "nvidia.com/gpu", "value": "present",
-                                 "effect": "NoSchedule"}]}}
+                                 "effect": "NoSchedule"}],
+                     "podCIDR": "10.244.1.0/24", "podCIDRs": ["10.244.1.0/24"],
+                     "providerID": "kind://docker/gpu/gpu-0"}}
 
 
 def merge(target: Any, patch: Any) -> Any:
@@ -203,7 +205,8 @@ def test_the_release_removes_the_taint_record_and_marks(target: str) -> None:
 
 
 LABELS_ADD, LABELS_REMOVE, ANNOTATIONS_ADD, ANNOTATIONS_REMOVE, TAINTS_ADD, TAINTS_REMOVE, \
-    CORDON = range(7)
+    CORDON, OWNERS, FINALIZERS, SPEC = range(10)
+OWNER = {"apiVersion": "v1", "kind": "ConfigMap", "name": "gone", "uid": "0000"}
 
 
 @pytest.mark.parametrize("target", ["overlays/second-scheduler", APPLY])
@@ -221,6 +224,13 @@ LABELS_ADD, LABELS_REMOVE, ANNOTATIONS_ADD, ANNOTATIONS_REMOVE, TAINTS_ADD, TAIN
     ({"spec": {"taints": [{"key": "nvidia.com/gpu", "value": "other", "effect": "NoSchedule"}]}},
      TAINTS_ADD),
     ({"spec": {"unschedulable": True}}, CORDON),
+    # An owner that does not exist: the garbage collector deletes the node (an outside check:
+    # the policy confined labels, annotations, taints and cordoning only).
+    ({"metadata": {"ownerReferences": [OWNER]}}, OWNERS),
+    ({"metadata": {"finalizers": ["example.com/keep"]}}, FINALIZERS),
+    ({"spec": {"providerID": "aws:///x"}}, SPEC),
+    ({"spec": {"podCIDR": "10.0.0.0/24", "podCIDRs": ["10.0.0.0/24"]}}, SPEC),
+    ({"spec": {"podCIDRs": None}}, SPEC),
 ])
 def test_anything_else_by_the_extender_is_denied(target: str, patch: dict[str, Any],
                                                  rule: int) -> None:

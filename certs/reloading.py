@@ -102,9 +102,11 @@ def server_context(
 ) -> ssl.SSLContext:
     """A server context (TLS 1.2+) serving ``cert_file``/``key_file``.
 
-    With ``client_ca``, clients must present a certificate signed by one of its CAs
-    (``CERT_REQUIRED``), e.g. kube-scheduler's ``tlsConfig.certFile``. Raises ConfigError
-    naming the files when they do not load, are not a pair, or the certificate has expired.
+    With ``client_ca``, every client is asked for a certificate, and one not signed by its
+    CAs fails the handshake (``CERT_OPTIONAL``: a client with none gets through, and the
+    application decides what it may have), e.g. kube-scheduler's ``tlsConfig.certFile``.
+    Raises ConfigError naming the files when they do not load, are not a pair, or the
+    certificate has expired.
     """
     ca_path = None if client_ca is None else Path(client_ca)
     try:
@@ -367,7 +369,10 @@ def _load_into(context: ssl.SSLContext, material: _Material) -> None:
         context.load_cert_chain(cert_path, key_path)
     if material.client_ca is not None:
         context.load_verify_locations(cadata=material.client_ca.decode("ascii", "replace"))
-        context.verify_mode = ssl.CERT_REQUIRED
+        # Asked of every client and verified when given; a client without one gets through
+        # the handshake, and the extender answers only its probes and metrics
+        # (``extender.server._certified``): the kubelet's probes present none.
+        context.verify_mode = ssl.CERT_OPTIONAL
         # No session tickets: a resumed session skips the client certificate, and a ticket's
         # keys outlive every reload, so a client whose CA was removed from the file got in
         # by resuming. kube-scheduler opens few, long-lived connections: a full handshake

@@ -627,6 +627,24 @@ async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
                      status=500)
 
 
+def _certified(handler: Handler) -> Handler:
+    """``handler`` for clients that presented a certificate of ``--client-ca``, when set.
+
+    The TLS layer asks every client for one and refuses a certificate it cannot verify, but
+    lets a client without one through (``CERT_OPTIONAL``): the kubelet's probes and a
+    Prometheus scrape present none, and a handshake that required one failed them all, so
+    the pod never became Ready. The scheduler's verbs and ``/advice`` (pending pods' names)
+    answer 403 to such a client; ``/healthz``, ``/readyz`` and ``/metrics`` answer anyone."""
+    async def certified(request: web.Request) -> web.StreamResponse:
+        if request.app[SETTINGS].client_ca is not None and (
+                request.transport is None or not request.transport.get_extra_info("peercert")):
+            return _json({"Error": f"{_shown(request.path)} needs a client certificate signed "
+                                   f"by the extender's --client-ca (kube-scheduler: the "
+                                   f"extender's tlsConfig.certFile and keyFile)"}, status=403)
+        return await handler(request)
+    return certified
+
+
 async def _body(request: web.Request) -> bytes:
     settings = request.app[SETTINGS]
     if request.content_length is not None and request.content_length > settings.max_body_bytes:
@@ -840,14 +858,15 @@ def make_app(
         return lambda length: _json(error(
             serving.too_large(settings.max_body_bytes, length).text or ""), status=413)
 
-    app.router.add_post("/filter", _filter, expect_handler=serving.expect_within(
+    app.router.add_post("/filter", _certified(_filter), expect_handler=serving.expect_within(
         settings.max_body_bytes, refused(_error_filter_result)))
-    app.router.add_post("/prioritize", _prioritize, expect_handler=serving.expect_within(
-        settings.max_body_bytes, refused(lambda m: {"Error": m})))
+    app.router.add_post("/prioritize", _certified(_prioritize),
+                        expect_handler=serving.expect_within(
+                            settings.max_body_bytes, refused(lambda m: {"Error": m})))
     app.router.add_get("/healthz", _healthz)
     app.router.add_get("/readyz", _readyz)
     app.router.add_get("/metrics", _metrics_handler)
-    app.router.add_get("/advice", _advice)
+    app.router.add_get("/advice", _certified(_advice))
     if source is not None:
         app.cleanup_ctx.append(serving.background("cluster source", source.run))
     return app

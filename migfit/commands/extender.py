@@ -44,8 +44,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                      help="serving certificate (PEM); re-read when it changes")
     tls.add_argument("--tls-key", type=Path, metavar="FILE", help="its private key (PEM)")
     tls.add_argument("--client-ca", type=Path, metavar="FILE",
-                     help="require client certificates signed by this CA (kube-scheduler's "
-                          "tlsConfig.certFile)")
+                     help="require a client certificate signed by this CA (kube-scheduler's "
+                          "tlsConfig.certFile) for /filter, /prioritize and /advice; the "
+                          "probes and /metrics answer any client")
     tls.add_argument("--reload-interval", type=flagtypes.positive_seconds, default=10.0,
                      metavar="SECONDS",
                      help="how often the TLS files are checked for changes (default 10)")

@@ -1,4 +1,5 @@
-"""HTTPS with a required client certificate, as kube-scheduler's tlsConfig can present one."""
+"""HTTPS with a client certificate, as kube-scheduler's tlsConfig can present one: required for
+the scheduler's verbs and /advice, not for the probes and metrics."""
 
 from __future__ import annotations
 
@@ -46,7 +47,8 @@ def _client_context(pki: dict[str, Path], who: str | None) -> ssl.SSLContext:
     return context
 
 
-async def test_https_with_client_certificate_required(pki: dict[str, Path]) -> None:
+async def test_https_with_a_client_certificate_for_the_verbs_and_the_advice(
+        pki: dict[str, Path]) -> None:
     model = build([node("n", {"1g.10gb": 7})])
     settings = server.ExtenderSettings(host="127.0.0.1", port=0, tls_cert=pki["cert"],
                                        tls_key=pki["key"], client_ca=pki["ca"])
@@ -63,11 +65,32 @@ async def test_https_with_client_certificate_required(pki: dict[str, Path]) -> N
                                     ssl=_client_context(pki, "client")) as resp:
                 assert resp.status == 200
                 assert (await resp.json())["NodeNames"] == ["n"]
-            for who in (None, "stranger"):
-                with pytest.raises(aiohttp.ClientError):
-                    async with session.post(url, data=body,
-                                            ssl=_client_context(pki, who)) as resp:
-                        await resp.read()
+            async with session.get(f"https://localhost:{port}/advice",
+                                   ssl=_client_context(pki, "client")) as resp:
+                assert resp.status == 200
+            # A certificate of another CA fails the handshake.
+            with pytest.raises(aiohttp.ClientError):
+                async with session.post(url, data=body,
+                                        ssl=_client_context(pki, "stranger")) as resp:
+                    await resp.read()
+            # None at all: the kubelet's probes and a metrics scrape get through (a required
+            # certificate failed them all, so the pod never became Ready: an outside check);
+            # the scheduler's verbs and the pending pods of /advice do not.
+            anonymous = _client_context(pki, None)
+            for path in ("/healthz", "/readyz", "/metrics"):
+                async with session.get(f"https://localhost:{port}{path}",
+                                       ssl=anonymous) as resp:
+                    assert resp.status == 200, path
+            for method, path in (("POST", "/filter"), ("POST", "/prioritize"),
+                                 ("GET", "/advice")):
+                async with session.request(method, f"https://localhost:{port}{path}",
+                                           data=body if method == "POST" else None,
+                                           ssl=anonymous) as resp:
+                    assert resp.status == 403, path
+                    assert (await resp.json())["Error"] == (
+                        f"{path} needs a client certificate signed by the extender's "
+                        "--client-ca (kube-scheduler: the extender's tlsConfig.certFile and "
+                        "keyFile)")
     finally:
         stop.set()
         await asyncio.wait_for(task, 10)

@@ -299,14 +299,18 @@ THROWAWAY_CA_NAME = "migfit throwaway localhost CA"
 """The common name of ``self_signed_for_localhost``'s CA (``migfit serve`` knows its own)."""
 
 
-def self_signed_for_localhost(*, days: int = 30) -> tuple[bytes, bytes, bytes]:
-    """A throwaway CA and a serving certificate for localhost, 127.0.0.1 and ::1.
+def self_signed_for_localhost(*, days: int = 30, also: Sequence[str] = ()
+                              ) -> tuple[bytes, bytes, bytes]:
+    """A throwaway CA and a serving certificate for localhost, 127.0.0.1 and ::1 (and the
+    names or addresses ``also``).
 
     Returns ``(cert_pem, key_pem, ca_pem)``: the server loads the first two; a client trusts
     ``ca_pem`` (``curl --cacert``, ``ssl.create_default_context(cadata=...)``).
     """
     ca = create_ca(common_name=THROWAWAY_CA_NAME, days=days)
-    serving = issue_serving(ca=ca, sans=("localhost", "127.0.0.1", "::1"), days=days)
+    sans = ["localhost", "127.0.0.1", "::1"]
+    sans += [name for name in also if name not in sans]
+    serving = issue_serving(ca=ca, sans=sans, days=days)
     return serving.cert_pem, serving.key_pem, ca.cert_pem
 
 

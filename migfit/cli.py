@@ -103,7 +103,16 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
             command = _load(name)
             command.add_arguments(cmd_parser)
             cmd_parser.set_defaults(_command=command)
+            _name_the_choices(cmd_parser)
     return parser
+
+
+def _name_the_choices(parser: argparse.ArgumentParser) -> None:
+    """A command's own subcommands by name where argparse shows its metavar: without one,
+    ``migfit layout`` said only "the following arguments are required: SUBCOMMAND"."""
+    for action in parser._actions:  # argparse keeps its subparsers there only
+        if isinstance(action, argparse._SubParsersAction) and action.choices:
+            action.metavar = "{" + ",".join(action.choices) + "}"
 
 
 def _innermost(parser: argparse.ArgumentParser, args: argparse.Namespace

@@ -644,7 +644,9 @@ class FileSource:
         if digest == self._tried:
             return None
         self._tried = digest
-        if digest == self.digest:  # back to what the sink holds: nothing to do
+        if digest == self.digest:  # back to what the sink holds: nothing to install
+            if self.last_error is not None:
+                log.info("%s: back to the last good state after an error", self.path)
             self.last_error = None
             return None
         try:

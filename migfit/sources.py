@@ -13,7 +13,7 @@ import asyncio
 import os
 from typing import TYPE_CHECKING, Protocol
 
-from migfit import cluster, errors, snapshots
+from migfit import cluster, errors, profiles, snapshots
 
 if TYPE_CHECKING:
     from migfit import watching
@@ -162,9 +162,10 @@ def check_source_args(args: argparse.Namespace) -> None:
                                     "--cluster FILE: drop one of them")
 
 
-def load_snapshot(path: str | os.PathLike[str]) -> cluster.Cluster:
+def load_snapshot(path: str | os.PathLike[str], *,
+                  catalog: profiles.Catalog | None = None) -> cluster.Cluster:
     """A synced Cluster loaded once from a snapshot file (for status, advise, explain)."""
-    return snapshots.load(path)
+    return snapshots.load(path, catalog=catalog)
 
 
 async def list_once(model: cluster.Cluster, source: Source, *,

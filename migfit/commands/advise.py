@@ -43,6 +43,7 @@ def _config_lines(config: Any) -> list[str]:
 def add_common_arguments(parser: argparse.ArgumentParser) -> None:
     """Source, ConfigMap and grace flags shared by ``advise`` and ``explain``."""
     sources.add_source_arguments(parser, once=True)
+    workstation.add_catalog_argument(parser)
     parser.add_argument("--grace", metavar="SECONDS", type=flagtypes.number, default=60.0,
                         help="a pod counts once it has been unschedulable this long "
                              "(default 60)")
@@ -156,9 +157,10 @@ def load(args: argparse.Namespace, *, reader: Reader | None = None,
     ``--mig-parted-config`` gives the config.
     """
     _check_config_args(args)
+    catalog = workstation.catalog_of(args)
     file_config = _config_file(args.mig_parted_config) if args.mig_parted_config else None
     if getattr(args, "cluster_file", None) is not None:
-        return sources.load_snapshot(args.cluster_file), file_config
+        return sources.load_snapshot(args.cluster_file, catalog=catalog), file_config
     ref = configmap_ref(args)
 
     async def work(client: Any) -> tuple[cluster.Cluster, migparted.Config | None,
@@ -169,7 +171,7 @@ def load(args: argparse.Namespace, *, reader: Reader | None = None,
         if reader is not None:
             state = await reader(client)
         else:
-            state = cluster.Cluster()
+            state = cluster.Cluster(catalog)
             await watching.list_once(state, client)
         if args.mig_parted_config:
             return state, file_config, None
@@ -355,8 +357,8 @@ def load_disruption(args: argparse.Namespace) -> tuple[
     cluster_file = getattr(args, "cluster_file", None)
     if cluster_file is not None:
         _check_config_args(args)
-        snap = snapshots.read(cluster_file, disruption=True)
-        state = cluster.Cluster()
+        state = cluster.Cluster(workstation.catalog_of(args))
+        snap = snapshots.read(cluster_file, disruption=True, catalog=state.catalog)
         snapshots.install(state, snap)
         state.mark_synced()
         config = _config_file(args.mig_parted_config) if args.mig_parted_config else None
@@ -369,7 +371,7 @@ def load_disruption(args: argparse.Namespace) -> tuple[
 
         (nodes, _), (pods, _), (pdbs, _) = await asyncio.gather(
             client.list_nodes(), client.list_pods(), client.list_pod_disruption_budgets())
-        state = cluster.Cluster()
+        state = cluster.Cluster(workstation.catalog_of(args))
         state.replace("Node", nodes)
         state.replace("Pod", pods)
         state.mark_synced()

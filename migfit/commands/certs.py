@@ -9,7 +9,7 @@ from pathlib import Path
 
 import yaml
 
-from migfit import errors
+from migfit import errors, schedulerconfig
 from migfit.certs import certificates, manifests, store
 
 RSA_BITS_DEFAULT = 2048
@@ -222,6 +222,17 @@ def _publish_bundle(out: Path) -> str:
 
 
 def _manifests(args: argparse.Namespace) -> int:
+    # Names the API server would refuse, refused here (`certs init` does so for its own).
+    if args.namespace is not None:
+        schedulerconfig.check_namespace_flag(
+            "--namespace", args.namespace,
+            give="give the namespace of the server's Service, e.g. migfit-system")
+    if args.secret_name is not None and not schedulerconfig.is_dns1123_subdomain(
+            args.secret_name):
+        raise errors.UsageError(
+            f"--secret-name {args.secret_name!r}: not a Secret name (lower-case letters, "
+            f"digits, '-' and '.', starting and ending with a letter or digit, at most 253 "
+            f"characters), e.g. migfit-webhook-tls")
     paths = store.CertificateDir(args.out)
     store.summary(args.out)  # checks that the directory is complete and consistent
     store.check_serving(args.out)  # and that its pair is one that clients accept

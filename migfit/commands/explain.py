@@ -15,7 +15,7 @@ import asyncio
 import time
 from typing import Any
 
-from migfit import advisor, cluster, errors
+from migfit import advisor, cluster, errors, profiles
 from migfit.commands import advise as advice_cli
 from migfit.commands import workstation
 
@@ -44,11 +44,12 @@ def _target(args: argparse.Namespace) -> tuple[str | None, str]:
     return (ns or args.namespace or None), name
 
 
-async def read_for_pod(client: Any, namespace: str, name: str) -> cluster.Cluster:
+async def read_for_pod(client: Any, namespace: str, name: str,
+                       catalog: profiles.Catalog | None = None) -> cluster.Cluster:
     """The part of the cluster an explanation of ``namespace/name`` needs (see the module)."""
     from migfit import kube
 
-    model = cluster.Cluster()
+    model = cluster.Cluster(catalog)
     try:
         pod = await client.read_pod(namespace, name)
     except kube.ApiError as exc:
@@ -92,11 +93,12 @@ def run(args: argparse.Namespace) -> int:
     given, name = _target(args)
     settings = advice_cli.settings_from_args(args)
     where = {"namespace": given or "default"}  # with --cluster a bare name means "default"
+    catalog = workstation.catalog_of(args)
 
     async def reader(client: Any) -> cluster.Cluster:
         if given is None:
             where["namespace"] = str(client.namespace)  # the kubeconfig context's
-        return await read_for_pod(client, where["namespace"], name)
+        return await read_for_pod(client, where["namespace"], name, catalog)
 
     state, config = advice_cli.load(args, reader=reader)
     ns = where["namespace"]

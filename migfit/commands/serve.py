@@ -35,6 +35,9 @@ from migfit.webhook import server as webhook_server
 
 log = logging.getLogger("migfit.serve")
 _REQUESTS = Path("examples/requests")
+# The checkout's, when migfit runs from one (an editable install) and is started elsewhere.
+_CHECKOUT_REQUESTS = Path(__file__).resolve().parents[2] / _REQUESTS
+_WILDCARDS = {"": "127.0.0.1", "0.0.0.0": "127.0.0.1", "::": "::1"}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -77,7 +80,8 @@ def _cert_dir(text: str) -> Path:
     """``--cert-dir``'s value; an empty one (which ``Path`` reads as the current folder) is
     refused."""
     if not text:
-        raise argparse.ArgumentTypeError("empty: pass a folder, such as --cert-dir certs")
+        raise argparse.ArgumentTypeError(
+            "empty: pass a folder, such as --cert-dir ./migfit-serve-certs")
     return Path(text)
 
 
@@ -131,8 +135,10 @@ def _some(names: list[str]) -> str:
 
 
 @contextlib.contextmanager
-def certificate_files(cert_dir: Path | None) -> Iterator[tuple[Path, Path, Path]]:
-    """A throwaway localhost certificate, key and CA as files: (tls.crt, tls.key, ca.crt).
+def certificate_files(cert_dir: Path | None, *, host: str = "127.0.0.1"
+                      ) -> Iterator[tuple[Path, Path, Path]]:
+    """A throwaway localhost certificate, key and CA as files: (tls.crt, tls.key, ca.crt);
+    the certificate is for ``host`` too (``url_host``), so that curl can verify it there.
 
     In ``cert_dir`` when given (kept afterwards, for curl; refused unless ``check_cert_dir``
     accepts it); otherwise in a new temporary folder removed on exit, so that the private
@@ -143,7 +149,8 @@ def certificate_files(cert_dir: Path | None) -> Iterator[tuple[Path, Path, Path]
     with contextlib.ExitStack() as stack:
         directory = cert_dir or Path(stack.enter_context(
             tempfile.TemporaryDirectory(prefix="migfit-serve-")))
-        cert_pem, key_pem, ca_pem = certificates.self_signed_for_localhost()
+        cert_pem, key_pem, ca_pem = certificates.self_signed_for_localhost(
+            also=[url_host(host).strip("[]")])
         paths = (directory / "tls.crt", directory / "tls.key", directory / "ca.crt")
         try:
             directory.mkdir(parents=True, exist_ok=True)
@@ -162,11 +169,19 @@ def certificate_files(cert_dir: Path | None) -> Iterator[tuple[Path, Path, Path]
 PRETTY = "python3 -m json.tool --indent 2 --no-ensure-ascii"
 
 
+def url_host(host: str) -> str:
+    """``--host`` as the host of a URL that reaches the server: a wildcard address as the
+    loopback one of its family, an IPv6 address in brackets."""
+    host = _WILDCARDS.get(host, host)
+    return f"[{host}]" if ":" in host else host
+
+
 def _walkthrough(*, host: str, webhook_port: int, extender_port: int, ca: Path,
                  cluster_file: str | None) -> str:
-    requests = _REQUESTS if _REQUESTS.is_dir() else Path("<migfit checkout>") / _REQUESTS
-    hook = f"https://{host}:{webhook_port}"
-    ext = f"https://{host}:{extender_port}"
+    requests = (_REQUESTS if _REQUESTS.is_dir() else _CHECKOUT_REQUESTS
+                if _CHECKOUT_REQUESTS.is_dir() else Path("<migfit checkout>") / _REQUESTS)
+    hook = f"https://{url_host(host)}:{webhook_port}"
+    ext = f"https://{url_host(host)}:{extender_port}"
     curl = f"curl -s --cacert {ca} -H 'Content-Type: application/json'"
     return "\n".join([
         "",
@@ -175,7 +190,7 @@ def _walkthrough(*, host: str, webhook_port: int, extender_port: int, ca: Path,
         f"  extender  {ext}/filter  {ext}/prioritize   (kube-scheduler extender v1)",
         f"  advice    {ext}/advice     metrics: {hook}/metrics {ext}/metrics",
         "",
-        "Try it (from the migfit checkout):",
+        "Try it" + (" (from the migfit checkout):" if not requests.is_absolute() else ":"),
         "  # a pod asking for 12Gi of GPU memory: patched to the smallest MIG profile that fits",
         f"  {curl} --data @{requests}/create-12gi.json {hook}/mutate | {PRETTY}",
         "  # too much memory: denied, with the largest profile named",
@@ -233,7 +248,7 @@ async def _serve(args: argparse.Namespace) -> None:
         serving.check_free(serving.Listen(
             host=args.host, port=port, port_flag=flag,
             limits=serving.Limits(reuse_port=bool(getattr(args, "reuse_port", False)))))
-    with certificate_files(args.cert_dir) as (cert, key, ca):
+    with certificate_files(args.cert_dir, host=args.host) as (cert, key, ca):
         await _serve_with(args, model=model, source=source, policy=policy, limits=limits,
                           cluster_file=cluster_file, cert=cert, key=key, ca=ca)
 

@@ -57,6 +57,7 @@ class StatusJson(TypedDict):
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     sources.add_source_arguments(parser, once=True)
+    workstation.add_catalog_argument(parser)
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table "
                         "(the same as -o json)")
     workstation.add_output_argument(parser)

@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 
 import yaml
 
-from migfit import cluster, errors, sources
+from migfit import cluster, errors, profiles, sources
 
 T = TypeVar("T")
 
@@ -50,12 +50,39 @@ def output_of(args: argparse.Namespace, *, switches: Mapping[str, str]) -> str:
     return given[0][1] if given else "text"
 
 
+class _ReadableDumper(yaml.SafeDumper):
+    """YAML for people: text with line breaks as a block (``|``), "×" as itself. PyYAML
+    otherwise writes such text as one double-quoted scalar continued with backslashes."""
+
+
+def _text(dumper: yaml.SafeDumper, data: str) -> yaml.ScalarNode:
+    return dumper.represent_scalar("tag:yaml.org,2002:str", data,
+                                   style="|" if "\n" in data else None)
+
+
+_ReadableDumper.add_representer(str, _text)
+
+
 def print_data(doc: Any, output: str) -> None:
     """``doc`` as one JSON document or YAML."""
     if output == "yaml":
-        sys.stdout.write(yaml.safe_dump(doc, sort_keys=False))
+        sys.stdout.write(yaml.dump(doc, Dumper=_ReadableDumper, sort_keys=False,
+                                   allow_unicode=True))
     else:
         print(json.dumps(doc))
+
+
+def add_catalog_argument(parser: argparse.ArgumentParser) -> None:
+    """``--catalog FILE``, as the servers take it: a node of a model only that file knows is
+    then read as the extender reads it (without it, as an unknown GPU)."""
+    parser.add_argument("--catalog", metavar="FILE",
+                        help="MIG catalog file adding or overriding GPU models (as given to "
+                             "the webhook and the extender)")
+
+
+def catalog_of(args: argparse.Namespace) -> profiles.Catalog:
+    """The built-in catalog with ``--catalog``'s models; ConfigError for a bad file."""
+    return profiles.load(getattr(args, "catalog", None))
 
 
 def connection_args(args: argparse.Namespace) -> dict[str, Any]:
@@ -85,14 +112,15 @@ def run_api(work: Callable[[Any], Awaitable[T]], args: argparse.Namespace) -> T:
 def load_cluster(args: argparse.Namespace) -> cluster.Cluster:
     """The whole cluster once: a snapshot file, or one list of Nodes and Pods (no watch)."""
     sources.check_source_args(args)
+    catalog = catalog_of(args)
     cluster_file = getattr(args, "cluster_file", None)
     if cluster_file is not None:
-        return sources.load_snapshot(cluster_file)
+        return sources.load_snapshot(cluster_file, catalog=catalog)
 
     async def work(client: Any) -> cluster.Cluster:
         from migfit import watching
 
-        model = cluster.Cluster()
+        model = cluster.Cluster(catalog)
         await watching.list_once(model, client)
         return model
 

@@ -363,3 +363,18 @@ def test_a_folder_of_migfit_serve_is_told_for_what_it_is(tmp_path: Path, action:
     assert line.startswith(f"migfit: error: {served} holds the throwaway certificate of "
                            f"`migfit serve`"), line
     assert _suggested_init(line) == "init --out NEW-DIR --service NAME --namespace NS"
+
+
+@pytest.mark.parametrize("flag, value, said", [
+    ("--secret-name", "Bad Name", "--secret-name 'Bad Name': not a Secret name"),
+    ("--namespace", "BAD_NS", "--namespace 'BAD_NS': not a namespace name"),
+])
+def test_manifests_refuses_names_the_api_server_would(tmp_path: Path, flag: str, value: str,
+                                                      said: str) -> None:
+    """They were printed into the Secret (exit 0), for kubectl apply to fail on (an outside
+    check); `certs init` refused its own already."""
+    out = tmp_path / "pki"
+    assert migfit("init", "--service", "svc", "--namespace", "ns", "--out", out).returncode == 0
+    done = migfit("manifests", "--out", out, flag, value)
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.startswith(f"migfit: error: {said} (") and done.stderr.count("\n") == 1

@@ -31,6 +31,9 @@ COMMANDS = [
     ["layout", "plan", "--gpu", "A100-80GB", "--need", "1g.10gb=1"],
     ["deploy", "render", "--dir", "deploy", "--check"],
     ["simulate", "--example"],
+    ["status", "--cluster", CLUSTER],
+    ["advise", "--cluster", CLUSTER],
+    ["explain", "--cluster", CLUSTER, "ml-research/finetune-small-0"],
 ]
 
 

@@ -156,6 +156,19 @@ def test_migfit_without_a_command_prints_its_usage_to_stderr() -> None:
     assert done.stderr.splitlines()[-1].startswith("migfit: error: ")
 
 
+@pytest.mark.parametrize("command, choices", [
+    ("layout", "{check,list,plan}"), ("certs", "{init,rotate,manifests}"),
+    ("deploy", "{render}")])
+def test_a_command_without_its_subcommand_names_them(command: str, choices: str) -> None:
+    """`migfit layout` said "the following arguments are required: SUBCOMMAND" and no more
+    (an outside check)."""
+    done = subprocess.run([sys.executable, "-m", "migfit.cli", command], capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 2
+    assert done.stderr.splitlines()[-1] == (
+        f"migfit {command}: error: the following arguments are required: {choices}")
+
+
 def _command_rows() -> dict[str, str]:
     """Each row of README's Commands table (its synopsis and what it does), by the
     (sub)command it names."""

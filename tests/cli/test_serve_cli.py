@@ -197,3 +197,43 @@ def test_sigterm_while_starting_removes_the_throwaway_certificates(tmp_path: Pat
     assert proc.returncode in (0, 128 + signal.SIGTERM), out
     assert "Traceback" not in out
     assert list(tmp_path.glob("migfit-serve-*")) == []
+
+
+@pytest.mark.parametrize("host, url_host", [("0.0.0.0", "127.0.0.1"), ("::1", "[::1]")])
+def test_the_printed_commands_work_on_any_host_and_from_any_folder(
+        tmp_path: Path, host: str, url_host: str) -> None:
+    """With `--host 0.0.0.0` the commands sent curl to https://0.0.0.0:..., which the
+    throwaway certificate does not name; with `--host ::1` to https://::1:..., no URL at all;
+    started outside the checkout, they read `@<migfit checkout>/examples/...` (an outside
+    check). Each printed request, sent as printed, is answered."""
+    hook_port, ext_port = _free_port(), _free_port()
+    proc = subprocess.Popen(
+        ["migfit", "serve", "--host", host, "--webhook-port", str(hook_port),
+         "--extender-port", str(ext_port), "--cert-dir", str(tmp_path / "certs")],
+        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    assert proc.stdout is not None
+    try:
+        lines: list[str] = []
+        while not lines or "Stop with Ctrl-C" not in lines[-1]:
+            line = proc.stdout.readline()
+            assert line, "".join(lines)
+            lines.append(line)
+        sent = [re.search(r"--data @(\S+) (https://\S+)", ln) for ln in lines]
+        requests = [(Path(m[1]), m[2]) for m in sent if m]
+        assert len(requests) == 5, "".join(lines)
+        context = ssl.create_default_context(cafile=str(tmp_path / "certs" / "ca.crt"))
+        for path, url in requests:
+            assert path.is_absolute() and path.parent == REQUESTS, path
+            assert url.startswith((f"https://{url_host}:{hook_port}/",
+                                   f"https://{url_host}:{ext_port}/")), url
+            req = urllib.request.Request(url, data=path.read_bytes(), method="POST",
+                                         headers={"Content-Type": "application/json"})
+            with urllib.request.urlopen(req, context=context, timeout=10) as resp:
+                assert resp.status == 200, url
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()

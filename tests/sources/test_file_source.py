@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
+import os
 import pathlib
 from typing import Any
 
@@ -395,3 +397,25 @@ def test_kubectl_exports_are_read_item_by_item() -> None:
                  yaml.safe_dump(listing, sort_keys=False)):
         items = list(snapshots._streamed(text))
         assert [i["__item__"]["metadata"]["name"] for i in items] == ["n1", "p1", "n2"]
+
+
+def test_a_file_fixed_back_to_the_last_good_state_says_so(
+        path: pathlib.Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Fixed back to exactly what was loaded, the file was taken silently after the error
+    line said "keeping the last good state" (an outside check): nothing said it was fixed."""
+    good = yaml.safe_dump(as_list(node("n1")))
+    path.write_text(good)
+    model = cluster.Cluster()
+    source = snapshots.FileSource(model, path)
+    assert source.load_once()
+    path.write_text(good.replace("kind: Node", "kind: Nod"))
+    with caplog.at_level(logging.INFO, logger="migfit"):
+        assert not source.load_once()
+        assert source.last_error is not None
+        path.write_text(good)
+        os.utime(path, ns=(0, 0))  # a new stat even within the file system's time step
+        assert not source.load_once()  # the same contents: nothing to install again
+    assert source.last_error is None
+    assert [r.getMessage() for r in caplog.records][-1] == (
+        f"{path}: back to the last good state after an error")
+    assert model.node_names() == ["n1"]

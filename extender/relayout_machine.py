@@ -341,6 +341,9 @@ class Run:
     # ADOPT: the node's record, written by a newer migfit, has been left to it for
     # ``timeout_s`` already (``plan``'s ``overdue``): fail the node instead.
     overdue: bool = False
+    # WAIT: the taint was taken off once the MIG Manager reported success (for the operands'
+    # DaemonSets); a failure after that puts it back (FAIL).
+    untainted: bool = False
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -1236,6 +1239,10 @@ def _wait(run: Run, seen: Seen, clock: Context) -> Step:
         return Step(run, ReadNode())
     target = run.record.target
     expected = dict(run.record.expected)
+    if isinstance(seen, Written):  # the taint is off (below): on with the pods
+        return Step(dataclasses.replace(run, untainted=True), ListPods())
+    if isinstance(seen, CallFailed) and seen.conflict:
+        return Step(run, ReadNode())  # the node changed since it was read: read it again
     if isinstance(seen, CallFailed):
         if not seen.retryable:
             return _fail(run, clock, "error", f"API error: {seen.brief}")
@@ -1273,7 +1280,9 @@ def _wait(run: Run, seen: Seen, clock: Context) -> Step:
     if not isinstance(seen, NodeSeen):
         return _unexpected(run, seen)
     node = seen.node
-    run = dataclasses.replace(run, failing=0)
+    # (untainted: also a run adopted after its taint was taken off at success)
+    run = dataclasses.replace(run, failing=0,
+                              untainted=run.untainted or not node.relayout_tainted)
     state = node.config_state
     mark = keys.relayout_of(node.annotations)
     if mark is None or mark.state is not _STATES.APPLYING:
@@ -1294,6 +1303,19 @@ def _wait(run: Run, seen: Seen, clock: Context) -> Step:
     # each instance among that many pods, and the device plugin advertises each so often.
     if state == "success" and node.instances == expected:
         return Step(dataclasses.replace(run, settled=True), ListPods())
+    if state == "success" and node.relayout_tainted and not any(node.instances.values()):
+        # The MIG Manager is done (success, and no instance advertised: the device plugin it
+        # paused is gone; before it acts the old instances show) and has restored the
+        # operands' deploy labels, but their DaemonSets create no pod on a node with a
+        # NoSchedule taint they do not tolerate (the GPU Operator's default tolerations are
+        # nvidia.com/gpu's only): with migfit's taint kept until the new instances show, the
+        # device plugin never came back and every re-layout timed out. The record stays
+        # "applying" until the checks below pass, the extender's filter refuses the node for
+        # MIG pods meanwhile, and a failure puts the taint back (FAIL).
+        return Step(run, Patch({
+            "metadata": _precondition(seen.resource_version),
+            "spec": {"taints": [dict(t) for t in seen.taints
+                                if t.get("key") != keys.TAINT_RELAYOUT]}}))
     pending_since = run.pending_since
     if state == "pending":
         pending_since = clock.now if pending_since is None else pending_since
@@ -1361,13 +1383,25 @@ def _fail(run: Run, clock: Context, result: str, reason: str) -> Step:
 
 def _failing(run: Run, seen: Seen, clock: Context) -> Step:
     assert run.ending is not None
-    if seen is None or isinstance(seen, Slept):
+    if run.untainted and (seen is None or isinstance(seen, Slept)):
+        # The taint goes back on with the failure (the node's taints read first: the patch
+        # replaces the list), so that a failed node is out of service as any other.
         since = clock.now if run.since is None else run.since
-        body = {"metadata": {"annotations": {
+        return Step(dataclasses.replace(run, since=since), ReadNode())
+    if seen is None or isinstance(seen, (Slept, NodeSeen)):
+        since = clock.now if run.since is None else run.since
+        body: dict[str, Any] = {"metadata": {"annotations": {
             **_annotate(run.record),
             keys.ANNOTATION_RELAYOUT_FAILED: keys.encode_failure(
                 result=run.ending.result, reason=run.ending.reason)}}}
+        if isinstance(seen, NodeSeen):
+            body["metadata"].update(_precondition(seen.resource_version))
+            body["spec"] = {"taints": [*(dict(t) for t in seen.taints
+                                         if t.get("key") != keys.TAINT_RELAYOUT),
+                                       keys.relayout_taint()]}
         return Step(dataclasses.replace(run, since=since), Patch(body))
+    if run.untainted and isinstance(seen, CallFailed) and seen.conflict:
+        return Step(run, ReadNode())  # the node changed since it was read: read it again
     if isinstance(seen, Written):
         return _finish(run, Emit(
             REASON_FAILED, "Warning", f"Re-layout to {run.record.target} {run.ending.result}: "

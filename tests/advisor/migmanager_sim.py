@@ -15,7 +15,8 @@ from kubernetes_asyncio import client as k8s
 from migfit import cluster, keys, kube, migparted
 from migfit.extender import advice, leader, relayout
 
-Mode = Literal["success", "fail", "wedge", "ignore"]
+# "lost": success, but the device plugin never comes back (its pod never starts).
+Mode = Literal["success", "fail", "wedge", "ignore", "lost"]
 NODES = kmock.resource("v1", "nodes")
 PODS = kmock.resource("v1", "pods")
 CONFIGMAPS = kmock.resource("v1", "configmaps")
@@ -285,12 +286,36 @@ class MigManager:
                 await self._patch({"metadata": {"labels": {
                     keys.LABEL_CONFIG_STATE: "failed"}}})
                 continue
+            # The operands were paused (the device plugin gone: no MIG instance advertised);
+            # their deploy labels restored, the state is success. The device plugin's pod
+            # comes back only where its DaemonSet tolerates the node's taints.
             alloc = dict(obj.get("status", {}).get("allocatable", {}))
-            new = {k: ("0" if k.startswith("nvidia.com/mig-") else v) for k, v in alloc.items()}
-            new.update({f"nvidia.com/mig-{p}": str(n) for p, n in layout.items()})
-            await self._patch({"status": {"allocatable": new, "capacity": new}})
+            gone = {k: ("0" if k.startswith("nvidia.com/mig-") else v) for k, v in alloc.items()}
+            await self._patch({"status": {"allocatable": gone, "capacity": gone}})
             await self._patch({"metadata": {"labels": {
                 keys.LABEL_CONFIG_STATE: "success"}}})
+            new = {**gone, **{f"nvidia.com/mig-{p}": str(n) for p, n in layout.items()}}
+            if self.mode == "lost":
+                continue
+            while not operands_may_run(await read_node(self.api, self.node)):
+                await asyncio.sleep(0.01)
+            await self._patch({"status": {"allocatable": new, "capacity": new}})
+
+
+# The GPU Operator's default ClusterPolicy spec.daemonsets.tolerations, which it gives every
+# operand DaemonSet (the device plugin's among them).
+OPERAND_TOLERATIONS = ({"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},)
+
+
+def operands_may_run(node: dict[str, Any]) -> bool:
+    """Whether the DaemonSet controller creates an operand pod on ``node``: it does not where
+    a NoSchedule or NoExecute taint is not tolerated (NodeShouldRunDaemonPod; its automatic
+    tolerations cover only the node-condition taints)."""
+    def tolerated(taint: dict[str, Any]) -> bool:
+        return any(t["key"] == taint.get("key") and t["effect"] == taint.get("effect")
+                   for t in OPERAND_TOLERATIONS)
+    return all(tolerated(t) for t in node.get("spec", {}).get("taints") or ()
+               if t.get("effect") in ("NoSchedule", "NoExecute"))
 
 
 # ---------------------------------------------------------------- the apply-mode scene

@@ -76,7 +76,7 @@ async def test_success_path(server: kmock.KubernetesEmulator, api: k8s.ApiClient
 
 
 @pytest.mark.parametrize("mode, result", [("fail", "failed"), ("wedge", "wedged"),
-                                          ("ignore", "timeout")])
+                                          ("ignore", "timeout"), ("lost", "timeout")])
 async def test_failures_keep_the_taint_and_never_loop(
     server: kmock.KubernetesEmulator, api: k8s.ApiClient, mode: str, result: str,
 ) -> None:
@@ -594,3 +594,37 @@ async def test_a_pod_that_fits_free_instances_is_not_told_none_is_free(
         "Waiting for 1 × 3g.40gb: free instances fit it on a node it may use, yet "
         "kube-scheduler has not placed it: something migfit does not model keeps it off"), said
     assert "no node has one free" in said["small"]
+
+
+async def test_the_taint_goes_at_success_so_that_the_operands_come_back(
+    server: kmock.KubernetesEmulator, api: k8s.ApiClient,
+) -> None:
+    """The MIG Manager restores the operands' deploy labels and reports success; their
+    DaemonSets create no pod on a node with a NoSchedule taint they do not tolerate (the GPU
+    Operator's default tolerations are nvidia.com/gpu's only), so with migfit's taint kept
+    until the new instances showed, the device plugin never came back and every re-layout
+    timed out with the node out of service (an outside check; the simulated MIG Manager now
+    brings the device plugin back only where the DaemonSet may run). The taint goes once
+    the MIG Manager reports success; the record says "applying" until the new instances
+    show and the pods are checked, and the extender's filter refuses the node meanwhile."""
+    seed(server)
+    seen: list[tuple[bool, str | None]] = []
+
+    async def watch() -> None:
+        while True:
+            obj = await read_node(api, "idle")
+            record = obj["metadata"].get("annotations", {}).get(relayout.ANNOTATION)
+            seen.append((bool(taints(obj)), json.loads(record)["state"] if record else None))
+            await asyncio.sleep(0.005)
+
+    watcher = asyncio.create_task(watch())
+    try:
+        outcome, _ = await _apply_once(api, "success")
+    finally:
+        watcher.cancel()
+    assert outcome.result == "success", outcome
+    assert (False, "applying") in seen  # untainted, still under re-layout
+    obj = await read_node(api, "idle")
+    assert taints(obj) == [] and relayout.ANNOTATION not in obj["metadata"]["annotations"]
+    assert obj["status"]["allocatable"]["nvidia.com/mig-1g.10gb"] == "7"
+

@@ -32,6 +32,7 @@ bound instead of taking one node after another out of service.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -344,7 +345,12 @@ class Relayouter:
                 await self.api.patch_node(name, dict(action.body))
                 return machine.Written()
             if isinstance(action, machine.ReadConfigMap):
-                return await self._read_configs()
+                seen = await self._read_configs()
+                if (self.settings.custom_configs is not None
+                        and not await self._policy_reads_configmap()):
+                    assert self._policy is not None
+                    seen = dataclasses.replace(seen, unread=self._policy[2])
+                return seen
             if isinstance(action, machine.PatchConfigMap):
                 assert self.settings.custom_configs is not None
                 await self.api.patch_config_map(*self.settings.custom_configs,

@@ -228,6 +228,9 @@ class ConfigMapSeen:
     added: Mapping[str, float]  # migfit.io/configs: what migfit added, and when (POSIX)
     resource_version: str
     in_use: frozenset[str]
+    # Why the MIG Managers do not read this ConfigMap, by the ClusterPolicy (``policy_reads``
+    # False); None when they do or it cannot be told.
+    unread: str | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -557,9 +560,17 @@ def kept_check(record: keys.RelayoutRecord, pods: PodsSeen
     that are gone (deleted meanwhile: nothing to check). Harmed: Failed, or a container
     restarted or ended with an error since CHECK (``decoding.restart_count``)."""
     seen = {p.uid: p for p in pods.pods}
+    by_name = {p.key: p for p in pods.pods}
     harmed, gone = [], []
     for kept in record.kept:
         pod = seen.get(kept.uid)
+        again = by_name.get(kept.pod)
+        if pod is None and again is not None:
+            # The same name on the node with another uid: a pod that failed and was replaced
+            # (a StatefulSet's, or one kubelet rejected and its controller made again), whose
+            # failure was seen for too short a time to be listed (an outside check).
+            harmed.append(f"{kept.pod} was replaced by a new pod (uid {again.uid})")
+            continue
         if pod is None or pod.deleting:
             # Deleted meanwhile (its containers end with SIGTERM's exit code): not harm.
             gone.append(kept.pod)
@@ -932,6 +943,11 @@ def _gpu_pods(pods: Iterable[records.PodRecord], node: str) -> list[records.PodR
 
 
 def _check(run: Run, seen: Seen, clock: Context) -> Step:
+    if seen is None and run.record.running and not clock.settings.apply_busy_nodes:
+        # A run adopted from a replica that had --apply-busy-nodes (a rollout that turned
+        # it off): only new starts were guarded, and the adopted run set the label anyway.
+        return _abort(run, clock, "it re-lays out a node with pods running on it and "
+                      "--apply-busy-nodes is off; nothing was changed")
     if seen is None or isinstance(seen, Slept):
         since = clock.now if run.since is None else run.since
         return Step(dataclasses.replace(run, since=since), ListPods())
@@ -1099,6 +1115,11 @@ def _config(run: Run, seen: Seen, clock: Context) -> Step:
         return _unexpected(run, seen)
     record = run.record
     target = record.target
+    if seen.unread is not None and record.config is None:
+        # Checked here too, not only before a start: a run adopted after a restart or a
+        # change of leader wrote its config and set the label anyway (an outside check).
+        return _abort(run, clock, f"{seen.unread}: the MIG Manager would not find the custom "
+                      f"config {target}; nothing was changed")
     if seen.text is None:
         return _abort(run, clock, f"{where} has no data.{migparted.CONFIGMAP_KEY}, the file the "
                       "MIG Manager reads: put its configs under that key; nothing was changed")

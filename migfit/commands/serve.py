@@ -307,7 +307,13 @@ async def _serve_with(
             runner, _ = await serving.start(app, listen)  # a port in use: UsageError
             runners.append((runner, listen))
         try:
-            await asyncio.wait_for(source.synced.wait(), timeout=60)
+            # Not asyncio.wait_for: on Python 3.11 it returns the result, and swallows the
+            # cancellation, when the awaited future is done by the time a cancellation
+            # reaches it (CPython gh-86296, fixed in 3.12), and asyncio.Runner answers a
+            # Ctrl-C before the servers' signal handlers are in by cancelling this task: a
+            # Ctrl-C as the cluster view synced was lost, and serve went on serving.
+            async with asyncio.timeout(60):
+                await source.synced.wait()
         except TimeoutError:
             raise errors.ConfigError(
                 "the cluster view did not sync within 60s"

@@ -351,3 +351,34 @@ async def test_nothing_is_written_while_the_cluster_policy_names_another_configm
     for t in list(r._tasks.values()):
         t.cancel()
     await asyncio.gather(*r._tasks.values(), return_exceptions=True)
+
+
+async def test_an_adopted_run_writes_and_labels_nothing_while_the_policy_names_another(
+    server: kmock.KubernetesEmulator, api: k8s.ApiClient,
+) -> None:
+    """The ClusterPolicy was checked only before a start: a run adopted in `tainted` (a
+    restart, a new leader) wrote its custom config and set the label, which the MIG Manager
+    then failed, leaving the node tainted (an outside check). It is aborted now."""
+    server.resources["nvidia.com/v1/clusterpolicies"] = {}  # type: ignore[assignment]
+    _seed(server)
+    server.objects[POLICIES, None, "cluster-policy"] = {
+        "apiVersion": "nvidia.com/v1", "kind": "ClusterPolicy",
+        "metadata": {"name": "cluster-policy"},
+        "spec": {"migManager": {"enabled": True,
+                                "config": {"name": "default-mig-parted-config"}}}}
+    cache = advice.AdviceCache(config=migparted.parse(TEXT), clock=lambda: NOW)
+    (rec,) = cache.get(await snapshot(api)).recommendations
+    left = relayout_machine.planned(rec).but(state=keys.RelayoutState.TAINTED,
+                                             from_config="all-3g.40gb")
+    store(server, node("idle", gpus=2, alloc={"3g.40gb": 2}, config="all-3g.40gb",
+                       taints=[keys.relayout_taint()],
+                       annotations={keys.ANNOTATION_RELAYOUT: keys.encode_relayout(left)}))
+    r = await _relayouter(api, _settings(config_sync_s=0.2, policy_check_s=0.0))
+    assert await r.step() == ["idle"]
+    (outcome,) = await r.wait()
+    assert outcome.result == "aborted", outcome
+    assert "spec.migManager.config.name" in outcome.reason
+    obj = await read_node(api, "idle")
+    assert obj["metadata"]["labels"][keys.LABEL_CONFIG] == "all-3g.40gb"
+    assert taints(obj) == []
+    assert _configmap(server)["data"]["config.yaml"] == TEXT

@@ -280,9 +280,12 @@ def test_kept_check() -> None:
     failed = machine.PodsSeen((_pod("a", phase="Failed"), _pod("b")), restarts={"uid-a": 2})
     harmed, _ = machine.kept_check(rec, failed)
     assert harmed is not None and "t/a failed" in harmed
-    # The same name, another pod (re-created): the kept one is gone, not this one.
+    # The same name, another pod (re-created): the kept one may have died of the change and
+    # been made again by its controller, so it is not taken as deleted (fails closed).
     other = machine.PodsSeen((_pod("a"), _pod("b", uid="uid-new")), restarts={"uid-a": 2})
-    assert machine.kept_check(rec, other) == (None, ("t/b",))
+    harmed, gone = machine.kept_check(rec, other)
+    assert harmed is not None and "t/b was replaced by a new pod (uid uid-new)" in harmed
+    assert gone == ()
 
 
 def test_plan_does_not_start_what_the_check_would_refuse() -> None:
@@ -429,3 +432,56 @@ async def test_with_dcgm_a_pod_the_report_puts_on_the_gpu_to_re_create_aborts(
     assert rested == ["n"]  # not tainted again at the next pass
     obj = await read_node(api, "n")
     assert taints(obj) == [] and keys.ANNOTATION_RELAYOUT not in obj["metadata"]["annotations"]
+
+
+async def test_an_adopted_busy_node_run_is_aborted_without_apply_busy_nodes(
+    server: VersionedEmulator, api: k8s.ApiClient,
+) -> None:
+    """A busy-node run left `tainted` by a replica that had --apply-busy-nodes (the operator
+    turned it off in a rollout): only new starts were guarded, and a replica without the
+    flag adopted the run and set the label (an outside check). It is aborted now: taint and
+    record removed, nothing changed."""
+    seed(server)
+    cache = advice.AdviceCache(config=CONFIG, clock=lambda: NOW, settings=advisor.Settings(
+        busy_nodes=True, allow_disruptive=False))
+    (rec,) = cache.get(await snapshot(api)).recommendations
+    assert rec.running
+    left = machine.planned(rec).but(state=keys.RelayoutState.TAINTED, from_config="seed-layout")
+    server.objects[NODES, None, "seed"].patch({
+        "spec": {"taints": [keys.relayout_taint()]},
+        "metadata": {"annotations": {keys.ANNOTATION_RELAYOUT: keys.encode_relayout(left)}}})
+    mm = MigManager(api, "seed", layouts=LAYOUTS)
+    mm.start()
+    try:
+        r = await relayouter(api, dataclasses.replace(FAST, apply_busy_nodes=False))
+        await r.step()
+        (outcome,) = await r.wait()
+    finally:
+        await mm.stop()
+    assert outcome.result == "aborted", outcome
+    assert "--apply-busy-nodes is off" in outcome.reason
+    assert mm.applied == []
+    obj = await read_node(api, "seed")
+    assert taints(obj) == [] and obj["metadata"]["labels"][keys.LABEL_CONFIG] == "seed-layout"
+
+
+async def test_a_kept_pod_replaced_under_its_name_during_the_change_fails_the_run(
+    server: VersionedEmulator, api: k8s.ApiClient,
+) -> None:
+    """A kept pod that fails during the change and is made again by its controller (a
+    StatefulSet's: the same name, a new uid) was reported as "deleted meanwhile, not
+    checked", and the run as a success (an outside check)."""
+    seed(server)
+
+    def replace() -> None:
+        server.objects[PODS, "t", "r3"].delete()
+        again = runner("r3")
+        again["metadata"]["uid"] = "uid-t-r3-again"
+        server.objects[PODS, "t", "r3"] = again
+
+    server.after(NODES, "seed", lambda d: isinstance(d, dict) and keys.LABEL_CONFIG in (
+        (d.get("metadata") or {}).get("labels") or {}), replace)
+    (outcome,), _ = await apply_once(api)
+    assert outcome.result == "failed", outcome
+    assert "t/r3 was replaced by a new pod (uid uid-t-r3-again)" in outcome.reason
+    assert taints(await read_node(api, "seed")) == [keys.TAINT_RELAYOUT]

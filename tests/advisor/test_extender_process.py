@@ -220,7 +220,9 @@ async def test_extender_process_writes_a_custom_config_and_applies_it(
             labels = obj["metadata"].get("labels", {})
             done = (labels.get("nvidia.com/mig.config", "").startswith("migfit-")
                     and labels.get("nvidia.com/mig.config.state") in ("success", "failed")
-                    and not obj.get("spec", {}).get("taints"))
+                    and not obj.get("spec", {}).get("taints")
+                    # released: the taint goes at success, the record once the pods are checked
+                    and "migfit.io/relayout" not in obj["metadata"].get("annotations", {}))
             return obj if done or labels.get("nvidia.com/mig.config.state") == "failed" \
                 else None
 

@@ -166,7 +166,7 @@ def test_the_record_states_written_are_exactly_the_states_the_record_has() -> No
     step = verified(m.advance(run, m.PodsSeen(()), at()))
     states.add(written_record(step).state)  # type: ignore[union-attr]
     step = m.advance(step.run, m.Written(), at())
-    step = m.advance(step.run, seen(node(config="all-1g.10gb", state="failed",
+    step = m.advance(step.run, seen(node(config="all-1g.10gb", state="failed", taints=[TAINT],
                                          record=step.run.record)), at(1))
     states.add(written_record(step).state)  # type: ignore[union-attr]
     assert states == set(keys.RelayoutState)

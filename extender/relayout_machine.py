@@ -45,15 +45,19 @@ The node-level protocol (DESIGN.md §6), by phase. The record is ``migfit.io/rel
   with VERIFY's resourceVersion as precondition: a 409 goes back to VERIFY (never an
   overwrite of a label set in between).
 - ``WAIT``: poll the node and its pods until ``mig.config.state=success`` with the expected
-  allocatable; ``failed``, a changed label, ``pending`` for ``wedge_s``, ``timeout_s`` or a
-  pod bound meanwhile whose profile the new layout lacks fail it. Transient API errors are
+  allocatable; at ``success`` with no instance advertised (the MIG Manager was seen at work,
+  or ``untaint_after_s`` has passed) the taint comes off, so that the operands' DaemonSets
+  can bring the device plugin back; ``failed``, a changed label, ``pending`` for
+  ``wedge_s``, ``timeout_s`` or a pod bound meanwhile whose profile the new layout lacks fail
+  it. Transient API errors are
   retried with backoff until the timeout. On every pod list, every ``kept`` pod still there
   must not have failed, restarted or lost a container (:func:`kept_check`); otherwise the
   run fails.
 - ``RELEASE``: read, then one conditional patch that removes taint and record (and on success
   the recommended label) together; a 409 re-reads.
 - ``FAIL``: the record becomes ``failed`` and ``migfit.io/relayout-failed`` is set; the taint
-  stays, a Warning Event is sent, and the node is never retried until an operator clears it.
+  stays (or, taken off at ``success``, is put back: the node read first, its taints kept), a
+  Warning Event is sent, and the node is never retried until an operator clears it.
   While the taint is on, :func:`plan` counts the node against the bound (:func:`holds_slot`),
   so a failure that repeats on every node stops there.
 
@@ -96,6 +100,9 @@ class Settings:
     max_share: float | None = None
     timeout_s: float = 1200.0  # from setting the label to success and the new allocatable
     wedge_s: float = 600.0  # mig.config.state stuck at pending this long: wedged
+    # WAIT: the taint comes off at success once the MIG Manager was seen at work, or this
+    # long after the label (it may have been done between two polls).
+    untaint_after_s: float = 30.0
     poll_s: float = 5.0
     backoff_max_s: float = 60.0  # longest wait between polls while the API keeps failing
     interval_s: float = 30.0  # how often the advice is checked for new work
@@ -347,6 +354,8 @@ class Run:
     # WAIT: the taint was taken off once the MIG Manager reported success (for the operands'
     # DaemonSets); a failure after that puts it back (FAIL).
     untainted: bool = False
+    # WAIT: the MIG Manager was seen at work (pending or rebooting) since the label.
+    acted: bool = False
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -839,6 +848,11 @@ def _annotate(record: keys.RelayoutRecord) -> dict[str, Any]:
     return {keys.ANNOTATION_RELAYOUT: keys.encode_relayout(record)}
 
 
+def _without_ours(taints: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """A node's taints but migfit's (the whole list goes into a merge patch)."""
+    return [dict(t) for t in taints if t.get("key") != keys.TAINT_RELAYOUT]
+
+
 def _precondition(resource_version: str) -> dict[str, Any]:
     # A merge patch carrying metadata.resourceVersion is refused with 409 Conflict (and
     # changes nothing) when the object was written since that version was read.
@@ -1262,7 +1276,7 @@ def _wait(run: Run, seen: Seen, clock: Context) -> Step:
     expected = dict(run.record.expected)
     if isinstance(seen, Written):  # the taint is off (below): on with the pods
         return Step(dataclasses.replace(run, untainted=True), ListPods())
-    if isinstance(seen, CallFailed) and seen.conflict:
+    if isinstance(seen, CallFailed) and seen.conflict and clock.now - label_at < settings.timeout_s:
         return Step(run, ReadNode())  # the node changed since it was read: read it again
     if isinstance(seen, CallFailed):
         if not seen.retryable:
@@ -1303,7 +1317,8 @@ def _wait(run: Run, seen: Seen, clock: Context) -> Step:
     node = seen.node
     # (untainted: also a run adopted after its taint was taken off at success)
     run = dataclasses.replace(run, failing=0,
-                              untainted=run.untainted or not node.relayout_tainted)
+                              untainted=run.untainted or not node.relayout_tainted,
+                              acted=run.acted or node.config_state in ("pending", "rebooting"))
     state = node.config_state
     mark = keys.relayout_of(node.annotations)
     if mark is None or mark.state is not _STATES.APPLYING:
@@ -1324,19 +1339,6 @@ def _wait(run: Run, seen: Seen, clock: Context) -> Step:
     # each instance among that many pods, and the device plugin advertises each so often.
     if state == "success" and node.instances == expected:
         return Step(dataclasses.replace(run, settled=True), ListPods())
-    if state == "success" and node.relayout_tainted and not any(node.instances.values()):
-        # The MIG Manager is done (success, and no instance advertised: the device plugin it
-        # paused is gone; before it acts the old instances show) and has restored the
-        # operands' deploy labels, but their DaemonSets create no pod on a node with a
-        # NoSchedule taint they do not tolerate (the GPU Operator's default tolerations are
-        # nvidia.com/gpu's only): with migfit's taint kept until the new instances show, the
-        # device plugin never came back and every re-layout timed out. The record stays
-        # "applying" until the checks below pass, the extender's filter refuses the node for
-        # MIG pods meanwhile, and a failure puts the taint back (FAIL).
-        return Step(run, Patch({
-            "metadata": _precondition(seen.resource_version),
-            "spec": {"taints": [dict(t) for t in seen.taints
-                                if t.get("key") != keys.TAINT_RELAYOUT]}}))
     pending_since = run.pending_since
     if state == "pending":
         pending_since = clock.now if pending_since is None else pending_since
@@ -1349,6 +1351,18 @@ def _wait(run: Run, seen: Seen, clock: Context) -> Step:
         return _fail(run, clock, "timeout", f"no success with the new allocatable within "
                      f"{settings.timeout_s:.0f}s (state {state!r}, instances "
                      f"{node.instances})")
+    if (state == "success" and node.relayout_tainted and not any(node.instances.values())
+            and (run.acted or clock.now - label_at >= settings.untaint_after_s)):
+        # The MIG Manager is done (seen at work since the label, or long enough ago; success,
+        # and no instance advertised: the device plugin it paused is gone) and has restored
+        # the operands' deploy labels, but their DaemonSets create no pod on a node with a
+        # NoSchedule taint they do not tolerate (the GPU Operator's default tolerations are
+        # nvidia.com/gpu's only): with migfit's taint kept until the new instances showed,
+        # the device plugin never came back and every re-layout timed out. The record stays
+        # "applying" until the checks below pass (the advisor, the filter and `status` read
+        # it as a re-layout under way), and a failure puts the taint back (FAIL).
+        return Step(run, Patch({"metadata": _precondition(seen.resource_version),
+                                "spec": {"taints": _without_ours(seen.taints)}}))
     return Step(dataclasses.replace(run, pending_since=pending_since, settled=False),
                 ListPods())
 
@@ -1369,8 +1383,7 @@ def _release(run: Run, seen: Seen, clock: Context) -> Step:
         body = {"metadata": {**_precondition(seen.resource_version),
                              "annotations": {keys.ANNOTATION_RELAYOUT: None},
                              **({"labels": labels} if labels else {})},
-                "spec": {"taints": [dict(t) for t in seen.taints
-                                    if t.get("key") != keys.TAINT_RELAYOUT]}}
+                "spec": {"taints": _without_ours(seen.taints)}}
         return Step(run, Patch(body))
     if isinstance(seen, Written):
         return _finish(run, *_release_events(run))
@@ -1417,11 +1430,10 @@ def _failing(run: Run, seen: Seen, clock: Context) -> Step:
                 result=run.ending.result, reason=run.ending.reason)}}}
         if isinstance(seen, NodeSeen):
             body["metadata"].update(_precondition(seen.resource_version))
-            body["spec"] = {"taints": [*(dict(t) for t in seen.taints
-                                         if t.get("key") != keys.TAINT_RELAYOUT),
-                                       keys.relayout_taint()]}
+            body["spec"] = {"taints": [*_without_ours(seen.taints), keys.relayout_taint()]}
         return Step(dataclasses.replace(run, since=since), Patch(body))
-    if run.untainted and isinstance(seen, CallFailed) and seen.conflict:
+    if (run.untainted and isinstance(seen, CallFailed) and seen.conflict
+            and run.since is not None and clock.now - run.since < clock.settings.write_retry_s):
         return Step(run, ReadNode())  # the node changed since it was read: read it again
     if isinstance(seen, Written):
         return _finish(run, Emit(

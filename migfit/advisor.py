@@ -1188,6 +1188,11 @@ def view(
         # The allocatable does not fit the GPUs the node reports (a stale count or stale
         # resources): a plan would re-lay out GPUs that do not exist.
         return None
+    if layout.disabled and layout.source != "config":
+        # Which GPUs run with MIG disabled is not known (shown last): a per-GPU config would
+        # enable MIG on some and disable it on others, a mode change that resets every GPU
+        # of the node. Known from the node's mig-parted config, they are kept as they are.
+        return None
     on_gpus = [p for p in state.pods_on(rec.name) if _on_gpus(p)]
     pods = tuple(sorted(p.key for p in on_gpus))
     whole = any(p.requests.get(profiles.GPU_RESOURCE, 0) > 0 for p in on_gpus)

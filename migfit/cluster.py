@@ -29,6 +29,7 @@ from migfit.records import (
     PodConstraints,
     PodRecord,
     ProfileStats,
+    relayout_under_way,
 )
 
 log = logging.getLogger(__name__)
@@ -476,7 +477,7 @@ class Cluster:
                 used[profiles.ProfileName(gone)] = u
                 over[profiles.ProfileName(gone)] = u
         repartitioning = (record.config_state in keys.REPARTITIONING_STATES
-                          or record.relayout_tainted)
+                          or relayout_under_way(record))
         other = self._other_use.get(name, (0, 0))
         state = NodeState(
             node=record,

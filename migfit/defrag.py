@@ -249,7 +249,9 @@ def advise_defrag(
     def evaluate(v: advisor.NodeView) -> _Eval:
         if not units:
             return _Eval(None, None)
-        gpus = tuple(planner.GpuState(index=i, current=names)
+        # Every pod moves away, so every GPU may change, but one with MIG disabled
+        # (``advisor.view``'s rule: it serves nvidia.com/gpu pods).
+        gpus = tuple(planner.GpuState(index=i, current=names, frozen=i in v.layout.disabled)
                      for i, names in enumerate(v.layout.gpus))
         supply = planner.NodeSupply(name=v.name, model=v.model, gpus=gpus,
                                     disruption=len(v.pods))

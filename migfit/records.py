@@ -301,6 +301,16 @@ class Disruption:
         default_factory=lambda: MappingProxyType({}))
 
 
+def relayout_under_way(record: NodeRecord) -> bool:
+    """Whether migfit's apply mode is re-laying the node out: its taint, or its record in an
+    active state (the taint comes off at the MIG Manager's success, the record once the new
+    instances show and the pods are checked)."""
+    if record.relayout_tainted:
+        return True
+    mark = keys.relayout_of(record.annotations)
+    return mark is not None and mark.active
+
+
 def relayout_failure(record: NodeRecord) -> str | None:
     """The result of migfit's failed re-layout of a node that still carries its taint
     (``timeout``, ``failed``, …; ``unknown`` when neither mark names one), or None.

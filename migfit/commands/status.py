@@ -114,7 +114,7 @@ def node_notes(state: records.NodeState, catalog: profiles.Catalog) -> list[str]
         # apply mode's "Failed" state).
         notes.append(f"migfit re-layout failed ({failure}): fix the node, then remove the "
                      f"taint {keys.TAINT_RELAYOUT} and the annotations")
-    elif node.relayout_tainted:
+    elif records.relayout_under_way(node):
         notes.append("migfit re-layout in progress")
     if node.config_state == "failed":
         notes.append("MIG config failed")

@@ -133,7 +133,9 @@ class Simulation(World):
             out.append(migparted.Entry(
                 device_filter=tuple(model.device_ids),
                 devices=None if len(groups) == 1 else tuple(indices),
-                mig_enabled=bool(names),
+                # MIG enabled on every GPU, an empty one too: a GPU with MIG disabled is one the
+                # advisor keeps as it is (it serves nvidia.com/gpu pods), and the replay has none.
+                mig_enabled=True,
                 mig_devices=tuple(sorted(Counter(profiles.ProfileName(p) for p in names)
                                          .items()))))
         self.mig_config = migparted.Config(

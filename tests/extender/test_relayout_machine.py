@@ -1069,3 +1069,42 @@ def test_the_cluster_policy_must_have_the_mig_managers_read_the_configmap(
     got, text = m.policy_reads([policy], ("gpu-operator", "mine"))
     assert got is verdict and why in text
     assert m.policy_reads([], ("gpu-operator", "mine"))[0] is None
+
+
+def test_the_taint_comes_off_at_success_only_once_the_mig_manager_was_at_work() -> None:
+    """The operands' DaemonSets create no pod on a node whose NoSchedule taint they do not
+    tolerate, so the taint comes off at the MIG Manager's success, with no instance
+    advertised (its device plugin paused). The success the node showed before the MIG
+    Manager saw the label does not count (a review: an old layout with no instances looked
+    the same), unless ``untaint_after_s`` has passed since the label."""
+    run = labelled()
+    applying = run.record
+    early = node(taints=[TAINT, {"key": "nvidia.com/gpu", "effect": "NoSchedule"}],
+                 record=applying, config="all-1g.10gb", alloc={"3g.40gb": 0})
+    step = m.advance(run, seen(early), at(1))
+    assert isinstance(step.action, m.ListPods) and not step.run.untainted
+    working = node(taints=[TAINT], record=applying, config="all-1g.10gb", state="pending")
+    step = m.advance(step.run, seen(working), at(2))
+    assert step.run.acted
+    step = m.advance(step.run, seen(early), at(3))
+    assert isinstance(step.action, m.Patch)
+    assert step.action.body == {"metadata": {"resourceVersion": "7"}, "spec": {"taints": [
+        {"key": "nvidia.com/gpu", "effect": "NoSchedule"}]}}
+    step = m.advance(step.run, m.Written(), at(3))
+    assert step.run.untainted and isinstance(step.action, m.ListPods)
+    # Never seen at work, but long after the label: off as well.
+    late = m.advance(labelled(), seen(early), at(SETTINGS.untaint_after_s + 1))
+    assert isinstance(late.action, m.Patch)
+
+
+def test_a_failure_after_the_taint_came_off_puts_it_back() -> None:
+    run = dataclasses.replace(labelled(), untainted=True, acted=True)
+    bare = node(taints=[{"key": "nvidia.com/gpu", "effect": "NoSchedule"}], record=run.record,
+                config="all-1g.10gb", state="failed")
+    step = m.advance(run, seen(bare), at(1))
+    assert step.run.phase is m.Phase.FAIL and isinstance(step.action, m.ReadNode)
+    step = m.advance(step.run, seen(bare), at(1))
+    assert isinstance(step.action, m.Patch)
+    assert step.action.body["spec"] == {"taints": [
+        {"key": "nvidia.com/gpu", "effect": "NoSchedule"}, keys.relayout_taint()]}
+    assert step.action.body["metadata"]["resourceVersion"] == "7"

@@ -31,8 +31,10 @@ from migmanager_sim import (
 from migfit import advisor, builders, decoding, keys, profiles
 from migfit.extender import advice, leader, relayout, relayout_machine
 
+# untaint_after_s scaled down too: a run adopted after the MIG Manager's success never saw it
+# at work, and takes the taint off that long after the label.
 FAST = relayout.Settings(max_concurrent=1, timeout_s=2.0, wedge_s=0.3, poll_s=0.02,
-                         interval_s=0.02)
+                         interval_s=0.02, untaint_after_s=0.2)
 
 
 @pytest.fixture()
@@ -140,10 +142,9 @@ async def test_a_whole_gpu_pod_makes_its_node_busy(
     server: kmock.KubernetesEmulator, api: k8s.ApiClient,
 ) -> None:
     """A mixed-strategy node with one GPU MIG-disabled, running a pod on nvidia.com/gpu, and
-    two 3g.40gb on the other: enabling MIG on the whole GPU resets every GPU, so the advice
-    says it disrupts that pod, and the apply mode never starts it (it had been taken for an
-    idle node: tainted, aborted, tainted again on every pass). The layout shows the GPU
-    with MIG disabled, not the two instances spread over both GPUs."""
+    two 3g.40gb on the other: enabling MIG on the whole GPU resets every GPU, and the apply
+    mode never starts anything there (it had been taken for an idle node: tainted, aborted,
+    tainted again on every pass)."""
     whole = node("mixed", gpus=2, alloc={"3g.40gb": 2}, config="all-3g.40gb")
     for field in ("allocatable", "capacity"):
         whole["status"][field]["nvidia.com/gpu"] = "1"
@@ -154,9 +155,9 @@ async def test_a_whole_gpu_pod_makes_its_node_busy(
     for i in range(3):
         store(server, pod(f"small-{i}", "1g.10gb", namespace="ml"))
     r = await _relayouter(api)
-    (rec,) = r.cache.get(r.state).recommendations
-    assert rec.disrupts == ("ml/train",)
-    assert [g.before for g in rec.gpus] == [("3g.40gb", "3g.40gb"), ()]
+    # Which GPU runs with MIG disabled is not known (no config says): the advisor leaves the
+    # node alone (before, it proposed enabling MIG there, disrupting the pod).
+    assert r.cache.get(r.state).recommendations == ()
     for _ in range(2):
         assert await r.step() == []
     assert taints(await read_node(api, "mixed")) == []

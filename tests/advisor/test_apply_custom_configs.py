@@ -322,6 +322,14 @@ async def test_the_metrics_count_configs_added_and_waiting(
 POLICIES = kmock.resource("nvidia.com", "v1", "clusterpolicies")
 
 
+def _policy_reads(server: kmock.KubernetesEmulator, configmap: str) -> None:
+    """The GPU Operator's ClusterPolicy, its MIG Managers reading ``configmap``."""
+    server.objects[POLICIES, None, "cluster-policy"] = {
+        "apiVersion": "nvidia.com/v1", "kind": "ClusterPolicy",
+        "metadata": {"name": "cluster-policy"},
+        "spec": {"migManager": {"enabled": True, "config": {"name": configmap}}}}
+
+
 async def test_nothing_is_written_while_the_cluster_policy_names_another_configmap(
     server: kmock.KubernetesEmulator, api: k8s.ApiClient, caplog: pytest.LogCaptureFixture,
 ) -> None:
@@ -329,11 +337,7 @@ async def test_nothing_is_written_while_the_cluster_policy_names_another_configm
     # migfit's would never reach them, and the label would fail the node.
     server.resources["nvidia.com/v1/clusterpolicies"] = {}  # type: ignore[assignment]
     _seed(server)
-    server.objects[POLICIES, None, "cluster-policy"] = {
-        "apiVersion": "nvidia.com/v1", "kind": "ClusterPolicy",
-        "metadata": {"name": "cluster-policy"},
-        "spec": {"migManager": {"enabled": True,
-                                "config": {"name": "default-mig-parted-config"}}}}
+    _policy_reads(server, "default-mig-parted-config")
     r = await _relayouter(api, _settings(config_sync_s=0.0, policy_check_s=0.0))
     for _ in range(2):
         assert await r.step() == []
@@ -342,10 +346,7 @@ async def test_nothing_is_written_while_the_cluster_policy_names_another_configm
     errors = [rec.getMessage() for rec in caplog.records if rec.levelname == "ERROR"]
     assert len(errors) == 1 and "spec.migManager.config.name" in errors[0]  # said once
     # Once the ClusterPolicy names it, the next pass stages the config, the one after applies.
-    server.objects[POLICIES, None, "cluster-policy"] = {
-        "apiVersion": "nvidia.com/v1", "kind": "ClusterPolicy",
-        "metadata": {"name": "cluster-policy"},
-        "spec": {"migManager": {"enabled": True, "config": {"name": NAME}}}}
+    _policy_reads(server, NAME)
     assert await r.step() == []
     assert await r.step() == ["idle"]
     for t in list(r._tasks.values()):
@@ -361,11 +362,7 @@ async def test_an_adopted_run_writes_and_labels_nothing_while_the_policy_names_a
     then failed, leaving the node tainted (an outside check). It is aborted now."""
     server.resources["nvidia.com/v1/clusterpolicies"] = {}  # type: ignore[assignment]
     _seed(server)
-    server.objects[POLICIES, None, "cluster-policy"] = {
-        "apiVersion": "nvidia.com/v1", "kind": "ClusterPolicy",
-        "metadata": {"name": "cluster-policy"},
-        "spec": {"migManager": {"enabled": True,
-                                "config": {"name": "default-mig-parted-config"}}}}
+    _policy_reads(server, "default-mig-parted-config")
     cache = advice.AdviceCache(config=migparted.parse(TEXT), clock=lambda: NOW)
     (rec,) = cache.get(await snapshot(api)).recommendations
     left = relayout_machine.planned(rec).but(state=keys.RelayoutState.TAINTED,

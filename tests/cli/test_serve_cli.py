@@ -29,6 +29,15 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def _interrupt(proc: subprocess.Popen[str]) -> None:
+    """Ctrl-C, as a user stops `migfit serve`; killed should it not end within 15 s."""
+    proc.send_signal(signal.SIGINT)
+    try:
+        proc.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
 class Served:
     def __init__(self, proc: subprocess.Popen[str], ca: Path, hook: str, ext: str,
                  banner: str) -> None:
@@ -73,11 +82,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
         yield Served(proc, cert_dir / "ca.crt", f"https://127.0.0.1:{hook_port}",
                      f"https://127.0.0.1:{ext_port}", banner)
     finally:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        _interrupt(proc)
 
 
 def test_banner_prints_urls_and_curl_commands(served: Served) -> None:
@@ -232,8 +237,4 @@ def test_the_printed_commands_work_on_any_host_and_from_any_folder(
             with urllib.request.urlopen(req, context=context, timeout=10) as resp:
                 assert resp.status == 200, url
     finally:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        _interrupt(proc)

@@ -49,8 +49,8 @@ The node-level protocol (DESIGN.md §6), by phase. The record is ``migfit.io/rel
   or ``untaint_after_s`` has passed) the taint comes off, so that the operands' DaemonSets
   can bring the device plugin back; ``failed``, a changed label, ``pending`` for
   ``wedge_s``, ``timeout_s`` or a pod bound meanwhile whose profile the new layout lacks fail
-  it. Transient API errors are
-  retried with backoff until the timeout. On every pod list, every ``kept`` pod still there
+  it. Transient API errors are retried with backoff until the timeout. On every pod list,
+  every ``kept`` pod still there
   must not have failed, restarted or lost a container (:func:`kept_check`); otherwise the
   run fails.
 - ``RELEASE``: read, then one conditional patch that removes taint and record (and on success
@@ -392,10 +392,7 @@ def failed(node: records.NodeRecord) -> bool:
 
 def in_flight(node: records.NodeRecord) -> bool:
     """A re-layout is under way on the node (counted against ``max_concurrent``)."""
-    if failed(node):
-        return False
-    record = keys.relayout_of(node.annotations)
-    return node.relayout_tainted or (record is not None and record.active)
+    return not failed(node) and records.relayout_under_way(node)
 
 
 def clear_command(node: str) -> str:
@@ -1318,7 +1315,7 @@ def _wait(run: Run, seen: Seen, clock: Context) -> Step:
     # (untainted: also a run adopted after its taint was taken off at success)
     run = dataclasses.replace(run, failing=0,
                               untainted=run.untainted or not node.relayout_tainted,
-                              acted=run.acted or node.config_state in ("pending", "rebooting"))
+                              acted=run.acted or node.config_state in keys.REPARTITIONING_STATES)
     state = node.config_state
     mark = keys.relayout_of(node.annotations)
     if mark is None or mark.state is not _STATES.APPLYING:
@@ -1417,13 +1414,12 @@ def _fail(run: Run, clock: Context, result: str, reason: str) -> Step:
 
 def _failing(run: Run, seen: Seen, clock: Context) -> Step:
     assert run.ending is not None
+    since = clock.now if run.since is None else run.since  # the first write's retries
     if run.untainted and (seen is None or isinstance(seen, Slept)):
         # The taint goes back on with the failure (the node's taints read first: the patch
         # replaces the list), so that a failed node is out of service as any other.
-        since = clock.now if run.since is None else run.since
         return Step(dataclasses.replace(run, since=since), ReadNode())
     if seen is None or isinstance(seen, (Slept, NodeSeen)):
-        since = clock.now if run.since is None else run.since
         body: dict[str, Any] = {"metadata": {"annotations": {
             **_annotate(run.record),
             keys.ANNOTATION_RELAYOUT_FAILED: keys.encode_failure(
@@ -1433,7 +1429,7 @@ def _failing(run: Run, seen: Seen, clock: Context) -> Step:
             body["spec"] = {"taints": [*_without_ours(seen.taints), keys.relayout_taint()]}
         return Step(dataclasses.replace(run, since=since), Patch(body))
     if (run.untainted and isinstance(seen, CallFailed) and seen.conflict
-            and run.since is not None and clock.now - run.since < clock.settings.write_retry_s):
+            and clock.now - since < clock.settings.write_retry_s):
         return Step(run, ReadNode())  # the node changed since it was read: read it again
     if isinstance(seen, Written):
         return _finish(run, Emit(

@@ -498,12 +498,12 @@ def resolve(
     disabled: set[int] = set()
     for index, applied in enumerate(apply(config, name, device_ids=ids,
                                           gpu_count=gpu_count)):
-        if applied is not None and not applied.enabled:
-            disabled.add(index)
         if applied is None:
             raise errors.ConfigError(
                 f"mig-parted config {name!r} has no entry for GPU {index} of a {model.id} "
                 f"(device ids {', '.join(ids) or 'unknown'}): mig-parted leaves it as it is")
+        if not applied.enabled:
+            disabled.add(index)
         _validate(model, applied.names, f"mig-parted config {name!r}, GPU {index}")
         gpus.append(applied.names)
     return NodeLayout(gpus=tuple(gpus), source="config", config=name,

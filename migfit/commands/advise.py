@@ -25,6 +25,7 @@ from migfit import (
     flagtypes,
     keys,
     migparted,
+    profiles,
     records,
     snapshots,
     sources,
@@ -145,7 +146,7 @@ def configmap_ref(args: argparse.Namespace) -> tuple[str, str]:
     return ns, name
 
 
-Reader = Callable[[Any], Awaitable[cluster.Cluster]]
+Reader = Callable[[Any, profiles.Catalog], Awaitable[cluster.Cluster]]
 
 
 def load(args: argparse.Namespace, *, reader: Reader | None = None,
@@ -169,7 +170,7 @@ def load(args: argparse.Namespace, *, reader: Reader | None = None,
         from migfit.extender import advice
 
         if reader is not None:
-            state = await reader(client)
+            state = await reader(client, catalog)
         else:
             state = cluster.Cluster(catalog)
             await watching.list_once(state, client)
@@ -366,12 +367,12 @@ def load_disruption(args: argparse.Namespace) -> tuple[
         return state, config, snap.disruption
     seen: list[records.Disruption] = []
 
-    async def reader(client: Any) -> cluster.Cluster:
+    async def reader(client: Any, catalog: profiles.Catalog) -> cluster.Cluster:
         import asyncio
 
         (nodes, _), (pods, _), (pdbs, _) = await asyncio.gather(
             client.list_nodes(), client.list_pods(), client.list_pod_disruption_budgets())
-        state = cluster.Cluster(workstation.catalog_of(args))
+        state = cluster.Cluster(catalog)
         state.replace("Node", nodes)
         state.replace("Pod", pods)
         state.mark_synced()

@@ -93,9 +93,8 @@ def run(args: argparse.Namespace) -> int:
     given, name = _target(args)
     settings = advice_cli.settings_from_args(args)
     where = {"namespace": given or "default"}  # with --cluster a bare name means "default"
-    catalog = workstation.catalog_of(args)
 
-    async def reader(client: Any) -> cluster.Cluster:
+    async def reader(client: Any, catalog: profiles.Catalog) -> cluster.Cluster:
         if given is None:
             where["namespace"] = str(client.namespace)  # the kubeconfig context's
         return await read_for_pod(client, where["namespace"], name, catalog)

@@ -138,7 +138,7 @@ def _some(names: list[str]) -> str:
 def certificate_files(cert_dir: Path | None, *, host: str = "127.0.0.1"
                       ) -> Iterator[tuple[Path, Path, Path]]:
     """A throwaway localhost certificate, key and CA as files: (tls.crt, tls.key, ca.crt);
-    the certificate is for ``host`` too (``url_host``), so that curl can verify it there.
+    the certificate is for ``host`` too (``reachable``), so that curl can verify it there.
 
     In ``cert_dir`` when given (kept afterwards, for curl; refused unless ``check_cert_dir``
     accepts it); otherwise in a new temporary folder removed on exit, so that the private
@@ -150,7 +150,7 @@ def certificate_files(cert_dir: Path | None, *, host: str = "127.0.0.1"
         directory = cert_dir or Path(stack.enter_context(
             tempfile.TemporaryDirectory(prefix="migfit-serve-")))
         cert_pem, key_pem, ca_pem = certificates.self_signed_for_localhost(
-            also=[url_host(host).strip("[]")])
+            also=[reachable(host)])
         paths = (directory / "tls.crt", directory / "tls.key", directory / "ca.crt")
         try:
             directory.mkdir(parents=True, exist_ok=True)
@@ -169,11 +169,16 @@ def certificate_files(cert_dir: Path | None, *, host: str = "127.0.0.1"
 PRETTY = "python3 -m json.tool --indent 2 --no-ensure-ascii"
 
 
+def reachable(host: str) -> str:
+    """The address that reaches a server listening on ``--host``: a wildcard address as the
+    loopback one of its family."""
+    return _WILDCARDS.get(host, host)
+
+
 def url_host(host: str) -> str:
-    """``--host`` as the host of a URL that reaches the server: a wildcard address as the
-    loopback one of its family, an IPv6 address in brackets."""
-    host = _WILDCARDS.get(host, host)
-    return f"[{host}]" if ":" in host else host
+    """``reachable(host)`` as the host of a URL: an IPv6 address in brackets."""
+    address = reachable(host)
+    return f"[{address}]" if ":" in address else address
 
 
 def _walkthrough(*, host: str, webhook_port: int, extender_port: int, ca: Path,

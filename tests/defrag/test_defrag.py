@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import scene
 
-from migfit import advisor, cli, cluster, decoding, defrag, records, snapshots
+from migfit import advisor, builders, cli, cluster, decoding, defrag, migparted, records, snapshots
 
 
 def _defrag(objects: list[dict[str, object]], share: float = 1.0) -> defrag.Defrag:
@@ -164,3 +164,33 @@ def test_a_bad_share_is_a_clear_error(tmp_path: Path, share: str,
     assert capsys.readouterr().err == (
         f"migfit: error: --max-move-share must be more than 0 and at most 1, got "
         f"{float(share):g}\n")
+
+
+def test_a_drain_keeps_a_gpu_with_mig_disabled_as_it_is() -> None:
+    """gpu-a has a third GPU running with MIG disabled (its config says so): the drain's
+    plan gave it the 7g.80gb, and rendering the config then failed (`MIG is disabled
+    there`) and took `migfit advise --defrag` down (a review). It stays as it is."""
+    config = migparted.parse("version: v1\nmig-configs:\n  half:\n"
+                             "  - devices: [0, 1]\n    mig-enabled: true\n"
+                             "    mig-devices: {3g.40gb: 2}\n"
+                             "  - devices: [2]\n    mig-enabled: false\n")
+    objects = scene.objects()
+    objects[0] = builders.node("gpu-a", labels=builders.mig_labels(
+        product="NVIDIA-A100-SXM4-80GB", instances={"3g.40gb": 4}, gpus=3, config="half",
+        config_state="success", count_labels=False),
+        resources=builders.mig_resources({"3g.40gb": 4}, whole_gpus=1))
+    state = cluster.Cluster()
+    cluster.load_objects(state, objects)
+    settings = advisor.Settings(allow_disruptive=False, busy_nodes=True)
+    advice = advisor.advise(state, now=scene.NOW, settings=settings, config=config)
+    pods = [o for o in objects if o["kind"] == "Pod"]
+    pdbs = [o for o in objects if o["kind"] == "PodDisruptionBudget"]
+    result = defrag.advise_defrag(state, advice, decoding.disruption(pods, pdbs),
+                                  max_move_share=1.0, config=config)
+    (drain,) = [d for d in result.drains if d.node == "gpu-a"]
+    rec = drain.recommendation
+    assert rec.gpus[2].before == rec.gpus[2].after == ()
+    assert ("7g.80gb",) in [g.after for g in rec.gpus[:2]]
+    assert rec.mig_parted is not None
+    (entries,) = rec.mig_parted["mig-configs"].values()
+    assert {"devices": [2], "mig-enabled": False} in entries
